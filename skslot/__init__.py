@@ -1,0 +1,22 @@
+"""skslot: SLOT-Align for scikit-learn and federated deployments.
+
+Training-free alignment of per-client features to a shared Gaussian reference
+(Bures-Wasserstein barycenter) by partial optimal transport, in front of any
+one-shot federated learning head.
+"""
+
+from .barycenter import BuresBarycenter
+from .gaussian import GaussianMap, GaussianSummary, SummaryFormatError
+from .summary import GaussianSummaryEstimator
+from .transformer import SLOTTransformer
+
+__all__ = [
+    "BuresBarycenter",
+    "GaussianMap",
+    "GaussianSummary",
+    "GaussianSummaryEstimator",
+    "SLOTTransformer",
+    "SummaryFormatError",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,80 @@
+"""Symmetric matrix functions computed from one eigendecomposition.
+
+Every matrix square root, inverse square root and Bures trace term of the
+package is computed here, from a single call to a symmetric eigensolver, so
+that the two functions needed by an optimal-transport map share one
+factorisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+import scipy.linalg
+
+__all__ = [
+    "SymmetricEigh",
+    "is_positive_definite",
+    "sym_eigh",
+    "symmetrize",
+]
+
+
+class SymmetricEigh(NamedTuple):
+    """Eigendecomposition ``A = V diag(w) V^T`` of a symmetric matrix."""
+
+    eigenvalues: np.ndarray
+    eigenvectors: np.ndarray
+
+    def apply(self, func: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """Return the matrix function ``V diag(func(w)) V^T``."""
+        V = self.eigenvectors
+        return (V * func(self.eigenvalues)) @ V.T
+
+    def clipped(self) -> np.ndarray:
+        """Eigenvalues with round-off negatives of a PSD matrix set to zero."""
+        return np.maximum(self.eigenvalues, 0.0)
+
+    def sqrt(self) -> np.ndarray:
+        """Principal square root ``A^{1/2}`` of a positive semi-definite ``A``."""
+        return self.apply(lambda w: np.sqrt(np.maximum(w, 0.0)))
+
+    def inv_sqrt(self) -> np.ndarray:
+        """Inverse square root ``A^{-1/2}`` of a positive definite ``A``."""
+        w = self.eigenvalues
+        if w[0] <= 0.0:
+            raise np.linalg.LinAlgError(
+                f"matrix is not positive definite: smallest eigenvalue {w[0]:.3e}"
+            )
+        return self.apply(lambda w: 1.0 / np.sqrt(w))
+
+    def trace_sqrt(self) -> float:
+        """``tr(A^{1/2})``, the Bures fidelity term, without forming a matrix."""
+        return float(np.sqrt(self.clipped()).sum())
+
+
+def symmetrize(A: np.ndarray) -> np.ndarray:
+    """Return ``(A + A^T) / 2``, removing round-off asymmetry."""
+    return 0.5 * (A + A.T)
+
+
+def sym_eigh(A: np.ndarray) -> SymmetricEigh:
+    """Eigendecomposition of a symmetric matrix, eigenvalues ascending.
+
+    Uses LAPACK's relatively robust representation driver (``syevr``), the
+    fastest of scipy's symmetric drivers for a full spectrum.  Only the lower
+    triangle of ``A`` is read.
+    """
+    w, V = scipy.linalg.eigh(A, driver="evr", check_finite=False)
+    return SymmetricEigh(w, V)
+
+
+def is_positive_definite(A: np.ndarray) -> bool:
+    """Whether a symmetric matrix admits a Cholesky factorisation."""
+    try:
+        scipy.linalg.cholesky(A, lower=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        return False
+    return True

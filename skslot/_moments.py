@@ -1,0 +1,159 @@
+"""Exactly mergeable first-to-fourth order moments of a stream of rows.
+
+A client that summarises its features, a worker that summarises one shard, or a
+head that aggregates class statistics all need the same thing: the count, mean
+and scatter matrix of some rows, computed chunk by chunk and merged across
+parties without loss.  This module keeps power sums about a *shift* point ``c``
+
+    n,  s1 = sum z,  G = sum z z^T,  s3 = sum ||z||^2 z,  s4 = sum ||z||^4,
+
+with ``z = x - c``.  Power sums about any other point follow by exact
+polynomial identities (:meth:`ShiftedMoments.recentred`), so two partial
+results are merged by moving one to the other's shift and adding.  Keeping the
+shift close to the mean (the first chunk's mean) avoids the cancellation of
+raw moments about zero.  ``s3`` and ``s4`` are what the Ledoit-Wolf shrinkage
+needs: ``sum_i ||x_i - mean||^4`` without a second ``n x m x m`` product.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import blas
+
+__all__ = ["DEFAULT_CHUNK_SIZE", "ShiftedMoments"]
+
+DEFAULT_CHUNK_SIZE = 4096
+
+
+def _gram(Z: np.ndarray) -> np.ndarray:
+    """``Z^T Z`` by a symmetric rank-k update (half the flops of a product)."""
+    upper = blas.dsyrk(1.0, Z.T, trans=0, lower=0)  # Z.T is Fortran-ordered
+    return np.triu(upper) + np.triu(upper, 1).T
+
+
+@dataclass(frozen=True, eq=False)
+class ShiftedMoments:
+    """Power sums of rows about a shift point (see the module docstring).
+
+    Parameters
+    ----------
+    n : int
+        Number of rows.
+    shift : ndarray of shape (m,)
+        The point ``c`` the sums are taken about.
+    s1, gram : ndarray
+        ``sum z`` and ``sum z z^T`` with ``z = x - c``.
+    s3, s4 : ndarray or float, optional
+        ``sum ||z||^2 z`` and ``sum ||z||^4``; ``None`` when not tracked.
+    """
+
+    n: int
+    shift: np.ndarray
+    s1: np.ndarray
+    gram: np.ndarray
+    s3: np.ndarray | None = None
+    s4: float | None = None
+
+    @property
+    def fourth_order(self) -> bool:
+        return self.s3 is not None
+
+    @classmethod
+    def empty(cls, shift: np.ndarray, *, fourth_order: bool) -> ShiftedMoments:
+        m = shift.shape[0]
+        return cls(
+            0,
+            shift,
+            np.zeros(m),
+            np.zeros((m, m)),
+            np.zeros(m) if fourth_order else None,
+            0.0 if fourth_order else None,
+        )
+
+    @classmethod
+    def from_rows(
+        cls,
+        X: np.ndarray,
+        *,
+        shift: np.ndarray | None = None,
+        fourth_order: bool = True,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+    ) -> ShiftedMoments:
+        """Power sums of the rows of ``X``, read ``chunk_size`` rows at a time.
+
+        Only one chunk is ever converted to float64, so a float32 ``X`` is not
+        copied as a whole.  The default shift is the mean of the first chunk.
+        """
+        if shift is None:
+            shift = np.asarray(X[:chunk_size], dtype=np.float64).mean(axis=0)
+        n, m = X.shape
+        s1 = np.zeros(m)
+        gram = np.zeros((m, m))
+        s3 = np.zeros(m) if fourth_order else None
+        s4 = 0.0
+        for start in range(0, n, chunk_size):
+            Z = np.asarray(X[start : start + chunk_size], dtype=np.float64)
+            Z = Z - shift
+            s1 += Z.sum(axis=0)
+            gram += _gram(Z)
+            if fourth_order:
+                r = np.einsum("ij,ij->i", Z, Z)
+                s3 += Z.T @ r
+                s4 += float(r @ r)
+        return cls(n, shift, s1, gram, s3, s4 if fourth_order else None)
+
+    def recentred(self, shift: np.ndarray) -> ShiftedMoments:
+        """The same power sums about another point (exact identities)."""
+        d = self.shift - shift
+        n, s1, G = self.n, self.s1, self.gram
+        dd = float(d @ d)
+        s1d = float(s1 @ d)
+        Gd = G @ d
+        new_s1 = s1 + n * d
+        new_gram = G + np.outer(s1, d) + np.outer(d, s1) + n * np.outer(d, d)
+        new_s3 = new_s4 = None
+        if self.fourth_order:
+            trG = float(np.trace(G))
+            new_s3 = self.s3 + trG * d + 2.0 * Gd + 2.0 * s1d * d + dd * s1 + n * dd * d
+            new_s4 = (
+                self.s4
+                + 4.0 * float(d @ Gd)
+                + n * dd * dd
+                + 4.0 * float(self.s3 @ d)
+                + 2.0 * dd * trG
+                + 4.0 * dd * s1d
+            )
+        return ShiftedMoments(n, shift, new_s1, new_gram, new_s3, new_s4)
+
+    def merge(self, other: ShiftedMoments) -> ShiftedMoments:
+        """Moments of the union of the two sets of rows."""
+        if other.shift.shape != self.shift.shape:
+            raise ValueError(
+                f"cannot merge moments of dimension {other.shift.shape[0]} into "
+                f"moments of dimension {self.shift.shape[0]}"
+            )
+        if other.fourth_order != self.fourth_order:
+            raise ValueError("cannot merge moments with and without 4th order sums")
+        if self.n == 0:
+            return other
+        if other.n == 0:
+            return self
+        o = other.recentred(self.shift)
+        return ShiftedMoments(
+            self.n + o.n,
+            self.shift,
+            self.s1 + o.s1,
+            self.gram + o.gram,
+            None if o.s3 is None else self.s3 + o.s3,
+            None if o.s4 is None else self.s4 + o.s4,
+        )
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.shift + self.s1 / self.n
+
+    def centred(self) -> ShiftedMoments:
+        """The power sums about the mean: ``gram`` is then the scatter matrix."""
+        return self.recentred(self.mean)

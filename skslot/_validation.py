@@ -1,0 +1,92 @@
+"""Input checks shared by the estimators (no private scikit-learn API)."""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ROUTING_HINT",
+    "check_client_labels",
+    "check_in_range",
+    "check_option",
+    "check_positive_int",
+]
+
+ROUTING_HINT = (
+    "Inside a Pipeline, cross_validate or GridSearchCV, enable metadata routing "
+    "with sklearn.set_config(enable_metadata_routing=True) (or the "
+    "sklearn.config_context context manager) and pass client=... to fit/predict; "
+    "skslot estimators request `client` by default."
+)
+
+
+def _as_label(value: Any) -> int | str:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(
+            f"client labels must be integers or strings, got {value!r} "
+            f"of type {type(value).__name__}"
+        )
+    return value
+
+
+def check_client_labels(client: Any, n_samples: int) -> tuple[list, np.ndarray]:
+    """Validate per-row client labels.
+
+    Parameters
+    ----------
+    client : None, int, str or array-like of shape (n_samples,)
+        ``None``: all rows belong to one client labelled ``None``; a scalar: all
+        rows belong to that client; an array: the client of each row.
+
+    Returns
+    -------
+    labels : list
+        The distinct labels, sorted (Python ints or strs, or ``[None]``).
+    codes : ndarray of shape (n_samples,)
+        Index into ``labels`` of each row.
+    """
+    if client is None:
+        return [None], np.zeros(n_samples, dtype=np.intp)
+    if isinstance(client, (int, str, np.integer, np.str_)) and not isinstance(client, bool):
+        return [_as_label(client)], np.zeros(n_samples, dtype=np.intp)
+    if hasattr(client, "to_numpy"):  # pandas Series / Index
+        client = client.to_numpy()
+    arr = np.asarray(client, dtype=object)
+    if arr.ndim != 1:
+        raise ValueError(f"client must be 1-D, got an array of shape {arr.shape}")
+    if arr.shape[0] != n_samples:
+        raise ValueError(f"client has {arr.shape[0]} labels but X has {n_samples} rows")
+    values = [_as_label(v) for v in arr]
+    kinds = {type(v) for v in values}
+    if len(kinds) > 1:
+        raise ValueError("client labels mix integers and strings; use one type for all labels")
+    labels = sorted(set(values))
+    index = {label: i for i, label in enumerate(labels)}
+    codes = np.fromiter((index[v] for v in values), dtype=np.intp, count=n_samples)
+    return labels, codes
+
+
+def check_in_range(name: str, value: Any, low: float, high: float | None) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(value):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be in {bounds}, got {value!r}")
+    return float(value)
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_option(name: str, value: Any, options: tuple[str, ...]) -> str:
+    if value not in options:
+        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+    return value

@@ -1,0 +1,267 @@
+"""Client step: per-client Gaussian summaries with Ledoit-Wolf shrinkage."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+from joblib import Parallel, delayed
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._moments import DEFAULT_CHUNK_SIZE, ShiftedMoments
+from ._validation import check_client_labels, check_in_range, check_positive_int
+from .gaussian import GaussianSummary
+
+__all__ = ["GaussianSummaryEstimator", "ledoit_wolf_summary"]
+
+
+def ledoit_wolf_summary(
+    moments: ShiftedMoments,
+    *,
+    covariance_floor: float = 1e-8,
+    client: int | str | None = None,
+) -> GaussianSummary:
+    """Ledoit-Wolf shrunk Gaussian summary from (mergeable) power sums.
+
+    With ``S`` the maximum-likelihood covariance, ``mu = tr(S) / m`` and ``s``
+    the Ledoit-Wolf shrinkage [1]_ computed exactly as
+    :func:`sklearn.covariance.ledoit_wolf_shrinkage`, the covariance is::
+
+        Sigma = (1 - s) S + s mu I  (+ delta I, the floor)
+
+    i.e. ``lam S + (1 - lam) mu I`` with ``lam = 1 - s``.  Its smallest
+    eigenvalue is at least ``s mu`` (``mu`` itself when ``m = 1``).  Floor:
+    when that bound is below
+    ``covariance_floor * scale`` the difference ``delta`` is added to the
+    diagonal, where ``scale`` is ``mu``, or ``||mean||^2 / m`` when all rows
+    are identical (``mu = 0``), or 1 when those are zero too.  So a client with
+    constant features, or a zero sample covariance, still gets a positive
+    definite covariance, while ordinary clients (``s >= covariance_floor``)
+    get exactly the Ledoit-Wolf estimate.
+
+    References
+    ----------
+    .. [1] Ledoit and Wolf, "A well-conditioned estimator for large-dimensional
+       covariance matrices", Journal of Multivariate Analysis, 2004.
+    """
+    n = moments.n
+    if n < 2:
+        raise ValueError(
+            f"client {client!r} has {n} sample{'s' if n != 1 else ''}; at least 2 "
+            "are needed to estimate a covariance"
+        )
+    centred = moments.centred()
+    mean = moments.mean
+    m = mean.shape[0]
+    S = centred.gram / n
+    S = 0.5 * (S + S.T)
+    trace = float(np.trace(S))
+    mu = trace / m
+    if m == 1 or trace == 0.0:
+        shrinkage = 0.0
+    else:
+        delta_ = float(np.sum(S * S))  # ||S||_F^2
+        beta = (centred.s4 / n - delta_) / (m * n)
+        delta = (delta_ - 2.0 * mu * trace + m * mu**2) / m
+        beta = min(beta, delta)
+        shrinkage = 0.0 if beta <= 0.0 else beta / delta
+    cov = (1.0 - shrinkage) * S
+    cov.flat[:: m + 1] += shrinkage * mu
+    scale = mu
+    if scale <= 0.0:
+        scale = float(mean @ mean) / m or 1.0
+        warnings.warn(
+            f"client {client!r} has a zero sample covariance (all rows identical); "
+            f"its covariance is floored to {covariance_floor * scale:.3g} * I",
+            UserWarning,
+            stacklevel=3,
+        )
+    floor = covariance_floor * scale
+    lower_bound = mu if m == 1 else shrinkage * mu  # on the smallest eigenvalue
+    if lower_bound < floor:
+        cov.flat[:: m + 1] += floor - lower_bound
+    return GaussianSummary(n=n, mean=mean, covariance=cov, shrinkage=shrinkage, client=client)
+
+
+def _rows_moments(X: np.ndarray, rows: np.ndarray | None, chunk_size: int) -> ShiftedMoments:
+    """Moments of ``X[rows]`` gathered one chunk at a time (no full copy)."""
+    if rows is None:
+        return ShiftedMoments.from_rows(X, chunk_size=chunk_size)
+    shift = np.asarray(X[rows[:chunk_size]], dtype=np.float64).mean(axis=0)
+    total = ShiftedMoments.empty(shift, fourth_order=True)
+    for start in range(0, rows.shape[0], chunk_size):
+        chunk = X[rows[start : start + chunk_size]]
+        total = total.merge(ShiftedMoments.from_rows(chunk, shift=shift, chunk_size=chunk_size))
+    return total
+
+
+class GaussianSummaryEstimator(BaseEstimator):
+    """Per-client mean and Ledoit-Wolf shrunk covariance (the client step).
+
+    Each client's rows are reduced to mergeable power sums (count, sum, Gram
+    matrix, and the two fourth-order sums the Ledoit-Wolf shrinkage needs),
+    read chunk by chunk, then to a :class:`~skslot.GaussianSummary`.  The mean,
+    covariance and shrinkage equal :class:`sklearn.covariance.LedoitWolf`'s;
+    ``partial_fit`` over chunks, or :meth:`merge` of estimators fitted on
+    disjoint shards, give the same summaries as one ``fit`` on all rows.
+
+    Parameters
+    ----------
+    covariance_floor : float, default=1e-8
+        Relative floor on the smallest eigenvalue of each covariance, see
+        :func:`ledoit_wolf_summary`.  Only acts on degenerate clients.
+    chunk_size : int, default=4096
+        Rows converted to float64 at a time; float32 input is never upcast
+        as a whole.
+    n_jobs : int, default=None
+        Clients summarised in parallel (joblib threads; BLAS releases the GIL).
+
+    Attributes
+    ----------
+    summaries_ : dict
+        :class:`~skslot.GaussianSummary` per client label (key ``None`` when
+        ``client`` was not given).
+    clients_ : list
+        The client labels, sorted.
+    n_features_in_ : int
+        Number of features seen during ``fit``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during ``fit``, when ``X`` has string column names.
+
+    See Also
+    --------
+    BuresBarycenter : combines the summaries on the server.
+    sklearn.covariance.LedoitWolf : the same estimate for one client.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot import GaussianSummaryEstimator
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(100, 3))
+    >>> client = np.repeat(["a", "b"], 50)
+    >>> est = GaussianSummaryEstimator().fit(X, client=client)
+    >>> est.clients_
+    ['a', 'b']
+    >>> est.summaries_["a"].n, est.summaries_["a"].covariance.shape
+    (50, (3, 3))
+    """
+
+    __metadata_request__fit = {"client": True}
+    __metadata_request__partial_fit = {"client": True}
+
+    def __init__(
+        self,
+        *,
+        covariance_floor: float = 1e-8,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        n_jobs: int | None = None,
+    ) -> None:
+        self.covariance_floor = covariance_floor
+        self.chunk_size = chunk_size
+        self.n_jobs = n_jobs
+
+    def _check_params(self) -> None:
+        check_in_range("covariance_floor", self.covariance_floor, 0.0, None)
+        check_positive_int("chunk_size", self.chunk_size)
+
+    def _client_moments(self, X: np.ndarray, client: Any) -> dict[int | str | None, ShiftedMoments]:
+        labels, codes = check_client_labels(client, X.shape[0])
+        if len(labels) == 1:
+            groups: list[np.ndarray | None] = [None]
+        else:
+            order = np.argsort(codes, kind="stable")
+            bounds = np.searchsorted(codes[order], np.arange(len(labels) + 1))
+            groups = [order[bounds[i] : bounds[i + 1]] for i in range(len(labels))]
+        moments = Parallel(n_jobs=self.n_jobs, prefer="threads")(
+            delayed(_rows_moments)(X, rows, self.chunk_size) for rows in groups
+        )
+        return dict(zip(labels, moments, strict=True))
+
+    def _finalise(self, labels: list) -> None:
+        for label in labels:
+            self.summaries_[label] = ledoit_wolf_summary(
+                self._moments[label],
+                covariance_floor=self.covariance_floor,
+                client=label,
+            )
+        self.clients_ = sorted(self._moments, key=_label_key)
+
+    def fit(self, X: Any, y: Any = None, *, client: Any = None) -> GaussianSummaryEstimator:
+        """Summarise each client's rows.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : ignored
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client label of each row; ``None`` means one client.
+
+        Returns
+        -------
+        self : object
+        """
+        self._check_params()
+        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+        self._moments = self._client_moments(X, client)
+        self.summaries_: dict = {}
+        self._finalise(list(self._moments))
+        return self
+
+    def partial_fit(self, X: Any, y: Any = None, *, client: Any = None) -> GaussianSummaryEstimator:
+        """Add a chunk of rows; summaries are updated exactly.
+
+        A client may appear with a single row in one chunk; a summary is
+        available once it has two rows in total.
+        """
+        self._check_params()
+        first = not hasattr(self, "_moments")
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=first)
+        if first:
+            self._moments = {}
+            self.summaries_ = {}
+        new = self._client_moments(X, client)
+        self._absorb(new)
+        return self
+
+    def _absorb(self, new: dict) -> None:
+        for label, mom in new.items():
+            old = self._moments.get(label)
+            self._moments[label] = mom if old is None else old.merge(mom)
+        ready = [label for label in new if self._moments[label].n >= 2]
+        self._finalise(ready)
+
+    def merge(self, *others: GaussianSummaryEstimator) -> GaussianSummaryEstimator:
+        """Combine estimators fitted on disjoint rows into a new fitted one.
+
+        The result equals one ``fit`` on the union of the rows (up to
+        floating-point rounding): per-worker results merge exactly.
+        """
+        check_is_fitted(self, "summaries_")
+        merged = self.__class__(**self.get_params())
+        merged.n_features_in_ = self.n_features_in_
+        if hasattr(self, "feature_names_in_"):
+            merged.feature_names_in_ = self.feature_names_in_
+        merged._moments = dict(self._moments)
+        merged.summaries_ = dict(self.summaries_)
+        for other in others:
+            check_is_fitted(other, "summaries_")
+            if other.n_features_in_ != self.n_features_in_:
+                raise ValueError(
+                    f"cannot merge an estimator fitted on {other.n_features_in_} "
+                    f"features into one fitted on {self.n_features_in_}"
+                )
+            merged._absorb(other._moments)
+        return merged
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        tags.target_tags.required = False
+        return tags
+
+
+def _label_key(label: Any) -> tuple:
+    return (label is not None, label if label is not None else 0)

@@ -1,0 +1,282 @@
+"""SLOT-Align as a scikit-learn transformer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._linalg import sym_eigh
+from ._validation import (
+    ROUTING_HINT,
+    check_client_labels,
+    check_in_range,
+    check_option,
+)
+from .barycenter import BuresBarycenter
+from .gaussian import GaussianMap, GaussianSummary
+from .summary import GaussianSummaryEstimator
+
+__all__ = ["SLOTTransformer"]
+
+UNKNOWN_CLIENT = ("error", "fit", "identity")
+
+
+class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+    """Align each client's features to a shared reference Gaussian (SLOT-Align).
+
+    ``fit`` summarises every client (mean, Ledoit-Wolf covariance), builds the
+    reference ``N(mu_b, Sigma_b)`` (weighted mean, Bures-Wasserstein
+    barycenter) and each client's optimal-transport map ``T_k(x) = A_k x + b_k``.
+    ``transform`` moves each row a fraction ``tau`` along its client's
+    geodesic::
+
+        T_k^tau(x) = (1 - tau) x + tau (A_k x + b_k),
+
+    so that ``W2(T_k^tau # G_k, G_b) = (1 - tau) W2(G_k, G_b)``.
+
+    Parameters
+    ----------
+    tau : float, default=0.4
+        Fraction of the transport, in ``[0, 1]``: 0 is the identity, 1 maps
+        every client's Gaussian onto the reference.  Changing it after ``fit``
+        needs no refit.
+    unknown_client : {"error", "fit", "identity"}, default="error"
+        What ``transform`` does with a client label not seen in ``fit``:
+        raise, estimate that client's Gaussian from the rows given to
+        ``transform`` and map it to the reference (a client joining later;
+        the fitted state is not changed), or leave its rows unchanged.
+    weights, solver, init, tol, max_iter
+        Passed to :class:`BuresBarycenter`.
+    covariance_floor, chunk_size, n_jobs
+        Passed to :class:`GaussianSummaryEstimator`.
+
+    Attributes
+    ----------
+    summaries_ : dict
+        Client label to :class:`~skslot.GaussianSummary`.
+    reference_ : GaussianSummary
+        The barycenter reference.
+    maps_ : dict
+        Client label to its full (``tau = 1``) :class:`~skslot.gaussian.GaussianMap`.
+    clients_ : list
+        Client labels seen in ``fit``.
+    barycenter_ : BuresBarycenter or None
+        The fitted server step (``None`` when built by :meth:`from_reference`).
+    n_iter_ : int
+        Barycenter iterations (0 when built by :meth:`from_reference`).
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+
+    See Also
+    --------
+    GaussianSummaryEstimator, BuresBarycenter
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot import SLOTTransformer
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.vstack([rng.normal(0, 1, (200, 2)), rng.normal(5, 3, (200, 2))])
+    >>> client = np.repeat([0, 1], 200)
+    >>> slot = SLOTTransformer(tau=1.0).fit(X, client=client)
+    >>> Z = slot.transform(X, client=client)
+    >>> np.round(Z[:200].mean(0) - Z[200:].mean(0), 8) + 0.0
+    array([0., 0.])
+    """
+
+    __metadata_request__fit = {"client": True}
+    __metadata_request__transform = {"client": True}
+
+    def __init__(
+        self,
+        tau: float = 0.4,
+        *,
+        unknown_client: str = "error",
+        weights: Any = "samples",
+        solver: str = "fixed-point",
+        init: str = "sqrt-mean",
+        tol: float = 1e-10,
+        max_iter: int = 100,
+        covariance_floor: float = 1e-8,
+        chunk_size: int = 4096,
+        n_jobs: int | None = None,
+    ) -> None:
+        self.tau = tau
+        self.unknown_client = unknown_client
+        self.weights = weights
+        self.solver = solver
+        self.init = init
+        self.tol = tol
+        self.max_iter = max_iter
+        self.covariance_floor = covariance_floor
+        self.chunk_size = chunk_size
+        self.n_jobs = n_jobs
+
+    def _summary_estimator(self) -> GaussianSummaryEstimator:
+        return GaussianSummaryEstimator(
+            covariance_floor=self.covariance_floor,
+            chunk_size=self.chunk_size,
+            n_jobs=self.n_jobs,
+        )
+
+    def fit(self, X: Any, y: Any = None, *, client: Any = None) -> SLOTTransformer:
+        """Summarise the clients, build the reference and the maps.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : ignored
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client label of each row (``None``: one client).
+
+        Returns
+        -------
+        self : object
+        """
+        check_in_range("tau", self.tau, 0.0, 1.0)
+        check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+        summaries = self._summary_estimator().fit(X, client=client).summaries_
+        bary = BuresBarycenter(
+            weights=self.weights,
+            solver=self.solver,
+            init=self.init,
+            tol=self.tol,
+            max_iter=self.max_iter,
+        ).fit(summaries)
+        self.summaries_ = summaries
+        self.reference_ = bary.reference_
+        self.maps_ = bary.transport_maps()
+        self.clients_ = list(summaries)
+        self.barycenter_ = bary
+        self.n_iter_ = bary.n_iter_
+        self._reference_sqrt = bary._result.sqrt_covariance
+        return self
+
+    @classmethod
+    def from_reference(
+        cls,
+        reference: GaussianSummary,
+        summaries: GaussianSummary | list | Mapping,
+        *,
+        tau: float = 0.4,
+        **params: Any,
+    ) -> SLOTTransformer:
+        """A fitted transformer from the protocol objects of a deployment.
+
+        A client holds only its own summary and the reference received from
+        the server; no other client's data or summary is needed.
+
+        Parameters
+        ----------
+        reference : GaussianSummary
+            The server's reference (``BuresBarycenter.reference_``).
+        summaries : GaussianSummary, list or dict of GaussianSummary
+            This party's own summary (or several, keyed by client label).
+        tau : float, default=0.4
+        **params
+            Other constructor parameters.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skslot import BuresBarycenter, GaussianSummaryEstimator, SLOTTransformer
+        >>> rng = np.random.default_rng(0)
+        >>> X_a, X_b = rng.normal(0, 1, (50, 3)), rng.normal(2, 2, (80, 3))
+        >>> s_a = GaussianSummaryEstimator().fit(X_a, client="a").summaries_["a"]
+        >>> s_b = GaussianSummaryEstimator().fit(X_b, client="b").summaries_["b"]
+        >>> reference = BuresBarycenter().fit([s_a, s_b]).reference_  # server
+        >>> slot_a = SLOTTransformer.from_reference(reference, s_a, tau=0.4)
+        >>> slot_a.transform(X_a).shape  # client "a" aligns its own rows
+        (50, 3)
+        """
+        self = cls(tau=tau, **params)
+        check_in_range("tau", self.tau, 0.0, 1.0)
+        if not isinstance(reference, GaussianSummary):
+            raise TypeError(f"reference must be a GaussianSummary, got {type(reference).__name__}")
+        if isinstance(summaries, GaussianSummary):
+            summaries = {summaries.client: summaries}
+        elif not isinstance(summaries, Mapping):
+            summaries = {s.client: s for s in summaries}
+        root = sym_eigh(reference.covariance).sqrt()
+        self.summaries_ = dict(summaries)
+        self.maps_ = {
+            label: GaussianMap.optimal_transport(s, reference, sqrt_target=root)
+            for label, s in self.summaries_.items()
+        }
+        self.reference_ = reference
+        self.clients_ = list(self.summaries_)
+        self.barycenter_ = None
+        self.n_iter_ = 0
+        self._reference_sqrt = root
+        self.n_features_in_ = reference.dimension
+        return self
+
+    def _map_for(self, label: Any, X: np.ndarray) -> GaussianMap:
+        full = self.maps_.get(label)
+        if full is None:
+            if self.unknown_client == "identity":
+                return GaussianMap.identity(X.shape[1])
+            if self.unknown_client == "error":
+                raise ValueError(
+                    f"client {label!r} was not seen during fit (fitted clients: "
+                    f"{self.clients_}); set unknown_client='fit' to estimate a new "
+                    "client's map from its rows, or 'identity' to leave them unchanged"
+                )
+            summary = self._summary_estimator().fit(X, client=label).summaries_[label]
+            full = GaussianMap.optimal_transport(
+                summary, self.reference_, sqrt_target=self._reference_sqrt
+            )
+        return full.geodesic(self.tau)
+
+    def transform(self, X: Any, *, client: Any = None) -> np.ndarray:
+        """Apply each row's client map ``T_k^tau``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client of each row.  ``None`` is allowed when ``fit`` saw a single
+            client.
+
+        Returns
+        -------
+        X_aligned : ndarray of shape (n_samples, n_features)
+            In ``X``'s floating dtype (float32 stays float32).
+        """
+        check_is_fitted(self, "maps_")
+        check_in_range("tau", self.tau, 0.0, 1.0)
+        check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        if client is None:
+            if len(self.clients_) != 1:
+                raise ValueError(
+                    f"transform needs client labels: fit saw {len(self.clients_)} "
+                    f"clients. {ROUTING_HINT}"
+                )
+            client = self.clients_[0]
+            if client is None:
+                return self._map_for(None, X).apply(X, chunk_size=self.chunk_size)
+        labels, codes = check_client_labels(client, X.shape[0])
+        if len(labels) == 1:
+            return self._map_for(labels[0], X).apply(X, chunk_size=self.chunk_size)
+        out = np.empty(X.shape, dtype=X.dtype)
+        for i, label in enumerate(labels):
+            rows = np.flatnonzero(codes == i)
+            X_rows = X[rows]
+            out[rows] = self._map_for(label, X_rows).apply(X_rows, chunk_size=self.chunk_size)
+        return out
+
+    def fit_transform(self, X: Any, y: Any = None, *, client: Any = None) -> np.ndarray:
+        """``fit(X, client=client).transform(X, client=client)``."""
+        return self.fit(X, client=client).transform(X, client=client)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = False
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags

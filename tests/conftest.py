@@ -1,0 +1,43 @@
+"""Shared fixtures: deterministic synthetic generators and the real data folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from skslot.datasets import make_federated_classification
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def random_spd(rng: np.random.Generator, m: int, condition: float = 10.0) -> np.ndarray:
+    """A random SPD matrix with eigenvalues log-spaced in [1, condition]."""
+    Q, _ = np.linalg.qr(rng.normal(size=(m, m)))
+    return (Q * np.geomspace(1.0, condition, m)) @ Q.T
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+@pytest.fixture
+def federated():
+    """Four clients, domain shift and moderate label shift."""
+    return make_federated_classification(
+        n_clients=4,
+        n_samples_per_client=300,
+        alpha=1.0,
+        domain_shift=2.0,
+        random_state=0,
+    )
+
+
+def shared_npz(name: str) -> Path:
+    """Path to a real data set in ../shared/data, or skip with the reason."""
+    path = SHARED_DATA / name
+    if not path.exists():
+        pytest.skip(f"real data {path} is absent (a fresh clone without ../shared/data)")
+    return path

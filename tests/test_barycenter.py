@@ -1,0 +1,147 @@
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+
+from skslot import BuresBarycenter, GaussianMap, GaussianSummary
+from skslot._linalg import sym_eigh
+from skslot.barycenter import bures_wasserstein_barycenter
+
+from .conftest import random_spd
+
+SOLVERS = ["fixed-point", "picard"]
+
+
+def summaries(rng, K=4, m=5, condition=20.0):
+    return [
+        GaussianSummary(
+            int(rng.integers(10, 100)),
+            rng.normal(size=m),
+            random_spd(rng, m, condition),
+            client=k,
+        )
+        for k in range(K)
+    ]
+
+
+def fixed_point_residual(S, covs, w):
+    R = sym_eigh(S).sqrt()
+    M = sum(wk * sym_eigh(R @ C @ R).sqrt() for wk, C in zip(w, covs, strict=True))
+    return np.linalg.norm(M - S) / np.linalg.norm(S)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_one_client_is_its_own_barycenter(rng, solver):
+    (s,) = summaries(rng, K=1)
+    bary = BuresBarycenter(solver=solver).fit([s])
+    np.testing.assert_allclose(bary.covariance_, s.covariance, rtol=1e-10)
+    np.testing.assert_allclose(bary.mean_, s.mean)
+    np.testing.assert_allclose(bary.weights_, [1.0])
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_two_clients_lie_on_their_geodesic(rng, solver):
+    a, b = summaries(rng, K=2)
+    bary = BuresBarycenter(solver=solver).fit([a, b])
+    t = b.n / (a.n + b.n)
+    on_geodesic = GaussianMap.optimal_transport(a, b).geodesic(t).push(a)
+    np.testing.assert_allclose(bary.covariance_, on_geodesic.covariance, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(bary.mean_, on_geodesic.mean, rtol=1e-10)
+
+
+@pytest.mark.parametrize("init", ["mean", "sqrt-mean"])
+def test_commuting_covariances_closed_form(rng, init):
+    Q, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    diags = rng.uniform(0.1, 10.0, size=(3, 6))
+    items = [GaussianSummary(10 * (k + 1), np.zeros(6), (Q * d) @ Q.T) for k, d in enumerate(diags)]
+    w = np.array([10, 20, 30]) / 60
+    expected = (Q * (w @ np.sqrt(diags)) ** 2) @ Q.T
+    bary = BuresBarycenter(init=init).fit(items)
+    np.testing.assert_allclose(bary.covariance_, expected, rtol=1e-9, atol=1e-10)
+    if init == "sqrt-mean":
+        assert bary.n_iter_ == 1  # the start is already the fixed point
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_solves_fixed_point_equation_and_is_permutation_invariant(rng, solver):
+    items = summaries(rng, K=5, m=7, condition=1e3)
+    bary = BuresBarycenter(solver=solver, tol=1e-12, max_iter=1000).fit(items)
+    covs = [s.covariance for s in items]
+    assert bary.residual_ <= 1e-12
+    assert fixed_point_residual(bary.covariance_, covs, bary.weights_) <= 1e-11
+    perm = BuresBarycenter(solver=solver, tol=1e-12, max_iter=1000).fit(items[::-1])
+    np.testing.assert_allclose(perm.covariance_, bary.covariance_, rtol=1e-9)
+    np.testing.assert_allclose(perm.mean_, bary.mean_, rtol=1e-12)
+    assert perm.clients_ == bary.clients_[::-1]
+
+
+def test_matches_pot(rng):
+    ot_gaussian = pytest.importorskip("ot.gaussian")
+    items = summaries(rng, K=4, m=6)
+    w = np.array([s.n for s in items], dtype=float)
+    w /= w.sum()
+    bary = BuresBarycenter().fit(items)
+    ref_mean, ref_cov = ot_gaussian.bures_wasserstein_barycenter(
+        np.stack([s.mean for s in items]),
+        np.stack([s.covariance for s in items]),
+        weights=w,
+        num_iter=1000,
+        eps=1e-12,
+    )
+    assert np.linalg.norm(bary.covariance_ - ref_cov) <= 1e-8 * np.linalg.norm(ref_cov)
+    np.testing.assert_allclose(bary.mean_, ref_mean, rtol=1e-12)
+
+
+def test_weights_options_and_errors(rng):
+    items = summaries(rng, K=3)
+    assert np.allclose(BuresBarycenter(weights="uniform").fit(items).weights_, 1 / 3)
+    w = BuresBarycenter(weights=[1, 1, 2]).fit(items).weights_
+    np.testing.assert_allclose(w, [0.25, 0.25, 0.5])
+    with pytest.raises(ValueError, match="one weight per client"):
+        BuresBarycenter(weights=[1, 2]).fit(items)
+    with pytest.raises(ValueError, match="non-negative"):
+        BuresBarycenter(weights=[1, -1, 2]).fit(items)
+    with pytest.raises(ValueError, match="different dimensions"):
+        BuresBarycenter().fit([items[0], GaussianSummary(5, np.zeros(2), np.eye(2))])
+    with pytest.raises(TypeError, match="expected GaussianSummary"):
+        BuresBarycenter().fit({"a": items[0], "b": "junk"})
+
+
+def test_convergence_warning_not_print(rng, capsys):
+    items = summaries(rng, K=4, m=6, condition=1e4)
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        BuresBarycenter(max_iter=1, init="mean").fit(items)
+    assert capsys.readouterr().out == ""
+
+
+def test_reference_travels_and_maps_reach_it(rng):
+    items = summaries(rng, K=3)
+    bary = BuresBarycenter().fit({f"c{k}": s for k, s in enumerate(items)})
+    ref = GaussianSummary.from_bytes(bary.reference_.to_bytes(dtype="float64"))
+    assert ref.n == sum(s.n for s in items) and ref.shrinkage is None
+    maps = bary.transport_maps()
+    assert list(maps) == ["c0", "c1", "c2"]
+    for s, T in zip(items, maps.values(), strict=True):
+        pushed = T.push(s)
+        np.testing.assert_allclose(pushed.covariance, ref.covariance, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(pushed.mean, ref.mean, rtol=1e-10, atol=1e-12)
+
+
+def test_fit_from_rows_equals_fit_from_summaries(rng):
+    from skslot import GaussianSummaryEstimator
+
+    X = rng.normal(size=(120, 4)) * [1, 2, 3, 4]
+    client = np.repeat([0, 1, 2], 40)
+    est = GaussianSummaryEstimator().fit(X, client=client)
+    a = BuresBarycenter().fit(X, client=client)
+    b = BuresBarycenter().fit(est.summaries_)
+    np.testing.assert_allclose(a.covariance_, b.covariance_)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert a.n_features_in_ == 4
+
+
+def test_kernel_rejects_unknown_options(rng):
+    with pytest.raises(ValueError, match="solver must be one of"):
+        bures_wasserstein_barycenter([np.eye(2)], np.ones(1), solver="newton")

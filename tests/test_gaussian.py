@@ -1,0 +1,156 @@
+import struct
+
+import numpy as np
+import pytest
+
+from skslot import GaussianMap, GaussianSummary, SummaryFormatError
+from skslot.gaussian import bures_wasserstein_distance
+
+from .conftest import random_spd
+
+
+def make_summary(rng, m=4, n=50, client="a", condition=10.0):
+    return GaussianSummary(
+        n=n,
+        mean=rng.normal(size=m),
+        covariance=random_spd(rng, m, condition),
+        shrinkage=0.25,
+        client=client,
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("client", [None, 7, "site-é"])
+def test_wire_round_trip(rng, dtype, client):
+    s = make_summary(rng, client=client)
+    back = GaussianSummary.from_bytes(s.to_bytes(dtype=dtype))
+    rtol = {"float16": 1e-3, "float32": 1e-6, "float64": 0}[dtype]
+    np.testing.assert_allclose(back.mean, s.mean, rtol=rtol, atol=rtol * 10)
+    np.testing.assert_allclose(back.covariance, s.covariance, rtol=rtol, atol=rtol * 10)
+    assert (back.n, back.shrinkage, back.client) == (s.n, s.shrinkage, s.client)
+
+
+def test_payload_size_matches_paper_figure(rng):
+    m = 512
+    s = GaussianSummary(n=1000, mean=rng.normal(size=m), covariance=random_spd(rng, m, 5.0))
+    payload = s.to_bytes(dtype="float16")
+    values = m * (m + 1) // 2 + m
+    assert len(payload) == 28 + 2 * values  # header + values, no label
+    assert 263_000 < len(payload) < 265_000  # "about 264 KB"
+
+
+def test_summary_is_immutable_and_copies_input(rng):
+    mean = rng.normal(size=3)
+    s = GaussianSummary(n=5, mean=mean, covariance=np.eye(3))
+    mean[0] = 99.0
+    assert s.mean[0] != 99.0
+    with pytest.raises(ValueError):
+        s.mean[0] = 1.0
+    with pytest.raises(AttributeError):
+        s.n = 3
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"n": 1}, "n must be between 2"),
+        ({"n": 2.5}, "n must be an integer"),
+        ({"mean": [np.nan, 0.0]}, "NaN"),
+        ({"covariance": [[1.0, 0.5], [0.0, 1.0]]}, "not symmetric"),
+        ({"covariance": [[1.0, 2.0], [2.0, 1.0]]}, "not positive definite"),
+        ({"covariance": np.eye(3)}, "expected \\(2, 2\\)"),
+        ({"shrinkage": 1.5}, "shrinkage"),
+        ({"client": 1.5}, "client label"),
+    ],
+)
+def test_summary_validation(kwargs, match):
+    base = {"n": 10, "mean": np.zeros(2), "covariance": np.eye(2)}
+    with pytest.raises(SummaryFormatError, match=match):
+        GaussianSummary(**{**base, **kwargs})
+
+
+def _tamper(payload: bytes, offset: int, fmt: str, value) -> bytes:
+    out = bytearray(payload)
+    struct.pack_into(fmt, out, offset, value)
+    return bytes(out)
+
+
+def test_from_bytes_rejects_hostile_payloads(rng):
+    s = make_summary(rng, m=3, client=None)
+    p = s.to_bytes(dtype="float64")
+    m_bytes = 8 * (3 + 6)
+    cases = {
+        "truncated": p[:-1],
+        "shorter than the": p[:10],
+        "oversized": p + b"\x00",
+        "bad magic": b"XXXX" + p[4:],
+        "format version": _tamper(p, 4, "<B", 2),
+        "dtype code": _tamper(p, 5, "<B", 9),
+        "flags": _tamper(p, 6, "<B", 0x80),
+        "outside the accepted range": _tamper(p, 8, "<I", 10**6),
+        "n must be between": _tamper(p, 12, "<Q", 1),
+        "between 2 and 2\\*\\*53": _tamper(p, 12, "<Q", 2**60),
+        "NaN or infinite": p[:-8] + struct.pack("<d", np.nan),
+        "not positive definite": p[: len(p) - m_bytes + 24] + struct.pack("<6d", 1, 5, 0, 1, 0, 1),
+    }
+    for match, payload in cases.items():
+        with pytest.raises(SummaryFormatError, match=match):
+            GaussianSummary.from_bytes(payload)
+    with pytest.raises(SummaryFormatError, match="dimension mismatch"):
+        GaussianSummary.from_bytes(p, expected_dimension=4)
+    with pytest.raises(SummaryFormatError, match="must be bytes"):
+        GaussianSummary.from_bytes("not bytes")
+
+
+def test_to_bytes_refuses_lossy_dtype():
+    s = GaussianSummary(n=10, mean=np.array([1e6, 0.0]), covariance=np.eye(2))
+    with pytest.raises(SummaryFormatError, match="overflow float16"):
+        s.to_bytes(dtype="float16")
+    ill = GaussianSummary(
+        n=10, mean=np.zeros(2), covariance=np.array([[1.0, 1 - 1e-6], [1 - 1e-6, 1.0]])
+    )
+    with pytest.raises(SummaryFormatError, match="rounded to float16"):
+        ill.to_bytes(dtype="float16")
+
+
+def test_w2_closed_form_commuting():
+    a = GaussianSummary(2, np.zeros(2), np.diag([1.0, 9.0]))
+    b = GaussianSummary(2, np.ones(2), np.diag([4.0, 1.0]))
+    expected = np.sqrt(2.0 + (1 - 2) ** 2 + (3 - 1) ** 2)
+    assert bures_wasserstein_distance(a, b) == pytest.approx(expected, rel=1e-12)
+    assert bures_wasserstein_distance(a, a) == pytest.approx(0.0, abs=1e-7)
+
+
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_ot_map_pushes_gaussian_exactly(rng, m):
+    src, tgt = make_summary(rng, m, condition=100.0), make_summary(rng, m, client="b")
+    T = GaussianMap.optimal_transport(src, tgt)
+    pushed = T.push(src)
+    np.testing.assert_allclose(pushed.mean, tgt.mean, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(pushed.covariance, tgt.covariance, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(T.linear, T.linear.T, atol=1e-12)
+    assert np.linalg.eigvalsh(T.linear).min() > 0
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.2, 0.4, 0.7, 1.0])
+def test_geodesic_contracts_w2_linearly(rng, tau):
+    src, tgt = make_summary(rng, 5, condition=50.0), make_summary(rng, 5)
+    # squared distances: W2 itself is the root of a difference that cancels
+    full2 = bures_wasserstein_distance(src, tgt) ** 2
+    partial = GaussianMap.optimal_transport(src, tgt).geodesic(tau).push(src)
+    assert bures_wasserstein_distance(partial, tgt) ** 2 == pytest.approx(
+        (1 - tau) ** 2 * full2, rel=1e-8, abs=1e-8 * full2
+    )
+    # and the point tau along the way is at distance tau * W2 from the source
+    assert bures_wasserstein_distance(partial, src) ** 2 == pytest.approx(
+        tau**2 * full2, rel=1e-8, abs=1e-8 * full2
+    )
+
+
+def test_apply_keeps_float32_and_writes_out(rng):
+    T = GaussianMap(random_spd(rng, 4), rng.normal(size=4))
+    X = rng.normal(size=(10, 4)).astype(np.float32)
+    out = np.empty_like(X)
+    res = T.apply(X, out=out, chunk_size=3)
+    assert res is out and res.dtype == np.float32
+    np.testing.assert_allclose(res, X @ T.linear.T + T.offset, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,22 @@
+"""The README's quickstart runs as written."""
+
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_python_blocks_run():
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert blocks, "README.md has no python example"
+    for code in blocks:
+        namespace: dict = {}
+        exec(compile(code, str(README), "exec"), namespace)
+    assert namespace["X0_aligned"].shape[1] == namespace["X"].shape[1]
+    assert 0.0 <= namespace["grid"].best_params_["slottransformer__tau"] <= 1.0
+
+
+def test_readme_test_command_is_what_ci_runs():
+    ci = (README.parent / ".ci" / "run").read_text()
+    command = re.search(r"run the tests.*?```bash\n(.*?)\n```", README.read_text(), re.S).group(1)
+    assert command.strip() in ci

@@ -1,0 +1,96 @@
+"""The scikit-learn contract: estimator checks, metadata routing, pandas output."""
+
+import numpy as np
+import pytest
+import sklearn
+from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_validate
+from sklearn.pipeline import make_pipeline
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from skslot import BuresBarycenter, GaussianSummaryEstimator, SLOTTransformer
+
+ESTIMATORS = [GaussianSummaryEstimator(), BuresBarycenter(), SLOTTransformer()]
+
+
+@parametrize_with_checks(ESTIMATORS)
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+@pytest.fixture
+def routing():
+    with sklearn.config_context(enable_metadata_routing=True):
+        yield
+
+
+def test_client_is_requested_by_default():
+    for est in ESTIMATORS:
+        assert est.get_metadata_routing().fit.requests["client"] is True
+    assert SLOTTransformer().get_metadata_routing().transform.requests["client"] is True
+
+
+def test_pipeline_routes_client_to_fit_and_predict(routing, federated):
+    X, y, client = federated.X, federated.y, federated.client
+    pipe = make_pipeline(SLOTTransformer(tau=0.4), LogisticRegression(max_iter=500))
+    pipe.fit(X, y, client=client)
+    slot = pipe[0]
+    head = pipe[-1]
+    expected = head.predict(slot.transform(X, client=client))
+    np.testing.assert_array_equal(pipe.predict(X, client=client), expected)
+    scores = cross_validate(
+        clone(pipe),
+        X,
+        y,
+        params={"client": client},
+        cv=StratifiedKFold(3, shuffle=True, random_state=0),
+    )
+    assert scores["test_score"].min() > 0.5
+
+
+def test_grid_search_selects_middle_tau_under_label_and_domain_shift(routing, federated):
+    X, y, client = federated.X, federated.y, federated.client
+    taus = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    grid = GridSearchCV(
+        make_pipeline(SLOTTransformer(), LogisticRegression(max_iter=1000)),
+        {"slottransformer__tau": taus},
+        cv=StratifiedKFold(3, shuffle=True, random_state=0),
+    ).fit(X, y, client=client)
+    scores = grid.cv_results_["mean_test_score"]
+    best = grid.best_params_["slottransformer__tau"]
+    assert 0.0 < best < 1.0  # partial transport beats no and full transport here
+    assert scores[taus.index(best)] > scores[0] + 0.02
+
+
+def test_without_routing_direct_calls_work_and_pipeline_explains(federated):
+    X, y, client = federated.X, federated.y, federated.client
+    SLOTTransformer().fit(X, client=client).transform(X, client=client)
+    pipe = make_pipeline(SLOTTransformer(), LogisticRegression(max_iter=500))
+    pipe.fit(X, y, slottransformer__client=client)  # step__param works for fit
+    with pytest.raises(ValueError, match="enable_metadata_routing=True"):
+        pipe.predict(X)
+
+
+def test_pandas_in_and_out(federated):
+    pd = pytest.importorskip("pandas")
+    cols = [f"f{i}" for i in range(federated.X.shape[1])]
+    df = pd.DataFrame(federated.X, columns=cols, index=np.arange(len(federated.X)) + 100)
+    client = pd.Series(federated.client).map({0: "a", 1: "b", 2: "c", 3: "d"})
+    slot = SLOTTransformer().set_output(transform="pandas").fit(df, client=client)
+    out = slot.transform(df, client=client.to_numpy())
+    assert isinstance(out, pd.DataFrame)
+    assert list(out.columns) == cols and list(slot.get_feature_names_out()) == cols
+    assert (out.index == df.index).all()
+    np.testing.assert_allclose(
+        out.to_numpy(),
+        SLOTTransformer().fit(federated.X, client=client).transform(federated.X, client=client),
+    )
+
+
+def test_clone_keeps_parameters_untouched():
+    w = np.array([1.0, 2.0])
+    est = SLOTTransformer(tau=0.3, weights=w)
+    c = clone(est)
+    assert c.get_params()["tau"] == 0.3 and c.get_params()["weights"] is not None
+    assert est.weights is w

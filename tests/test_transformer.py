@@ -1,0 +1,118 @@
+import numpy as np
+import pytest
+
+from skslot import (
+    BuresBarycenter,
+    GaussianSummary,
+    GaussianSummaryEstimator,
+    SLOTTransformer,
+)
+from skslot.gaussian import bures_wasserstein_distance
+
+
+def empirical_summary(Z):
+    return GaussianSummary(len(Z), Z.mean(0), np.cov(Z.T, bias=True))
+
+
+def test_full_transport_maps_each_client_gaussian_onto_reference(federated):
+    X, client = federated.X, federated.client
+    slot = SLOTTransformer(tau=1.0).fit(X, client=client)
+    for k in slot.clients_:
+        pushed = slot.maps_[k].push(slot.summaries_[k])
+        ref = slot.reference_
+        np.testing.assert_allclose(pushed.mean, ref.mean, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(pushed.covariance, ref.covariance, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+def test_w2_to_reference_contracts_by_one_minus_tau(federated, tau):
+    slot = SLOTTransformer(tau=tau).fit(federated.X, client=federated.client)
+    for k in slot.clients_:
+        s = slot.summaries_[k]
+        full2 = bures_wasserstein_distance(s, slot.reference_) ** 2
+        moved = slot.maps_[k].geodesic(tau).push(s)
+        assert bures_wasserstein_distance(moved, slot.reference_) ** 2 == pytest.approx(
+            (1 - tau) ** 2 * full2, rel=1e-8, abs=1e-8 * full2
+        )
+
+
+def test_tau_zero_is_identity_and_transform_aligns_rows(federated):
+    X, client = federated.X, federated.client
+    np.testing.assert_allclose(
+        SLOTTransformer(tau=0.0).fit_transform(X, client=client), X, rtol=0, atol=1e-12
+    )
+    slot = SLOTTransformer(tau=1.0).fit(X, client=client)
+    Z = slot.transform(X, client=client)
+    for k in slot.clients_:
+        # empirical moments of the aligned rows: mean is exact, covariance up to shrinkage
+        np.testing.assert_allclose(Z[client == k].mean(0), slot.reference_.mean, atol=1e-9)
+    # tau can change after fit without a refit
+    half = slot.set_params(tau=0.5).transform(X, client=client)
+    np.testing.assert_allclose(half, 0.5 * X + 0.5 * Z, atol=1e-10)
+
+
+def test_scalar_client_and_float32(federated):
+    X = federated.X.astype(np.float32)
+    slot = SLOTTransformer().fit(X, client=federated.client)
+    rows = federated.client == 2
+    Z = slot.transform(X[rows], client=2)
+    assert Z.dtype == np.float32
+    np.testing.assert_allclose(Z, slot.transform(X, client=federated.client)[rows], rtol=1e-5)
+
+
+def test_unknown_client_policies(federated):
+    X, client = federated.X, federated.client
+    seen = client != 3
+    slot = SLOTTransformer(tau=1.0).fit(X[seen], client=client[seen])
+    new_rows = X[~seen]
+    with pytest.raises(ValueError, match="client 3 was not seen during fit"):
+        slot.transform(new_rows, client=3)
+    slot.set_params(unknown_client="identity")
+    np.testing.assert_array_equal(slot.transform(new_rows, client=3), new_rows)
+    slot.set_params(unknown_client="fit")
+    maps_before = dict(slot.maps_)
+    Z = slot.transform(new_rows, client=3)
+    assert slot.maps_ == maps_before and 3 not in slot.summaries_  # not mutated
+    np.testing.assert_allclose(Z.mean(0), slot.reference_.mean, atol=1e-9)
+
+
+def test_from_reference_equals_in_process_fit(federated):
+    X, client = federated.X, federated.client
+    in_process = SLOTTransformer(tau=0.4).fit(X, client=client)
+    # each party of a deployment: own summary -> server -> reference -> own map
+    own = {
+        k: GaussianSummaryEstimator().fit(X[client == k], client=k).summaries_[k] for k in range(4)
+    }
+    wire = {k: GaussianSummary.from_bytes(s.to_bytes(dtype="float64")) for k, s in own.items()}
+    reference = BuresBarycenter().fit(list(wire.values())).reference_
+    reference = GaussianSummary.from_bytes(reference.to_bytes(dtype="float64"))
+    for k in range(4):
+        party = SLOTTransformer.from_reference(reference, own[k], tau=0.4)
+        np.testing.assert_allclose(
+            party.transform(X[client == k]),
+            in_process.transform(X[client == k], client=k),
+            rtol=1e-7,
+            atol=1e-8,
+        )
+
+
+@pytest.mark.parametrize("tau", [-0.1, 1.5, np.nan, "0.4"])
+def test_tau_is_validated(federated, tau):
+    with pytest.raises(ValueError, match="tau must be"):
+        SLOTTransformer(tau=tau).fit(federated.X, client=federated.client)
+
+
+def test_missing_client_at_transform_explains_routing(federated):
+    slot = SLOTTransformer().fit(federated.X, client=federated.client)
+    with pytest.raises(ValueError, match="enable_metadata_routing=True"):
+        slot.transform(federated.X)
+
+
+def test_transform_rejects_wrong_shape_and_does_not_mutate(federated):
+    X, client = federated.X.copy(), federated.client
+    slot = SLOTTransformer().fit(X, client=client)
+    np.testing.assert_array_equal(X, federated.X)
+    with pytest.raises(ValueError, match="features"):
+        slot.transform(X[:, :3], client=client)
+    slot.transform(X, client=client)
+    np.testing.assert_array_equal(X, federated.X)
