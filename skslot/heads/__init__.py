@@ -1,0 +1,18 @@
+"""One-shot federated learning heads: each fits in one round of client statistics."""
+
+from ._base import OneShotHead
+from ._statistics import ClassStatistics
+from .fedavg import LinearHeadUpdate, OneShotFedAvgClassifier
+from .fedcgs import FedCGSClassifier
+from .fedpft import ClassMixture, ClassMixtures, FedPFTClassifier
+
+__all__ = [
+    "ClassMixture",
+    "ClassMixtures",
+    "ClassStatistics",
+    "FedCGSClassifier",
+    "FedPFTClassifier",
+    "LinearHeadUpdate",
+    "OneShotFedAvgClassifier",
+    "OneShotHead",
+]

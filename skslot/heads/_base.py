@@ -1,0 +1,150 @@
+"""What every one-shot federated head shares: the client/server split of ``fit``.
+
+A head is fitted in one round: each client computes *statistics* from its own
+rows (:meth:`OneShotHead.client_statistics`), the server combines them
+(:meth:`OneShotHead.fit_from_statistics`).  ``fit(X, y, client=...)`` runs
+exactly these two steps in-process, so a real deployment and a scikit-learn
+Pipeline execute the same code.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy.special import softmax
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._validation import check_client_labels
+
+__all__ = ["LinearHeadMixin", "OneShotHead"]
+
+
+class OneShotHead(ClassifierMixin, BaseEstimator):
+    """Base class of the one-shot federated classifiers.
+
+    Subclasses implement :meth:`_client_statistics` and
+    :meth:`_fit_from_statistics`; everything else (validation, the global
+    class set, client routing) lives here.
+    """
+
+    __metadata_request__fit = {"client": True}
+
+    def fit(self, X: Any, y: Any, *, client: Any = None) -> OneShotHead:
+        """Fit the head as one federated round over the clients in ``client``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client of each row (``None``: one client).
+
+        Returns
+        -------
+        self : object
+        """
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        check_classification_targets(y)
+        classes = np.unique(y)
+        if classes.shape[0] < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs at least 2 classes in y, got {classes.shape[0]} class"
+            )
+        labels, codes = check_client_labels(client, X.shape[0])
+        stats = []
+        for i, seed in enumerate(_client_seeds(self, len(labels))):
+            rows = codes == i if len(labels) > 1 else slice(None)
+            stats.append(self._client_statistics(X[rows], y[rows], classes, seed))
+        self._fit_from_statistics(stats, classes)
+        return self
+
+    def client_statistics(self, X: Any, y: Any, classes: Sequence) -> Any:
+        """What one client sends: statistics of its own rows.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_k, n_features)
+            This client's rows (aligned features, in SLOT-Align).
+        y : array-like of shape (n_k,)
+        classes : array-like
+            The global class set agreed by all parties (a client may lack some).
+        """
+        X = np.asarray(validate_data(self, X, reset=True, dtype=[np.float64, np.float32]))
+        classes = np.asarray(classes)
+        y = np.asarray(y)
+        missing = np.setdiff1d(y, classes)
+        if missing.size:
+            raise ValueError(f"labels {missing.tolist()} are not in the global class set")
+        (seed,) = _client_seeds(self, 1)
+        return self._client_statistics(X, y, classes, seed)
+
+    def fit_from_statistics(self, statistics: Sequence, classes: Sequence) -> OneShotHead:
+        """Server step: build the global head from the clients' statistics."""
+        if not statistics:
+            raise ValueError("no client statistics received")
+        classes = np.asarray(classes)
+        dims = {int(stat.n_features) for stat in statistics}
+        if len(dims) != 1:
+            raise ValueError(f"client statistics have different dimensions: {sorted(dims)}")
+        (self.n_features_in_,) = dims
+        self._fit_from_statistics(list(statistics), classes)
+        return self
+
+    @abstractmethod
+    def _client_statistics(
+        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
+    ) -> Any: ...
+
+    @abstractmethod
+    def _fit_from_statistics(self, statistics: list, classes: np.ndarray) -> None: ...
+
+    def _validate_for_predict(self, X: Any) -> np.ndarray:
+        check_is_fitted(self, "classes_")
+        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+
+    @abstractmethod
+    def _scores(self, X: np.ndarray) -> np.ndarray:
+        """Class scores of shape (n_samples, n_classes), larger is more likely."""
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Class scores; of shape (n_samples,) for two classes, as in scikit-learn."""
+        scores = self._scores(self._validate_for_predict(X))
+        return scores[:, 1] - scores[:, 0] if scores.shape[1] == 2 else scores
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities, columns in the order of ``classes_``."""
+        return softmax(self._scores(self._validate_for_predict(X)), axis=1)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Most likely class of each row."""
+        scores = self._scores(self._validate_for_predict(X))
+        return self.classes_[np.argmax(scores, axis=1)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+class LinearHeadMixin:
+    """Scores ``X W^T + b`` from fitted ``coef_`` and ``intercept_``."""
+
+    coef_: np.ndarray
+    intercept_: np.ndarray
+
+    def _scores(self, X: np.ndarray) -> np.ndarray:
+        return X @ self.coef_.T.astype(X.dtype, copy=False) + self.intercept_
+
+
+def _client_seeds(head: Any, n_clients: int) -> list[int | None]:
+    """One seed per client, drawn from the head's ``random_state`` (if any)."""
+    if not hasattr(head, "random_state"):
+        return [None] * n_clients
+    rng = check_random_state(head.random_state)
+    return [int(seed) for seed in rng.randint(np.iinfo(np.int32).max, size=n_clients)]

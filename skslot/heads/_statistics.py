@@ -1,0 +1,94 @@
+"""Class statistics a client sends: counts, class sums and the Gram matrix.
+
+These are FedCGS's client statistics (Guan et al., AAAI 2025) and the only
+first- and second-order information the Gaussian heads need.  The Gram matrix
+is kept as exactly mergeable power sums about a shift (see
+:mod:`skslot._moments`), which are algebraically the raw ``sum x x^T`` but do
+not lose precision when features have a large mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._moments import ShiftedMoments
+
+__all__ = ["ClassStatistics", "pooled_covariances"]
+
+
+@dataclass(frozen=True, eq=False)
+class ClassStatistics:
+    """Per-class counts and sums, and the second moments of all rows.
+
+    Attributes
+    ----------
+    classes : ndarray of shape (C,)
+        The global class set (a client may have zero rows of some classes).
+    counts : ndarray of shape (C,)
+    sums : ndarray of shape (C, m)
+        Sum of the rows of each class.
+    moments : ShiftedMoments
+        Count, sum and Gram matrix of all rows.
+    """
+
+    classes: np.ndarray
+    counts: np.ndarray
+    sums: np.ndarray
+    moments: ShiftedMoments
+
+    @property
+    def n_features(self) -> int:
+        return self.sums.shape[1]
+
+    @classmethod
+    def from_rows(cls, X: np.ndarray, y: np.ndarray, classes: np.ndarray) -> ClassStatistics:
+        codes = np.searchsorted(classes, y)
+        counts = np.bincount(codes, minlength=classes.shape[0]).astype(np.float64)
+        sums = np.zeros((classes.shape[0], X.shape[1]))
+        np.add.at(sums, codes, X)
+        moments = ShiftedMoments.from_rows(X, fourth_order=False)
+        return cls(classes, counts, sums, moments)
+
+    @classmethod
+    def combine(cls, parts: Sequence[ClassStatistics]) -> ClassStatistics:
+        """Statistics of the union of the clients' rows."""
+        first = parts[0]
+        for p in parts[1:]:
+            if not np.array_equal(p.classes, first.classes):
+                raise ValueError("client statistics use different class sets")
+        moments = first.moments
+        for p in parts[1:]:
+            moments = moments.merge(p.moments)
+        return cls(
+            first.classes,
+            sum(p.counts for p in parts),
+            sum(p.sums for p in parts),
+            moments,
+        )
+
+    @property
+    def class_means(self) -> np.ndarray:
+        """Means of the classes with at least one row (others are NaN-free zeros)."""
+        safe = np.maximum(self.counts, 1.0)
+        return self.sums / safe[:, None]
+
+
+def pooled_covariances(stats: ClassStatistics) -> tuple[np.ndarray, np.ndarray]:
+    """Total and pooled within-class covariance from class statistics.
+
+    ``S_total = scatter / N`` about the global mean; ``S_within = (scatter -
+    sum_c N_c (mu_c - mu)(mu_c - mu)^T) / N``, the classic LDA pooled
+    covariance, recovered without any per-class Gram matrix.
+    """
+    centred = stats.moments.centred()
+    N = stats.moments.n
+    mu = stats.moments.mean
+    total = centred.gram / N
+    present = stats.counts > 0
+    diff = stats.class_means[present] - mu
+    between = (diff * stats.counts[present, None]).T @ diff / N
+    within = total - between
+    return 0.5 * (total + total.T), 0.5 * (within + within.T)

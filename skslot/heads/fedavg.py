@@ -1,0 +1,173 @@
+"""One-shot FedAvg: local multinomial linear heads averaged once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.optimize
+from scipy.special import log_softmax
+
+from .._validation import check_in_range, check_option, check_positive_int
+from ._base import LinearHeadMixin, OneShotHead
+
+__all__ = ["LinearHeadUpdate", "OneShotFedAvgClassifier", "fit_softmax_regression"]
+
+
+@dataclass(frozen=True, eq=False)
+class LinearHeadUpdate:
+    """A client's locally trained head: ``coef`` (C, m), ``intercept`` (C,), count ``n``."""
+
+    classes: np.ndarray
+    coef: np.ndarray
+    intercept: np.ndarray
+    n: int
+    n_iter: int = 0
+
+    @property
+    def n_features(self) -> int:
+        return self.coef.shape[1]
+
+
+def fit_softmax_regression(
+    X: np.ndarray,
+    codes: np.ndarray,
+    n_classes: int,
+    *,
+    C: float,
+    max_iter: int,
+    tol: float = 1e-4,
+    init: np.ndarray,
+) -> tuple[np.ndarray, int]:
+    """Multinomial logistic regression over a fixed class set, by L-BFGS.
+
+    Minimises ``sum_i -log softmax(W x_i + b)_{y_i} + ||W||^2 / (2 C)`` (the
+    objective of :class:`sklearn.linear_model.LogisticRegression`) over all
+    ``n_classes`` classes, including those absent from ``codes``, starting from
+    ``init`` (packed ``[W, b]`` of shape ``(n_classes, m + 1)``).  Stops when
+    the largest gradient entry is below ``tol`` (as scikit-learn's ``lbfgs``
+    solver) or after ``max_iter`` iterations.  Returns the
+    packed solution and the number of iterations run.
+    """
+    n, m = X.shape
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    rows = np.arange(n)
+
+    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        Wb = theta.reshape(n_classes, m + 1)
+        W, b = Wb[:, :m], Wb[:, m]
+        log_p = log_softmax(X @ W.T + b, axis=1)
+        loss = -log_p[rows, codes].sum() + 0.5 * np.sum(W * W) / C
+        residual = np.exp(log_p)
+        residual[rows, codes] -= 1.0
+        grad = np.empty_like(Wb)
+        grad[:, :m] = residual.T @ X + W / C
+        grad[:, m] = residual.sum(axis=0)
+        return loss, grad.ravel()
+
+    result = scipy.optimize.minimize(
+        objective,
+        init.ravel(),
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": max_iter, "gtol": tol, "ftol": 64 * np.finfo(float).eps},
+    )
+    return result.x.reshape(n_classes, m + 1), int(result.nit)
+
+
+class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
+    """One-shot FedAvg (O-FedAvg): average local linear heads once.
+
+    Each client trains a multinomial logistic-regression head over the *global*
+    class set, from a shared initialisation, with L-BFGS for ``max_iter``
+    iterations; the server averages the parameters once, weighted by ``n_k``
+    (or uniformly).  A client missing some classes still trains all class
+    rows (its data pushes their scores down), so its update averages correctly.
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Inverse L2 regularisation strength of each local head.
+    max_iter : int, default=100
+        Local L-BFGS iterations (the local training budget).
+    tol : float, default=1e-4
+        Local stopping tolerance on the gradient.
+    weighting : {"samples", "uniform"}, default="samples"
+        Average weighted by ``n_k / N`` or uniformly.
+    init_scale : float, default=0.0
+        Standard deviation of the shared random initialisation (0: zeros).
+    random_state : int, RandomState or None, default=None
+        Seed of the shared initialisation.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (C,)
+    coef_ : ndarray of shape (C, m)
+    intercept_ : ndarray of shape (C,)
+    n_iter_ : int
+        Largest number of local L-BFGS iterations over the clients.
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> from skslot.datasets import make_federated_classification
+    >>> from skslot.heads import OneShotFedAvgClassifier
+    >>> data = make_federated_classification(n_clients=3, alpha=0.3, random_state=0)
+    >>> head = OneShotFedAvgClassifier().fit(data.X, data.y, client=data.client)
+    >>> head.predict(data.X[:3]).shape
+    (3,)
+    """
+
+    def __init__(
+        self,
+        *,
+        C: float = 1.0,
+        max_iter: int = 100,
+        tol: float = 1e-4,
+        weighting: str = "samples",
+        init_scale: float = 0.0,
+        random_state: int | np.random.RandomState | None = None,
+    ) -> None:
+        self.C = C
+        self.max_iter = max_iter
+        self.tol = tol
+        self.weighting = weighting
+        self.init_scale = init_scale
+        self.random_state = random_state
+
+    def shared_initialisation(self, n_classes: int, n_features: int) -> np.ndarray:
+        """The initial ``[W, b]`` every client starts from (same seed, same values)."""
+        check_in_range("init_scale", self.init_scale, 0.0, None)
+        rng = np.random.RandomState(self.random_state if self.random_state is not None else 0)
+        return self.init_scale * rng.normal(size=(n_classes, n_features + 1))
+
+    def _client_statistics(
+        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
+    ) -> LinearHeadUpdate:
+        check_in_range("C", self.C, np.finfo(float).tiny, None)
+        check_positive_int("max_iter", self.max_iter)
+        init = self.shared_initialisation(classes.shape[0], X.shape[1])
+        Wb, n_iter = fit_softmax_regression(
+            X,
+            np.searchsorted(classes, y),
+            classes.shape[0],
+            C=self.C,
+            max_iter=self.max_iter,
+            tol=check_in_range("tol", self.tol, 0.0, None),
+            init=init,
+        )
+        return LinearHeadUpdate(classes, Wb[:, :-1], Wb[:, -1], X.shape[0], n_iter)
+
+    def _fit_from_statistics(self, statistics: list, classes: np.ndarray) -> None:
+        check_option("weighting", self.weighting, ("samples", "uniform"))
+        for update in statistics:
+            if not np.array_equal(update.classes, classes):
+                raise ValueError("client heads use a different class set than the server")
+        w = np.array(
+            [u.n if self.weighting == "samples" else 1.0 for u in statistics], dtype=np.float64
+        )
+        w /= w.sum()
+        self.classes_ = classes
+        self.coef_ = sum(wk * u.coef for wk, u in zip(w, statistics, strict=True))
+        self.intercept_ = sum(wk * u.intercept for wk, u in zip(w, statistics, strict=True))
+        self.n_iter_ = max(u.n_iter for u in statistics)

@@ -1,0 +1,75 @@
+import json
+
+import numpy as np
+import pytest
+
+from skslot.bench import BenchmarkConfig, evaluate_run, run_benchmark, summarise
+from skslot.cli import main
+from skslot.datasets import load_npz, make_federated_classification
+
+from .conftest import shared_npz
+
+
+@pytest.fixture
+def small_npz(tmp_path):
+    """A 4-domain, 6-class, 12-feature data set with domain shift, as an .npz file."""
+    data = make_federated_classification(
+        n_clients=4,
+        n_samples_per_client=150,
+        n_features=12,
+        n_classes=6,
+        alpha=None,
+        domain_shift=1.5,
+        random_state=0,
+    )
+    path = tmp_path / "small.npz"
+    np.savez(path, X=data.X.astype(np.float32), y=data.y, domain=data.client)
+    return path
+
+
+def test_cli_runs_the_protocol_and_writes_outputs(small_npz, tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    args = ["bench", "--data", str(small_npz), "--alphas", "0.1,none", "--seeds", "2"]
+    args += ["--taus", "0,1", "--main-tau", "1", "--heads", "FedCGS", "--n-jobs", "1"]
+    assert main([*args, "--out", str(out_dir), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "small: macro accuracy over domains" in out
+    assert "| 0.1 | FedCGS |" in out and "| none | FedCGS |" in out
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert {r["alpha"] for r in summary} == {0.1, "none"}
+    assert all(r["n_seeds"] == 2 for r in summary)
+    assert (out_dir / "tau_sweep.png").read_bytes()[:4] == b"\x89PNG"
+    rows = (out_dir / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2 * 2 * 4  # alphas x seeds x taus x domains (one head)
+
+
+def test_cli_rejects_a_sweep_without_baseline(capsys):
+    assert main(["bench", "--taus", "0.4,1", "--quiet"]) == 2
+    assert "must include 0" in capsys.readouterr().err
+
+
+def test_summary_is_computed_from_the_records(small_npz):
+    data = load_npz(small_npz)
+    config = BenchmarkConfig(alphas=(0.1,), taus=(0.0, 0.4), seeds=(0, 1), heads=("FedCGS",))
+    records = run_benchmark(data, config, progress=False)
+    (row,) = summarise(records, main_tau=0.4)
+    macro = {
+        (s, t): np.mean([r["accuracy"] for r in records if (r["seed"], r["tau"]) == (s, t)])
+        for s in (0, 1)
+        for t in (0.0, 0.4)
+    }
+    assert row["without_slot"] == pytest.approx(100 * np.mean([macro[0, 0.0], macro[1, 0.0]]))
+    assert row["with_slot"] == pytest.approx(100 * np.mean([macro[0, 0.4], macro[1, 0.4]]))
+    assert row["gain"] == pytest.approx(row["with_slot"] - row["without_slot"])
+
+
+def test_slot_improves_ofedavg_and_fedpft_on_real_digits():
+    """The paper's claim on real frozen-encoder features (alpha = 0.1, tau = 0.4)."""
+    data = load_npz(shared_npz("digits_effnet_lite0.npz"))
+    X = data.X.astype(np.float64)
+    config = BenchmarkConfig(taus=(0.0, 0.4), heads=("O-FedAvg", "FedPFT"))
+    records = [r for seed in range(5) for r in evaluate_run(data, X, 0.1, seed, config)]
+    fedavg, fedpft = summarise(records, main_tau=0.4)
+    assert fedavg["head"] == "O-FedAvg" and fedpft["head"] == "FedPFT"
+    assert fedavg["gain"] > 1.0, fedavg
+    assert fedpft["gain"] > 1.0, fedpft

@@ -1,0 +1,152 @@
+import numpy as np
+import pytest
+import sklearn
+from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from skslot import SLOTTransformer
+from skslot.datasets import make_federated_classification
+from skslot.heads import (
+    FedCGSClassifier,
+    FedPFTClassifier,
+    OneShotFedAvgClassifier,
+)
+
+HEADS = [FedCGSClassifier(), OneShotFedAvgClassifier(), FedPFTClassifier(random_state=0)]
+
+
+@parametrize_with_checks(HEADS)
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+@pytest.fixture
+def skewed():
+    """Strong label skew: some clients lack some classes entirely."""
+    return make_federated_classification(
+        n_clients=4, n_samples_per_client=150, n_classes=5, alpha=0.1, random_state=3
+    )
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda h: type(h).__name__)
+def test_global_class_set_and_deployment_path(head, skewed):
+    X, y, client = skewed.X, skewed.y, skewed.client
+    assert any(len(np.unique(y[client == k])) < 5 for k in range(4))  # the fixture's premise
+    fitted = sklearn.clone(head).fit(X, y, client=client)
+    np.testing.assert_array_equal(fitted.classes_, np.arange(5))
+    assert fitted.predict_proba(X).shape == (len(X), 5)
+    np.testing.assert_allclose(fitted.predict_proba(X).sum(1), 1.0)
+    # a deployment: each client computes its own statistics, the server combines them
+    classes = np.unique(y)
+    stats = [
+        sklearn.clone(head).client_statistics(X[client == k], y[client == k], classes)
+        for k in range(4)
+    ]
+    server = sklearn.clone(head).fit_from_statistics(stats, classes)
+    if not isinstance(head, FedPFTClassifier):  # FedPFT's seeds differ per path
+        np.testing.assert_allclose(
+            server.decision_function(X), fitted.decision_function(X), rtol=1e-7, atol=1e-7
+        )
+    assert server.score(X, y) > 1 / 5 + 0.1  # well above chance under strong skew
+
+
+@pytest.mark.parametrize("covariance", ["total", "within"])
+def test_fedcgs_federated_equals_centralised(covariance, skewed):
+    X, y, client = skewed.X + 1e3, skewed.y, skewed.client  # a large mean, on purpose
+    fed = FedCGSClassifier(covariance=covariance).fit(X, y, client=client)
+    central = FedCGSClassifier(covariance=covariance).fit(X, y)
+    np.testing.assert_allclose(fed.coef_, central.coef_, rtol=1e-8)
+    np.testing.assert_allclose(fed.intercept_, central.intercept_, rtol=1e-8)
+    Xc = X - X.mean(0)
+    np.testing.assert_allclose(
+        central.covariance_ if covariance == "total" else 0,
+        Xc.T @ Xc / len(X) if covariance == "total" else 0,
+        rtol=1e-9,
+    )
+
+
+def test_fedcgs_within_predicts_like_lda(skewed):
+    X, y, client = skewed.X, skewed.y, skewed.client
+    ours = FedCGSClassifier(covariance="within", shrinkage=0.0).fit(X, y, client=client)
+    lda = LinearDiscriminantAnalysis(solver="lsqr").fit(X, y)
+    np.testing.assert_array_equal(ours.predict(X), lda.predict(X))
+    np.testing.assert_allclose(ours.coef_, lda.coef_, rtol=1e-8)
+    np.testing.assert_allclose(ours.intercept_, lda.intercept_, rtol=1e-8)
+
+
+def test_fedcgs_singular_covariance_needs_shrinkage():
+    X = np.c_[np.arange(10.0), np.zeros(10)]
+    y = np.repeat([0, 1], 5)
+    with pytest.raises(ValueError, match="increase shrinkage"):
+        FedCGSClassifier(shrinkage=0.0).fit(X, y)
+    assert FedCGSClassifier(shrinkage=1e-3).fit(X, y).score(X, y) == 1.0
+
+
+def test_fedavg_single_client_is_logistic_regression():
+    data = make_federated_classification(n_clients=1, alpha=None, random_state=0)
+    ours = OneShotFedAvgClassifier(C=0.5, max_iter=2000, tol=1e-10).fit(data.X, data.y)
+    ref = LogisticRegression(C=0.5, tol=1e-10, max_iter=5000).fit(data.X, data.y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        ours.intercept_ - ours.intercept_.mean(), ref.intercept_ - ref.intercept_.mean(), atol=1e-4
+    )
+
+
+@pytest.mark.parametrize("weighting", ["samples", "uniform"])
+def test_fedavg_is_the_weighted_average_of_local_heads(weighting, skewed):
+    X, y, client = skewed.X, skewed.y, skewed.client
+    keep = client != 0
+    X, y, client = X[keep], y[keep], client[keep]
+    X, y, client = X[: len(X) - 37], y[: len(y) - 37], client[: len(client) - 37]  # unequal n_k
+    head = OneShotFedAvgClassifier(weighting=weighting).fit(X, y, client=client)
+    classes = np.unique(y)
+    locals_ = [
+        OneShotFedAvgClassifier().client_statistics(X[client == k], y[client == k], classes)
+        for k in (1, 2, 3)
+    ]
+    n = np.array([u.n for u in locals_], dtype=float)
+    w = n / n.sum() if weighting == "samples" else np.full(3, 1 / 3)
+    np.testing.assert_allclose(
+        head.coef_, sum(wk * u.coef for wk, u in zip(w, locals_, strict=True)), rtol=1e-10
+    )
+    for u in locals_:  # a client lacking classes still sends every class row
+        assert u.coef.shape == (len(classes), X.shape[1])
+
+
+def test_fedpft_seeded_skips_small_classes_and_casts(skewed):
+    X, y, client = skewed.X, skewed.y, skewed.client
+    a = FedPFTClassifier(random_state=1).fit(X, y, client=client)
+    b = FedPFTClassifier(random_state=1).fit(X, y, client=client)
+    np.testing.assert_array_equal(a.predict(X), b.predict(X))
+    counts = {(k, c): int(np.sum((client == k) & (y == c))) for k in range(4) for c in range(5)}
+    expected_skips = [[(c, n) for c in range(5) if 0 < (n := counts[k, c]) < 2] for k in range(4)]
+    assert a.skipped_classes_ == expected_skips
+    assert a.n_synthetic_ == sum(n for n in counts.values() if n >= 2)
+    msg = FedPFTClassifier().client_statistics(X[client == 0], y[client == 0], np.arange(5))
+    for mix in msg.mixtures:  # parameters went through float16
+        np.testing.assert_array_equal(mix.means, mix.means.astype(np.float16).astype(float))
+    with pytest.raises(ValueError, match="overflow float16"):
+        FedPFTClassifier().fit(X * 1e5, y)
+
+
+@pytest.mark.parametrize("covariance_type", ["full", "diag", "spherical"])
+@pytest.mark.parametrize("n_components", [1, 2])
+def test_fedpft_mixture_options_and_injected_estimator(covariance_type, n_components, skewed):
+    head = FedPFTClassifier(
+        n_components=n_components,
+        covariance_type=covariance_type,
+        estimator=LinearDiscriminantAnalysis(),
+        random_state=0,
+    ).fit(skewed.X, skewed.y, client=skewed.client)
+    assert isinstance(head.estimator_, LinearDiscriminantAnalysis)
+    assert head.score(skewed.X, skewed.y) > 0.5
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda h: type(h).__name__)
+def test_heads_in_a_routed_pipeline_after_slot(head, federated):
+    with sklearn.config_context(enable_metadata_routing=True):
+        pipe = make_pipeline(SLOTTransformer(tau=0.4), sklearn.clone(head))
+        pipe.fit(federated.X, federated.y, client=federated.client)
+        assert pipe.score(federated.X, federated.y, client=federated.client) > 0.5
