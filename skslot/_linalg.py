@@ -16,8 +16,10 @@ import scipy.linalg
 
 __all__ = [
     "SymmetricEigh",
+    "cholesky_factor",
     "is_positive_definite",
     "sym_eigh",
+    "sym_eigvals",
     "symmetrize",
 ]
 
@@ -70,6 +72,20 @@ def sym_eigh(A: np.ndarray) -> SymmetricEigh:
     """
     w, V = scipy.linalg.eigh(A, driver="evd", check_finite=False)
     return SymmetricEigh(w, V)
+
+
+def sym_eigvals(A: np.ndarray) -> np.ndarray:
+    """Eigenvalues of a symmetric matrix, ascending (no eigenvectors)."""
+    return scipy.linalg.eigh(A, eigvals_only=True, driver="evd", check_finite=False)
+
+
+def cholesky_factor(A: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factor ``L`` with ``A = L L^T``.
+
+    Any factor ``F`` with ``A = F F^T`` serves the Gaussian OT formulas (see
+    :class:`skslot.gaussian.GaussianMap`); Cholesky is the cheapest (``m^3 / 3``).
+    """
+    return scipy.linalg.cholesky(A, lower=True, check_finite=False)
 
 
 def is_positive_definite(A: np.ndarray) -> bool:

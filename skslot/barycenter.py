@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.linalg
 import scipy.sparse
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
-from ._linalg import SymmetricEigh, sym_eigh, symmetrize
+from ._linalg import SymmetricEigh, cholesky_factor, sym_eigh, symmetrize
 from ._validation import check_in_range, check_option, check_positive_int
 from .gaussian import GaussianMap, GaussianSummary
 from .summary import GaussianSummaryEstimator
@@ -33,20 +34,22 @@ class BarycenterResult:
     covariance : ndarray of shape (m, m)
         The barycenter ``S`` (the last iterate, whose fixed-point residual is
         ``residual``).
-    sqrt_covariance : ndarray of shape (m, m)
-        ``S^{1/2}``.
+    factor : ndarray of shape (m, m)
+        A factor ``F`` of ``S = F F^T`` (Cholesky for ``"fixed-point"``, the
+        square root for ``"picard"``).
     inner : list of SymmetricEigh
-        Eigendecompositions of ``S^{1/2} Sigma_k S^{1/2}``: with ``S^{1/2}``
-        they give every client's transport map without a new factorisation.
+        Eigendecompositions of ``F^T Sigma_k F``: with ``F`` they give every
+        client's transport map ``F (F^T Sigma_k F)^{-1/2} F^T`` without a new
+        factorisation.
     n_iter : int
-        Fixed-point evaluations ``M(S)`` made (at least 1).
+        Fixed-point evaluations made (at least 1).
     residual : float
         ``||sum_k w_k (S^{1/2} Sigma_k S^{1/2})^{1/2} - S||_F / ||S||_F``.
     converged : bool
     """
 
     covariance: np.ndarray
-    sqrt_covariance: np.ndarray
+    factor: np.ndarray
     inner: list[SymmetricEigh]
     n_iter: int
     residual: float
@@ -66,15 +69,21 @@ def bures_wasserstein_barycenter(
 
     The barycenter ``S`` of ``Sigma_k`` with weights ``w_k`` is the unique
     positive definite solution of ``S = sum_k w_k (S^{1/2} Sigma_k S^{1/2})^{1/2}``
-    [1]_.  With ``M(S)`` the right-hand side, the solvers iterate
+    [1]_.  For any factor ``S = F F^T`` this reads ``N(F) = F^T F`` with
+    ``N(F) = sum_k w_k (F^T Sigma_k F)^{1/2}``, and ``||N(F) - F^T F||_F``
+    equals ``||M(S) - S||_F`` (``F = S^{1/2} Q`` with ``Q`` orthogonal).  The
+    solvers iterate
 
-    * ``"fixed-point"`` (default): ``S <- S^{-1/2} M(S)^2 S^{-1/2}``, the
-      iteration of Alvarez-Esteban et al. [2]_, which converges from any
-      positive definite start;
-    * ``"picard"``: ``S <- M(S)``, the iteration of the SLOT-Align paper.
+    * ``"fixed-point"`` (default): ``S <- F^{-T} N(F)^2 F^{-1}`` with ``F`` the
+      Cholesky factor, the iteration of Alvarez-Esteban et al. [2]_
+      (``S <- S^{-1/2} M(S)^2 S^{-1/2}`` written with any factor), which
+      converges from any positive definite start;
+    * ``"picard"``: ``S <- M(S)`` with ``F = S^{1/2}``, the iteration of the
+      SLOT-Align paper.
 
-    Each iteration costs ``K + 1`` symmetric eigendecompositions (``S`` and
-    each ``S^{1/2} Sigma_k S^{1/2}``).  The default start
+    Each iteration costs ``K`` symmetric eigendecompositions (of each
+    ``F^T Sigma_k F``) plus one Cholesky factorisation (fixed point) or one
+    eigendecomposition (Picard) of ``S``.  The default start
     ``(sum_k w_k Sigma_k^{1/2})^2`` is exact for commuting matrices.
 
     Parameters
@@ -113,20 +122,20 @@ def bures_wasserstein_barycenter(
     n_iter = 0
     while True:
         n_iter += 1
-        factor = sym_eigh(S)
-        root = factor.sqrt()
-        inner = [sym_eigh(root @ C @ root) for C in covariances]
-        M = symmetrize(sum(w * F.sqrt() for w, F in zip(weights, inner, strict=True)))
-        residual = float(np.linalg.norm(M - S) / np.linalg.norm(S))
+        F = cholesky_factor(S) if solver == "fixed-point" else sym_eigh(S).sqrt()
+        inner = [sym_eigh(F.T @ C @ F) for C in covariances]
+        N = symmetrize(sum(w * G.sqrt() for w, G in zip(weights, inner, strict=True)))
+        FtF = F.T @ F
+        residual = float(np.linalg.norm(N - FtF) / np.linalg.norm(FtF))
         converged = residual <= tol
         if converged or n_iter >= max_iter:
             break
         if solver == "fixed-point":
-            inv_root_M = factor.inv_sqrt() @ M
-            S = symmetrize(inv_root_M @ inv_root_M.T)
+            X = scipy.linalg.solve_triangular(F, N, trans="T", lower=True, check_finite=False)
+            S = symmetrize(X @ X.T)
         else:
-            S = M
-    return BarycenterResult(S, root, inner, n_iter, residual, converged)
+            S = N
+    return BarycenterResult(S, F, inner, n_iter, residual, converged)
 
 
 def _as_summary_list(summaries: Any) -> tuple[list, list[GaussianSummary]]:
@@ -307,8 +316,9 @@ class BuresBarycenter(BaseEstimator):
     def transport_maps(self) -> dict:
         """Each client's optimal-transport map onto the reference.
 
-        Computed from the last iteration's eigendecompositions (no new
-        factorisation): ``A_k = S^{1/2} (S^{1/2} Sigma_k S^{1/2})^{-1/2} S^{1/2}``.
+        Computed from the last iteration's factorisations (no new one):
+        ``A_k = F (F^T Sigma_k F)^{-1/2} F^T`` with ``S = F F^T``, which equals
+        ``S^{1/2} (S^{1/2} Sigma_k S^{1/2})^{-1/2} S^{1/2}``.
 
         Returns
         -------
@@ -316,9 +326,9 @@ class BuresBarycenter(BaseEstimator):
             :class:`~skslot.gaussian.GaussianMap` per client label.
         """
         check_is_fitted(self, "reference_")
-        root = self._result.sqrt_covariance
+        factor = self._result.factor
         return {
-            label: GaussianMap.from_factors(root, inner, s.mean, self.mean_)
+            label: GaussianMap.from_factors(factor, inner, s.mean, self.mean_)
             for label, s, inner in zip(
                 self.clients_, self.summaries_, self._result.inner, strict=True
             )

@@ -56,9 +56,20 @@ class BenchmarkConfig:
 
 
 def evaluate_run(
-    data: DomainDataset, X: np.ndarray, alpha: float | None, seed: int, config: BenchmarkConfig
+    data: DomainDataset,
+    X: np.ndarray,
+    alpha: float | None,
+    seed: int,
+    config: BenchmarkConfig,
+    factories: dict[str, Callable[[int], Any]] | None = None,
 ) -> list[dict]:
-    """Every (tau, head) of one partition; one record per domain."""
+    """Every (tau, head) of one partition; one record per domain.
+
+    ``factories`` maps head names to constructors taking the seed (default:
+    :data:`DEFAULT_HEADS`, restricted to ``config.heads``).
+    """
+    if factories is None:
+        factories = {name: DEFAULT_HEADS[name] for name in config.heads}
     part = dirichlet_partition(
         data.y,
         data.domain,
@@ -78,8 +89,8 @@ def evaluate_run(
         slot.set_params(tau=tau)
         Z_train = slot.transform(X_train, client=train_client)
         Z_test = slot.transform(X_test, client=part.test_client)
-        for name in config.heads:
-            head = DEFAULT_HEADS[name](seed)
+        for name, factory in factories.items():
+            head = factory(seed)
             pred = head.fit(Z_train, y_train, client=train_client).predict(Z_test)
             for d in np.unique(test_domain):
                 rows = test_domain == d
@@ -205,8 +216,8 @@ def format_table(summary: list[dict], main_tau: float) -> str:
     return "\n".join(lines)
 
 
-def plot_tau_sweep(summary: list[dict], path: str, title: str) -> None:
-    """Accuracy against tau, one panel per head, one line per alpha."""
+def plot_tau_sweep(summary: list[dict], path: str, name: str) -> None:
+    """Mean accuracy over seeds against tau, one panel per head, one line per alpha."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -225,7 +236,7 @@ def plot_tau_sweep(summary: list[dict], path: str, title: str) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("macro accuracy over domains (%)")
     axes[0][-1].legend(fontsize=8)
-    fig.suptitle(title)
+    fig.suptitle(f"{name}: macro accuracy over domains against tau (mean over seeds)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -234,7 +245,7 @@ def plot_tau_sweep(summary: list[dict], path: str, title: str) -> None:
 def write_outputs(
     records: list[dict], summary: list[dict], out_dir: str, *, main_tau: float, title: str
 ) -> dict[str, str]:
-    """Write results.csv, summary.json, summary.md and tau_sweep.png."""
+    """Write results.csv, summary.json, summary.md (titled ``title``) and tau_sweep.png."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {
         name: os.path.join(out_dir, name)
@@ -248,5 +259,5 @@ def write_outputs(
         json.dump(summary, f, indent=1)
     with open(paths["summary.md"], "w") as f:
         f.write(f"# {title}\n\n{format_table(summary, main_tau)}\n")
-    plot_tau_sweep(summary, paths["tau_sweep.png"], title)
+    plot_tau_sweep(summary, paths["tau_sweep.png"], records[0]["dataset"])
     return paths

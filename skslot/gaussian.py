@@ -12,6 +12,12 @@ Formulas (each written once, here):
       T(x) = A x + b,   A = S_2^{1/2} (S_2^{1/2} S_1 S_2^{1/2})^{-1/2} S_2^{1/2},
       b = mu_2 - A mu_1
 
+  ``A`` is the unique symmetric positive definite solution of ``A S_1 A = S_2``,
+  so for *any* factor ``S_2 = F F^T`` (Cholesky, or the square root) also
+  ``A = F (F^T S_1 F)^{-1/2} F^T``, and ``F^T S_1 F`` has the eigenvalues of
+  ``S_2^{1/2} S_1 S_2^{1/2}``.  skslot uses the Cholesky factor: no
+  eigendecomposition of ``S_2`` is needed.
+
 * Its displacement interpolation (McCann geodesic) [3]_::
 
       T^tau = (1 - tau) Id + tau T,   W2(T^tau # G_1, G_2) = (1 - tau) W2(G_1, G_2)
@@ -35,7 +41,13 @@ from typing import Any
 
 import numpy as np
 
-from ._linalg import SymmetricEigh, is_positive_definite, sym_eigh
+from ._linalg import (
+    SymmetricEigh,
+    cholesky_factor,
+    is_positive_definite,
+    sym_eigh,
+    sym_eigvals,
+)
 
 __all__ = [
     "GaussianMap",
@@ -351,8 +363,8 @@ def bures_wasserstein_distance(source: GaussianSummary, target: GaussianSummary)
     5.196152
     """
     _check_same_dimension(source, target)
-    sqrt_t = sym_eigh(target.covariance).sqrt()
-    cross = sym_eigh(sqrt_t @ source.covariance @ sqrt_t).trace_sqrt()
+    F = cholesky_factor(target.covariance)
+    cross = float(np.sqrt(np.maximum(sym_eigvals(F.T @ source.covariance @ F), 0.0)).sum())
     diff = source.mean - target.mean
     sq = diff @ diff + np.trace(source.covariance) + np.trace(target.covariance)
     return float(np.sqrt(max(sq - 2.0 * cross, 0.0)))
@@ -388,28 +400,29 @@ class GaussianMap:
         source: GaussianSummary,
         target: GaussianSummary,
         *,
-        sqrt_target: np.ndarray | None = None,
+        target_factor: np.ndarray | None = None,
     ) -> GaussianMap:
         """The Monge map pushing ``N(source)`` onto ``N(target)``.
 
-        ``sqrt_target`` reuses ``S_t^{1/2}`` (one factorisation of the
-        reference serves every client).
+        ``target_factor`` reuses a factor ``F`` of the target covariance
+        (``F F^T = S_t``; one factorisation of the reference serves every
+        client).  Default: its Cholesky factor.
         """
         _check_same_dimension(source, target)
-        sqrt_t = sym_eigh(target.covariance).sqrt() if sqrt_target is None else sqrt_target
-        inner = sym_eigh(sqrt_t @ source.covariance @ sqrt_t)
-        return cls.from_factors(sqrt_t, inner, source.mean, target.mean)
+        F = cholesky_factor(target.covariance) if target_factor is None else target_factor
+        inner = sym_eigh(F.T @ source.covariance @ F)
+        return cls.from_factors(F, inner, source.mean, target.mean)
 
     @classmethod
     def from_factors(
         cls,
-        sqrt_target: np.ndarray,
+        target_factor: np.ndarray,
         inner_eigh: SymmetricEigh,
         source_mean: np.ndarray,
         target_mean: np.ndarray,
     ) -> GaussianMap:
-        """Map from ``S_t^{1/2}`` and the eigendecomposition of ``S_t^{1/2} S_s S_t^{1/2}``."""
-        A = sqrt_target @ inner_eigh.inv_sqrt() @ sqrt_target
+        """Map from a factor ``F`` of ``S_t`` and the eigendecomposition of ``F^T S_s F``."""
+        A = target_factor @ inner_eigh.inv_sqrt() @ target_factor.T
         A = 0.5 * (A + A.T)
         return cls(A, target_mean - A @ source_mean)
 

@@ -9,7 +9,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._linalg import sym_eigh
+from ._linalg import cholesky_factor
 from ._validation import (
     ROUTING_HINT,
     check_client_labels,
@@ -154,7 +154,7 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         self.clients_ = list(summaries)
         self.barycenter_ = bary
         self.n_iter_ = bary.n_iter_
-        self._reference_sqrt = bary._result.sqrt_covariance
+        self._reference_factor = bary._result.factor
         return self
 
     @classmethod
@@ -202,17 +202,17 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             summaries = {summaries.client: summaries}
         elif not isinstance(summaries, Mapping):
             summaries = {s.client: s for s in summaries}
-        root = sym_eigh(reference.covariance).sqrt()
+        factor = cholesky_factor(reference.covariance)
         self.summaries_ = dict(summaries)
         self.maps_ = {
-            label: GaussianMap.optimal_transport(s, reference, sqrt_target=root)
+            label: GaussianMap.optimal_transport(s, reference, target_factor=factor)
             for label, s in self.summaries_.items()
         }
         self.reference_ = reference
         self.clients_ = list(self.summaries_)
         self.barycenter_ = None
         self.n_iter_ = 0
-        self._reference_sqrt = root
+        self._reference_factor = factor
         self.n_features_in_ = reference.dimension
         return self
 
@@ -229,7 +229,7 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                 )
             summary = self._summary_estimator().fit(X, client=label).summaries_[label]
             full = GaussianMap.optimal_transport(
-                summary, self.reference_, sqrt_target=self._reference_sqrt
+                summary, self.reference_, target_factor=self._reference_factor
             )
         return full.geodesic(self.tau)
 
