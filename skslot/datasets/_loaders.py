@@ -88,7 +88,7 @@ def load_office_caltech10() -> DomainDataset:
     --------
     >>> from skslot.datasets import load_office_caltech10
     >>> data = load_office_caltech10()
-    >>> data.X.shape, list(data.domains)
+    >>> data.X.shape, data.domains.tolist()
     ((2533, 800), ['amazon', 'caltech', 'dslr', 'webcam'])
     """
     ref = resources.files("skslot.datasets") / "data" / "office_caltech10_surf.npz"
