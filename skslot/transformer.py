@@ -140,18 +140,20 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         check_in_range("tau", self.tau, 0.0, 1.0)
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
-        summaries = self._summary_estimator().fit(X, client=client).summaries_
         bary = BuresBarycenter(
             weights=self.weights,
             solver=self.solver,
             init=self.init,
             tol=self.tol,
             max_iter=self.max_iter,
-        ).fit(summaries)
-        self.summaries_ = summaries
+            covariance_floor=self.covariance_floor,
+            chunk_size=self.chunk_size,
+            n_jobs=self.n_jobs,
+        ).fit(X, client=client)
+        self.summaries_ = dict(zip(bary.clients_, bary.summaries_, strict=True))
         self.reference_ = bary.reference_
         self.maps_ = bary.transport_maps()
-        self.clients_ = list(summaries)
+        self.clients_ = bary.clients_
         self.barycenter_ = bary
         self.n_iter_ = bary.n_iter_
         self._reference_factor = bary._result.factor

@@ -101,3 +101,37 @@ def test_load_npz_validates(tmp_path):
     np.savez(path, X=np.ones((3, 2)), y=np.array([0, 1, 0]), domain=np.array([0, 0, 1]))
     data = load_npz(path)
     assert list(data.domains) == ["domain0", "domain1"] and data.name == "bad"
+
+
+def test_synthetic_generator_ground_truth_and_slot_removes_the_shift():
+    from skslot import GaussianSummary, SLOTTransformer
+    from skslot.datasets import make_federated_classification
+    from skslot.gaussian import bures_wasserstein_distance
+
+    data = make_federated_classification(
+        n_clients=3,
+        n_samples_per_client=4000,
+        n_features=5,
+        alpha=None,
+        domain_shift=1.5,
+        random_state=0,
+    )
+    for k, (D, t) in enumerate(data.distortions):
+        rows = data.client == k
+        latent_mean = data.class_means[data.y[rows]].mean(axis=0)
+        np.testing.assert_allclose(data.X[rows].mean(0), D @ latent_mean + t, atol=0.15)
+        assert np.allclose(D, D.T) and np.linalg.eigvalsh(D).min() > 0  # SPD distortion
+
+    def spread(Z):
+        s = [
+            GaussianSummary(
+                int((data.client == k).sum()),
+                Z[data.client == k].mean(0),
+                np.cov(Z[data.client == k].T),
+            )
+            for k in range(3)
+        ]
+        return max(bures_wasserstein_distance(a, b) for a in s for b in s)
+
+    aligned = SLOTTransformer(tau=1.0).fit_transform(data.X, client=data.client)
+    assert spread(aligned) < 0.05 * spread(data.X)
