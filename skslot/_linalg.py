@@ -4,6 +4,12 @@ Every matrix square root, inverse square root and Bures trace term of the
 package is computed here, from a single call to a symmetric eigensolver, so
 that the two functions needed by an optimal-transport map share one
 factorisation.
+
+All factorisations use NumPy's LAPACK, the library NumPy's matrix products
+use too.  NumPy and SciPy wheels each ship their own OpenBLAS; alternating
+calls between the two makes their idle worker threads compete for the cores,
+which made the barycenter 2 to 4 times slower at the default thread count
+(``benchmarks/bench_barycenter.py``).
 """
 
 from __future__ import annotations
@@ -12,12 +18,12 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
-import scipy.linalg
 
 __all__ = [
     "SymmetricEigh",
     "cholesky_factor",
     "is_positive_definite",
+    "solve_lower_transposed",
     "sym_eigh",
     "sym_eigvals",
     "symmetrize",
@@ -65,18 +71,18 @@ def symmetrize(A: np.ndarray) -> np.ndarray:
 def sym_eigh(A: np.ndarray) -> SymmetricEigh:
     """Eigendecomposition of a symmetric matrix, eigenvalues ascending.
 
-    Uses LAPACK's divide-and-conquer driver (``syevd``), measured the fastest
-    of scipy's symmetric drivers for a full spectrum at m = 128 to 1280 with
-    OpenBLAS (``benchmarks/bench_eigh_drivers.py``).  Only the lower triangle
-    of ``A`` is read.
+    LAPACK's divide-and-conquer driver (``syevd``, what :func:`numpy.linalg.eigh`
+    calls), the fastest symmetric driver for a full spectrum at m = 128 to 1280
+    here (``benchmarks/bench_eigh_drivers.py``).  Only the lower triangle of
+    ``A`` is read.
     """
-    w, V = scipy.linalg.eigh(A, driver="evd", check_finite=False)
+    w, V = np.linalg.eigh(A)
     return SymmetricEigh(w, V)
 
 
 def sym_eigvals(A: np.ndarray) -> np.ndarray:
     """Eigenvalues of a symmetric matrix, ascending (no eigenvectors)."""
-    return scipy.linalg.eigh(A, eigvals_only=True, driver="evd", check_finite=False)
+    return np.linalg.eigvalsh(A)
 
 
 def cholesky_factor(A: np.ndarray) -> np.ndarray:
@@ -85,13 +91,18 @@ def cholesky_factor(A: np.ndarray) -> np.ndarray:
     Any factor ``F`` with ``A = F F^T`` serves the Gaussian OT formulas (see
     :class:`skslot.gaussian.GaussianMap`); Cholesky is the cheapest (``m^3 / 3``).
     """
-    return scipy.linalg.cholesky(A, lower=True, check_finite=False)
+    return np.linalg.cholesky(A)
+
+
+def solve_lower_transposed(L: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """``L^{-T} B`` for a lower-triangular ``L``."""
+    return np.linalg.solve(L.T, B)
 
 
 def is_positive_definite(A: np.ndarray) -> bool:
     """Whether a symmetric matrix admits a Cholesky factorisation."""
     try:
-        scipy.linalg.cholesky(A, lower=True, check_finite=False)
+        np.linalg.cholesky(A)
     except np.linalg.LinAlgError:
         return False
     return True

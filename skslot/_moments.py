@@ -20,17 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import blas
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "ShiftedMoments"]
 
 DEFAULT_CHUNK_SIZE = 4096
-
-
-def _gram(Z: np.ndarray) -> np.ndarray:
-    """``Z^T Z`` by a symmetric rank-k update (half the flops of a product)."""
-    upper = blas.dsyrk(1.0, Z.T, trans=0, lower=0)  # Z.T is Fortran-ordered
-    return np.triu(upper) + np.triu(upper, 1).T
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,20 +82,25 @@ class ShiftedMoments:
         if shift is None:
             shift = np.asarray(X[:chunk_size], dtype=np.float64).mean(axis=0)
         n, m = X.shape
-        s1 = np.zeros(m)
-        gram = np.zeros((m, m))
-        s3 = np.zeros(m) if fourth_order else None
-        s4 = 0.0
+        # One symmetric product per chunk gives every sum: with B = [Z, 1, r],
+        # r_i = ||z_i||^2, B^T B holds Z^T Z, s1 = Z^T 1, s3 = Z^T r and s4 = r^T r.
+        width = m + (2 if fourth_order else 1)
+        buffer = np.empty((min(chunk_size, n), width))
+        buffer[:, m] = 1.0
+        total = np.zeros((width, width))
         for start in range(0, n, chunk_size):
-            Z = np.asarray(X[start : start + chunk_size], dtype=np.float64)
-            Z = Z - shift
-            s1 += Z.sum(axis=0)
-            gram += _gram(Z)
+            chunk = np.asarray(X[start : start + chunk_size])
+            B = buffer[: chunk.shape[0]]
+            Z = B[:, :m]
+            np.subtract(chunk, shift, out=Z, casting="unsafe")  # cast and centre in one pass
             if fourth_order:
-                r = np.einsum("ij,ij->i", Z, Z)
-                s3 += Z.T @ r
-                s4 += float(r @ r)
-        return cls(n, shift, s1, gram, s3, s4 if fourth_order else None)
+                np.einsum("ij,ij->i", Z, Z, out=B[:, m + 1])
+            total += B.T @ B  # NumPy runs A^T A as a symmetric rank-k update
+        gram = total[:m, :m].copy()
+        s1 = total[:m, m].copy()
+        if not fourth_order:
+            return cls(n, shift, s1, gram)
+        return cls(n, shift, s1, gram, total[:m, m + 1].copy(), float(total[m + 1, m + 1]))
 
     def recentred(self, shift: np.ndarray) -> ShiftedMoments:
         """The same power sums about another point (exact identities)."""

@@ -8,13 +8,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 import scipy.sparse
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
-from ._linalg import SymmetricEigh, cholesky_factor, sym_eigh, symmetrize
+from ._linalg import (
+    SymmetricEigh,
+    cholesky_factor,
+    solve_lower_transposed,
+    sym_eigh,
+    symmetrize,
+)
 from ._validation import check_in_range, check_option, check_positive_int
 from .gaussian import GaussianMap, GaussianSummary
 from .summary import GaussianSummaryEstimator
@@ -131,7 +136,7 @@ def bures_wasserstein_barycenter(
         if converged or n_iter >= max_iter:
             break
         if solver == "fixed-point":
-            X = scipy.linalg.solve_triangular(F, N, trans="T", lower=True, check_finite=False)
+            X = solve_lower_transposed(F, N)
             S = symmetrize(X @ X.T)
         else:
             S = N
