@@ -45,10 +45,11 @@ class ClassStatistics:
 
     @classmethod
     def from_rows(cls, X: np.ndarray, y: np.ndarray, classes: np.ndarray) -> ClassStatistics:
-        codes = np.searchsorted(classes, y)
-        counts = np.bincount(codes, minlength=classes.shape[0]).astype(np.float64)
-        sums = np.zeros((classes.shape[0], X.shape[1]))
-        np.add.at(sums, codes, X)
+        onehot = (np.searchsorted(classes, y)[:, None] == np.arange(classes.shape[0])).astype(
+            np.float64
+        )
+        counts = onehot.sum(axis=0)
+        sums = onehot.T @ X.astype(np.float64, copy=False)
         moments = ShiftedMoments.from_rows(X, fourth_order=False)
         return cls(classes, counts, sums, moments)
 

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.mixture import GaussianMixture
 from sklearn.utils import check_random_state
 
+from .._linalg import cholesky_factor
 from .._validation import check_in_range, check_option, check_positive_int
 from ._base import OneShotHead
 
@@ -61,9 +61,7 @@ def _covariance_factor(cov: np.ndarray) -> np.ndarray:
     jitter = 0.0
     for _ in range(12):
         try:
-            return scipy.linalg.cholesky(
-                cov + jitter * np.eye(cov.shape[0]), lower=True, check_finite=False
-            )
+            return cholesky_factor(cov + jitter * np.eye(cov.shape[0]))
         except np.linalg.LinAlgError:
             jitter = scale * (1e-8 if jitter == 0.0 else 10.0 * jitter / scale)
     raise ValueError("a transmitted covariance is too far from positive semi-definite")
