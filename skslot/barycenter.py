@@ -143,7 +143,8 @@ def bures_wasserstein_barycenter(
     return BarycenterResult(S, F, inner, n_iter, residual, converged)
 
 
-def _as_summary_list(summaries: Any) -> tuple[list, list[GaussianSummary]]:
+def as_summary_list(summaries: Any) -> tuple[list, list[GaussianSummary]]:
+    """Client labels and summaries from a summary, a list or a dict of them."""
     if isinstance(summaries, GaussianSummary):
         summaries = [summaries]
     if isinstance(summaries, Mapping):
@@ -152,8 +153,18 @@ def _as_summary_list(summaries: Any) -> tuple[list, list[GaussianSummary]]:
     else:
         items = list(summaries)
         labels = [getattr(s, "client", None) for s in items]
+        if all(label is None for label in labels):
+            labels = list(range(len(items)))  # unlabelled summaries: keyed by position
     if not items:
         raise ValueError("at least one GaussianSummary is needed")
+    seen = set()
+    for label in labels:
+        if label in seen:
+            raise ValueError(
+                f"two summaries have client label {label!r}; each client sends one summary "
+                "(merge a client's partial summaries with GaussianSummaryEstimator.merge)"
+            )
+        seen.add(label)
     for label, s in zip(labels, items, strict=True):
         if not isinstance(s, GaussianSummary):
             raise TypeError(
@@ -194,7 +205,8 @@ class BuresBarycenter(BaseEstimator):
     covariance_ : ndarray of shape (m, m)
     weights_ : ndarray of shape (K,)
     clients_ : list
-        Client labels, in the order of ``weights_``.
+        Client labels, in the order of ``weights_`` (positions ``0 .. K-1`` when
+        the summaries carry no label).
     summaries_ : list of GaussianSummary
     reference_ : GaussianSummary
         The reference ``N(mean_, covariance_)`` with ``n`` the total count;
@@ -277,7 +289,7 @@ class BuresBarycenter(BaseEstimator):
         if _is_summaries(X):
             if client is not None:
                 raise ValueError("client is only used when X holds rows, not summaries")
-            labels, items = _as_summary_list(X)
+            labels, items = as_summary_list(X)
             self.n_features_in_ = items[0].dimension
         else:
             est = GaussianSummaryEstimator(

@@ -16,7 +16,7 @@ from ._validation import (
     check_in_range,
     check_option,
 )
-from .barycenter import BuresBarycenter
+from .barycenter import BuresBarycenter, as_summary_list
 from .gaussian import GaussianMap, GaussianSummary
 from .summary import GaussianSummaryEstimator
 
@@ -202,8 +202,8 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             raise TypeError(f"reference must be a GaussianSummary, got {type(reference).__name__}")
         if isinstance(summaries, GaussianSummary):
             summaries = {summaries.client: summaries}
-        elif not isinstance(summaries, Mapping):
-            summaries = {s.client: s for s in summaries}
+        else:  # labelled by client, by position when unlabelled; duplicates rejected
+            summaries = dict(zip(*as_summary_list(summaries), strict=True))
         factor = cholesky_factor(reference.covariance)
         self.summaries_ = dict(summaries)
         self.maps_ = {

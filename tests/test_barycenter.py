@@ -145,3 +145,12 @@ def test_fit_from_rows_equals_fit_from_summaries(rng):
 def test_kernel_rejects_unknown_options(rng):
     with pytest.raises(ValueError, match="solver must be one of"):
         bures_wasserstein_barycenter([np.eye(2)], np.ones(1), solver="newton")
+
+
+def test_unlabelled_summaries_are_keyed_by_position_and_duplicates_rejected(rng):
+    a, b = (GaussianSummary(10, rng.normal(size=2), random_spd(rng, 2)) for _ in range(2))
+    bary = BuresBarycenter().fit([a, b])
+    assert bary.clients_ == [0, 1] and len(bary.transport_maps()) == 2
+    dup = GaussianSummary(10, np.zeros(2), np.eye(2), client="x")
+    with pytest.raises(ValueError, match="two summaries have client label 'x'"):
+        BuresBarycenter().fit([dup, dup])
