@@ -385,6 +385,18 @@ class GaussianMap:
         ``A`` (symmetric positive definite for an optimal-transport map).
     offset : ndarray of shape (m,)
         ``b``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot import GaussianMap, GaussianSummary
+    >>> source = GaussianSummary(10, np.zeros(2), np.diag([1.0, 4.0]))
+    >>> target = GaussianSummary(10, np.ones(2), np.diag([4.0, 1.0]))
+    >>> T = GaussianMap.optimal_transport(source, target)
+    >>> np.round(np.diag(T.linear), 6)  # sqrt(4 / 1), sqrt(1 / 4)
+    array([2. , 0.5])
+    >>> np.round(np.diag(T.geodesic(0.5).linear), 6)  # half way: (1 + 2) / 2, (1 + 0.5) / 2
+    array([1.5 , 0.75])
     """
 
     linear: np.ndarray

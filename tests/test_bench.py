@@ -63,6 +63,15 @@ def test_summary_is_computed_from_the_records(small_npz):
     assert row["gain"] == pytest.approx(row["with_slot"] - row["without_slot"])
 
 
+def test_empty_clients_are_reported_and_skipped(small_npz):
+    data = load_npz(small_npz)
+    config = BenchmarkConfig(taus=(0.0, 1.0), heads=("FedCGS",), clients_per_domain=3)
+    records = evaluate_run(data, data.X.astype(np.float64), 0.01, 0, config)
+    assert records and all(r["n_empty_clients"] > 0 for r in records)
+    assert {r["domain"] for r in records} == {f"domain{d}" for d in range(4)}
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in records)
+
+
 def test_slot_improves_ofedavg_and_fedpft_on_real_digits():
     """The paper's claim on real frozen-encoder features (alpha = 0.1, tau = 0.4)."""
     data = load_npz(shared_npz("digits_effnet_lite0.npz"))
