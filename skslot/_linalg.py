@@ -25,8 +25,8 @@ __all__ = [
     "is_positive_definite",
     "solve_lower_transposed",
     "sym_eigh",
-    "sym_eigvals",
     "symmetrize",
+    "trace_sqrt",
 ]
 
 
@@ -41,10 +41,6 @@ class SymmetricEigh(NamedTuple):
         V = self.eigenvectors
         return (V * func(self.eigenvalues)) @ V.T
 
-    def clipped(self) -> np.ndarray:
-        """Eigenvalues with round-off negatives of a PSD matrix set to zero."""
-        return np.maximum(self.eigenvalues, 0.0)
-
     def sqrt(self) -> np.ndarray:
         """Principal square root ``A^{1/2}`` of a positive semi-definite ``A``."""
         return self.apply(lambda w: np.sqrt(np.maximum(w, 0.0)))
@@ -57,10 +53,6 @@ class SymmetricEigh(NamedTuple):
                 f"matrix is not positive definite: smallest eigenvalue {w[0]:.3e}"
             )
         return self.apply(lambda w: 1.0 / np.sqrt(w))
-
-    def trace_sqrt(self) -> float:
-        """``tr(A^{1/2})``, the Bures fidelity term, without forming a matrix."""
-        return float(np.sqrt(self.clipped()).sum())
 
 
 def symmetrize(A: np.ndarray) -> np.ndarray:
@@ -80,9 +72,12 @@ def sym_eigh(A: np.ndarray) -> SymmetricEigh:
     return SymmetricEigh(w, V)
 
 
-def sym_eigvals(A: np.ndarray) -> np.ndarray:
-    """Eigenvalues of a symmetric matrix, ascending (no eigenvectors)."""
-    return np.linalg.eigvalsh(A)
+def trace_sqrt(A: np.ndarray) -> float:
+    """``tr(A^{1/2})`` of a positive semi-definite ``A``, from its eigenvalues only.
+
+    The Bures fidelity term; round-off negative eigenvalues count as zero.
+    """
+    return float(np.sqrt(np.maximum(np.linalg.eigvalsh(A), 0.0)).sum())
 
 
 def cholesky_factor(A: np.ndarray) -> np.ndarray:

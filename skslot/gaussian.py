@@ -46,7 +46,7 @@ from ._linalg import (
     cholesky_factor,
     is_positive_definite,
     sym_eigh,
-    sym_eigvals,
+    trace_sqrt,
 )
 
 __all__ = [
@@ -364,7 +364,7 @@ def bures_wasserstein_distance(source: GaussianSummary, target: GaussianSummary)
     """
     _check_same_dimension(source, target)
     F = cholesky_factor(target.covariance)
-    cross = float(np.sqrt(np.maximum(sym_eigvals(F.T @ source.covariance @ F), 0.0)).sum())
+    cross = trace_sqrt(F.T @ source.covariance @ F)
     diff = source.mean - target.mean
     sq = diff @ diff + np.trace(source.covariance) + np.trace(target.covariance)
     return float(np.sqrt(max(sq - 2.0 * cross, 0.0)))
