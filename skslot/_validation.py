@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from numbers import Integral, Real
 from typing import Any
 
@@ -13,6 +14,7 @@ __all__ = [
     "check_in_range",
     "check_option",
     "check_positive_int",
+    "client_weights",
 ]
 
 ROUTING_HINT = (
@@ -90,3 +92,23 @@ def check_option(name: str, value: Any, options: tuple[str, ...]) -> str:
     if value not in options:
         raise ValueError(f"{name} must be one of {options}, got {value!r}")
     return value
+
+
+def client_weights(name: str, weights: Any, counts: Sequence[int]) -> np.ndarray:
+    """Per-client weights summing to one.
+
+    ``weights`` is ``"samples"`` (``n_k / N``), ``"uniform"`` (``1 / K``) or an
+    array of one non-negative weight per client, normalised; ``name`` is the
+    parameter's name for error messages.
+    """
+    K = len(counts)
+    if isinstance(weights, str):
+        check_option(name, weights, ("samples", "uniform"))
+        w = np.asarray(counts, dtype=np.float64) if weights == "samples" else np.ones(K)
+    else:
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (K,):
+            raise ValueError(f"{name} has shape {w.shape}, expected ({K},) (one weight per client)")
+        if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+            raise ValueError(f"{name} must be finite, non-negative, not all zero")
+    return w / w.sum()

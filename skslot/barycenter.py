@@ -20,7 +20,7 @@ from ._linalg import (
     sym_eigh,
     symmetrize,
 )
-from ._validation import check_in_range, check_option, check_positive_int
+from ._validation import check_in_range, check_option, check_positive_int, client_weights
 from .gaussian import GaussianMap, GaussianSummary
 from .summary import GaussianSummaryEstimator
 
@@ -252,22 +252,6 @@ class BuresBarycenter(BaseEstimator):
         self.chunk_size = chunk_size
         self.n_jobs = n_jobs
 
-    def _client_weights(self, items: list[GaussianSummary]) -> np.ndarray:
-        w = self.weights
-        if isinstance(w, str):
-            check_option("weights", w, ("samples", "uniform"))
-            counts = np.array([s.n for s in items], dtype=np.float64)
-            w = counts if self.weights == "samples" else np.ones(len(items))
-        else:
-            w = np.asarray(w, dtype=np.float64)
-            if w.shape != (len(items),):
-                raise ValueError(
-                    f"weights has shape {w.shape}, expected ({len(items)},) (one weight per client)"
-                )
-            if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-                raise ValueError("weights must be finite, non-negative, not all zero")
-        return w / w.sum()
-
     def fit(self, X: Any, y: Any = None, *, client: Any = None) -> BuresBarycenter:
         """Compute the reference from client summaries, or from raw rows.
 
@@ -301,7 +285,7 @@ class BuresBarycenter(BaseEstimator):
             self.n_features_in_ = est.n_features_in_
             if hasattr(est, "feature_names_in_"):
                 self.feature_names_in_ = est.feature_names_in_
-        self.weights_ = self._client_weights(items)
+        self.weights_ = client_weights("weights", self.weights, [s.n for s in items])
         result = bures_wasserstein_barycenter(
             [s.covariance for s in items],
             self.weights_,

@@ -8,7 +8,7 @@ import numpy as np
 import scipy.optimize
 from scipy.special import log_softmax
 
-from .._validation import check_in_range, check_option, check_positive_int
+from .._validation import check_in_range, check_option, check_positive_int, client_weights
 from ._base import LinearHeadMixin, OneShotHead
 
 __all__ = ["LinearHeadUpdate", "OneShotFedAvgClassifier", "fit_softmax_regression"]
@@ -163,10 +163,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         for update in statistics:
             if not np.array_equal(update.classes, classes):
                 raise ValueError("client heads use a different class set than the server")
-        w = np.array(
-            [u.n if self.weighting == "samples" else 1.0 for u in statistics], dtype=np.float64
-        )
-        w /= w.sum()
+        w = client_weights("weighting", self.weighting, [u.n for u in statistics])
         self.classes_ = classes
         self.coef_ = sum(wk * u.coef for wk, u in zip(w, statistics, strict=True))
         self.intercept_ = sum(wk * u.intercept for wk, u in zip(w, statistics, strict=True))
