@@ -54,34 +54,29 @@ class ShiftedMoments:
         return self.s3 is not None
 
     @classmethod
-    def empty(cls, shift: np.ndarray, *, fourth_order: bool) -> ShiftedMoments:
-        m = shift.shape[0]
-        return cls(
-            0,
-            shift,
-            np.zeros(m),
-            np.zeros((m, m)),
-            np.zeros(m) if fourth_order else None,
-            0.0 if fourth_order else None,
-        )
-
-    @classmethod
     def from_rows(
         cls,
         X: np.ndarray,
         *,
+        rows: np.ndarray | None = None,
         shift: np.ndarray | None = None,
         fourth_order: bool = True,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
     ) -> ShiftedMoments:
-        """Power sums of the rows of ``X``, read ``chunk_size`` rows at a time.
+        """Power sums of the rows of ``X`` (or of ``X[rows]``), ``chunk_size`` at a time.
 
-        Only one chunk is ever converted to float64, so a float32 ``X`` is not
-        copied as a whole.  The default shift is the mean of the first chunk.
+        Only one chunk is ever gathered and converted to float64, so a float32
+        ``X`` is not copied as a whole.  The default shift is the mean of the
+        first chunk.
         """
+
+        def read(start: int, stop: int) -> np.ndarray:
+            return np.asarray(X[start:stop] if rows is None else X[rows[start:stop]])
+
+        n = X.shape[0] if rows is None else rows.shape[0]
+        m = X.shape[1]
         if shift is None:
-            shift = np.asarray(X[:chunk_size], dtype=np.float64).mean(axis=0)
-        n, m = X.shape
+            shift = read(0, chunk_size).astype(np.float64).mean(axis=0)
         # One symmetric product per chunk gives every sum: with B = [Z, 1, r],
         # r_i = ||z_i||^2, B^T B holds Z^T Z, s1 = Z^T 1, s3 = Z^T r and s4 = r^T r.
         width = m + (2 if fourth_order else 1)
@@ -89,7 +84,7 @@ class ShiftedMoments:
         buffer[:, m] = 1.0
         total = np.zeros((width, width))
         for start in range(0, n, chunk_size):
-            chunk = np.asarray(X[start : start + chunk_size])
+            chunk = read(start, start + chunk_size)
             B = buffer[: chunk.shape[0]]
             Z = B[:, :m]
             np.subtract(chunk, shift, out=Z, casting="unsafe")  # cast and centre in one pass

@@ -85,18 +85,6 @@ def ledoit_wolf_summary(
     return GaussianSummary(n=n, mean=mean, covariance=cov, shrinkage=shrinkage, client=client)
 
 
-def _rows_moments(X: np.ndarray, rows: np.ndarray | None, chunk_size: int) -> ShiftedMoments:
-    """Moments of ``X[rows]`` gathered one chunk at a time (no full copy)."""
-    if rows is None:
-        return ShiftedMoments.from_rows(X, chunk_size=chunk_size)
-    shift = np.asarray(X[rows[:chunk_size]], dtype=np.float64).mean(axis=0)
-    total = ShiftedMoments.empty(shift, fourth_order=True)
-    for start in range(0, rows.shape[0], chunk_size):
-        chunk = X[rows[start : start + chunk_size]]
-        total = total.merge(ShiftedMoments.from_rows(chunk, shift=shift, chunk_size=chunk_size))
-    return total
-
-
 class GaussianSummaryEstimator(BaseEstimator):
     """Per-client mean and Ledoit-Wolf shrunk covariance (the client step).
 
@@ -176,7 +164,8 @@ class GaussianSummaryEstimator(BaseEstimator):
             bounds = np.searchsorted(codes[order], np.arange(len(labels) + 1))
             groups = [order[bounds[i] : bounds[i + 1]] for i in range(len(labels))]
         moments = Parallel(n_jobs=self.n_jobs, prefer="threads")(
-            delayed(_rows_moments)(X, rows, self.chunk_size) for rows in groups
+            delayed(ShiftedMoments.from_rows)(X, rows=rows, chunk_size=self.chunk_size)
+            for rows in groups
         )
         return dict(zip(labels, moments, strict=True))
 
