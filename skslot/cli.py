@@ -1,4 +1,5 @@
-"""Command line: ``skslot bench`` runs the reproduction benchmark."""
+"""Command line: ``skslot bench`` runs the reproduction benchmark;
+``skslot flower-app DIR`` writes a Flower App that deploys SLOT-Align."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
 
 from .bench import (
     PREPROCESS,
@@ -16,6 +18,7 @@ from .bench import (
     write_outputs,
 )
 from .datasets import load_npz, load_office_caltech10
+from .flower.config import DeploymentConfig, write_flower_app
 
 __all__ = ["main"]
 
@@ -74,11 +77,54 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default=None, help="output folder (default: skslot-results/<dataset>)"
     )
     bench.add_argument("--quiet", action="store_true", help="no progress lines")
+    flower = sub.add_parser(
+        "flower-app",
+        help="write a Flower App directory running skslot's ServerApp and ClientApp",
+        description="Writes DIR/pyproject.toml for `flwr run DIR`. Options set the defaults of "
+        "its [tool.flwr.app.config]; see docs/deployment.md (needs skslot[flower] to run).",
+    )
+    flower.add_argument("directory")
+    for f in fields(DeploymentConfig):
+        flower.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f.name,
+            default=None,
+            metavar="VALUE",
+            help=f"default: {f.default!r}",
+        )
     return parser
+
+
+def _scalar(text: str) -> object:
+    """A command-line value as a run config holds it: an int, a float, else the string."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _flower_app(args: argparse.Namespace) -> int:
+    settings = {
+        f.name.replace("_", "-"): _scalar(getattr(args, f.name))
+        for f in fields(DeploymentConfig)
+        if getattr(args, f.name) is not None
+    }
+    try:
+        config = DeploymentConfig.from_run_config(settings)
+    except (TypeError, ValueError) as exc:
+        print(f"skslot flower-app: {exc}", file=sys.stderr)
+        return 2
+    path = write_flower_app(args.directory, config)
+    print(f"wrote {path / 'pyproject.toml'}; run it with: flwr run {path} <superlink>")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "flower-app":
+        return _flower_app(args)
     data = load_npz(args.data) if args.data else load_office_caltech10()
     if 0.0 not in args.taus:
         print("skslot bench: --taus must include 0 (the head without SLOT)", file=sys.stderr)

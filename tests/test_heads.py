@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 import sklearn
@@ -12,6 +14,7 @@ from skslot.heads import (
     FedCGSClassifier,
     FedPFTClassifier,
     OneShotFedAvgClassifier,
+    StatisticsFormatError,
 )
 
 HEADS = [FedCGSClassifier(), OneShotFedAvgClassifier(), FedPFTClassifier(random_state=0)]
@@ -38,18 +41,81 @@ def test_global_class_set_and_deployment_path(head, skewed):
     np.testing.assert_array_equal(fitted.classes_, np.arange(5))
     assert fitted.predict_proba(X).shape == (len(X), 5)
     np.testing.assert_allclose(fitted.predict_proba(X).sum(1), 1.0)
-    # a deployment: each client computes its own statistics, the server combines them
+    # a deployment: each client computes its own statistics, which travel as
+    # named arrays; the server decodes them and combines them
     classes = np.unique(y)
-    stats = [
-        sklearn.clone(head).client_statistics(X[client == k], y[client == k], classes)
-        for k in range(4)
-    ]
-    server = sklearn.clone(head).fit_from_statistics(stats, classes)
-    if not isinstance(head, FedPFTClassifier):  # FedPFT's seeds differ per path
-        np.testing.assert_allclose(
-            server.decision_function(X), fitted.decision_function(X), rtol=1e-7, atol=1e-7
+    stats = []
+    for k in range(4):
+        own = sklearn.clone(head).client_statistics(
+            X[client == k], y[client == k], classes, client_index=k
         )
+        stats.append(
+            head.decode_statistics(
+                own.to_arrays(),
+                classes=classes,
+                n_features=X.shape[1],
+                n_samples=int(np.sum(client == k)),
+            )
+        )
+    server = sklearn.clone(head).fit_from_statistics(stats, classes)
+    np.testing.assert_allclose(
+        server.decision_function(X), fitted.decision_function(X), rtol=1e-7, atol=1e-7
+    )
+    np.testing.assert_array_equal(server.linear_scores().predict(X), fitted.predict(X))
     assert server.score(X, y) > 1 / 5 + 0.1  # well above chance under strong skew
+
+
+def test_linear_scores_of_a_binary_fedpft_and_a_nonlinear_one(skewed):
+    from sklearn.naive_bayes import GaussianNB
+
+    X, y, client = skewed.X, np.where(skewed.y < 2, "low", "high"), skewed.client
+    head = FedPFTClassifier(random_state=0).fit(X, y, client=client)
+    np.testing.assert_array_equal(head.linear_scores().predict(X), head.predict(X))
+    nonlinear = FedPFTClassifier(estimator=GaussianNB(), random_state=0).fit(X, y, client=client)
+    with pytest.raises(TypeError, match="GaussianNB has no coef_"):
+        nonlinear.linear_scores()
+
+
+def _message(head, skewed, k=0):
+    X, y, client = skewed.X, skewed.y, skewed.client
+    stats = head.client_statistics(X[client == k], y[client == k], np.arange(5))
+    return stats.to_arrays(), int(np.sum(client == k))
+
+
+def _bump(name, index, value):
+    def edit(arrays):
+        changed = arrays[name].astype(np.float64).copy()
+        changed[index] = value
+        return {**arrays, name: changed}
+
+    return edit
+
+
+HOSTILE_MESSAGES = [
+    (OneShotFedAvgClassifier(), _bump("coef", (0, 0), np.inf), "'coef' contains NaN"),
+    (OneShotFedAvgClassifier(), lambda a: {**a, "n": np.array(7)}, "trained on 7 rows"),
+    (OneShotFedAvgClassifier(), lambda a: {**a, "n_iter": np.array(-1)}, "n_iter = -1"),
+    (FedCGSClassifier(), _bump("counts", 0, 0.5), "'counts' must hold integers"),
+    (FedCGSClassifier(), _bump("sums", (0, 0), 1e6), "class sums do not add up"),
+    (FedPFTClassifier(), lambda a: {**a, "index": a["index"] + 10}, "out of range or repeated"),
+    (FedPFTClassifier(), _bump("weights", 0, 0.5), "weights do not sum to 1"),
+    (FedPFTClassifier(), _bump("n", 0, 10**9), "mixtures describe"),
+    (FedPFTClassifier(), _bump("n_components", 0, 0), "between 1 and n components"),
+    (FedPFTClassifier(), _bump("covariances", (0, 0, 0), -1.0), "negative variances"),
+    (
+        FedPFTClassifier(covariance_type="diag"),
+        lambda a: {**a, "covariances": a["covariances"][..., None]},
+        "has shape",
+    ),
+]
+
+
+@pytest.mark.parametrize(("head", "edit", "reason"), HOSTILE_MESSAGES)
+def test_decode_statistics_rejects_malformed_messages(head, edit, reason, skewed):
+    arrays, n = _message(head, skewed)
+    head.decode_statistics(arrays, classes=np.arange(5), n_features=8, n_samples=n)  # intact: ok
+    with pytest.raises(StatisticsFormatError, match=re.escape(reason)):
+        head.decode_statistics(edit(arrays), classes=np.arange(5), n_features=8, n_samples=n)
 
 
 @pytest.mark.parametrize("covariance", ["total", "within"])

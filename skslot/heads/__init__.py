@@ -2,6 +2,7 @@
 
 from ._base import OneShotHead
 from ._statistics import ClassStatistics
+from ._wire import LinearScores, StatisticsFormatError
 from .fedavg import LinearHeadUpdate, OneShotFedAvgClassifier
 from .fedcgs import FedCGSClassifier
 from .fedpft import ClassMixture, ClassMixtures, FedPFTClassifier
@@ -13,6 +14,8 @@ __all__ = [
     "FedCGSClassifier",
     "FedPFTClassifier",
     "LinearHeadUpdate",
+    "LinearScores",
     "OneShotFedAvgClassifier",
     "OneShotHead",
+    "StatisticsFormatError",
 ]

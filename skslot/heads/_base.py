@@ -10,8 +10,8 @@ Pipeline execute the same code.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.special import softmax
@@ -21,6 +21,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._validation import check_client_labels
+from ._wire import LinearScores
 
 __all__ = ["LinearHeadMixin", "OneShotHead"]
 
@@ -34,6 +35,10 @@ class OneShotHead(ClassifierMixin, BaseEstimator):
     """
 
     __metadata_request__fit = {"client": True}
+
+    #: The class of what :meth:`client_statistics` returns; it has
+    #: ``to_arrays()`` and ``from_arrays(arrays, classes=, n_features=, n_samples=)``.
+    statistics_type: ClassVar[type]
 
     def fit(self, X: Any, y: Any, *, client: Any = None) -> OneShotHead:
         """Fit the head as one federated round over the clients in ``client``.
@@ -64,7 +69,9 @@ class OneShotHead(ClassifierMixin, BaseEstimator):
         self._fit_from_statistics(stats, classes)
         return self
 
-    def client_statistics(self, X: Any, y: Any, classes: Sequence) -> Any:
+    def client_statistics(
+        self, X: Any, y: Any, classes: Sequence, *, client_index: int = 0
+    ) -> Any:
         """What one client sends: statistics of its own rows.
 
         Parameters
@@ -74,6 +81,10 @@ class OneShotHead(ClassifierMixin, BaseEstimator):
         y : array-like of shape (n_k,)
         classes : array-like
             The global class set agreed by all parties (a client may lack some).
+        client_index : int, default=0
+            Position of this client among all clients in sorted label order;
+            a randomised head draws this client's seed from ``random_state``
+            at that position, exactly as ``fit`` does.
         """
         X = np.asarray(validate_data(self, X, reset=True, dtype=[np.float64, np.float32]))
         classes = np.asarray(classes)
@@ -81,7 +92,9 @@ class OneShotHead(ClassifierMixin, BaseEstimator):
         missing = np.setdiff1d(y, classes)
         if missing.size:
             raise ValueError(f"labels {missing.tolist()} are not in the global class set")
-        (seed,) = _client_seeds(self, 1)
+        if not isinstance(client_index, (int, np.integer)) or client_index < 0:
+            raise ValueError(f"client_index must be a non-negative int, got {client_index!r}")
+        seed = _client_seeds(self, int(client_index) + 1)[-1]
         return self._client_statistics(X, y, classes, seed)
 
     def fit_from_statistics(self, statistics: Sequence, classes: Sequence) -> OneShotHead:
@@ -95,6 +108,65 @@ class OneShotHead(ClassifierMixin, BaseEstimator):
         (self.n_features_in_,) = dims
         self._fit_from_statistics(list(statistics), classes)
         return self
+
+    def decode_statistics(
+        self,
+        arrays: Mapping[str, Any],
+        *,
+        classes: Sequence,
+        n_features: int,
+        n_samples: int | None = None,
+    ) -> Any:
+        """Decode and validate one client's statistics received as named arrays.
+
+        The inverse of ``statistics.to_arrays()``, for a transport between
+        parties.  Nothing is unpickled; names, shapes, dtypes, finiteness and
+        internal consistency are checked before the result can reach
+        :meth:`fit_from_statistics`.
+
+        Parameters
+        ----------
+        arrays : mapping of str to ndarray
+        classes : array-like
+            The global class set the server sent to the clients.
+        n_features : int
+        n_samples : int, optional
+            Rows the client announced earlier (in its summary); its
+            statistics must account for exactly (at most, for FedPFT) as many.
+
+        Raises
+        ------
+        StatisticsFormatError
+            If anything in the message is missing, malformed or inconsistent.
+        """
+        return self.statistics_type.from_arrays(
+            arrays,
+            classes=np.asarray(classes),
+            n_features=n_features,
+            n_samples=n_samples,
+            **self._decode_options(),
+        )
+
+    def _decode_options(self) -> dict:
+        """Head parameters a decoder needs besides the shapes (none by default)."""
+        return {}
+
+    def linear_scores(self) -> LinearScores:
+        """The fitted head as linear class scores ``X W^T + b``, ready to send.
+
+        ``linear_scores().predict(X)`` equals ``predict(X)``.
+
+        Raises
+        ------
+        TypeError
+            If the head's decision function is not linear.
+        """
+        check_is_fitted(self, "classes_")
+        coef, intercept = self._linear_parts()
+        return LinearScores(self.classes_, coef, intercept)
+
+    def _linear_parts(self) -> tuple[np.ndarray, np.ndarray]:
+        raise TypeError(f"{type(self).__name__} has no linear decision function")
 
     @abstractmethod
     def _client_statistics(
@@ -140,6 +212,9 @@ class LinearHeadMixin:
 
     def _scores(self, X: np.ndarray) -> np.ndarray:
         return X @ self.coef_.T.astype(X.dtype, copy=False) + self.intercept_
+
+    def _linear_parts(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.coef_, self.intercept_
 
 
 def _client_seeds(head: Any, n_clients: int) -> list[int | None]:

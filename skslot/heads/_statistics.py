@@ -9,12 +9,20 @@ not lose precision when features have a large mean.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .._moments import ShiftedMoments
+from ._wire import (
+    ArrayMessage,
+    StatisticsFormatError,
+    check_psd_up_to_rounding,
+    read_array,
+    read_count,
+)
 
 __all__ = ["ClassStatistics", "pooled_covariances"]
 
@@ -69,6 +77,54 @@ class ClassStatistics:
             sum(p.sums for p in parts),
             moments,
         )
+
+    def to_arrays(self) -> ArrayMessage:
+        """The message a client sends (see :mod:`skslot.heads._wire`)."""
+        moments = self.moments
+        return {
+            "n": np.asarray(moments.n, dtype=np.int64),
+            "counts": self.counts,
+            "sums": self.sums,
+            "shift": moments.shift,
+            "s1": moments.s1,
+            "gram": moments.gram,
+        }
+
+    @classmethod
+    def from_arrays(
+        cls,
+        arrays: Mapping[str, Any],
+        *,
+        classes: np.ndarray,
+        n_features: int,
+        n_samples: int | None = None,
+    ) -> ClassStatistics:
+        """Decode a received message and check it is self-consistent.
+
+        ``n_samples``, when given, is the count the same client announced in
+        its summary; the class counts must add up to it.
+        """
+        C, m = len(classes), n_features
+        n = read_count(arrays, "n", 1)
+        if n_samples is not None and n != n_samples:
+            raise StatisticsFormatError(
+                f"statistics count {n} rows but the client's summary counted {n_samples}"
+            )
+        counts = read_array(arrays, "counts", (C,), integer=True, nonnegative=True)
+        if counts.sum() != n:
+            raise StatisticsFormatError(f"class counts add up to {counts.sum()}, not n = {n}")
+        sums = read_array(arrays, "sums", (C, m))
+        moments = ShiftedMoments(
+            n,
+            read_array(arrays, "shift", (m,)),
+            read_array(arrays, "s1", (m,)),
+            read_array(arrays, "gram", (m, m)),
+        )
+        total = moments.s1 + n * moments.shift
+        if not np.allclose(sums.sum(axis=0), total, rtol=1e-8, atol=1e-8 * np.abs(total).max()):
+            raise StatisticsFormatError("class sums do not add up to the sum of all rows")
+        check_psd_up_to_rounding("the Gram matrix", moments.centred().gram, 1e-12)
+        return cls(np.asarray(classes), counts.astype(np.float64), sums, moments)
 
     @property
     def class_means(self) -> np.ndarray:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.optimize
@@ -10,6 +12,7 @@ from scipy.special import log_softmax
 
 from .._validation import check_in_range, check_option, check_positive_int, client_weights
 from ._base import LinearHeadMixin, OneShotHead
+from ._wire import ArrayMessage, StatisticsFormatError, read_array, read_count
 
 __all__ = ["LinearHeadUpdate", "OneShotFedAvgClassifier", "fit_softmax_regression"]
 
@@ -27,6 +30,38 @@ class LinearHeadUpdate:
     @property
     def n_features(self) -> int:
         return self.coef.shape[1]
+
+    def to_arrays(self) -> ArrayMessage:
+        """The message a client sends (see :mod:`skslot.heads._wire`)."""
+        return {
+            "coef": self.coef,
+            "intercept": self.intercept,
+            "n": np.asarray(self.n, dtype=np.int64),
+            "n_iter": np.asarray(self.n_iter, dtype=np.int64),
+        }
+
+    @classmethod
+    def from_arrays(
+        cls,
+        arrays: Mapping[str, Any],
+        *,
+        classes: np.ndarray,
+        n_features: int,
+        n_samples: int | None = None,
+    ) -> LinearHeadUpdate:
+        """Decode a received local head; ``n`` must match the client's summary."""
+        n = read_count(arrays, "n", 1)
+        if n_samples is not None and n != n_samples:
+            raise StatisticsFormatError(
+                f"local head trained on {n} rows but the client's summary counted {n_samples}"
+            )
+        return cls(
+            np.asarray(classes),
+            read_array(arrays, "coef", (len(classes), n_features)),
+            read_array(arrays, "intercept", (len(classes),)),
+            n,
+            read_count(arrays, "n_iter", 0),
+        )
 
 
 def fit_softmax_regression(
@@ -117,6 +152,8 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
     >>> head.predict(data.X[:3]).shape
     (3,)
     """
+
+    statistics_type = LinearHeadUpdate
 
     def __init__(
         self,

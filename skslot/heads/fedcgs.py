@@ -59,6 +59,8 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
     (4, 8)
     """
 
+    statistics_type = ClassStatistics
+
     def __init__(
         self,
         *,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,10 +15,17 @@ from sklearn.utils import check_random_state
 from .._linalg import cholesky_factor
 from .._validation import check_in_range, check_option, check_positive_int
 from ._base import OneShotHead
+from ._wire import (
+    ArrayMessage,
+    StatisticsFormatError,
+    check_psd_up_to_rounding,
+    read_array,
+)
 
 __all__ = ["ClassMixture", "ClassMixtures", "FedPFTClassifier"]
 
 COVARIANCE_TYPES = ("full", "diag", "spherical")
+TRANSMIT_DTYPES = ("float16", "float32", "float64")
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,6 +53,107 @@ class ClassMixtures:
     mixtures: list[ClassMixture]
     skipped: list[tuple[Any, int]]
     n_features: int
+    covariance_type: str = "full"
+
+    def to_arrays(self) -> ArrayMessage:
+        """The message a client sends, mixtures concatenated component-wise.
+
+        Covariances travel as the float64 images of their transmitted dtype
+        (``transmit_dtype`` already rounded them).
+        """
+        m = self.n_features
+        mixtures = self.mixtures
+        return {
+            "index": np.searchsorted(self.classes, [mx.label for mx in mixtures]).astype(np.int64),
+            "n": np.array([mx.n for mx in mixtures], dtype=np.int64),
+            "n_components": np.array([mx.weights.shape[0] for mx in mixtures], dtype=np.int64),
+            "weights": np.concatenate([mx.weights for mx in mixtures] or [np.empty(0)]),
+            "means": np.concatenate([mx.means for mx in mixtures] or [np.empty((0, m))]),
+            "covariances": np.concatenate(
+                [mx.covariances for mx in mixtures]
+                or [np.empty(_covariance_shape(self.covariance_type, 0, m))]
+            ),
+            "skipped_index": np.searchsorted(self.classes, [c for c, _ in self.skipped]).astype(
+                np.int64
+            ),
+            "skipped_count": np.array([k for _, k in self.skipped], dtype=np.int64),
+        }
+
+    @classmethod
+    def from_arrays(
+        cls,
+        arrays: Mapping[str, Any],
+        *,
+        classes: np.ndarray,
+        n_features: int,
+        n_samples: int | None = None,
+        covariance_type: str = "full",
+        eps: float = np.finfo(np.float64).eps,
+    ) -> ClassMixtures:
+        """Decode a received message and check every mixture.
+
+        Class indices must be distinct and in range, counts must add up to at
+        most ``n_samples`` (the client's summary), weights must be a
+        distribution, and covariances positive semi-definite up to the
+        rounding ``eps`` of the transmitted dtype.
+        """
+        classes = np.asarray(classes)
+        C, m = len(classes), n_features
+        index = read_array(arrays, "index", (None,), integer=True, nonnegative=True)
+        J = index.shape[0]
+        n = read_array(arrays, "n", (J,), integer=True, nonnegative=True)
+        k = read_array(arrays, "n_components", (J,), integer=True, nonnegative=True)
+        skipped_index = read_array(arrays, "skipped_index", (None,), integer=True, nonnegative=True)
+        skipped_count = read_array(
+            arrays, "skipped_count", skipped_index.shape, integer=True, nonnegative=True
+        )
+        both = np.concatenate([index, skipped_index])
+        if np.any(both >= C) or np.unique(both).shape[0] != both.shape[0]:
+            raise StatisticsFormatError("mixture class indices are out of range or repeated")
+        if np.any(k < 1) or np.any(k > n):
+            raise StatisticsFormatError("each mixture needs between 1 and n components")
+        total = int(n.sum() + skipped_count.sum())
+        if n_samples is not None and total > n_samples:
+            raise StatisticsFormatError(
+                f"mixtures describe {total} rows but the client's summary counted {n_samples}"
+            )
+        K = int(k.sum())
+        weights = read_array(arrays, "weights", (K,), nonnegative=True)
+        means = read_array(arrays, "means", (K, m))
+        covariances = read_array(
+            arrays, "covariances", _covariance_shape(covariance_type, K, m)
+        )
+        if covariance_type == "full":
+            check_psd_up_to_rounding("a mixture covariance", covariances, eps)
+        elif np.any(covariances < 0):
+            raise StatisticsFormatError("a mixture has negative variances")
+        bounds = np.concatenate([[0], np.cumsum(k)])
+        mixtures = []
+        for j in range(J):
+            part = slice(bounds[j], bounds[j + 1])
+            if abs(weights[part].sum() - 1.0) > 4 * eps + 1e-12:
+                raise StatisticsFormatError("mixture weights do not sum to 1")
+            mixtures.append(
+                ClassMixture(
+                    classes[index[j]],
+                    int(n[j]),
+                    weights[part],
+                    means[part],
+                    covariances[part],
+                    covariance_type,
+                )
+            )
+        skipped = [
+            (classes[i].item(), int(c))
+            for i, c in zip(skipped_index, skipped_count, strict=True)
+        ]
+        return cls(classes, mixtures, skipped, m, covariance_type)
+
+
+def _covariance_shape(covariance_type: str, n_components: int, m: int) -> tuple[int, ...]:
+    """Shape of the stacked covariances of ``n_components`` components."""
+    per_component = {"full": (m, m), "diag": (m,), "spherical": (1,)}[covariance_type]
+    return (n_components, *per_component)
 
 
 def _as_transmitted(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -135,6 +244,8 @@ class FedPFTClassifier(OneShotHead):
     True
     """
 
+    statistics_type = ClassMixtures
+
     def __init__(
         self,
         *,
@@ -162,7 +273,7 @@ class FedPFTClassifier(OneShotHead):
         check_option("covariance_type", self.covariance_type, COVARIANCE_TYPES)
         check_in_range("reg_covar", self.reg_covar, 0.0, None)
         dtype = np.dtype(
-            check_option("transmit_dtype", self.transmit_dtype, ("float16", "float32", "float64"))
+            check_option("transmit_dtype", self.transmit_dtype, TRANSMIT_DTYPES)
         )
         mixtures, skipped = [], []
         for label in classes:
@@ -185,7 +296,7 @@ class FedPFTClassifier(OneShotHead):
                     self.covariance_type,
                 )
             )
-        return ClassMixtures(classes, mixtures, skipped, X.shape[1])
+        return ClassMixtures(classes, mixtures, skipped, X.shape[1], self.covariance_type)
 
     def _fit_mixture(
         self, rows: np.ndarray, n_components: int, seed: int | None
@@ -237,6 +348,28 @@ class FedPFTClassifier(OneShotHead):
         self.skipped_classes_ = [message.skipped for message in statistics]
         self.n_synthetic_ = y_syn.shape[0]
         self._columns = np.searchsorted(classes, self.estimator_.classes_)
+
+    def _decode_options(self) -> dict:
+        check_option("covariance_type", self.covariance_type, COVARIANCE_TYPES)
+        dtype = check_option("transmit_dtype", self.transmit_dtype, TRANSMIT_DTYPES)
+        return {"covariance_type": self.covariance_type, "eps": float(np.finfo(dtype).eps)}
+
+    def _linear_parts(self) -> tuple[np.ndarray, np.ndarray]:
+        est = self.estimator_
+        if not (hasattr(est, "coef_") and hasattr(est, "intercept_")):
+            raise TypeError(
+                f"FedPFT's server classifier {type(est).__name__} has no coef_ and intercept_; "
+                "only a linear one can be exported as linear scores"
+            )
+        coef, intercept = np.atleast_2d(est.coef_), np.atleast_1d(est.intercept_)
+        if coef.shape[0] == 1:  # binary: scores (0, d) as in _scores
+            coef = np.vstack([np.zeros_like(coef), coef])
+            intercept = np.concatenate([[0.0], intercept])
+        full_coef = np.zeros((self.classes_.shape[0], coef.shape[1]))
+        full_intercept = np.full(self.classes_.shape[0], np.finfo(np.float64).min / 4)
+        full_coef[self._columns] = coef
+        full_intercept[self._columns] = intercept
+        return full_coef, full_intercept
 
     def _scores(self, X: np.ndarray) -> np.ndarray:
         est = self.estimator_

@@ -1,0 +1,170 @@
+"""Head messages as named numeric arrays, validated on receipt.
+
+A client's head statistics and the server's global head travel between
+parties as a flat ``dict[str, ndarray]`` of numeric arrays, a form any
+transport carries without pickle (Flower's ``ArrayRecord`` writes each array
+with ``np.save(allow_pickle=False)``).  Class labels never travel inside these
+messages: rows are positioned against the global class set both sides agreed
+on.  Everything received goes through :func:`read_array` (names, dtypes,
+shapes, finite values) and the message classes' cross-checks (counts that add
+up, covariances positive semi-definite up to the rounding of their transmitted
+dtype) before any computation touches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ArrayMessage", "LinearScores", "StatisticsFormatError", "read_array"]
+
+ArrayMessage = dict[str, np.ndarray]
+
+
+class StatisticsFormatError(ValueError):
+    """A received head message is malformed, inconsistent or hostile."""
+
+
+def read_array(
+    arrays: Mapping[str, Any],
+    name: str,
+    shape: tuple[int | None, ...],
+    *,
+    integer: bool = False,
+    nonnegative: bool = False,
+) -> np.ndarray:
+    """Fetch and check one array of a received message.
+
+    Parameters
+    ----------
+    arrays : mapping of str to ndarray
+        The received message.
+    name : str
+        Key of the array.
+    shape : tuple of int or None
+        Expected shape; ``None`` accepts any length along that axis.
+    integer : bool, default=False
+        Require integer values (stored as integers or as integral floats).
+    nonnegative : bool, default=False
+        Require values ``>= 0``.
+
+    Returns
+    -------
+    ndarray
+        A new float64 array (int64 when ``integer``), never a view of the
+        received buffer.
+
+    Raises
+    ------
+    StatisticsFormatError
+        If the array is missing, not numeric, of another shape, not finite,
+        not integral or negative where that is required.
+    """
+    if name not in arrays:
+        raise StatisticsFormatError(f"message lacks the array {name!r}")
+    value = arrays[name]
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "iuf":
+        kind = getattr(value, "dtype", type(value).__name__)
+        raise StatisticsFormatError(f"array {name!r} must be numeric, got {kind}")
+    if value.ndim != len(shape) or any(
+        want is not None and got != want for got, want in zip(value.shape, shape, strict=True)
+    ):
+        expected = tuple("*" if s is None else s for s in shape)
+        raise StatisticsFormatError(f"array {name!r} has shape {value.shape}, expected {expected}")
+    out = value.astype(np.float64)  # a copy: nothing aliases the transport buffer
+    if not np.all(np.isfinite(out)):
+        raise StatisticsFormatError(f"array {name!r} contains NaN or infinite values")
+    if nonnegative and np.any(out < 0):
+        raise StatisticsFormatError(f"array {name!r} has negative entries")
+    if integer:
+        if np.any(out != np.round(out)) or np.any(np.abs(out) > 2.0**53):
+            raise StatisticsFormatError(f"array {name!r} must hold integers")
+        return out.astype(np.int64)
+    return out
+
+
+def read_count(arrays: Mapping[str, Any], name: str, low: int, high: int | None = None) -> int:
+    """A scalar integer field in ``[low, high]``."""
+    value = int(read_array(arrays, name, (), integer=True))
+    if value < low or (high is not None and value > high):
+        bound = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise StatisticsFormatError(f"{name} = {value} is out of range (expected {bound})")
+    return value
+
+
+def check_psd_up_to_rounding(name: str, matrix: np.ndarray, eps: float) -> None:
+    """Reject a matrix that is not symmetric positive semi-definite.
+
+    A PSD matrix whose entries were each rounded with relative precision
+    ``eps`` moves by at most ``m * eps * max_i A_ii`` in spectral norm, so
+    ``A + m * eps * max_i A_ii * I`` must still admit a Cholesky factor.
+    """
+    m = matrix.shape[-1]
+    transpose = np.swapaxes(matrix, -1, -2)
+    scale = float(np.max(np.abs(matrix), initial=0.0))
+    if np.max(np.abs(matrix - transpose), initial=0.0) > 8 * eps * scale:
+        raise StatisticsFormatError(f"{name} is not symmetric")
+    diagonal = np.diagonal(matrix, axis1=-2, axis2=-1)
+    if np.any(diagonal < 0):
+        raise StatisticsFormatError(f"{name} has negative variances")
+    ridge = m * eps * np.max(diagonal, axis=-1, initial=0.0) + np.finfo(np.float64).tiny
+    try:
+        np.linalg.cholesky(matrix + ridge[..., None, None] * np.eye(m))
+    except np.linalg.LinAlgError:
+        raise StatisticsFormatError(f"{name} is not positive semi-definite") from None
+
+
+@dataclass(frozen=True, eq=False)
+class LinearScores:
+    """A fitted head as the server sends it back: scores ``X W^T + b``.
+
+    Every head with linear decision scores (FedCGS, O-FedAvg, and FedPFT with
+    a linear server classifier) exports itself in this form with
+    :meth:`~skslot.heads.OneShotHead.linear_scores`; a client predicts with it
+    exactly as the head would.
+
+    Parameters
+    ----------
+    classes : ndarray of shape (C,)
+    coef : ndarray of shape (C, m)
+    intercept : ndarray of shape (C,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot.heads import LinearScores
+    >>> head = LinearScores(np.array([3, 7]), np.array([[1.0, 0.0], [0.0, 1.0]]), np.zeros(2))
+    >>> head.predict(np.array([[2.0, 1.0], [0.0, 5.0]]))
+    array([3, 7])
+    >>> LinearScores.from_arrays(head.to_arrays(), classes=head.classes, n_features=2).coef.shape
+    (2, 2)
+    """
+
+    classes: np.ndarray
+    coef: np.ndarray
+    intercept: np.ndarray
+
+    def decision_scores(self, X: np.ndarray) -> np.ndarray:
+        """Class scores of shape (n_samples, C)."""
+        return X @ self.coef.T.astype(X.dtype, copy=False) + self.intercept
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Class of the largest score of each row."""
+        return self.classes[np.argmax(self.decision_scores(X), axis=1)]
+
+    def to_arrays(self) -> ArrayMessage:
+        return {"coef": self.coef, "intercept": self.intercept}
+
+    @classmethod
+    def from_arrays(
+        cls, arrays: Mapping[str, Any], *, classes: np.ndarray, n_features: int
+    ) -> LinearScores:
+        """Decode and check a received head against the agreed class set and dimension."""
+        C = len(classes)
+        coef = read_array(arrays, "coef", (C, n_features))
+        # a class no client had scores very low but finite, as in the heads
+        intercept = read_array(arrays, "intercept", (C,))
+        return cls(np.asarray(classes), coef, intercept)

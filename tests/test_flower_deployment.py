@@ -1,0 +1,176 @@
+"""A real Flower deployment on 127.0.0.1: one SuperLink, three SuperNodes, ``flwr run``.
+
+Each SuperNode owns one client of the paper's partition of the real digits
+features in ../shared/data (the embedded Office-Caltech10 when that folder is
+absent).  The global head the ServerApp writes must predict exactly as the
+in-process scikit-learn pipeline fitted on the same partitions and seed, and
+every client's reported accuracy must equal the in-process one.  Every process
+is started in its own session and stopped by its PID (the whole group), also
+when the test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr", reason="the Flower extra is not installed: pip install '.[flower]'")
+
+from skslot.flower import DeploymentConfig, write_flower_app
+from skslot.heads import LinearScores
+
+from .conftest import SHARED_DATA
+from .test_flower import in_process
+
+OFFLINE = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+}
+N_NODES = 3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"process {process.pid} exited with {process.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout} s")
+
+
+def stop(processes: list[subprocess.Popen]) -> None:
+    """SIGTERM each process group by PID, then SIGKILL what is left."""
+    for p in processes:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for p in processes:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def tails(logs: Path) -> str:
+    return "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in sorted(logs.glob("*.log")))
+
+
+def test_flower_deployment_on_localhost(tmp_path):
+    digits = SHARED_DATA / "digits_effnet_lite0.npz"
+    dataset = str(digits) if digits.exists() else "office-caltech10"
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, **OFFLINE, "FLWR_HOME": str(tmp_path / "flwr-home")}
+    link_port = free_port()
+    (tmp_path / "flwr-home").mkdir()
+    (tmp_path / "flwr-home" / "config.toml").write_text(
+        f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+        f'address = "127.0.0.1:{link_port}"\ninsecure = true\n'
+    )
+    output = tmp_path / "out"
+    config = DeploymentConfig(
+        head="FedCGS",
+        tau=0.4,
+        alpha=0.1,
+        seed=0,
+        summary_dtype="float64",
+        num_clients=N_NODES,
+        min_clients=N_NODES,
+        connect_timeout=120.0,
+        output_dir=str(output),
+    )
+    app_dir = write_flower_app(tmp_path / "app", config)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    processes: list[subprocess.Popen] = []
+
+    def start(name: str, *args: str) -> subprocess.Popen:
+        with open(logs / f"{name}.log", "w") as log:  # the child keeps its own descriptor
+            process = subprocess.Popen(
+                [str(bin_dir / args[0]), *args[1:]],
+                env=env,
+                cwd=tmp_path,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        processes.append(process)
+        return process
+
+    try:
+        link = start(
+            "superlink",
+            "flower-superlink",
+            "--insecure",
+            "--port",
+            str(link_port),
+            "--database",
+            str(tmp_path / "state.db"),
+        )
+        wait_for_port(link_port, link)
+        for i in range(N_NODES):
+            start(
+                f"supernode{i}",
+                "flower-supernode",
+                "--insecure",
+                "--superlink",
+                f"127.0.0.1:{link_port}",
+                "--port",
+                str(free_port()),
+                "--node-config",
+                f"partition-id={i} dataset='{dataset}'",
+            )
+        run = subprocess.run(
+            [str(bin_dir / "flwr"), "run", str(app_dir), "local", "--stream"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        (logs / "flwr-run.log").write_text(run.stdout + run.stderr)
+        assert run.returncode == 0, tails(logs)
+        deadline = time.monotonic() + 120
+        while not (output / "reference.bin").exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert (output / "reference.bin").exists(), tails(logs)
+    finally:
+        stop(processes)
+    assert all(p.poll() is not None for p in processes)
+
+    report = json.loads((output / "report.json").read_text())
+    assert report["missing"] == {"summary": [], "statistics": [], "evaluation": []}
+    assert sorted(report["clients"].values()) == list(range(N_NODES))
+    with np.load(output / "global_head.npz", allow_pickle=False) as head:
+        deployed = LinearScores(head["classes"], head["coef"], head["intercept"])
+
+    node_configs = {i: {"partition-id": i, "dataset": dataset} for i in range(N_NODES)}
+    _, expected, tests = in_process(node_configs, config)
+    m = deployed.coef.shape[1]
+    for client, (Z_test, y_test) in tests.items():
+        np.testing.assert_array_equal(deployed.predict(Z_test), expected.predict(Z_test))
+        assert report["accuracy"][str(client)] == np.mean(expected.predict(Z_test) == y_test)
+        assert report["summary_payload_bytes"]
+    values = m * (m + 1) // 2 + m + 1
+    assert report["summary_values"] == values
+    assert set(report["summary_payload_bytes"].values()) == {28 + 8 + (values - 1) * 8}
