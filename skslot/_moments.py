@@ -62,12 +62,15 @@ class ShiftedMoments:
         shift: np.ndarray | None = None,
         fourth_order: bool = True,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        clip_norm: float | None = None,
     ) -> ShiftedMoments:
         """Power sums of the rows of ``X`` (or of ``X[rows]``), ``chunk_size`` at a time.
 
         Only one chunk is ever gathered and converted to float64, so a float32
         ``X`` is not copied as a whole.  The default shift is the mean of the
-        first chunk.
+        first chunk.  With ``clip_norm``, each row ``x - shift`` is first
+        scaled to Euclidean norm at most ``clip_norm`` (differential privacy
+        clips about a data-free shift, zero).
         """
 
         def read(start: int, stop: int) -> np.ndarray:
@@ -88,6 +91,9 @@ class ShiftedMoments:
             B = buffer[: chunk.shape[0]]
             Z = B[:, :m]
             np.subtract(chunk, shift, out=Z, casting="unsafe")  # cast and centre in one pass
+            if clip_norm is not None:
+                norms = np.sqrt(np.einsum("ij,ij->i", Z, Z))
+                Z *= (clip_norm / np.maximum(norms, clip_norm))[:, None]
             if fourth_order:
                 np.einsum("ij,ij->i", Z, Z, out=B[:, m + 1])
             total += B.T @ B  # NumPy runs A^T A as a symmetric rank-k update

@@ -8,13 +8,20 @@ from typing import Any
 import numpy as np
 from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator
+from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._moments import DEFAULT_CHUNK_SIZE, ShiftedMoments
 from ._validation import check_client_labels, check_in_range, check_positive_int
 from .gaussian import GaussianSummary
+from .privacy import (
+    SUMMARY_SENSITIVITY,
+    gaussian_mechanism_sigma,
+    noisy_mean_and_covariance,
+    oas_shrinkage,
+)
 
-__all__ = ["GaussianSummaryEstimator", "ledoit_wolf_summary"]
+__all__ = ["GaussianSummaryEstimator", "ledoit_wolf_summary", "shrunk_summary"]
 
 
 def ledoit_wolf_summary(
@@ -46,12 +53,7 @@ def ledoit_wolf_summary(
     .. [1] Ledoit and Wolf, "A well-conditioned estimator for large-dimensional
        covariance matrices", Journal of Multivariate Analysis, 2004.
     """
-    n = moments.n
-    if n < 2:
-        raise ValueError(
-            f"client {client!r} has {n} sample{'s' if n != 1 else ''}; at least 2 "
-            "are needed to estimate a covariance"
-        )
+    n = _check_sample_count(moments.n, client)
     centred = moments.centred()
     mean = moments.mean
     m = mean.shape[0]
@@ -67,6 +69,33 @@ def ledoit_wolf_summary(
         delta = (delta_ - 2.0 * mu * trace + m * mu**2) / m
         beta = min(beta, delta)
         shrinkage = 0.0 if beta <= 0.0 else beta / delta
+    return shrunk_summary(n, mean, S, shrinkage, covariance_floor=covariance_floor, client=client)
+
+
+def _check_sample_count(n: int, client: Any) -> int:
+    if n < 2:
+        raise ValueError(
+            f"client {client!r} has {n} sample{'s' if n != 1 else ''}; at least 2 "
+            "are needed to estimate a covariance"
+        )
+    return n
+
+
+def shrunk_summary(
+    n: int,
+    mean: np.ndarray,
+    S: np.ndarray,
+    shrinkage: float,
+    *,
+    covariance_floor: float = 1e-8,
+    client: int | str | None = None,
+) -> GaussianSummary:
+    """``(1 - s) S + s mu I`` with ``mu = tr(S) / m``, floored (see :func:`ledoit_wolf_summary`).
+
+    ``S`` must be positive semi-definite; the result is positive definite.
+    """
+    m = mean.shape[0]
+    mu = float(np.trace(S)) / m
     cov = (1.0 - shrinkage) * S
     cov.flat[:: m + 1] += shrinkage * mu
     scale = mu
@@ -76,7 +105,7 @@ def ledoit_wolf_summary(
             f"client {client!r} has a zero sample covariance (all rows identical); "
             f"its covariance is floored to {covariance_floor * scale:.3g} * I",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     floor = covariance_floor * scale
     lower_bound = mu if m == 1 else shrinkage * mu  # on the smallest eigenvalue
@@ -105,6 +134,20 @@ class GaussianSummaryEstimator(BaseEstimator):
         as a whole.
     n_jobs : int, default=None
         Clients summarised in parallel (joblib threads; BLAS releases the GIL).
+    epsilon : float, default=None
+        Make each summary ``(epsilon, delta)``-differentially private with the
+        Gaussian mechanism (see :mod:`skslot.privacy`): rows are clipped to
+        norm ``clip_norm``, noise of scale ``noise_scale_`` is added to the
+        sum and Gram matrix (about zero), the noisy covariance is projected to
+        positive semi-definite and shrunk with the oracle approximating
+        shrinkage.  ``None`` (default): the exact Ledoit-Wolf summary.
+    delta : float, default=1e-5
+        The ``delta`` of the guarantee; keep it well below ``1 / n``.
+    clip_norm : float, default=None
+        Row-norm bound ``C``, required with ``epsilon``.  Pick it from public
+        knowledge (for example 1 for L2-normalised features), not from the data.
+    random_state : int, RandomState instance or None, default=None
+        Seed of the privacy noise (leave ``None`` in production).
 
     Attributes
     ----------
@@ -115,8 +158,13 @@ class GaussianSummaryEstimator(BaseEstimator):
         The client labels, sorted.
     n_features_in_ : int
         Number of features seen during ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Names of features seen during ``fit``, when ``X`` has string column names.
+    noise_scale_ : float
+        Standard deviation of the noise on each released entry of the sums of
+        the rows divided by ``clip_norm`` (0 without ``epsilon``): the sum's
+        noise is ``clip_norm * noise_scale_``, the Gram matrix's
+        ``clip_norm**2 * noise_scale_``.
 
     See Also
     --------
@@ -146,14 +194,36 @@ class GaussianSummaryEstimator(BaseEstimator):
         covariance_floor: float = 1e-8,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         n_jobs: int | None = None,
+        epsilon: float | None = None,
+        delta: float = 1e-5,
+        clip_norm: float | None = None,
+        random_state: int | np.random.RandomState | None = None,
     ) -> None:
         self.covariance_floor = covariance_floor
         self.chunk_size = chunk_size
         self.n_jobs = n_jobs
+        self.epsilon = epsilon
+        self.delta = delta
+        self.clip_norm = clip_norm
+        self.random_state = random_state
 
     def _check_params(self) -> None:
         check_in_range("covariance_floor", self.covariance_floor, 0.0, None)
         check_positive_int("chunk_size", self.chunk_size)
+        if self.epsilon is None:
+            if self.clip_norm is not None:
+                raise ValueError("clip_norm is only used with epsilon (differential privacy)")
+            self.noise_scale_ = 0.0
+            return
+        if self.clip_norm is None:
+            raise ValueError("epsilon needs clip_norm, the bound on each row's norm")
+        tiny = np.finfo(np.float64).tiny
+        check_in_range("clip_norm", self.clip_norm, tiny, None)
+        self.noise_scale_ = gaussian_mechanism_sigma(
+            check_in_range("epsilon", self.epsilon, tiny, None),
+            check_in_range("delta", self.delta, tiny, 1.0),
+            SUMMARY_SENSITIVITY,
+        )
 
     def _client_moments(self, X: np.ndarray, client: Any) -> dict[int | str | None, ShiftedMoments]:
         labels, codes = check_client_labels(client, X.shape[0])
@@ -163,16 +233,33 @@ class GaussianSummaryEstimator(BaseEstimator):
             order = np.argsort(codes, kind="stable")
             bounds = np.searchsorted(codes[order], np.arange(len(labels) + 1))
             groups = [order[bounds[i] : bounds[i + 1]] for i in range(len(labels))]
+        private = {}
+        if self.epsilon is not None:  # clipped sums about zero, no fourth order
+            private = {"shift": np.zeros(X.shape[1]), "fourth_order": False}
         moments = Parallel(n_jobs=self.n_jobs, prefer="threads")(
-            delayed(ShiftedMoments.from_rows)(X, rows=rows, chunk_size=self.chunk_size)
+            delayed(ShiftedMoments.from_rows)(
+                X, rows=rows, chunk_size=self.chunk_size, clip_norm=self.clip_norm, **private
+            )
             for rows in groups
         )
         return dict(zip(labels, moments, strict=True))
 
     def _finalise(self, labels: list) -> None:
+        rng = check_random_state(self.random_state)
         for label in labels:
-            self.summaries_[label] = ledoit_wolf_summary(
-                self._moments[label],
+            moments = self._moments[label]
+            if self.epsilon is None:
+                self.summaries_[label] = ledoit_wolf_summary(
+                    moments, covariance_floor=self.covariance_floor, client=label
+                )
+                continue
+            n = _check_sample_count(moments.n, label)
+            mean, S = noisy_mean_and_covariance(moments, self.clip_norm, self.noise_scale_, rng)
+            self.summaries_[label] = shrunk_summary(
+                n,
+                mean,
+                S,
+                oas_shrinkage(S, n),
                 covariance_floor=self.covariance_floor,
                 client=label,
             )
@@ -233,6 +320,7 @@ class GaussianSummaryEstimator(BaseEstimator):
         merged.n_features_in_ = self.n_features_in_
         if hasattr(self, "feature_names_in_"):
             merged.feature_names_in_ = self.feature_names_in_
+        merged._check_params()
         merged._moments = dict(self._moments)
         merged.summaries_ = dict(self.summaries_)
         for other in others:

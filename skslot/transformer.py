@@ -69,7 +69,7 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     n_iter_ : int
         Barycenter iterations (0 when built by :meth:`from_reference`).
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
 
     See Also
     --------

@@ -12,9 +12,10 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from skslot import BuresBarycenter, GaussianSummaryEstimator, SLOTTransformer
 
 ESTIMATORS = [GaussianSummaryEstimator(), BuresBarycenter(), SLOTTransformer()]
+PRIVATE = GaussianSummaryEstimator(epsilon=4.0, clip_norm=10.0, random_state=0)
 
 
-@parametrize_with_checks(ESTIMATORS)
+@parametrize_with_checks([*ESTIMATORS, PRIVATE])
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
 

@@ -1,0 +1,161 @@
+"""Differentially private summaries: the noise formula, its wiring, clipping, PD repair."""
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.covariance import OAS, oas
+
+from skslot import GaussianSummaryEstimator
+from skslot._moments import ShiftedMoments
+from skslot.privacy import (
+    SUMMARY_SENSITIVITY,
+    gaussian_mechanism_delta,
+    gaussian_mechanism_sigma,
+    noisy_moments,
+    oas_shrinkage,
+    psd_projection,
+)
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 0.5, 1.0, 4.0, 16.0])
+@pytest.mark.parametrize("delta", [1e-3, 1e-5, 1e-9])
+def test_analytic_sigma_meets_delta_exactly(epsilon, delta):
+    sigma = gaussian_mechanism_sigma(epsilon, delta, 2.5)
+    assert gaussian_mechanism_delta(sigma, epsilon, 2.5) == pytest.approx(delta, rel=1e-9)
+    # a slightly smaller sigma is not private enough: it is the smallest one
+    assert gaussian_mechanism_delta(sigma * (1 - 1e-6), epsilon, 2.5) > delta
+    # sigma scales linearly with the sensitivity
+    assert gaussian_mechanism_sigma(epsilon, delta, 5.0) == pytest.approx(2 * sigma, rel=1e-9)
+    if epsilon < 1:  # never more noise than the classical mechanism (valid for eps < 1)
+        assert sigma <= 2.5 * math.sqrt(2 * math.log(1.25 / delta)) / epsilon
+
+
+def test_sigma_decreases_with_epsilon_and_delta():
+    sigmas = [gaussian_mechanism_sigma(eps, 1e-5, 1.0) for eps in (1, 4, 16)]
+    assert sigmas[0] > sigmas[1] > sigmas[2] > 0
+    assert gaussian_mechanism_sigma(1, 1e-3, 1.0) < gaussian_mechanism_sigma(1, 1e-6, 1.0)
+
+
+def test_sensitivity_bounds_replacing_one_row_of_the_unit_ball():
+    rng = np.random.default_rng(0)
+    iu = np.triu_indices(4)
+    worst = 0.0
+    for _ in range(3000):
+        u, u2 = rng.normal(size=(2, 4))
+        u, u2 = (v / max(np.linalg.norm(v), 1.0) * rng.uniform(0.5, 1) for v in (u, u2))
+        change = np.concatenate([u - u2, (np.outer(u, u) - np.outer(u2, u2))[iu]])
+        worst = max(worst, np.linalg.norm(change))
+    assert worst <= SUMMARY_SENSITIVITY
+    assert worst > 0.6 * SUMMARY_SENSITIVITY  # the bound is not vacuous
+
+
+def test_private_summaries_are_scale_equivariant():
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(80, 5))
+    small = GaussianSummaryEstimator(epsilon=2.0, clip_norm=1.5, random_state=3).fit(X)
+    large = GaussianSummaryEstimator(epsilon=2.0, clip_norm=1.5e4, random_state=3).fit(X * 1e4)
+    a, b = small.summaries_[None], large.summaries_[None]
+    np.testing.assert_allclose(b.mean, 1e4 * a.mean, rtol=1e-9)
+    np.testing.assert_allclose(b.covariance, 1e8 * a.covariance, rtol=1e-8)
+    assert large.noise_scale_ == small.noise_scale_
+
+
+def test_noise_has_the_stated_scale_and_symmetry():
+    rng = np.random.default_rng(1)
+    m, sigma = 3, 0.7
+    base = ShiftedMoments(10, np.zeros(m), np.zeros(m), np.zeros((m, m)))
+    draws = [noisy_moments(base, sigma, rng) for _ in range(4000)]
+    s1 = np.array([d.s1 for d in draws])
+    gram = np.array([d.gram for d in draws])
+    np.testing.assert_allclose(s1.std(axis=0), sigma, rtol=0.06)
+    np.testing.assert_allclose(gram.std(axis=0), sigma, rtol=0.06)
+    np.testing.assert_array_equal(gram, np.swapaxes(gram, 1, 2))
+    with pytest.raises(ValueError, match="about zero"):
+        noisy_moments(ShiftedMoments(10, np.ones(m), np.zeros(m), np.zeros((m, m))), sigma, rng)
+
+
+def test_estimator_releases_the_clipped_sum_with_noise_scale_sigma():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(200, 4)) * 3  # most rows longer than the clip bound
+    C = 2.0
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    clipped_sum = (X * np.minimum(1, C / norms)).sum(axis=0)
+    released = []
+    for seed in range(600):
+        est = GaussianSummaryEstimator(epsilon=4.0, clip_norm=C, random_state=seed).fit(X)
+        released.append(est.summaries_[None].mean * 200)
+    sigma = gaussian_mechanism_sigma(4.0, 1e-5, 2 * np.sqrt(2))  # rows in units of C
+    assert est.noise_scale_ == sigma
+    errors = np.array(released) - clipped_sum
+    np.testing.assert_allclose(errors.mean(axis=0), 0, atol=4 * C * sigma / np.sqrt(600))
+    np.testing.assert_allclose(errors.std(axis=0), C * sigma, rtol=0.1)
+
+
+def test_negligible_noise_gives_the_oas_estimate_of_the_clipped_rows():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(300, 6)) @ rng.normal(size=(6, 6))
+    X /= np.linalg.norm(X, axis=1, keepdims=True).max()  # every row within the bound
+    est = GaussianSummaryEstimator(epsilon=1e12, clip_norm=1.0, random_state=0).fit(X)
+    assert est.noise_scale_ < 1e-5  # sigma ~ Delta / sqrt(2 epsilon) for large epsilon
+    summary = est.summaries_[None]
+    np.testing.assert_allclose(summary.mean, X.mean(axis=0), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(summary.covariance, OAS().fit(X).covariance_, rtol=1e-4)
+    assert summary.shrinkage == pytest.approx(oas(X)[1], rel=1e-4)
+
+
+def test_oas_shrinkage_matches_scikit_learn():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(40, 10))
+    S = np.cov(X.T, bias=True)
+    assert oas_shrinkage(S, 40) == pytest.approx(oas(X)[1], rel=1e-12)
+
+
+def test_strong_noise_still_gives_a_positive_definite_finite_summary():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(20, 30))  # n < m and epsilon small: the noise dominates
+    est = GaussianSummaryEstimator(epsilon=0.1, clip_norm=1.0, random_state=0)
+    summary = est.fit(X, client=np.repeat([0, 1], 10)).summaries_[1]
+    assert np.all(np.isfinite(summary.covariance))
+    assert np.linalg.eigvalsh(summary.covariance).min() > 0
+
+
+def test_psd_projection_is_the_nearest_psd_matrix():
+    S = np.array([[2.0, 0.0], [0.0, -1.0]])
+    np.testing.assert_array_equal(psd_projection(S), [[2.0, 0.0], [0.0, 0.0]])
+    rng = np.random.default_rng(6)
+    A = rng.normal(size=(5, 5))
+    A = A + A.T
+    P = psd_projection(A)
+    assert np.linalg.eigvalsh(P).min() >= -1e-12
+    for _ in range(100):  # no random PSD matrix is closer
+        B = rng.normal(size=(5, 5))
+        assert np.linalg.norm(A - P) <= np.linalg.norm(A - B @ B.T) + 1e-12
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"epsilon": 1.0}, "epsilon needs clip_norm"),
+        ({"clip_norm": 1.0}, "clip_norm is only used with epsilon"),
+        ({"epsilon": 0.0, "clip_norm": 1.0}, "epsilon"),
+        ({"epsilon": 1.0, "clip_norm": 1.0, "delta": 1.0}, "delta"),
+        ({"epsilon": 1.0, "clip_norm": -1.0}, "clip_norm"),
+    ],
+)
+def test_bad_privacy_parameters_are_clear_errors(params, message):
+    with pytest.raises(ValueError, match=message):
+        GaussianSummaryEstimator(**params).fit(np.ones((5, 2)) + np.eye(5, 2))
+
+
+def test_private_summaries_merge_before_the_noise():
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(100, 3))
+    params = {"epsilon": 1e12, "clip_norm": 10.0, "random_state": 0}
+    whole = GaussianSummaryEstimator(**params).fit(X)
+    parts = GaussianSummaryEstimator(**params).fit(X[:40]).merge(
+        GaussianSummaryEstimator(**params).fit(X[40:])
+    )
+    np.testing.assert_allclose(
+        parts.summaries_[None].covariance, whole.summaries_[None].covariance, rtol=1e-4
+    )
