@@ -54,16 +54,17 @@ class ClassMixtures:
     skipped: list[tuple[Any, int]]
     n_features: int
     covariance_type: str = "full"
+    dtype: str = "float64"
 
     def to_arrays(self) -> ArrayMessage:
         """The message a client sends, mixtures concatenated component-wise.
 
-        Covariances travel as the float64 images of their transmitted dtype
-        (``transmit_dtype`` already rounded them).
+        Weights, means and covariances travel in ``dtype`` (the head's
+        ``transmit_dtype``, which already rounded them, so the cast is exact).
         """
         m = self.n_features
         mixtures = self.mixtures
-        return {
+        message = {
             "index": np.searchsorted(self.classes, [mx.label for mx in mixtures]).astype(np.int64),
             "n": np.array([mx.n for mx in mixtures], dtype=np.int64),
             "n_components": np.array([mx.weights.shape[0] for mx in mixtures], dtype=np.int64),
@@ -78,6 +79,9 @@ class ClassMixtures:
             ),
             "skipped_count": np.array([k for _, k in self.skipped], dtype=np.int64),
         }
+        for name in ("weights", "means", "covariances"):
+            message[name] = message[name].astype(self.dtype)
+        return message
 
     @classmethod
     def from_arrays(
@@ -131,7 +135,7 @@ class ClassMixtures:
         mixtures = []
         for j in range(J):
             part = slice(bounds[j], bounds[j + 1])
-            if abs(weights[part].sum() - 1.0) > 4 * eps + 1e-12:
+            if abs(weights[part].sum() - 1.0) > (k[j] + 4) * eps + 1e-12:
                 raise StatisticsFormatError("mixture weights do not sum to 1")
             mixtures.append(
                 ClassMixture(
@@ -296,7 +300,9 @@ class FedPFTClassifier(OneShotHead):
                     self.covariance_type,
                 )
             )
-        return ClassMixtures(classes, mixtures, skipped, X.shape[1], self.covariance_type)
+        return ClassMixtures(
+            classes, mixtures, skipped, X.shape[1], self.covariance_type, dtype.name
+        )
 
     def _fit_mixture(
         self, rows: np.ndarray, n_components: int, seed: int | None
