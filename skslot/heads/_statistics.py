@@ -21,7 +21,7 @@ from ._wire import (
     StatisticsFormatError,
     check_psd_up_to_rounding,
     read_array,
-    read_count,
+    read_sample_count,
 )
 
 __all__ = ["ClassStatistics", "pooled_covariances"]
@@ -105,11 +105,7 @@ class ClassStatistics:
         its summary; the class counts must add up to it.
         """
         C, m = len(classes), n_features
-        n = read_count(arrays, "n", 1)
-        if n_samples is not None and n != n_samples:
-            raise StatisticsFormatError(
-                f"statistics count {n} rows but the client's summary counted {n_samples}"
-            )
+        n = read_sample_count(arrays, n_samples, "statistics count")
         counts = read_array(arrays, "counts", (C,), integer=True, nonnegative=True)
         if counts.sum() != n:
             raise StatisticsFormatError(f"class counts add up to {counts.sum()}, not n = {n}")

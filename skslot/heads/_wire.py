@@ -95,6 +95,14 @@ def read_count(arrays: Mapping[str, Any], name: str, low: int, high: int | None 
     return value
 
 
+def read_sample_count(arrays: Mapping[str, Any], n_samples: int | None, what: str) -> int:
+    """The message's row count ``n``, equal to ``n_samples`` (the summary's) when given."""
+    n = read_count(arrays, "n", 1)
+    if n_samples is not None and n != n_samples:
+        raise StatisticsFormatError(f"{what} {n} rows but the client's summary counted {n_samples}")
+    return n
+
+
 def check_psd_up_to_rounding(name: str, matrix: np.ndarray, eps: float) -> None:
     """Reject a matrix that is not symmetric positive semi-definite.
 

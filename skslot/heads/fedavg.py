@@ -12,7 +12,7 @@ from scipy.special import log_softmax
 
 from .._validation import check_in_range, check_option, check_positive_int, client_weights
 from ._base import LinearHeadMixin, OneShotHead
-from ._wire import ArrayMessage, StatisticsFormatError, read_array, read_count
+from ._wire import ArrayMessage, read_array, read_count, read_sample_count
 
 __all__ = ["LinearHeadUpdate", "OneShotFedAvgClassifier", "fit_softmax_regression"]
 
@@ -50,11 +50,7 @@ class LinearHeadUpdate:
         n_samples: int | None = None,
     ) -> LinearHeadUpdate:
         """Decode a received local head; ``n`` must match the client's summary."""
-        n = read_count(arrays, "n", 1)
-        if n_samples is not None and n != n_samples:
-            raise StatisticsFormatError(
-                f"local head trained on {n} rows but the client's summary counted {n_samples}"
-            )
+        n = read_sample_count(arrays, n_samples, "local head trained on")
         return cls(
             np.asarray(classes),
             read_array(arrays, "coef", (len(classes), n_features)),
