@@ -5,19 +5,25 @@ package is computed here, from a single call to a symmetric eigensolver, so
 that the two functions needed by an optimal-transport map share one
 factorisation.
 
-All factorisations use NumPy's LAPACK, the library NumPy's matrix products
-use too.  NumPy and SciPy wheels each ship their own OpenBLAS; alternating
-calls between the two makes their idle worker threads compete for the cores,
-which made the barycenter 2 to 4 times slower at the default thread count
-(``benchmarks/bench_barycenter.py``).
+Every function takes NumPy arrays or torch tensors (see :mod:`skslot._backend`)
+and works on stacks of matrices (leading batch axes) as well as on one
+matrix; the formulas use only operators and methods both share.
+
+For NumPy, all factorisations use NumPy's LAPACK, the library NumPy's matrix
+products use too.  NumPy and SciPy wheels each ship their own OpenBLAS;
+alternating calls between the two makes their idle worker threads compete for
+the cores, which made the barycenter 2 to 4 times slower at the default thread
+count (``benchmarks/bench_barycenter.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+
+from ._backend import is_tensor, linalg
 
 __all__ = [
     "SymmetricEigh",
@@ -31,73 +37,80 @@ __all__ = [
 
 
 class SymmetricEigh(NamedTuple):
-    """Eigendecomposition ``A = V diag(w) V^T`` of a symmetric matrix."""
+    """Eigendecomposition ``A = V diag(w) V^T`` of a symmetric matrix (or a stack of them)."""
 
-    eigenvalues: np.ndarray
-    eigenvectors: np.ndarray
+    eigenvalues: Any
+    eigenvectors: Any
 
-    def apply(self, func: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    def apply(self, func: Callable[[Any], Any]) -> Any:
         """Return the matrix function ``V diag(func(w)) V^T``."""
         V = self.eigenvectors
-        return (V * func(self.eigenvalues)) @ V.T
+        return (V * func(self.eigenvalues)[..., None, :]) @ V.swapaxes(-1, -2)
 
-    def sqrt(self) -> np.ndarray:
+    def sqrt(self) -> Any:
         """Principal square root ``A^{1/2}`` of a positive semi-definite ``A``."""
-        return self.apply(lambda w: np.sqrt(np.maximum(w, 0.0)))
+        return self.apply(lambda w: w.clip(min=0.0) ** 0.5)
 
-    def inv_sqrt(self) -> np.ndarray:
+    def inv_sqrt(self) -> Any:
         """Inverse square root ``A^{-1/2}`` of a positive definite ``A``."""
-        w = self.eigenvalues
-        if w[0] <= 0.0:
+        smallest = float(self.eigenvalues[..., 0].min())
+        if smallest <= 0.0:
             raise np.linalg.LinAlgError(
-                f"matrix is not positive definite: smallest eigenvalue {w[0]:.3e}"
+                f"matrix is not positive definite: smallest eigenvalue {smallest:.3e}"
             )
-        return self.apply(lambda w: 1.0 / np.sqrt(w))
+        return self.apply(lambda w: 1.0 / w**0.5)
+
+    def select(self, index: int) -> SymmetricEigh:
+        """The decomposition of matrix ``index`` of a stack."""
+        return SymmetricEigh(self.eigenvalues[index], self.eigenvectors[index])
 
 
-def symmetrize(A: np.ndarray) -> np.ndarray:
+def symmetrize(A: Any) -> Any:
     """Return ``(A + A^T) / 2``, removing round-off asymmetry."""
-    return 0.5 * (A + A.T)
+    return 0.5 * (A + A.swapaxes(-1, -2))
 
 
-def sym_eigh(A: np.ndarray) -> SymmetricEigh:
+def sym_eigh(A: Any) -> SymmetricEigh:
     """Eigendecomposition of a symmetric matrix, eigenvalues ascending.
 
     LAPACK's divide-and-conquer driver (``syevd``, what :func:`numpy.linalg.eigh`
     calls), the fastest symmetric driver for a full spectrum at m = 128 to 1280
-    here (``benchmarks/bench_eigh_drivers.py``).  Only the lower triangle of
-    ``A`` is read.
+    here (``benchmarks/bench_eigh_drivers.py``); ``torch.linalg.eigh`` for
+    tensors (batched on the GPU).  Only the lower triangle of ``A`` is read.
     """
-    w, V = np.linalg.eigh(A)
+    w, V = linalg(A).eigh(A)
     return SymmetricEigh(w, V)
 
 
-def trace_sqrt(A: np.ndarray) -> float:
+def trace_sqrt(A: Any) -> float:
     """``tr(A^{1/2})`` of a positive semi-definite ``A``, from its eigenvalues only.
 
     The Bures fidelity term; round-off negative eigenvalues count as zero.
     """
-    return float(np.sqrt(np.maximum(np.linalg.eigvalsh(A), 0.0)).sum())
+    return float((linalg(A).eigvalsh(A).clip(min=0.0) ** 0.5).sum())
 
 
-def cholesky_factor(A: np.ndarray) -> np.ndarray:
+def cholesky_factor(A: Any) -> Any:
     """Lower Cholesky factor ``L`` with ``A = L L^T``.
 
     Any factor ``F`` with ``A = F F^T`` serves the Gaussian OT formulas (see
     :class:`skslot.gaussian.GaussianMap`); Cholesky is the cheapest (``m^3 / 3``).
     """
-    return np.linalg.cholesky(A)
+    return linalg(A).cholesky(A)
 
 
-def solve_lower_transposed(L: np.ndarray, B: np.ndarray) -> np.ndarray:
+def solve_lower_transposed(L: Any, B: Any) -> Any:
     """``L^{-T} B`` for a lower-triangular ``L``."""
+    if is_tensor(L):
+        return linalg(L).solve_triangular(L.swapaxes(-1, -2), B, upper=True)
     return np.linalg.solve(L.T, B)
 
 
-def is_positive_definite(A: np.ndarray) -> bool:
+def is_positive_definite(A: Any) -> bool:
     """Whether a symmetric matrix admits a Cholesky factorisation."""
+    module = linalg(A)
     try:
-        np.linalg.cholesky(A)
-    except np.linalg.LinAlgError:
+        module.cholesky(A)
+    except module.LinAlgError:
         return False
     return True

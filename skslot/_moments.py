@@ -18,8 +18,18 @@ needs: ``sum_i ||x_i - mean||^4`` without a second ``n x m x m`` product.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from ._backend import (
+    as_host,
+    empty_like_rows,
+    row_index,
+    row_norms_squared_into,
+    subtract_into,
+    to_backend,
+)
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "ShiftedMoments"]
 
@@ -56,7 +66,7 @@ class ShiftedMoments:
     @classmethod
     def from_rows(
         cls,
-        X: np.ndarray,
+        X: Any,
         *,
         rows: np.ndarray | None = None,
         shift: np.ndarray | None = None,
@@ -67,36 +77,46 @@ class ShiftedMoments:
         """Power sums of the rows of ``X`` (or of ``X[rows]``), ``chunk_size`` at a time.
 
         Only one chunk is ever gathered and converted to float64, so a float32
-        ``X`` is not copied as a whole.  The default shift is the mean of the
+        ``X`` is not copied as a whole.  A torch tensor is reduced in torch on
+        its device; the sums come back to the host.  The default shift is the mean of the
         first chunk.  With ``clip_norm``, each row ``x - shift`` is first
         scaled to Euclidean norm at most ``clip_norm`` (differential privacy
         clips about a data-free shift, zero).
         """
 
-        def read(start: int, stop: int) -> np.ndarray:
-            return np.asarray(X[start:stop] if rows is None else X[rows[start:stop]])
+        def read(start: int, stop: int) -> Any:
+            if rows is None:
+                return X[start:stop]
+            return X[row_index(rows[start:stop], X)]
 
         n = X.shape[0] if rows is None else rows.shape[0]
         m = X.shape[1]
         if shift is None:
-            shift = read(0, chunk_size).astype(np.float64).mean(axis=0)
+            first = read(0, chunk_size)
+            shift = as_host(first.sum(axis=0)) / first.shape[0]
+        shift = np.asarray(shift, dtype=np.float64)
         # One symmetric product per chunk gives every sum: with B = [Z, 1, r],
         # r_i = ||z_i||^2, B^T B holds Z^T Z, s1 = Z^T 1, s3 = Z^T r and s4 = r^T r.
         width = m + (2 if fourth_order else 1)
-        buffer = np.empty((min(chunk_size, n), width))
+        buffer = empty_like_rows(X, (min(chunk_size, n), width), float64=True)
         buffer[:, m] = 1.0
-        total = np.zeros((width, width))
+        norms = empty_like_rows(X, (min(chunk_size, n),), float64=True)
+        shift_b = to_backend(shift, X)
+        total = to_backend(np.zeros((width, width)), X)
         for start in range(0, n, chunk_size):
             chunk = read(start, start + chunk_size)
             B = buffer[: chunk.shape[0]]
             Z = B[:, :m]
-            np.subtract(chunk, shift, out=Z, casting="unsafe")  # cast and centre in one pass
+            subtract_into(chunk, shift_b, Z)  # cast and centre in one pass
+            r = B[:, m + 1] if fourth_order else norms[: chunk.shape[0]]
+            if fourth_order or clip_norm is not None:
+                row_norms_squared_into(Z, r)
             if clip_norm is not None:
-                norms = np.sqrt(np.einsum("ij,ij->i", Z, Z))
-                Z *= (clip_norm / np.maximum(norms, clip_norm))[:, None]
-            if fourth_order:
-                np.einsum("ij,ij->i", Z, Z, out=B[:, m + 1])
+                scale = clip_norm / (r**0.5).clip(min=clip_norm)
+                Z *= scale[:, None]
+                r *= scale * scale
             total += B.T @ B  # NumPy runs A^T A as a symmetric rank-k update
+        total = as_host(total)
         gram = total[:m, :m].copy()
         s1 = total[:m, m].copy()
         if not fourth_order:

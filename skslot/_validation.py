@@ -7,6 +7,9 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
+from sklearn.utils.validation import validate_data
+
+from ._backend import is_tensor
 
 __all__ = [
     "ROUTING_HINT",
@@ -58,6 +61,8 @@ def check_client_labels(client: Any, n_samples: int) -> tuple[list, np.ndarray]:
         return [_as_label(client)], np.zeros(n_samples, dtype=np.intp)
     if hasattr(client, "to_numpy"):  # pandas Series / Index
         client = client.to_numpy()
+    if is_tensor(client):
+        client = client.detach().cpu().numpy()
     arr = np.asarray(client, dtype=object)
     if arr.ndim != 1:
         raise ValueError(f"client must be 1-D, got an array of shape {arr.shape}")
@@ -71,6 +76,51 @@ def check_client_labels(client: Any, n_samples: int) -> tuple[list, np.ndarray]:
     index = {label: i for i, label in enumerate(labels)}
     codes = np.fromiter((index[v] for v in values), dtype=np.intp, count=n_samples)
     return labels, codes
+
+
+def check_rows(estimator: Any, X: Any, *, reset: bool, ensure_min_samples: int = 1) -> Any:
+    """``validate_data`` for NumPy-convertible input; the same checks on a torch tensor.
+
+    A tensor stays a tensor on its device (float32 or float64; other numeric
+    dtypes become float64), so the kernels run there.  Everything else goes
+    through scikit-learn's ``validate_data`` (float64 or float32 kept).
+    """
+    if not is_tensor(X):
+        return validate_data(
+            estimator,
+            X,
+            dtype=[np.float64, np.float32],
+            reset=reset,
+            ensure_min_samples=ensure_min_samples,
+        )
+    import torch
+
+    name = type(estimator).__name__
+    if X.ndim != 2:
+        raise ValueError(f"Expected a 2D tensor, got a {X.ndim}D tensor of shape {tuple(X.shape)}")
+    if X.is_complex():
+        raise ValueError("Complex data not supported")
+    if X.dtype not in (torch.float32, torch.float64):
+        X = X.to(torch.float64)
+    if X.shape[0] < ensure_min_samples:
+        raise ValueError(
+            f"Found array with {X.shape[0]} sample(s) (shape={tuple(X.shape)}) while a "
+            f"minimum of {ensure_min_samples} is required by {name}."
+        )
+    if X.shape[1] < 1:
+        raise ValueError(f"Found array with 0 feature(s) (shape={tuple(X.shape)})")
+    if not bool(torch.isfinite(X).all()):
+        raise ValueError("Input X contains NaN or infinity.")
+    if reset:
+        estimator.n_features_in_ = int(X.shape[1])
+        if hasattr(estimator, "feature_names_in_"):
+            del estimator.feature_names_in_
+    elif X.shape[1] != estimator.n_features_in_:
+        raise ValueError(
+            f"X has {X.shape[1]} features, but {name} is expecting "
+            f"{estimator.n_features_in_} features as input."
+        )
+    return X
 
 
 def check_in_range(name: str, value: Any, low: float, high: float | None) -> float:

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ._backend import empty_like_rows, matmul_into, to_backend
 from ._linalg import (
     SymmetricEigh,
     cholesky_factor,
@@ -466,20 +467,21 @@ class GaussianMap:
 
         Parameters
         ----------
-        X : ndarray of shape (n, m)
-        out : ndarray of shape (n, m), optional
+        X : ndarray or torch tensor of shape (n, m)
+            A tensor is transformed in torch on its device, and the result is
+            a tensor there.
+        out : ndarray or tensor of shape (n, m), optional
             Written in place and returned (it may not overlap ``X``).
         chunk_size : int, optional
             Rows per block, to bound temporaries (or stream a memory map).
         """
-        dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
         if out is None:
-            out = np.empty(X.shape, dtype=dtype)
-        At = self.linear.T.astype(dtype, copy=False)
-        b = self.offset.astype(dtype, copy=False)
+            out = empty_like_rows(X, tuple(X.shape))
+        At = to_backend(self.linear.T, X, dtype=out.dtype)
+        b = to_backend(self.offset, X, dtype=out.dtype)
         step = X.shape[0] if chunk_size is None else max(int(chunk_size), 1)
         for start in range(0, X.shape[0], max(step, 1)):
             rows = slice(start, start + step)
-            np.matmul(X[rows], At, out=out[rows], dtype=dtype, casting="unsafe")
+            matmul_into(X[rows], At, out[rows])
             out[rows] += b
         return out

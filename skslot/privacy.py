@@ -99,7 +99,7 @@ def gaussian_mechanism_sigma(epsilon: float, delta: float, sensitivity: float) -
     >>> from skslot.privacy import gaussian_mechanism_delta, gaussian_mechanism_sigma
     >>> sigma = gaussian_mechanism_sigma(1.0, 1e-5, 1.0)
     >>> round(sigma, 4)
-    3.7305
+    3.7306
     >>> round(gaussian_mechanism_delta(sigma, 1.0, 1.0) / 1e-5, 8)
     1.0
     """

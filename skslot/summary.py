@@ -9,10 +9,10 @@ import numpy as np
 from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ._moments import DEFAULT_CHUNK_SIZE, ShiftedMoments
-from ._validation import check_client_labels, check_in_range, check_positive_int
+from ._validation import check_client_labels, check_in_range, check_positive_int, check_rows
 from .gaussian import GaussianSummary
 from .privacy import (
     SUMMARY_SENSITIVITY,
@@ -280,7 +280,7 @@ class GaussianSummaryEstimator(BaseEstimator):
         self : object
         """
         self._check_params()
-        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+        X = check_rows(self, X, reset=True, ensure_min_samples=2)
         self._moments = self._client_moments(X, client)
         self.summaries_: dict = {}
         self._finalise(list(self._moments))
@@ -294,7 +294,7 @@ class GaussianSummaryEstimator(BaseEstimator):
         """
         self._check_params()
         first = not hasattr(self, "_moments")
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=first)
+        X = check_rows(self, X, reset=first)
         if first:
             self._moments = {}
             self.summaries_ = {}

@@ -7,14 +7,16 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
+from ._backend import empty_like_rows, is_tensor, row_index
 from ._linalg import cholesky_factor
 from ._validation import (
     ROUTING_HINT,
     check_client_labels,
     check_in_range,
     check_option,
+    check_rows,
 )
 from .barycenter import BuresBarycenter, as_summary_list
 from .gaussian import GaussianMap, GaussianSummary
@@ -139,7 +141,7 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         """
         check_in_range("tau", self.tau, 0.0, 1.0)
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+        X = check_rows(self, X, reset=True, ensure_min_samples=2)
         bary = BuresBarycenter(
             weights=self.weights,
             solver=self.solver,
@@ -149,6 +151,7 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             covariance_floor=self.covariance_floor,
             chunk_size=self.chunk_size,
             n_jobs=self.n_jobs,
+            device=X.device if is_tensor(X) else None,
         ).fit(X, client=client)
         self.summaries_ = dict(zip(bary.clients_, bary.summaries_, strict=True))
         self.reference_ = bary.reference_
@@ -253,7 +256,7 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self, "maps_")
         check_in_range("tau", self.tau, 0.0, 1.0)
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = check_rows(self, X, reset=False)
         if client is None:
             if len(self.clients_) != 1:
                 raise ValueError(
@@ -266,9 +269,9 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         labels, codes = check_client_labels(client, X.shape[0])
         if len(labels) == 1:
             return self._map_for(labels[0], X).apply(X, chunk_size=self.chunk_size)
-        out = np.empty(X.shape, dtype=X.dtype)
+        out = empty_like_rows(X, tuple(X.shape))
         for i, label in enumerate(labels):
-            rows = np.flatnonzero(codes == i)
+            rows = row_index(np.flatnonzero(codes == i), X)
             X_rows = X[rows]
             out[rows] = self._map_for(label, X_rows).apply(X_rows, chunk_size=self.chunk_size)
         return out
