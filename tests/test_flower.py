@@ -173,6 +173,17 @@ def test_a_client_that_fails_is_rejected_with_its_reason(node_configs):
     assert sorted(report.accuracy) == [0, 1, 2]
 
 
+def test_private_summaries_travel_through_the_same_protocol(node_configs):
+    exact, _, exact_reference, _ = deploy(node_configs, summary_dtype="float64")
+    private, _, private_reference, _ = deploy(
+        node_configs, summary_dtype="float64", epsilon=8.0, clip_norm=20.0
+    )
+    assert sorted(private.accuracy) == [0, 1, 2, 3]
+    a, b = (GaussianSummary.from_bytes(r) for r in (exact_reference, private_reference))
+    assert not np.allclose(a.covariance, b.covariance)  # the noise reached the reference
+    assert b.n == a.n and private.summary_values == exact.summary_values
+
+
 # -- hostile summaries ------------------------------------------------------------------
 
 
@@ -377,6 +388,8 @@ def test_record_to_arrays_checks_the_header_before_allocating():
         ({"alpha": 0.0}, "alpha must be > 0"),
         ({"summary-dtype": "int8"}, "summary_dtype"),
         ({"min-clients": 0}, "min_clients"),
+        ({"epsilon": "lots"}, "epsilon must be a number or 'none'"),
+        ({"epsilon": 0.0}, "epsilon must be > 0"),
     ],
 )
 def test_bad_run_config_is_a_clear_error(run_config, message):

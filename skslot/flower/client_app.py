@@ -130,8 +130,13 @@ app = ClientApp()
 def summary(message: Message, context: Context) -> Message:
     """Stage 1: send the Ledoit-Wolf summary of the training features."""
     dtype = messages.read_summary_request(message)
-    _, data = _data(context)
-    own = GaussianSummaryEstimator().fit(data.X_train, client=data.client)
+    config, data = _data(context)
+    private = config.epsilon is not None
+    own = GaussianSummaryEstimator(
+        epsilon=config.epsilon,
+        delta=config.delta,
+        clip_norm=config.clip_norm if private else None,
+    ).fit(data.X_train, client=data.client)
     payload = own.summaries_[data.client].to_bytes(dtype)
     context.state[STATE] = ConfigRecord({"summary": payload})
     return messages.summary_reply(message, payload, np.unique(data.y_train))

@@ -56,6 +56,13 @@ class DeploymentConfig:
     output_dir : str, default=""
         Where the server writes ``report.json``, ``global_head.npz`` and
         ``reference.bin`` (nothing is written when empty).
+    epsilon : float or None, default=None
+        Clients release differentially private summaries (see
+        :mod:`skslot.privacy`) with this epsilon (``None`` or ``"none"``: exact
+        Ledoit-Wolf summaries).
+    delta : float, default=1e-5
+    clip_norm : float, default=1.0
+        Row-norm bound of the private summaries, in the features' units.
 
     Examples
     --------
@@ -79,6 +86,9 @@ class DeploymentConfig:
     clients_per_domain: int = 1
     test_size: float = 0.3
     output_dir: str = ""
+    epsilon: float | None = None
+    delta: float = 1e-5
+    clip_norm: float = 1.0
 
     def __post_init__(self) -> None:
         check_option("head", self.head, tuple(DEFAULT_HEADS))
@@ -95,6 +105,12 @@ class DeploymentConfig:
         check_in_range("reply_timeout", self.reply_timeout, 0.0, None)
         check_positive_int("clients_per_domain", self.clients_per_domain)
         check_in_range("test_size", self.test_size, 0.0, 1.0)
+        if self.epsilon is not None:
+            check_in_range("epsilon", self.epsilon, 0.0, None)
+            if self.epsilon == 0:
+                raise ValueError("epsilon must be > 0, or 'none' for exact summaries")
+        check_in_range("delta", self.delta, 0.0, 1.0)
+        check_in_range("clip_norm", self.clip_norm, 0.0, None)
         if not isinstance(self.seed, int) or not isinstance(self.output_dir, str):
             raise ValueError("seed must be an int and output_dir a string")
 
@@ -106,21 +122,23 @@ class DeploymentConfig:
             key = f.name.replace("_", "-")
             if key in run_config:
                 values[f.name] = run_config[key]
-        if isinstance(values.get("alpha"), str):
-            if values["alpha"].lower() != "none":
-                raise ValueError(f"alpha must be a number or 'none', got {values['alpha']!r}")
-            values["alpha"] = None
-        for name in ("tau", "connect_timeout", "reply_timeout", "test_size"):
+        for name in ("alpha", "epsilon"):  # "none" in a run config
+            if isinstance(values.get(name), str):
+                if values[name].lower() != "none":
+                    raise ValueError(f"{name} must be a number or 'none', got {values[name]!r}")
+                values[name] = None
+        floats = ("tau", "connect_timeout", "reply_timeout", "test_size", "delta", "clip_norm")
+        for name in (*floats, "epsilon"):
             if isinstance(values.get(name), int) and not isinstance(values[name], bool):
                 values[name] = float(values[name])
         return cls(**values)
 
     def to_run_config(self) -> dict[str, Any]:
-        """The inverse of :meth:`from_run_config` (``alpha=None`` as ``"none"``)."""
-        out = {key.replace("_", "-"): value for key, value in asdict(self).items()}
-        if out["alpha"] is None:
-            out["alpha"] = "none"
-        return out
+        """The inverse of :meth:`from_run_config` (``None`` as ``"none"``)."""
+        return {
+            key.replace("_", "-"): "none" if value is None else value
+            for key, value in asdict(self).items()
+        }
 
 
 def _toml_value(value: Any) -> str:
