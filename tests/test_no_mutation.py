@@ -13,10 +13,17 @@ from skslot import (
 from skslot.datasets import dirichlet_partition
 from skslot.heads import FedCGSClassifier, FedPFTClassifier, OneShotFedAvgClassifier
 
+MESSAGE = ("n", "counts", "sums", "shift", "s1", "gram")
+
 
 @pytest.fixture
 def arrays(federated):
+    statistics = FedCGSClassifier().client_statistics(
+        federated.X, federated.y, np.unique(federated.y)
+    )
+    message = {k: np.array(v) for k, v in statistics.to_arrays().items()}
     return {
+        **message,
         "X": federated.X.copy(),
         "X32": federated.X.astype(np.float32),
         "y": federated.y.copy(),
@@ -39,9 +46,16 @@ def calls(a):
     yield lambda: GaussianSummary(10, mean, cov)
     yield lambda: GaussianMap(cov, mean).apply(X32, chunk_size=7)
     yield lambda: dirichlet_partition(y, client, alpha=0.5, random_state=0)
+    yield lambda: GaussianSummaryEstimator(epsilon=1.0, clip_norm=0.5).fit(X, client=client)
     for head in (FedCGSClassifier(), OneShotFedAvgClassifier(), FedPFTClassifier(random_state=0)):
         yield lambda head=head: head.fit(X, y, client=client).predict_proba(X32)
         yield lambda head=head: head.client_statistics(X32, y, np.unique(y))
+        yield lambda head=head: head.linear_scores().predict(X)
+    # a head message decoded on receipt
+    message = {k: a[k] for k in MESSAGE}
+    yield lambda: FedCGSClassifier().decode_statistics(
+        message, classes=np.unique(y), n_features=X.shape[1]
+    )
 
 
 def test_inputs_are_left_untouched(arrays):
@@ -53,4 +67,4 @@ def test_inputs_are_left_untouched(arrays):
         for key, value in arrays.items():
             np.testing.assert_array_equal(value, snapshot[key], err_msg=f"call {n_calls}: {key}")
             assert value.flags.writeable
-    assert n_calls == 15
+    assert n_calls == 20
