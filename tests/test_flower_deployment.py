@@ -164,7 +164,7 @@ def test_flower_deployment_on_localhost(tmp_path):
     with np.load(output / "global_head.npz", allow_pickle=False) as head:
         deployed = LinearScores(head["classes"], head["coef"], head["intercept"])
 
-    node_configs = {i: {"partition-id": i, "dataset": dataset} for i in range(N_NODES)}
+    node_configs = {i: {"partition-id": i} for i in range(N_NODES)}
     _, expected, tests = in_process(node_configs, config)
     m = deployed.coef.shape[1]
     for client, (Z_test, y_test) in tests.items():

@@ -10,10 +10,10 @@ uses the same map.
 
 A node's data comes from its *node config* (``flower-supernode --node-config``):
 
-- ``dataset`` (a multi-domain ``.npz`` as in :func:`skslot.datasets.load_npz`,
-  or ``"office-caltech10"``, the default) and ``partition-id``: this node is
-  client ``partition-id`` of the paper's partition with the run's ``alpha``
-  and ``seed``; or
+- ``partition-id`` and optionally ``dataset`` (a multi-domain ``.npz`` as in
+  :func:`skslot.datasets.load_npz`, or ``"office-caltech10"``; default: the
+  run config's ``dataset``): this node is client ``partition-id`` of the
+  paper's partition with the run's ``alpha`` and ``seed``; or
 - ``data``: a user's own ``.npz`` with ``X_train``, ``y_train``, ``X_test``,
   ``y_test``, and optionally ``client-id`` (an int or a string naming this
   client; default: the Flower node id).
@@ -82,7 +82,7 @@ def load_client_data(
             client, X_train.astype(np.float64), y_train, X_test.astype(np.float64), y_test
         )
     pid = _node_value(node_config, "partition-id", int)
-    dataset = node_config.get("dataset", "office-caltech10")
+    dataset = node_config.get("dataset", config.dataset)
     data = load_office_caltech10() if dataset == "office-caltech10" else load_npz(dataset)
     part = dirichlet_partition(
         data.y,

@@ -40,6 +40,11 @@ class DeploymentConfig:
         names a multi-domain data set.
     seed : int, default=0
         Seed of the partition and of the head.
+    dataset : str, default="office-caltech10"
+        The multi-domain data set partitioned among the clients (a path to an
+        ``.npz``, or ``"office-caltech10"``, the embedded one); a node's own
+        ``dataset`` node config takes precedence (see
+        :func:`~skslot.flower.load_client_data`).
     summary_dtype : {"float16", "float32", "float64"}, default="float32"
         Precision of the summaries and of the reference on the wire.
     num_clients : int, default=0
@@ -78,6 +83,7 @@ class DeploymentConfig:
     tau: float = 0.4
     alpha: float | None = 0.1
     seed: int = 0
+    dataset: str = "office-caltech10"
     summary_dtype: str = "float32"
     num_clients: int = 0
     min_clients: int = 2
@@ -111,8 +117,11 @@ class DeploymentConfig:
                 raise ValueError("epsilon must be > 0, or 'none' for exact summaries")
         check_in_range("delta", self.delta, 0.0, 1.0)
         check_in_range("clip_norm", self.clip_norm, 0.0, None)
-        if not isinstance(self.seed, int) or not isinstance(self.output_dir, str):
-            raise ValueError("seed must be an int and output_dir a string")
+        if not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an int, got {self.seed!r}")
+        for name in ("dataset", "output_dir"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> DeploymentConfig:
