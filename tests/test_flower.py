@@ -307,7 +307,7 @@ def _huge_header(arrays):
     header = buffer.getvalue()
     return {
         **arrays,
-        "gram": Array(
+        "gram_upper": Array(
             dtype="float64", shape=(10**12,), stype="numpy.ndarray", data=header + bytes(64)
         ),
     }
@@ -320,17 +320,17 @@ def _counts_off(arrays):
 
 
 def _not_psd(arrays):
-    gram = arrays["gram"].copy()
-    gram[0, 1] = gram[1, 0] = 10 * np.abs(gram).max()  # |G_01| > sqrt(G_00 G_11)
-    return {**arrays, "gram": gram}
+    upper = arrays["gram_upper"].copy()
+    upper[1] = 10 * np.abs(upper).max()  # G_01 = G_10 with |G_01| > sqrt(G_00 G_11)
+    return {**arrays, "gram_upper": upper}
 
 
 HOSTILE_STATISTICS = {
     "NaN": (_nan_sums, "array 'sums' contains NaN"),
     "wrong shape": (_with(sums=np.zeros((4, M + 1))), "array 'sums' has shape (4, 7)"),
     "missing array": (
-        lambda a: {k: v for k, v in a.items() if k != "gram"},
-        "lacks the array 'gram'",
+        lambda a: {k: v for k, v in a.items() if k != "gram_upper"},
+        "lacks the array 'gram_upper'",
     ),
     "pickled object": (_pickled, "has dtype object"),
     "huge header": (_huge_header, "its header does not match its size"),
@@ -364,9 +364,9 @@ def test_inconsistent_evaluation_is_rejected(node_configs):
 
 
 def test_record_to_arrays_checks_the_header_before_allocating():
-    huge = _huge_header({})["gram"]
+    huge = _huge_header({})["gram_upper"]
     with pytest.raises(ProtocolError, match="header does not match its size"):
-        messages.record_to_arrays(ArrayRecord({"gram": huge}), max_bytes=1 << 20)
+        messages.record_to_arrays(ArrayRecord({"gram_upper": huge}), max_bytes=1 << 20)
     with pytest.raises(ProtocolError, match=r"not a valid \.npy"):
         messages.record_to_arrays(
             ArrayRecord(

@@ -13,7 +13,7 @@ from skslot import (
 from skslot.datasets import dirichlet_partition
 from skslot.heads import FedCGSClassifier, FedPFTClassifier, OneShotFedAvgClassifier
 
-MESSAGE = ("n", "counts", "sums", "shift", "s1", "gram")
+MESSAGE = ("n", "counts", "sums", "shift", "s1", "gram_upper")
 
 
 @pytest.fixture
