@@ -31,8 +31,10 @@ __all__ = [
     "is_positive_definite",
     "solve_lower_transposed",
     "sym_eigh",
+    "symmetric_from_upper",
     "symmetrize",
     "trace_sqrt",
+    "upper_triangle",
 ]
 
 
@@ -104,6 +106,18 @@ def solve_lower_transposed(L: Any, B: Any) -> Any:
     if is_tensor(L):
         return linalg(L).solve_triangular(L.swapaxes(-1, -2), B, upper=True)
     return np.linalg.solve(L.T, B)
+
+
+def upper_triangle(A: np.ndarray) -> np.ndarray:
+    """The ``m (m + 1) / 2`` entries on and above the diagonal, row by row."""
+    return A[np.triu_indices(A.shape[0])]
+
+
+def symmetric_from_upper(upper: np.ndarray, m: int) -> np.ndarray:
+    """The symmetric ``m x m`` matrix whose :func:`upper_triangle` is ``upper``."""
+    full = np.zeros((m, m))
+    full[np.triu_indices(m)] = upper
+    return full + np.triu(full, 1).T
 
 
 def is_positive_definite(A: Any) -> bool:

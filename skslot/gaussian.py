@@ -47,7 +47,9 @@ from ._linalg import (
     cholesky_factor,
     is_positive_definite,
     sym_eigh,
+    symmetric_from_upper,
     trace_sqrt,
+    upper_triangle,
 )
 
 __all__ = [
@@ -207,14 +209,13 @@ class GaussianSummary:
         if dt.name not in _DTYPE_CODES:
             raise ValueError(f"dtype must be float16, float32 or float64, got {dt.name}")
         m = self.dimension
-        iu = np.triu_indices(m)
-        values = np.concatenate([self.mean, self.covariance[iu]])
+        values = np.concatenate([self.mean, upper_triangle(self.covariance)])
         with np.errstate(over="ignore"):
             packed = values.astype(dt.newbyteorder("<"))
         if not np.all(np.isfinite(packed)):
             raise SummaryFormatError(f"summary values overflow {dt.name}; send it in a wider dtype")
         if dt.itemsize < 8:
-            rounded = _unpack_covariance(packed[m:].astype(np.float64), m)
+            rounded = symmetric_from_upper(packed[m:].astype(np.float64), m)
             if not is_positive_definite(rounded):
                 raise SummaryFormatError(
                     f"covariance rounded to {dt.name} is not positive definite; "
@@ -338,16 +339,10 @@ class GaussianSummary:
         return cls(
             n=n,
             mean=values[:m],
-            covariance=_unpack_covariance(values[m:], m),
+            covariance=symmetric_from_upper(values[m:], m),
             shrinkage=shrink,
             client=client,
         )
-
-
-def _unpack_covariance(upper: np.ndarray, m: int) -> np.ndarray:
-    cov = np.zeros((m, m))
-    cov[np.triu_indices(m)] = upper
-    return cov + np.triu(cov, 1).T
 
 
 def bures_wasserstein_distance(source: GaussianSummary, target: GaussianSummary) -> float:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .._linalg import symmetric_from_upper, upper_triangle
 from .._moments import ShiftedMoments
 from ._wire import (
     ArrayMessage,
@@ -90,7 +91,7 @@ class ClassStatistics:
             "sums": self.sums,
             "shift": moments.shift,
             "s1": moments.s1,
-            "gram_upper": moments.gram[np.triu_indices(self.n_features)],
+            "gram_upper": upper_triangle(moments.gram),
         }
 
     @classmethod
@@ -117,7 +118,7 @@ class ClassStatistics:
             n,
             read_array(arrays, "shift", (m,)),
             read_array(arrays, "s1", (m,)),
-            _symmetric_from_upper(read_array(arrays, "gram_upper", (m * (m + 1) // 2,)), m),
+            symmetric_from_upper(read_array(arrays, "gram_upper", (m * (m + 1) // 2,)), m),
         )
         total = moments.s1 + n * moments.shift
         if not np.allclose(sums.sum(axis=0), total, rtol=1e-8, atol=1e-8 * np.abs(total).max()):
@@ -130,13 +131,6 @@ class ClassStatistics:
         """Means of the classes with at least one row (others are NaN-free zeros)."""
         safe = np.maximum(self.counts, 1.0)
         return self.sums / safe[:, None]
-
-
-def _symmetric_from_upper(upper: np.ndarray, m: int) -> np.ndarray:
-    """The symmetric matrix whose upper triangle (row by row) is ``upper``."""
-    full = np.zeros((m, m))
-    full[np.triu_indices(m)] = upper
-    return full + np.triu(full, 1).T
 
 
 def pooled_covariances(stats: ClassStatistics) -> tuple[np.ndarray, np.ndarray]:
