@@ -408,3 +408,25 @@ def test_run_config_round_trip_and_app_template(tmp_path):
         "clientapp": "skslot.flower.client_app:app",
     }
     assert DeploymentConfig.from_run_config(parsed["tool"]["flwr"]["app"]["config"]) == config
+
+
+def test_node_config_dataset_overrides_the_run_config(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "two_domains.npz"
+    np.savez(
+        path,
+        X=rng.normal(size=(120, 3)),
+        y=np.tile(np.arange(3), 40),
+        domain=np.repeat([0, 1], 60),
+        domains=np.array(["a", "b"]),
+        classes=np.array(["c0", "c1", "c2"]),
+    )
+    config = DeploymentConfig(alpha=None, dataset="office-caltech10")
+    own = load_client_data({"partition-id": 1, "dataset": str(path)}, config)
+    assert own.X_train.shape[1] == 3 and own.client == 1
+    default = load_client_data({"partition-id": 1}, config)
+    assert default.X_train.shape[1] == 800  # the run config's data set
+    with pytest.raises(ValueError, match="partition-id 2 is out of range"):
+        load_client_data({"partition-id": 2, "dataset": str(path)}, config)
+    with pytest.raises(ValueError, match="node config 'partition-id' must be"):
+        load_client_data({"partition-id": "one"}, config)

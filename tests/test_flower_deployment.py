@@ -92,6 +92,7 @@ def test_flower_deployment_on_localhost(tmp_path):
         tau=0.4,
         alpha=0.1,
         seed=0,
+        dataset=dataset,  # a run-config value: the node configs only give partition-id
         summary_dtype="float64",
         num_clients=N_NODES,
         min_clients=N_NODES,
@@ -138,7 +139,7 @@ def test_flower_deployment_on_localhost(tmp_path):
                 "--port",
                 str(free_port()),
                 "--node-config",
-                f"partition-id={i} dataset='{dataset}'",
+                f"partition-id={i}",
             )
         run = subprocess.run(
             [str(bin_dir / "flwr"), "run", str(app_dir), "local", "--stream"],
