@@ -31,7 +31,24 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 
 from ..heads import LinearScores, StatisticsFormatError
 
-__all__ = ["ProtocolError", "arrays_to_record", "record_to_arrays"]
+__all__ = [
+    "ProtocolError",
+    "arrays_to_record",
+    "evaluation_reply",
+    "head_request",
+    "payload_bytes",
+    "read_evaluation_reply",
+    "read_head_request",
+    "read_statistics_reply",
+    "read_statistics_request",
+    "read_summary_reply",
+    "read_summary_request",
+    "record_to_arrays",
+    "statistics_reply",
+    "statistics_request",
+    "summary_reply",
+    "summary_request",
+]
 
 #: Record names used in every message's content.
 CONFIG = "skslot"

@@ -159,7 +159,10 @@ def _exchange(
     return {node: reply for node, reply in replies.items() if not reply.has_error()}
 
 
-def _require(accepted: Iterable, stage: str, config: DeploymentConfig, report: DeploymentReport):
+def _require(
+    accepted: Iterable, stage: str, config: DeploymentConfig, report: DeploymentReport
+) -> None:
+    """Raise :class:`DeploymentError`, naming who failed, when too few clients remain."""
     accepted = list(accepted)
     if len(accepted) < config.min_clients:
         problems = [f"{report.name(n)} missing" for n in report.missing[stage]] + [
