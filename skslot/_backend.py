@@ -23,7 +23,6 @@ import numpy as np
 __all__ = [
     "as_host",
     "empty_like_rows",
-    "eye_like",
     "is_tensor",
     "linalg",
     "matmul_into",
@@ -32,7 +31,6 @@ __all__ = [
     "stack",
     "subtract_into",
     "to_backend",
-    "torch_device",
 ]
 
 
@@ -61,11 +59,6 @@ def linalg(A: Any) -> ModuleType:
     return _torch().linalg if is_tensor(A) else np.linalg
 
 
-def torch_device(device: Any) -> Any:
-    """A ``torch.device`` from a name such as ``"cuda"`` or ``"cpu"``."""
-    return _torch().device(device)
-
-
 def to_backend(a: Any, like: Any = None, *, device: Any = None, dtype: Any = None) -> Any:
     """``a`` as an array of ``like``'s kind (a tensor on its device) or on ``device``.
 
@@ -91,18 +84,10 @@ def empty_like_rows(X: Any, shape: tuple[int, ...], float64: bool = False) -> An
     """An uninitialised array of ``shape`` with ``X``'s kind, device and float dtype."""
     if is_tensor(X):
         torch = _torch()
-        dtype = torch.float64 if float64 or X.dtype not in (torch.float32,) else X.dtype
+        dtype = torch.float64 if float64 or X.dtype != torch.float32 else X.dtype
         return torch.empty(shape, dtype=dtype, device=X.device)
     dtype = np.float64 if float64 or X.dtype != np.float32 else np.float32
     return np.empty(shape, dtype=dtype)
-
-
-def eye_like(A: Any) -> Any:
-    """The identity of ``A``'s size, kind, device and dtype."""
-    m = A.shape[-1]
-    if is_tensor(A):
-        return _torch().eye(m, dtype=A.dtype, device=A.device)
-    return np.eye(m, dtype=A.dtype)
 
 
 def stack(arrays: list) -> Any:

@@ -48,6 +48,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
 
+from ._linalg import sym_eigh, symmetric_from_upper, symmetrize
 from ._moments import ShiftedMoments
 from ._validation import check_in_range
 
@@ -127,8 +128,7 @@ def noisy_moments(
     if np.any(moments.shift != 0):
         raise ValueError("private sums must be taken about zero (a data-free shift)")
     m = moments.s1.shape[0]
-    upper = np.triu(rng.normal(scale=sigma, size=(m, m)))
-    noise = upper + np.triu(upper, 1).T
+    noise = symmetric_from_upper(rng.normal(scale=sigma, size=m * (m + 1) // 2), m)
     return ShiftedMoments(
         moments.n,
         moments.shift,
@@ -156,9 +156,7 @@ def noisy_mean_and_covariance(
 
 def psd_projection(S: np.ndarray) -> np.ndarray:
     """The nearest positive semi-definite matrix in Frobenius norm (negative eigenvalues to 0)."""
-    values, vectors = np.linalg.eigh(0.5 * (S + S.T))
-    projected = (vectors * np.maximum(values, 0.0)) @ vectors.T
-    return 0.5 * (projected + projected.T)
+    return symmetrize(sym_eigh(symmetrize(S)).apply(lambda w: w.clip(min=0.0)))
 
 
 def oas_shrinkage(S: np.ndarray, n: int) -> float:

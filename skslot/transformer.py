@@ -9,7 +9,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._backend import empty_like_rows, is_tensor, row_index
+from ._backend import empty_like_rows, row_index
 from ._linalg import cholesky_factor
 from ._validation import (
     ROUTING_HINT,
@@ -151,8 +151,7 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             covariance_floor=self.covariance_floor,
             chunk_size=self.chunk_size,
             n_jobs=self.n_jobs,
-            device=X.device if is_tensor(X) else None,
-        ).fit(X, client=client)
+        ).fit(X, client=client)  # on a tensor's device when X is one
         self.summaries_ = dict(zip(bary.clients_, bary.summaries_, strict=True))
         self.reference_ = bary.reference_
         self.maps_ = bary.transport_maps()

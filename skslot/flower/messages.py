@@ -23,6 +23,7 @@ a hostile header cannot make the server allocate terabytes.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -119,7 +120,7 @@ def record_to_arrays(
             raise ProtocolError(f"array {name!r} has dtype {dtype}, not one of kinds {allowed!r}")
         if (
             any(s < 0 for s in shape)
-            or int(np.prod(shape)) * dtype.itemsize != len(array.data) - header_length
+            or math.prod(shape) * dtype.itemsize != len(array.data) - header_length
         ):
             raise ProtocolError(f"array {name!r}: its header does not match its size")
         out[name] = np.load(io.BytesIO(array.data), allow_pickle=False)
