@@ -22,6 +22,7 @@ import numpy as np
 
 __all__ = [
     "as_host",
+    "as_kind_of",
     "empty_like_rows",
     "is_tensor",
     "linalg",
@@ -78,6 +79,13 @@ def as_host(a: Any) -> np.ndarray:
     if is_tensor(a):
         a = a.detach().cpu().numpy()
     return np.array(a, dtype=np.float64)
+
+
+def as_kind_of(a: Any, like: Any) -> Any:
+    """``a`` in ``like``'s kind: a tensor of ``like``'s dtype on its device, or NumPy float64."""
+    if is_tensor(like):
+        return to_backend(a, like, dtype=like.dtype)
+    return as_host(a)
 
 
 def empty_like_rows(X: Any, shape: tuple[int, ...], float64: bool = False) -> Any:

@@ -15,6 +15,7 @@ __all__ = [
     "ROUTING_HINT",
     "check_client_labels",
     "check_in_range",
+    "check_non_negative_int",
     "check_option",
     "check_positive_int",
     "client_weights",
@@ -135,6 +136,12 @@ def check_in_range(name: str, value: Any, low: float, high: float | None) -> flo
 def check_positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_non_negative_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
     return int(value)
 
 

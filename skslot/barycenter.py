@@ -13,27 +13,38 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
-from ._backend import as_host, is_tensor, linalg, stack, to_backend
+from ._anderson import AndersonMixing
+from ._backend import as_kind_of, is_tensor, linalg, stack, to_backend
 from ._linalg import (
     SymmetricEigh,
     cholesky_factor,
+    is_positive_definite,
     solve_lower_transposed,
     sym_eigh,
     symmetrize,
 )
-from ._validation import check_in_range, check_option, check_positive_int, client_weights
+from ._validation import (
+    check_in_range,
+    check_non_negative_int,
+    check_option,
+    check_positive_int,
+    client_weights,
+)
 from .gaussian import GaussianMap, GaussianSummary
 from .summary import GaussianSummaryEstimator
 
 __all__ = ["BarycenterResult", "BuresBarycenter", "bures_wasserstein_barycenter"]
 
 SOLVERS = ("fixed-point", "picard")
-INITS = ("sqrt-mean", "mean")
+INITS = ("mean", "sqrt-mean")
 
 
 @dataclass(frozen=True, eq=False)
 class BarycenterResult:
     """Output of :func:`bures_wasserstein_barycenter`.
+
+    Arrays are of the covariances' kind: NumPy float64 for NumPy input, tensors
+    of the input's dtype on the input's device for torch input.
 
     Attributes
     ----------
@@ -67,7 +78,8 @@ def bures_wasserstein_barycenter(
     weights: np.ndarray,
     *,
     solver: str = "fixed-point",
-    init: str | np.ndarray = "sqrt-mean",
+    init: str | np.ndarray = "mean",
+    anderson: int = 5,
     tol: float = 1e-10,
     max_iter: int = 100,
     device: Any = None,
@@ -88,12 +100,16 @@ def bures_wasserstein_barycenter(
     * ``"picard"``: ``S <- M(S)`` with ``F = S^{1/2}``, the iteration of the
       SLOT-Align paper.
 
-    Each iteration costs ``K`` symmetric eigendecompositions (of each
-    ``F^T Sigma_k F``, as one batched call) plus one Cholesky factorisation
-    (fixed point) or one eigendecomposition (Picard) of ``S``.  With torch
-    covariances, or ``device`` set, the iteration runs in torch on that device
-    (float64); the result is returned on the host either way.  The default start
-    ``(sum_k w_k Sigma_k^{1/2})^2`` is exact for commuting matrices.
+    Either is accelerated by Anderson mixing [3]_ of the last ``anderson``
+    iterates (:mod:`skslot._anderson`): a mixed iterate that is not positive
+    definite, or whose residual is ten times the best one so far, restarts the
+    mixing from the plain step.  Each iteration costs ``K`` symmetric
+    eigendecompositions (of each ``F^T Sigma_k F``, as one batched call) plus
+    one Cholesky factorisation (fixed point) or one eigendecomposition (Picard)
+    of ``S``, and one Cholesky factorisation to check a mixed iterate.  With
+    torch covariances, or ``device`` set, the iteration runs in torch on that
+    device (float64); the result comes back in the covariances' kind (NumPy,
+    or tensors of their dtype on their device).
 
     Parameters
     ----------
@@ -101,7 +117,13 @@ def bures_wasserstein_barycenter(
     weights : ndarray of shape (K,)
         Non-negative, summing to one.
     solver : {"fixed-point", "picard"}
-    init : {"sqrt-mean", "mean"} or ndarray of shape (m, m)
+    init : {"mean", "sqrt-mean"} or ndarray of shape (m, m)
+        ``sum_k w_k Sigma_k``, or ``(sum_k w_k Sigma_k^{1/2})^2`` (exact for
+        commuting matrices, at the cost of ``K`` more eigendecompositions; with
+        acceleration the arithmetic mean reaches a given residual with fewer
+        eigendecompositions in ``benchmarks/bench_barycenter.py``), or a matrix.
+    anderson : int
+        Anderson memory; 0 runs the plain iteration.
     tol : float
         Stop when the relative fixed-point residual is at most ``tol``.
     max_iter : int
@@ -116,29 +138,36 @@ def bures_wasserstein_barycenter(
     .. [2] Alvarez-Esteban, del Barrio, Cuesta-Albertos and Matran, "A
        fixed-point approach to barycenters in Wasserstein space", Journal of
        Mathematical Analysis and Applications, 2016.
+    .. [3] Walker and Ni, "Anderson acceleration for fixed-point iterations",
+       SIAM Journal on Numerical Analysis, 2011.
     """
     check_option("solver", solver, SOLVERS)
+    anderson = check_non_negative_int("anderson", anderson)
     weights = np.asarray(weights, dtype=np.float64)
-    # all clients' covariances as one stack, on the host or on ``device``
-    Cs = stack(list(covariances))
+    covariances = list(covariances)
+    kind = covariances[0]  # the result comes back as this kind of array
+    # all clients' covariances as one float64 stack, on the host or on ``device``
+    Cs = stack(covariances)
     Cs = to_backend(Cs, Cs, device=device)
-    w = to_backend(weights, Cs).reshape(-1, 1, 1)
+    w = to_backend(weights, Cs)
     if isinstance(init, str):
         check_option("init", init, INITS)
         if init == "mean":
-            S = (w * Cs).sum(axis=0)
+            S = (w.reshape(-1, 1, 1) * Cs).sum(axis=0)
         else:
-            root_mean = (w * sym_eigh(Cs).sqrt()).sum(axis=0)
+            root_mean = sym_eigh(Cs).weighted_sqrt_sum(w)
             S = root_mean @ root_mean
     else:
         S = to_backend(init, Cs)
     S = symmetrize(S)
+    mixer = AndersonMixing(anderson) if anderson > 0 else None
+    best = np.inf
     n_iter = 0
     while True:
         n_iter += 1
         F = cholesky_factor(S) if solver == "fixed-point" else sym_eigh(S).sqrt()
         inner = sym_eigh(F.swapaxes(-1, -2) @ Cs @ F)  # K eigendecompositions, batched
-        N = symmetrize((w * inner.sqrt()).sum(axis=0))
+        N = symmetrize(inner.weighted_sqrt_sum(w))
         FtF = F.T @ F
         residual = float(linalg(N).norm(N - FtF) / linalg(N).norm(FtF))
         converged = residual <= tol
@@ -146,13 +175,23 @@ def bures_wasserstein_barycenter(
             break
         if solver == "fixed-point":
             X = solve_lower_transposed(F, N)
-            S = symmetrize(X @ X.T)
+            image = symmetrize(X @ X.T)
         else:
-            S = N
-    inner = SymmetricEigh(as_host(inner.eigenvalues), as_host(inner.eigenvectors))
+            image = N
+        if mixer is None:
+            S = image
+            continue
+        if residual > 10.0 * best:
+            mixer.reset()
+        best = min(best, residual)
+        S = mixer(S, image)
+        if S is not image and not is_positive_definite(S):
+            mixer.reset()
+            S = image
+    inner = SymmetricEigh(as_kind_of(inner.eigenvalues, kind), as_kind_of(inner.eigenvectors, kind))
     return BarycenterResult(
-        as_host(S),
-        as_host(F),
+        as_kind_of(S, kind),
+        as_kind_of(F, kind),
         [inner.select(k) for k in range(len(weights))],
         n_iter,
         residual,
@@ -206,8 +245,11 @@ class BuresBarycenter(BaseEstimator):
         Client weights: ``n_k / N``, ``1 / K``, or given (normalised to sum 1).
     solver : {"fixed-point", "picard"}, default="fixed-point"
         Alvarez-Esteban's provably convergent iteration, or the paper's.
-    init : {"sqrt-mean", "mean"}, default="sqrt-mean"
-        Starting point ``(sum w_k Sigma_k^{1/2})^2`` or ``sum w_k Sigma_k``.
+    init : {"mean", "sqrt-mean"}, default="mean"
+        Starting point ``sum w_k Sigma_k`` or ``(sum w_k Sigma_k^{1/2})^2``.
+    anderson : int, default=5
+        Memory of the Anderson acceleration of the iteration; 0 runs the plain
+        iteration (the same fixed point, more iterations).
     tol : float, default=1e-10
         Relative fixed-point residual at which to stop.
     max_iter : int, default=100
@@ -258,7 +300,8 @@ class BuresBarycenter(BaseEstimator):
         *,
         weights: Any = "samples",
         solver: str = "fixed-point",
-        init: str = "sqrt-mean",
+        init: str = "mean",
+        anderson: int = 5,
         tol: float = 1e-10,
         max_iter: int = 100,
         covariance_floor: float = 1e-8,
@@ -269,6 +312,7 @@ class BuresBarycenter(BaseEstimator):
         self.weights = weights
         self.solver = solver
         self.init = init
+        self.anderson = anderson
         self.tol = tol
         self.max_iter = max_iter
         self.covariance_floor = covariance_floor
@@ -315,6 +359,7 @@ class BuresBarycenter(BaseEstimator):
             self.weights_,
             solver=self.solver,
             init=self.init,
+            anderson=self.anderson,
             tol=self.tol,
             max_iter=self.max_iter,
             device=self.device if self.device is not None or not is_tensor(X) else X.device,

@@ -51,7 +51,7 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         raise, estimate that client's Gaussian from the rows given to
         ``transform`` and map it to the reference (a client joining later;
         the fitted state is not changed), or leave its rows unchanged.
-    weights, solver, init, tol, max_iter
+    weights, solver, init, anderson, tol, max_iter
         Passed to :class:`BuresBarycenter`.
     covariance_floor, chunk_size, n_jobs
         Passed to :class:`GaussianSummaryEstimator`.
@@ -100,7 +100,8 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         unknown_client: str = "error",
         weights: Any = "samples",
         solver: str = "fixed-point",
-        init: str = "sqrt-mean",
+        init: str = "mean",
+        anderson: int = 5,
         tol: float = 1e-10,
         max_iter: int = 100,
         covariance_floor: float = 1e-8,
@@ -112,6 +113,7 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         self.weights = weights
         self.solver = solver
         self.init = init
+        self.anderson = anderson
         self.tol = tol
         self.max_iter = max_iter
         self.covariance_floor = covariance_floor
@@ -146,6 +148,7 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             weights=self.weights,
             solver=self.solver,
             init=self.init,
+            anderson=self.anderson,
             tol=self.tol,
             max_iter=self.max_iter,
             covariance_floor=self.covariance_floor,

@@ -5,6 +5,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from skslot import BuresBarycenter, GaussianMap, GaussianSummary
+from skslot._anderson import AndersonMixing
 from skslot._linalg import sym_eigh
 from skslot.barycenter import bures_wasserstein_barycenter
 
@@ -154,3 +155,78 @@ def test_unlabelled_summaries_are_keyed_by_position_and_duplicates_rejected(rng)
     dup = GaussianSummary(10, np.zeros(2), np.eye(2), client="x")
     with pytest.raises(ValueError, match="two summaries have client label 'x'"):
         BuresBarycenter().fit([dup, dup])
+
+
+def test_anderson_mixing_solves_a_linear_iteration_like_gmres(rng):
+    # on x <- M x + b in R^d, type-II Anderson with memory >= d is GMRES: it
+    # reaches the fixed point in at most d + 1 images
+    d = 4
+    M = 0.9 * np.linalg.qr(rng.normal(size=(d, d)))[0]  # a rotation: the plain iteration is slow
+    b = rng.normal(size=d)
+    fixed = np.linalg.solve(np.eye(d) - M, b)
+    mixer = AndersonMixing(memory=d)
+    x = np.zeros(d)
+    for _ in range(d + 2):
+        x = mixer(x, M @ x + b)
+    np.testing.assert_allclose(x, fixed, rtol=1e-9)
+    plain = np.zeros(d)
+    for _ in range(d + 2):
+        plain = M @ plain + b
+    assert np.linalg.norm(plain - fixed) > 0.1 * np.linalg.norm(fixed)
+
+
+def test_anderson_mixing_reset_returns_the_plain_image(rng):
+    mixer = AndersonMixing(memory=2)
+    x, g = rng.normal(size=3), rng.normal(size=3)
+    mixer(x, g)
+    mixer.reset()
+    assert mixer(g, 2 * g) is not None
+    mixer.reset()
+    image = rng.normal(size=3)
+    assert mixer(x, image) is image
+
+
+def lw_like(rng, K=6, m=40):
+    # low rank plus a small ridge in random subspaces: a slow fixed point
+    covs = []
+    for _ in range(K):
+        B = rng.normal(size=(m, 8)) * np.geomspace(1, 0.05, 8)
+        covs.append(B @ B.T + rng.uniform(0.05, 0.2) * np.eye(m))
+    w = rng.uniform(1, 3, size=K)
+    return covs, w / w.sum()
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_anderson_reaches_the_same_fixed_point_in_fewer_iterations(rng, solver):
+    covs, w = lw_like(rng)
+    options = {"solver": solver, "tol": 1e-11, "max_iter": 500}
+    plain = bures_wasserstein_barycenter(covs, w, anderson=0, **options)
+    fast = bures_wasserstein_barycenter(covs, w, **options)
+    assert plain.converged and fast.converged
+    assert fast.n_iter < plain.n_iter
+    difference = np.linalg.norm(fast.covariance - plain.covariance)
+    assert difference <= 1e-9 * np.linalg.norm(plain.covariance)
+    assert fixed_point_residual(fast.covariance, covs, w) <= 1e-10
+
+
+def test_non_positive_definite_mixed_iterate_falls_back_to_the_plain_step(rng, monkeypatch):
+    covs, w = lw_like(rng)
+    expected = bures_wasserstein_barycenter(covs, w, anderson=0, tol=1e-11, max_iter=500)
+    calls = []
+
+    def indefinite(self, x, gx):
+        calls.append(1)
+        return -gx  # never positive definite
+
+    monkeypatch.setattr(AndersonMixing, "__call__", indefinite)
+    got = bures_wasserstein_barycenter(covs, w, tol=1e-11, max_iter=500)
+    assert calls and got.n_iter == expected.n_iter
+    np.testing.assert_allclose(got.covariance, expected.covariance, rtol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "5"])
+def test_anderson_memory_is_validated(rng, bad):
+    with pytest.raises(ValueError, match="anderson must be a non-negative integer"):
+        bures_wasserstein_barycenter([np.eye(2)], np.ones(1), anderson=bad)
+    with pytest.raises(ValueError, match="anderson must be a non-negative integer"):
+        BuresBarycenter(anderson=bad).fit(summaries(rng, K=2, m=2))

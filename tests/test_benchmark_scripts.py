@@ -36,3 +36,23 @@ def test_gpu_bench_runs_on_cpu_tensors():
     for title in ("## Barycenter", "## Summaries", "## Transform"):
         assert title in result.stdout
     assert "| 32 | 2 | float32 |" in result.stdout
+
+
+def test_barycenter_benchmark_runs_and_reaches_the_accuracy_it_prints():
+    pytest.importorskip("ot", reason="POT is not installed: pip install pot")
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_barycenter.py"), "24", "4", "1e-8"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "speed-up" in line]
+    assert len(lines) == 6  # three sets of covariances, two thread settings
+    for line in lines:
+        ours, pot = line.split("| POT")
+        # both solvers stopped at the tolerance, measured by one function
+        for part in (ours, pot):
+            residual = float(part.split("residual ")[1].split(")")[0])
+            assert residual <= 1e-8
+        assert float(line.split("relative difference ")[1]) <= 1e-6

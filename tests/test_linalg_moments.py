@@ -16,6 +16,16 @@ def test_sqrt_and_inverse_sqrt_share_one_factorisation(rng):
     assert trace_sqrt(A) == pytest.approx(np.trace(R), rel=1e-12)
 
 
+def test_weighted_sqrt_sum_equals_the_sum_of_square_roots(rng):
+    stack = np.stack([random_spd(rng, 7, 100.0) for _ in range(4)])
+    stack[2] = np.diag([0.0, 1.0, 4.0, 9.0, 0.0, 2.0, 3.0])  # singular: a zero root direction
+    weights = np.array([0.1, 0.2, 0.3, 0.4])
+    expected = sum(w * sym_eigh(A).sqrt() for w, A in zip(weights, stack, strict=True))
+    got = sym_eigh(stack).weighted_sqrt_sum(weights)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(got, got.T)
+
+
 def test_inverse_sqrt_rejects_singular():
     with pytest.raises(np.linalg.LinAlgError, match="not positive definite"):
         sym_eigh(np.diag([1.0, 0.0])).inv_sqrt()

@@ -43,13 +43,29 @@ def test_barycenter_in_torch_equals_numpy():
     weights = rng.dirichlet(np.ones(5))
     expected = bures_wasserstein_barycenter(covariances, weights)
     on_device = bures_wasserstein_barycenter(covariances, weights, device="cpu")
+    assert isinstance(on_device.covariance, np.ndarray)  # NumPy in, NumPy out
     from_tensors = bures_wasserstein_barycenter([torch.tensor(c) for c in covariances], weights)
+    assert isinstance(from_tensors.covariance, torch.Tensor)  # tensors in, tensors out
+    assert from_tensors.covariance.dtype == torch.float64
     for got in (on_device, from_tensors):
-        assert isinstance(got.covariance, np.ndarray)  # protocol objects live on the host
-        np.testing.assert_allclose(got.covariance, expected.covariance, rtol=1e-10)
+        np.testing.assert_allclose(np.asarray(got.covariance), expected.covariance, rtol=1e-10)
+        np.testing.assert_allclose(np.asarray(got.factor), expected.factor, rtol=1e-10)
         assert got.n_iter == expected.n_iter
         for a, b in zip(got.inner, expected.inner, strict=True):
-            np.testing.assert_allclose(a.sqrt(), b.sqrt(), rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(np.asarray(a.sqrt()), b.sqrt(), rtol=1e-9, atol=1e-12)
+
+
+def test_barycenter_of_float32_tensors_is_computed_in_float64_and_returned_in_float32():
+    rng = np.random.default_rng(1)
+    covariances = [random_spd(rng, 10, 20.0) for _ in range(3)]
+    weights = np.array([0.2, 0.3, 0.5])
+    single = [torch.tensor(c, dtype=torch.float32) for c in covariances]
+    got = bures_wasserstein_barycenter(single, weights)
+    as_float64 = [c.double().numpy() for c in single]  # the same rounded inputs
+    expected = bures_wasserstein_barycenter(as_float64, weights)
+    assert got.covariance.dtype == torch.float32
+    assert got.inner[0].eigenvectors.dtype == torch.float32
+    np.testing.assert_allclose(got.covariance.numpy(), expected.covariance, rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
