@@ -230,3 +230,29 @@ def test_anderson_memory_is_validated(rng, bad):
         bures_wasserstein_barycenter([np.eye(2)], np.ones(1), anderson=bad)
     with pytest.raises(ValueError, match="anderson must be a non-negative integer"):
         BuresBarycenter(anderson=bad).fit(summaries(rng, K=2, m=2))
+
+
+def extreme_covariances(rng, kind, m=12, K=5):
+    covs = []
+    for _ in range(K):
+        if kind == "ill-conditioned":
+            Q, _ = np.linalg.qr(rng.normal(size=(m, m)))
+            covs.append((Q * np.geomspace(1, 10 ** rng.uniform(4, 8), m)) @ Q.T)
+        elif kind == "low rank + tiny ridge":
+            B = rng.normal(size=(m, int(rng.integers(1, m))))
+            covs.append(B @ B.T + 10 ** rng.uniform(-8, -4) * np.eye(m))
+        else:  # commuting, scales over 12 orders of magnitude
+            covs.append(np.diag(10 ** rng.uniform(-4, 4, size=m)) * 10 ** rng.uniform(-2, 2))
+    return covs, rng.dirichlet(np.full(K, 0.3))
+
+
+@pytest.mark.parametrize("kind", ["ill-conditioned", "low rank + tiny ridge", "commuting"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_anderson_never_costs_iterations_on_extreme_covariances(kind, seed):
+    covs, w = extreme_covariances(np.random.default_rng(seed), kind)
+    plain = bures_wasserstein_barycenter(covs, w, anderson=0, tol=1e-10, max_iter=3000)
+    fast = bures_wasserstein_barycenter(covs, w, tol=1e-10, max_iter=3000)
+    assert plain.converged and fast.converged
+    assert fast.n_iter <= plain.n_iter
+    difference = np.linalg.norm(fast.covariance - plain.covariance)
+    assert difference <= 1e-7 * np.linalg.norm(plain.covariance)
