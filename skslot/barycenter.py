@@ -123,7 +123,9 @@ def bures_wasserstein_barycenter(
         acceleration the arithmetic mean reaches a given residual with fewer
         eigendecompositions in ``benchmarks/bench_barycenter.py``), or a matrix.
     anderson : int
-        Anderson memory; 0 runs the plain iteration.
+        Anderson memory; 0 runs the plain iteration.  The history holds
+        ``2 * anderson + 2`` matrices of shape ``(m, m)`` (1.6 GB in float64 at
+        m = 4096 with the default 5).
     tol : float
         Stop when the relative fixed-point residual is at most ``tol``.
     max_iter : int
@@ -249,7 +251,8 @@ class BuresBarycenter(BaseEstimator):
         Starting point ``sum w_k Sigma_k`` or ``(sum w_k Sigma_k^{1/2})^2``.
     anderson : int, default=5
         Memory of the Anderson acceleration of the iteration; 0 runs the plain
-        iteration (the same fixed point, more iterations).
+        iteration (the same fixed point, more iterations; less memory, see
+        :func:`bures_wasserstein_barycenter`).
     tol : float, default=1e-10
         Relative fixed-point residual at which to stop.
     max_iter : int, default=100
