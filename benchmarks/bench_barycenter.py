@@ -37,21 +37,17 @@ def ledoit_wolf_covariances(m: int, K: int, seed: int = 0) -> tuple[list, np.nda
 
 
 def low_rank_ridge_covariances(m: int, K: int, seed: int = 0) -> tuple[list, np.ndarray]:
-    """K covariances ``B B^T + c I`` with a rank-64 ``B`` in a random subspace per client.
+    """The covariances and sample weights of ``scaling.py``'s clients.
 
-    The Ledoit-Wolf structure of clients whose features fill different
-    low-dimensional subspaces (the generator of ``scaling.py``): a slowly
-    converging fixed point.
+    ``B B^T + c I`` with a rank-64 ``B`` in a random subspace per client: the
+    Ledoit-Wolf structure of clients whose features fill different
+    low-dimensional subspaces, a slowly converging fixed point.
     """
-    rng = np.random.default_rng(seed)
-    covs, counts = [], []
-    for _ in range(K):
-        rank = min(m, 64)
-        B = rng.normal(size=(m, rank)) * np.geomspace(1, 0.05, rank)
-        covs.append(B @ B.T + rng.uniform(0.05, 0.2) * np.eye(m))
-        counts.append(int(rng.integers(50, 500)))
-    w = np.array(counts, dtype=float)
-    return covs, w / w.sum()
+    from scaling import lw_like_summaries
+
+    summaries = lw_like_summaries(m, K, seed)
+    w = np.array([s.n for s in summaries], dtype=float)
+    return [s.covariance for s in summaries], w / w.sum()
 
 
 def office_caltech_covariances(m: int, K: int, seed: int = 0) -> tuple[list, np.ndarray]:
