@@ -8,10 +8,12 @@ one-shot federated learning head.
 from .barycenter import BuresBarycenter
 from .gaussian import GaussianMap, GaussianSummary, SummaryFormatError
 from .summary import GaussianSummaryEstimator
+from .tau_search import FederatedTauSearch
 from .transformer import SLOTTransformer
 
 __all__ = [
     "BuresBarycenter",
+    "FederatedTauSearch",
     "GaussianMap",
     "GaussianSummary",
     "GaussianSummaryEstimator",

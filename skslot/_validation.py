@@ -7,6 +7,7 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
+from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
 from ._backend import is_tensor
@@ -19,6 +20,7 @@ __all__ = [
     "check_option",
     "check_positive_int",
     "client_weights",
+    "spawn_seeds",
 ]
 
 ROUTING_HINT = (
@@ -169,3 +171,13 @@ def client_weights(name: str, weights: Any, counts: Sequence[int]) -> np.ndarray
         if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
             raise ValueError(f"{name} must be finite, non-negative, not all zero")
     return w / w.sum()
+
+
+def spawn_seeds(random_state: Any, n: int) -> list[int]:
+    """``n`` integer seeds drawn from ``random_state``: one per client, by position.
+
+    A party that knows its position ``k`` among the clients and the shared
+    ``random_state`` derives the same seed as an in-process ``fit``.
+    """
+    rng = check_random_state(random_state)
+    return [int(seed) for seed in rng.randint(np.iinfo(np.int32).max, size=n)]

@@ -21,10 +21,12 @@ from typing import Any
 
 import numpy as np
 from joblib import Parallel, delayed
+from sklearn.frozen import FrozenEstimator
 from threadpoolctl import threadpool_limits
 
 from .datasets import DomainDataset, dirichlet_partition
 from .heads import FedCGSClassifier, FedPFTClassifier, OneShotFedAvgClassifier
+from .tau_search import FederatedTauSearch
 from .transformer import SLOTTransformer
 
 __all__ = ["DEFAULT_HEADS", "BenchmarkConfig", "run_benchmark", "summarise", "write_outputs"]
@@ -53,6 +55,8 @@ class BenchmarkConfig:
     clients_per_domain: int = 1
     preprocess: str = "none"
     n_jobs: int = 1
+    auto: bool = True
+    validation_fraction: float = 0.2
 
 
 def evaluate_run(
@@ -85,6 +89,25 @@ def evaluate_run(
     # clients with < 2 training rows have no map: their test rows stay unaligned
     slot = SLOTTransformer(unknown_client="identity").fit(X_train, client=train_client)
     records = []
+
+    def record(pred: np.ndarray, tau: float, name: str, selection: str) -> None:
+        for d in np.unique(test_domain):
+            rows = test_domain == d
+            records.append(
+                {
+                    "dataset": data.name,
+                    "alpha": "none" if alpha is None else alpha,
+                    "seed": seed,
+                    "tau": tau,
+                    "selection": selection,
+                    "head": name,
+                    "domain": str(data.domains[d]),
+                    "accuracy": float(np.mean(pred[rows] == y_test[rows])),
+                    "n_train": int(train_rows.shape[0]),
+                    "n_empty_clients": len(part.empty_clients),
+                }
+            )
+
     for tau in config.taus:
         slot.set_params(tau=tau)
         Z_train = slot.transform(X_train, client=train_client)
@@ -92,21 +115,22 @@ def evaluate_run(
         for name, factory in factories.items():
             head = factory(seed)
             pred = head.fit(Z_train, y_train, client=train_client).predict(Z_test)
-            for d in np.unique(test_domain):
-                rows = test_domain == d
-                records.append(
-                    {
-                        "dataset": data.name,
-                        "alpha": "none" if alpha is None else alpha,
-                        "seed": seed,
-                        "tau": tau,
-                        "head": name,
-                        "domain": str(data.domains[d]),
-                        "accuracy": float(np.mean(pred[rows] == y_test[rows])),
-                        "n_train": int(train_rows.shape[0]),
-                        "n_empty_clients": len(part.empty_clients),
-                    }
-                )
+            record(pred, tau, name, "fixed")
+    if config.auto:
+        for name, factory in factories.items():
+            search = FederatedTauSearch(
+                factory(seed),
+                taus=config.taus,
+                validation_fraction=config.validation_fraction,
+                slot=FrozenEstimator(slot),
+                unknown_client="identity",
+                random_state=seed,
+            ).fit(X_train, y_train, client=train_client)
+            Z_test = search.slot_.transform(X_test, client=part.test_client)
+            record(search.best_estimator_.predict(Z_test), search.best_tau_, name, "auto")
+            if not search.best_estimator_.aligns_statistics:  # O-FedAvg: what refit buys
+                chosen = search.candidate_heads_[search.best_index_]
+                record(chosen.predict(Z_test), search.best_tau_, name, "auto-norefit")
     return records
 
 
@@ -144,26 +168,34 @@ def run_benchmark(
     return records
 
 
-def _macro(records: list[dict]) -> dict[tuple, float]:
-    """Macro accuracy over domains per (alpha, head, tau, seed)."""
+def _macro(records: list[dict], selection: str = "fixed") -> dict[tuple, float]:
+    """Macro accuracy over domains per (alpha, head, tau, seed) of one kind of record.
+
+    For ``selection="auto"`` the key's tau is the one the federation chose.
+    """
     groups: dict[tuple, list[float]] = {}
     for r in records:
-        groups.setdefault((r["alpha"], r["head"], r["tau"], r["seed"]), []).append(r["accuracy"])
+        if r.get("selection", "fixed") == selection:
+            key = (r["alpha"], r["head"], r["tau"], r["seed"])
+            groups.setdefault(key, []).append(r["accuracy"])
     return {key: float(np.mean(v)) for key, v in groups.items()}
 
 
 def summarise(records: list[dict], main_tau: float) -> list[dict]:
-    """Per (alpha, head): accuracy without SLOT and with SLOT at ``main_tau``.
+    """Per (alpha, head): accuracy without SLOT, at ``main_tau``, best fixed tau, auto.
 
     Mean and standard deviation over seeds of the macro accuracy (in %), the
-    gain, the best tau of the sweep, and the spread across domains (standard
-    deviation of the seed-averaged per-domain accuracies).
+    gain, the best tau of the sweep (``best_fixed``: its accuracy), the
+    federated choice (``auto``, with the taus chosen per seed, when the
+    records have it), and the spread across domains (standard deviation of the
+    seed-averaged per-domain accuracies).
     """
     macro = _macro(records)
+    auto_macro = {kind: _macro(records, kind) for kind in ("auto", "auto-norefit")}
     rows = []
     alphas = list(dict.fromkeys(r["alpha"] for r in records))
     heads = list(dict.fromkeys(r["head"] for r in records))
-    taus = sorted({r["tau"] for r in records})
+    taus = sorted({r["tau"] for r in records if r.get("selection", "fixed") == "fixed"})
     for alpha in alphas:
         for head in heads:
 
@@ -175,44 +207,71 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
             def domain_spread(tau: float, alpha: Any = alpha, head: str = head) -> float:
                 per_domain: dict[str, list[float]] = {}
                 for r in records:
-                    if (r["alpha"], r["head"], r["tau"]) == (alpha, head, tau):
+                    if (r["alpha"], r["head"], r["tau"], r.get("selection", "fixed")) == (
+                        alpha,
+                        head,
+                        tau,
+                        "fixed",
+                    ):
                         per_domain.setdefault(r["domain"], []).append(r["accuracy"])
                 return float(100 * np.std([np.mean(v) for v in per_domain.values()]))
 
             base, slot = seeds_at(0.0), seeds_at(main_tau)
             sweep = {tau: float(seeds_at(tau).mean()) for tau in taus}
-            rows.append(
-                {
-                    "alpha": alpha,
-                    "head": head,
-                    "without_slot": float(base.mean()),
-                    "without_slot_std": float(base.std()),
-                    "with_slot": float(slot.mean()),
-                    "with_slot_std": float(slot.std()),
-                    "gain": float(slot.mean() - base.mean()),
-                    "best_tau": max(sweep, key=sweep.get),
-                    "spread_without": domain_spread(0.0),
-                    "spread_with": domain_spread(main_tau),
-                    "tau_sweep": sweep,
-                    "n_seeds": int(base.shape[0]),
-                }
-            )
+            best_tau = max(sweep, key=sweep.get)
+            row = {
+                "alpha": alpha,
+                "head": head,
+                "without_slot": float(base.mean()),
+                "without_slot_std": float(base.std()),
+                "with_slot": float(slot.mean()),
+                "with_slot_std": float(slot.std()),
+                "gain": float(slot.mean() - base.mean()),
+                "best_tau": best_tau,
+                "best_fixed": sweep[best_tau],
+                "spread_without": domain_spread(0.0),
+                "spread_with": domain_spread(main_tau),
+                "tau_sweep": sweep,
+                "n_seeds": int(base.shape[0]),
+            }
+            for kind, key in (("auto", "auto"), ("auto-norefit", "auto_norefit")):
+                chosen = sorted(
+                    (seed, tau, v)
+                    for (a, h, tau, seed), v in auto_macro[kind].items()
+                    if (a, h) == (alpha, head)
+                )
+                if chosen:
+                    values = 100 * np.array([v for _, _, v in chosen])
+                    row[key] = float(values.mean())
+                    row[f"{key}_std"] = float(values.std())
+                    row[f"{key}_taus"] = [tau for _, tau, _ in chosen]
+            rows.append(row)
     return rows
 
 
 def format_table(summary: list[dict], main_tau: float) -> str:
-    """A markdown table in the layout of the paper's Table 1."""
+    """A markdown table in the layout of the paper's Table 1, with the federated choice."""
+    auto = any("auto" in r for r in summary)
     lines = [
-        f"| alpha | head | without SLOT | SLOT (tau={main_tau:g}) | gain | best tau "
-        "| domain spread (without -> with) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| alpha | head | without SLOT | SLOT (tau={main_tau:g}) | gain | best fixed tau "
+        + ("| auto (taus chosen) " if auto else "")
+        + "| domain spread (without -> with) |",
+        "| --- | --- | --- | --- | --- | --- | " + ("--- | " if auto else "") + "--- |",
     ]
     for r in summary:
-        lines.append(
-            f"| {r['alpha']} | {r['head']} | {r['without_slot']:.2f} +- {r['without_slot_std']:.2f}"
-            f" | {r['with_slot']:.2f} +- {r['with_slot_std']:.2f} | {r['gain']:+.2f}"
-            f" | {r['best_tau']:g} | {r['spread_without']:.1f} -> {r['spread_with']:.1f} |"
-        )
+        cells = [
+            str(r["alpha"]),
+            r["head"],
+            f"{r['without_slot']:.2f} +- {r['without_slot_std']:.2f}",
+            f"{r['with_slot']:.2f} +- {r['with_slot_std']:.2f}",
+            f"{r['gain']:+.2f}",
+            f"{r['best_fixed']:.2f} ({r['best_tau']:g})",
+        ]
+        if auto:
+            taus = ",".join(f"{t:g}" for t in r.get("auto_taus", []))
+            cells.append(f"{r['auto']:.2f} +- {r['auto_std']:.2f} ({taus})" if "auto" in r else "")
+        cells.append(f"{r['spread_without']:.1f} -> {r['spread_with']:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

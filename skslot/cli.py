@@ -74,6 +74,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--n-jobs", type=int, default=2, help="parallel runs (default: 2)")
     bench.add_argument(
+        "--no-auto",
+        dest="auto",
+        action="store_false",
+        help="skip the federated choice of tau by validation (the 'auto' column)",
+    )
+    bench.add_argument(
+        "--validation-fraction",
+        type=float,
+        default=0.2,
+        help="share of each client's rows held out to choose tau in the 'auto' column "
+        "(default: 0.2)",
+    )
+    bench.add_argument(
         "--out", default=None, help="output folder (default: skslot-results/<dataset>)"
     )
     bench.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -130,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("skslot bench: --taus must include 0 (the head without SLOT)", file=sys.stderr)
         return 2
     taus = tuple(sorted(set(args.taus) | {args.main_tau}))
+    if args.main_tau not in args.taus:
+        print(f"skslot bench: adding --main-tau {args.main_tau:g} to the sweep", file=sys.stderr)
     config = BenchmarkConfig(
         alphas=args.alphas,
         taus=taus,
@@ -139,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         clients_per_domain=args.clients_per_domain,
         preprocess=args.preprocess,
         n_jobs=args.n_jobs,
+        auto=args.auto,
+        validation_fraction=args.validation_fraction,
     )
     print(
         f"skslot bench: {data.name}, {data.X.shape[0]} rows x {data.X.shape[1]} features, "

@@ -22,6 +22,16 @@ Formulas (each written once, here):
 
       T^tau = (1 - tau) Id + tau T,   W2(T^tau # G_1, G_2) = (1 - tau) W2(G_1, G_2)
 
+* An affine map ``T(x) = A x + b`` acting on statistics of rows (what lets the
+  server align a client's head statistics without seeing its rows)::
+
+      Gaussian      N(mu, S)         ->  N(A mu + b, A S A^T)
+      class sums    s_c = sum x      ->  A s_c + n_c b
+      power sums    about shift c    ->  about A c + b:  A s1,  A G A^T
+
+  (with ``z = x - c`` the power sums are ``s1 = sum z`` and ``G = sum z z^T``,
+  and ``T(x) - T(c) = A z``, so no raw second moment is ever formed).
+
 References
 ----------
 .. [1] Bhatia, Jain and Lim, "On the Bures-Wasserstein distance between
@@ -51,6 +61,7 @@ from ._linalg import (
     trace_sqrt,
     upper_triangle,
 )
+from ._moments import ShiftedMoments
 
 __all__ = [
     "GaussianMap",
@@ -442,13 +453,53 @@ class GaussianMap:
 
     def push(self, summary: GaussianSummary) -> GaussianSummary:
         """Image of a Gaussian: ``N(A mu + b, A S A^T)``."""
+        (mean,), (cov,) = self.push_gaussians(summary.mean[None], summary.covariance[None])
+        return GaussianSummary(summary.n, mean, cov, client=summary.client)
+
+    def push_gaussians(
+        self, means: np.ndarray, covariances: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Images of a stack of Gaussians ``N(mu_j, S_j)``: ``N(A mu_j + b, A S_j A^T)``.
+
+        Parameters
+        ----------
+        means : ndarray of shape (J, m)
+        covariances : ndarray of shape (J, m, m)
+
+        Returns
+        -------
+        means, covariances : ndarrays of the same shapes (covariances exactly symmetric)
+        """
         A = self.linear
-        cov = A @ summary.covariance @ A.T
-        return GaussianSummary(
-            summary.n,
-            A @ summary.mean + self.offset,
-            0.5 * (cov + cov.T),
-            client=summary.client,
+        cov = A @ covariances @ A.T
+        return means @ A.T + self.offset, 0.5 * (cov + cov.swapaxes(-1, -2))
+
+    def push_sums(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Images of sums of rows: ``sum_i T(x_i) = A s + n b`` for each (count, sum) pair.
+
+        Parameters
+        ----------
+        sums : ndarray of shape (C, m)
+        counts : ndarray of shape (C,)
+        """
+        return sums @ self.linear.T + np.multiply.outer(counts, self.offset)
+
+    def push_moments(self, moments: ShiftedMoments) -> ShiftedMoments:
+        """Power sums of the images ``T(x_i)``, exactly, from those of the ``x_i``.
+
+        About the shift ``T(c)``: ``s1 -> A s1`` and ``G -> A G A^T`` (the
+        module docstring), so precision is kept for features with a large
+        mean.  Fourth-order sums are not affine-equivariant and are refused.
+        """
+        if moments.fourth_order:
+            raise ValueError("fourth-order power sums cannot be pushed through an affine map")
+        A = self.linear
+        gram = A @ moments.gram @ A.T
+        return ShiftedMoments(
+            moments.n,
+            A @ moments.shift + self.offset,
+            A @ moments.s1,
+            0.5 * (gram + gram.T),
         )
 
     def apply(

@@ -38,6 +38,7 @@ class LocalGrid(Grid):
         }
         self.faults = faults or {}
         self.delivered: list[tuple[int, str]] = []
+        self.messages: list[Message] = []
         self._pending: dict[str, Message] = {}
         # what Flower's runtime sets in a ServerApp process before calling main()
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SERVER_NODE_ID, 1
@@ -60,6 +61,7 @@ class LocalGrid(Grid):
     def _deliver(self, message: Message) -> Message | None:
         node = message.metadata.dst_node_id
         self.delivered.append((node, message.metadata.message_type))
+        self.messages.append(message)
         try:
             reply = self.client_app(message, self.contexts[node])
         except Exception as exc:  # what a SuperNode sends back when the app raises

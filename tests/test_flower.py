@@ -17,7 +17,7 @@ flwr = pytest.importorskip("flwr", reason="Flower is not installed: pip install 
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict  # noqa: E402
 
-from skslot import GaussianSummary, SLOTTransformer  # noqa: E402
+from skslot import FederatedTauSearch, GaussianSummary, SLOTTransformer  # noqa: E402
 from skslot.bench import DEFAULT_HEADS  # noqa: E402
 from skslot.datasets import make_federated_classification  # noqa: E402
 from skslot.flower import (  # noqa: E402
@@ -35,6 +35,7 @@ from .flower_harness import LocalGrid  # noqa: E402
 
 N_CLIENTS = 4
 M = 6
+CLASSES = "0,1,2,3"
 
 
 @pytest.fixture(scope="module")
@@ -66,22 +67,43 @@ def node_configs(tmp_path_factory):
 
 
 def deploy(node_configs, faults=None, **settings):
-    settings = {"num_clients": N_CLIENTS, "connect_timeout": 0.0, **settings}
+    settings = {"num_clients": N_CLIENTS, "connect_timeout": 0.0, "classes": CLASSES, **settings}
     config = DeploymentConfig(**settings)
     grid = LocalGrid(client_app, node_configs, config.to_run_config(), faults)
     return (*run_one_shot(grid, config), grid)
 
 
-def in_process(node_configs, config: DeploymentConfig):
-    """The in-process scikit-learn pipeline on the same clients: SLOT, then the head."""
+def client_rows(node_configs, config: DeploymentConfig):
+    """The clients' training rows stacked in node order, as one in-process data set."""
     parts = [load_client_data(nc, config) for nc in node_configs.values()]
     X = np.vstack([p.X_train for p in parts])
     y = np.concatenate([p.y_train for p in parts])
     client = np.concatenate([np.full(p.y_train.shape, p.client) for p in parts])
+    return parts, X, y, client
+
+
+def in_process(node_configs, config: DeploymentConfig):
+    """The same clients in process: SLOT, then the head.
+
+    FedCGS and O-FedAvg: the scikit-learn pipeline (the server-aligned FedCGS
+    statistics equal the aligned rows' ones to rounding).  FedPFT: the same
+    library calls as the deployment, mixtures of unaligned rows cast to
+    float16 by each client and pushed through the maps by the server (a
+    Pipeline casts the mixtures of aligned rows instead).
+    """
+    parts, X, y, client = client_rows(node_configs, config)
     slot = SLOTTransformer(tau=config.tau).fit(X, client=client)
-    head = DEFAULT_HEADS[config.head](config.seed).fit(
-        slot.transform(X, client=client), y, client=client
-    )
+    head = DEFAULT_HEADS[config.head](config.seed)
+    if config.head == "FedPFT":
+        classes = config.class_set
+        stats = [
+            head.client_statistics(X[client == k], y[client == k], classes, client_index=i)
+            for i, k in enumerate(np.unique(client))
+        ]
+        maps = [slot.maps_[k].geodesic(config.tau) for k in np.unique(client)]
+        head.fit_from_statistics(stats, classes, maps=maps)
+    else:
+        head.fit(slot.transform(X, client=client), y, client=client)
     tests = {
         p.client: (slot.transform(p.X_test, client=np.full(p.y_test.shape, p.client)), p.y_test)
         for p in parts
@@ -89,10 +111,14 @@ def in_process(node_configs, config: DeploymentConfig):
     return slot, head, tests
 
 
+def node_of(client: int) -> int:
+    return 11 + client
+
+
 @pytest.mark.parametrize("head", list(DEFAULT_HEADS))
 def test_deployment_equals_in_process_pipeline(node_configs, head):
     report, scores, reference, _ = deploy(node_configs, head=head, summary_dtype="float64")
-    slot, expected, tests = in_process(node_configs, DeploymentConfig(head=head))
+    slot, expected, tests = in_process(node_configs, DeploymentConfig(head=head, classes=CLASSES))
     received = GaussianSummary.from_bytes(reference)
     np.testing.assert_allclose(received.covariance, slot.reference_.covariance, rtol=1e-12)
     np.testing.assert_allclose(received.mean, slot.reference_.mean, rtol=1e-12)
@@ -101,10 +127,62 @@ def test_deployment_equals_in_process_pipeline(node_configs, head):
     np.testing.assert_allclose(scores.coef, expected_scores.coef, rtol=1e-7, atol=1e-9 * scale)
     for client, (Z_test, y_test) in tests.items():
         np.testing.assert_array_equal(scores.predict(Z_test), expected.predict(Z_test))
-        assert report.accuracy[client] == np.mean(expected.predict(Z_test) == y_test)
+        assert report.accuracy[node_of(client)] == np.mean(expected.predict(Z_test) == y_test)
     assert report.macro_accuracy == pytest.approx(np.mean(list(report.accuracy.values())))
-    assert report.missing == {"summary": [], "statistics": [], "evaluation": []}
+    assert all(not missing for missing in report.missing.values())
     assert all(not r for r in report.rejected.values())
+    assert report.status == "completed" and report.tau == 0.4
+
+
+@pytest.mark.parametrize("head", list(DEFAULT_HEADS))
+def test_auto_tau_equals_the_in_process_search(node_configs, head):
+    """tau = "auto" on Flower and FederatedTauSearch: the same choice, head and predictions."""
+    report, scores, _, _ = deploy(
+        node_configs, head=head, tau="auto", summary_dtype="float64", seed=5
+    )
+    config = DeploymentConfig(head=head, seed=5, classes=CLASSES)
+    parts, X, y, client = client_rows(node_configs, config)
+    search = FederatedTauSearch(DEFAULT_HEADS[head](config.seed), random_state=config.seed)
+    search.fit(X, y, client=client)
+    assert report.tau == search.best_tau_
+    assert report.selection["chosen"] == search.best_params_
+    np.testing.assert_array_equal(
+        report.selection["mean_validation_score"], search.cv_results_["mean_validation_score"]
+    )
+    np.testing.assert_array_equal(scores.coef, search.best_estimator_.linear_scores().coef)
+    for p in parts:
+        labels = np.full(p.y_test.shape, p.client)
+        predicted = search.predict(p.X_test, client=labels)
+        assert report.accuracy[node_of(p.client)] == np.mean(predicted == p.y_test)
+
+
+@pytest.mark.parametrize(
+    ("head", "tau", "stages"),
+    [
+        ("FedCGS", 0.4, ["upload", "evaluation"]),
+        ("FedPFT", 0.4, ["upload", "evaluation"]),
+        ("O-FedAvg", 0.4, ["upload", "updates", "evaluation"]),
+        ("FedCGS", "auto", ["upload", "validation", "evaluation"]),
+        ("O-FedAvg", "auto", ["upload", "updates", "validation", "refit", "evaluation"]),
+    ],
+)
+def test_stages_and_bytes_per_client(node_configs, head, tau, stages):
+    """Statistics heads: one upload, one download (head and reference) at a fixed tau."""
+    report, _, reference, grid = deploy(node_configs, head=head, tau=tau)
+    assert report.stages == stages
+    for node in node_configs:
+        sent = [m for m in grid.messages if m.metadata.dst_node_id == node]
+        assert [m.metadata.message_type.split(".")[0] for m in sent] == [
+            {"upload": "query", "updates": "train", "refit": "train"}.get(s, "query")
+            if s != "evaluation"
+            else "evaluate"
+            for s in stages
+        ]
+        # the reference travels once per client, in the first message after it is built
+        carries = ["reference" in m.content.config_records["skslot"] for m in sent]
+        assert carries == [False, True] + [False] * (len(stages) - 2)
+        assert report.bytes_sent[node][stages[1]] >= len(reference)
+        assert set(report.bytes_sent[node]) == set(report.bytes_received[node]) == set(stages)
 
 
 @pytest.mark.parametrize(("dtype", "itemsize"), [("float16", 2), ("float32", 4), ("float64", 8)])
@@ -116,15 +194,15 @@ def test_summary_bytes_are_accounted(node_configs, dtype, itemsize):
     # in 28 bytes; an int client label takes 8 more; the rest is values at dtype
     for node, size in report.summary_payload_bytes.items():
         assert size == 28 + 8 + (values - 1) * itemsize
-        assert report.bytes_received[node]["summary"] >= size
-        assert report.bytes_received[node]["statistics"] > 0
-        assert report.bytes_sent[node]["statistics"] >= 28 + (values - 1) * itemsize
+        assert report.bytes_received[node]["upload"] > size  # with the head's statistics
+        assert report.bytes_sent[node]["evaluation"] >= 28 + (values - 1) * itemsize
 
 
 def drop_at(stage: str):
     message_type = {
-        "summary": "query.summary",
-        "statistics": "train.statistics",
+        "upload": "query.upload",
+        "updates": "train.updates",
+        "validation": "query.validation",
         "evaluation": "evaluate.head",
     }[stage]
 
@@ -134,43 +212,66 @@ def drop_at(stage: str):
     return fault
 
 
-@pytest.mark.parametrize("stage", ["summary", "statistics", "evaluation"])
-def test_dropout_is_reported_and_the_round_completes(node_configs, stage):
-    report, _, _, grid = deploy(node_configs, faults={13: drop_at(stage)}, min_clients=3)
+@pytest.mark.parametrize(
+    ("head", "tau", "stage"),
+    [
+        ("FedCGS", 0.4, "upload"),
+        ("FedCGS", 0.4, "evaluation"),
+        ("O-FedAvg", 0.4, "updates"),
+        ("FedCGS", "auto", "validation"),
+    ],
+)
+def test_dropout_is_reported_and_the_round_completes(node_configs, head, tau, stage):
+    report, _, _, grid = deploy(
+        node_configs, faults={13: drop_at(stage)}, min_clients=3, head=head, tau=tau
+    )
     assert report.missing[stage] == [13]
+    if stage == "validation":  # still trains and is evaluated; left out of the choice only
+        assert report.selection["left_out"] == {13: "did not answer the validation stage"}
+        assert len(report.accuracy) == N_CLIENTS
+        return
     assert len(report.accuracy) == N_CLIENTS - 1
-    assert 2 not in report.accuracy  # node 13 is client 2
+    assert 13 not in report.accuracy
     assert (13, "evaluate.head") not in grid.delivered or stage == "evaluation"
 
 
-def test_dropout_at_summary_matches_in_process_without_that_client(node_configs):
+def test_dropout_at_upload_matches_in_process_without_that_client(node_configs):
     report, scores, _, _ = deploy(
-        node_configs, faults={12: drop_at("summary")}, summary_dtype="float64"
+        node_configs, faults={12: drop_at("upload")}, summary_dtype="float64"
     )
     rest = {node: nc for node, nc in node_configs.items() if node != 12}
-    _, expected, tests = in_process(rest, DeploymentConfig())
+    _, expected, tests = in_process(rest, DeploymentConfig(classes=CLASSES))
     for client, (Z_test, y_test) in tests.items():
         np.testing.assert_array_equal(scores.predict(Z_test), expected.predict(Z_test))
-        assert report.accuracy[client] == np.mean(expected.predict(Z_test) == y_test)
+        assert report.accuracy[node_of(client)] == np.mean(expected.predict(Z_test) == y_test)
 
 
 def test_below_min_clients_is_a_clear_error_naming_the_missing(node_configs):
-    faults = {12: drop_at("summary"), 13: drop_at("summary")}
+    faults = {12: drop_at("upload"), 13: drop_at("upload")}
     with pytest.raises(
         DeploymentError,
-        match=r"only 2 client\(s\) completed the summary stage, "
+        match=r"only 2 client\(s\) completed the upload stage, "
         r"fewer than min_clients = 3 \(node 12 missing; node 13 missing\)",
     ) as info:
         deploy(node_configs, faults=faults, min_clients=3)
-    assert info.value.report.missing["summary"] == [12, 13]
+    assert info.value.report.missing["upload"] == [12, 13]
 
 
 def test_a_client_that_fails_is_rejected_with_its_reason(node_configs):
     broken = dict(node_configs)
     broken[14] = {"partition-id": 99}  # embedded Office-Caltech10 has 4 clients
     report, _, _, _ = deploy(broken, min_clients=3)
-    assert "partition-id 99 is out of range" in report.rejected["summary"][14]
-    assert sorted(report.accuracy) == [0, 1, 2]
+    assert "partition-id 99 is out of range" in report.rejected["upload"][14]
+    assert sorted(report.accuracy) == [11, 12, 13]
+
+
+def test_labels_outside_the_configured_class_set_fail_that_client(node_configs):
+    """The class set is the configuration's: a client cannot enlarge it."""
+    with pytest.raises(DeploymentError, match="only 0 client") as info:
+        deploy(node_configs, classes="0,1,2", min_clients=1)
+    rejected = info.value.report.rejected["upload"]
+    assert sorted(rejected) == [11, 12, 13, 14]
+    assert all("labels [3] are not in the run's class set" in why for why in rejected.values())
 
 
 def test_private_summaries_travel_through_the_same_protocol(node_configs):
@@ -178,7 +279,7 @@ def test_private_summaries_travel_through_the_same_protocol(node_configs):
     private, _, private_reference, _ = deploy(
         node_configs, summary_dtype="float64", epsilon=8.0, clip_norm=20.0
     )
-    assert sorted(private.accuracy) == [0, 1, 2, 3]
+    assert sorted(private.accuracy) == [11, 12, 13, 14]
     a, b = (GaussianSummary.from_bytes(r) for r in (exact_reference, private_reference))
     assert not np.allclose(a.covariance, b.covariance)  # the noise reached the reference
     assert b.n == a.n and private.summary_values == exact.summary_values
@@ -216,20 +317,17 @@ HOSTILE_SUMMARIES = {
         "outside the accepted range",
     ),
     "pickle": (b"\x80\x04\x95" + bytes(64), "bad magic"),
-    "duplicate label": (_valid(client=0), "client label 0 is not unique"),
 }
 
 
 def replace_summary(payload):
     def fault(request: Message, reply: Message) -> Message:
-        if request.metadata.message_type != "query.summary":
+        if request.metadata.message_type != "query.upload":
             return reply
-        content = RecordDict(
-            {
-                messages.CONFIG: ConfigRecord({"summary": payload}),
-                messages.LABELS: reply.content.array_records[messages.LABELS],
-            }
-        )
+        config = dict(reply.content.config_records[messages.CONFIG])
+        content = RecordDict({messages.CONFIG: ConfigRecord({**config, "summary": payload})})
+        for name, record in reply.content.array_records.items():
+            content[name] = record
         return Message(content, reply_to=request)
 
     return fault
@@ -239,25 +337,32 @@ def replace_summary(payload):
 def test_hostile_summary_is_rejected_and_the_others_proceed(node_configs, case):
     payload, reason = HOSTILE_SUMMARIES[case]
     report, _, _, _ = deploy(node_configs, faults={14: replace_summary(payload)})
-    rejected = report.rejected["summary"]
-    if case == "duplicate label":  # both claimants of label 0 are left out
-        assert set(rejected) == {11, 14} and reason in rejected[14]
-        assert sorted(report.accuracy) == [1, 2]
-    else:
-        assert list(rejected) == [14] and reason in rejected[14], rejected
-        assert sorted(report.accuracy) == [0, 1, 2]
+    rejected = report.rejected["upload"]
+    assert list(rejected) == [14] and reason in rejected[14], rejected
+    assert sorted(report.accuracy) == [11, 12, 13]
+
+
+def test_a_node_claiming_another_clients_label_evicts_nobody(node_configs):
+    """A client is its node: a declared label is only shown, never trusted."""
+    report, _, _, _ = deploy(node_configs, faults={14: replace_summary(_valid(client=0, n=160))})
+    assert not report.rejected.get("upload")
+    assert report.clients[11] == report.clients[14] == 0
+    assert sorted(report.accuracy) == [11, 12, 13, 14]
 
 
 def test_summary_of_the_wrong_type_is_rejected(node_configs):
     def fault(request, reply):
-        if request.metadata.message_type != "query.summary":
+        if request.metadata.message_type != "query.upload":
             return reply
         return Message(
-            RecordDict({messages.CONFIG: ConfigRecord({"summary": "text"})}), reply_to=request
+            RecordDict(
+                {messages.CONFIG: ConfigRecord({"summary": "text", "n-fit": 1, "n-test": 1})}
+            ),
+            reply_to=request,
         )
 
     report, _, _, _ = deploy(node_configs, faults={14: fault})
-    assert "'summary' has type str" in report.rejected["summary"][14]
+    assert "'summary' has type str" in report.rejected["upload"][14]
 
 
 # -- hostile statistics -----------------------------------------------------------------
@@ -271,7 +376,7 @@ def _npy(array: np.ndarray, *, allow_pickle: bool = False) -> bytes:
 
 def tamper_statistics(edit):
     def fault(request: Message, reply: Message) -> Message:
-        if request.metadata.message_type != "train.statistics" or reply.has_error():
+        if request.metadata.message_type != "query.upload" or reply.has_error():
             return reply
         record = reply.content.array_records[messages.STATISTICS]
         arrays = {name: array.numpy() for name, array in record.items()}
@@ -279,7 +384,13 @@ def tamper_statistics(edit):
         record = ArrayRecord(
             {name: a if isinstance(a, Array) else Array(a) for name, a in raw.items()}
         )
-        return Message(RecordDict({messages.STATISTICS: record}), reply_to=request)
+        content = RecordDict(
+            {
+                messages.CONFIG: reply.content.config_records[messages.CONFIG],
+                messages.STATISTICS: record,
+            }
+        )
+        return Message(content, reply_to=request)
 
     return fault
 
@@ -299,18 +410,16 @@ def _pickled(arrays):
     return {**arrays, "counts": Array(dtype="object", shape=(1,), stype="numpy.ndarray", data=data)}
 
 
+def _header_array(shape_text: str, descr: str = "<f8", body: int = 64) -> Array:
+    """An Array whose .npy header declares ``shape_text`` verbatim (written by hand)."""
+    header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape_text}, }}".encode()
+    header += b" " * (-(11 + len(header)) % 16) + b"\n"
+    data = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + bytes(body)
+    return Array(dtype="float64", shape=(1,), stype="numpy.ndarray", data=data)
+
+
 def _huge_header(arrays):
-    fake = np.lib.format.header_data_from_array_1_0(np.zeros(1))
-    fake["shape"] = (10**12,)
-    buffer = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buffer, fake)
-    header = buffer.getvalue()
-    return {
-        **arrays,
-        "gram_upper": Array(
-            dtype="float64", shape=(10**12,), stype="numpy.ndarray", data=header + bytes(64)
-        ),
-    }
+    return {**arrays, "gram_upper": _header_array("(1000000000000,)")}
 
 
 def _counts_off(arrays):
@@ -346,21 +455,49 @@ HOSTILE_STATISTICS = {
 def test_hostile_statistics_are_rejected_and_the_others_proceed(node_configs, case):
     edit, reason = HOSTILE_STATISTICS[case]
     report, _, _, grid = deploy(node_configs, faults={14: tamper_statistics(edit)})
-    assert list(report.rejected["statistics"]) == [14]
-    assert reason in report.rejected["statistics"][14], report.rejected["statistics"][14]
-    assert sorted(report.accuracy) == [0, 1, 2]
+    assert list(report.rejected["upload"]) == [14]
+    assert reason in report.rejected["upload"][14], report.rejected["upload"][14]
+    assert sorted(report.accuracy) == [11, 12, 13]
     assert (14, "evaluate.head") not in grid.delivered
 
 
-def test_inconsistent_evaluation_is_rejected(node_configs):
+@pytest.mark.parametrize(
+    ("n_correct", "n_test", "reason"),
+    [
+        (81, 80, "evaluation counts are inconsistent (81 of 80)"),
+        (2**62, 2**62, "evaluated 4611686018427387904 test rows, but announced 80"),
+    ],
+)
+def test_inconsistent_evaluation_is_rejected(node_configs, n_correct, n_test, reason):
+    """Node 11 announced 80 test rows in its upload; its accuracy cannot exceed 1."""
+
     def fault(request, reply):
         if request.metadata.message_type != "evaluate.head":
             return reply
-        return messages.evaluation_reply(request, n_correct=50, n_test=10)
+        return messages.evaluation_reply(request, n_correct=n_correct, n_test=n_test)
 
     report, _, _, _ = deploy(node_configs, faults={11: fault})
-    assert "evaluation counts are inconsistent (50 of 10)" in report.rejected["evaluation"][11]
-    assert sorted(report.accuracy) == [1, 2, 3]
+    assert reason in report.rejected["evaluation"][11]
+    assert sorted(report.accuracy) == [12, 13, 14]
+
+
+@pytest.mark.parametrize(
+    ("shape", "descr"),
+    [
+        ("(1000000000000,)", "<f8"),
+        ("(True,)", "<i8"),
+        ("(0, 18446744073709551616)", "<f8"),
+        ("(-1,)", "<f8"),
+        ("(1.5,)", "<f8"),
+        ("[8]", "<f8"),
+        ("(8,)", "|O"),
+        ("(8,)", "<V8"),
+    ],
+)
+def test_hostile_npy_headers_raise_only_the_protocol_error(shape, descr):
+    record = ArrayRecord({"classes": _header_array(shape, descr)})
+    with pytest.raises(ProtocolError):
+        messages.record_to_arrays(record, max_bytes=10**6)
 
 
 def test_record_to_arrays_checks_the_header_before_allocating():
@@ -390,6 +527,15 @@ def test_record_to_arrays_checks_the_header_before_allocating():
         ({"min-clients": 0}, "min_clients"),
         ({"epsilon": "lots"}, "epsilon must be a number or 'none'"),
         ({"epsilon": 0.0}, "epsilon must be > 0"),
+        ({"tau": "sometimes"}, "tau must be a number in"),
+        ({"tau": "auto", "taus": "0,0.4,0.4"}, "taus repeats"),
+        ({"tau": "auto", "taus": "0,2"}, r"each tau must be in \[0.0, 1.0\]"),
+        ({"taus": "a,b"}, "taus must be comma-separated numbers"),
+        ({"validation-fraction": 1.0}, "validation_fraction must be in"),
+        ({"shrinkages": "0.1", "head": "FedPFT"}, "only be searched for the FedCGS head"),
+        ({"classes": "1"}, "at least 2 distinct labels"),
+        ({"selection-rule": "max"}, "selection_rule"),
+        ({"n-features": 10**6}, "n_features must be"),
     ],
 )
 def test_bad_run_config_is_a_clear_error(run_config, message):

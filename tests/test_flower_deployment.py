@@ -1,16 +1,20 @@
-"""A real Flower deployment on 127.0.0.1: one SuperLink, three SuperNodes, ``flwr run``.
+"""A real Flower deployment on 127.0.0.1: one SuperLink, three SuperNodes, two ``flwr run``.
 
 Each SuperNode owns one client of the paper's partition of the real digits
 features in ../shared/data (the embedded Office-Caltech10 when that folder is
-absent).  The global head the ServerApp writes must predict exactly as the
-in-process scikit-learn pipeline fitted on the same partitions and seed, and
-every client's reported accuracy must equal the in-process one.  Every process
-is started in its own session and stopped by its PID (the whole group), also
-when the test fails.
+absent).  The first run uses a fixed tau: the global head the ServerApp writes
+must predict exactly as the in-process scikit-learn pipeline fitted on the
+same partitions and seed.  The second run chooses tau by validation
+(``tau = "auto"``): its choice, validation table and predictions must equal
+those of the in-process :class:`~skslot.FederatedTauSearch`.  Every client's
+reported accuracy must equal the in-process one.  Every process is started in
+its own session and stopped by its PID (the whole group), also when the test
+fails.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -25,11 +29,13 @@ import pytest
 
 pytest.importorskip("flwr", reason="the Flower extra is not installed: pip install '.[flower]'")
 
+from skslot import FederatedTauSearch
+from skslot.bench import DEFAULT_HEADS
 from skslot.flower import DeploymentConfig, write_flower_app
 from skslot.heads import LinearScores
 
 from .conftest import SHARED_DATA
-from .test_flower import in_process
+from .test_flower import client_rows, in_process
 
 OFFLINE = {
     "FLWR_TELEMETRY_ENABLED": "0",
@@ -100,6 +106,8 @@ def test_flower_deployment_on_localhost(tmp_path):
         output_dir=str(output),
     )
     app_dir = write_flower_app(tmp_path / "app", config)
+    auto = dataclasses.replace(config, tau="auto", output_dir=str(tmp_path / "out-auto"))
+    auto_dir = write_flower_app(tmp_path / "app-auto", auto)
     logs = tmp_path / "logs"
     logs.mkdir()
 
@@ -141,27 +149,31 @@ def test_flower_deployment_on_localhost(tmp_path):
                 "--node-config",
                 f"partition-id={i}",
             )
-        run = subprocess.run(
-            [str(bin_dir / "flwr"), "run", str(app_dir), "local", "--stream"],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        (logs / "flwr-run.log").write_text(run.stdout + run.stderr)
-        assert run.returncode == 0, tails(logs)
-        deadline = time.monotonic() + 120
-        while not (output / "reference.bin").exists() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert (output / "reference.bin").exists(), tails(logs)
+        for directory, out in ((app_dir, output), (auto_dir, Path(auto.output_dir))):
+            run = subprocess.run(
+                [str(bin_dir / "flwr"), "run", str(directory), "local", "--stream"],
+                env=env,
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            (logs / f"flwr-run-{directory.name}.log").write_text(run.stdout + run.stderr)
+            assert run.returncode == 0, tails(logs)
+            deadline = time.monotonic() + 120
+            while not (out / "reference.bin").exists() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert (out / "reference.bin").exists(), tails(logs)
     finally:
         stop(processes)
     assert all(p.poll() is not None for p in processes)
 
     report = json.loads((output / "report.json").read_text())
-    assert report["missing"] == {"summary": [], "statistics": [], "evaluation": []}
+    assert report["status"] == "completed" and report["stages"] == ["upload", "evaluation"]
+    assert all(not missing for missing in report["missing"].values())
     assert sorted(report["clients"].values()) == list(range(N_NODES))
+    partition = {int(node): label for node, label in report["clients"].items()}
+    node_of = {label: node for node, label in partition.items()}
     with np.load(output / "global_head.npz", allow_pickle=False) as head:
         deployed = LinearScores(head["classes"], head["coef"], head["intercept"])
 
@@ -170,8 +182,29 @@ def test_flower_deployment_on_localhost(tmp_path):
     m = deployed.coef.shape[1]
     for client, (Z_test, y_test) in tests.items():
         np.testing.assert_array_equal(deployed.predict(Z_test), expected.predict(Z_test))
-        assert report["accuracy"][str(client)] == np.mean(expected.predict(Z_test) == y_test)
-        assert report["summary_payload_bytes"]
+        accuracy = report["accuracy"][str(node_of[client])]
+        assert accuracy == np.mean(expected.predict(Z_test) == y_test)
     values = m * (m + 1) // 2 + m + 1
     assert report["summary_values"] == values
     assert set(report["summary_payload_bytes"].values()) == {28 + 8 + (values - 1) * 8}
+
+    # tau = "auto": the in-process search over the same clients, in the server's order
+    chosen = json.loads((Path(auto.output_dir) / "report.json").read_text())
+    assert chosen["stages"] == ["upload", "validation", "evaluation"]
+    rank = {node: i for i, node in enumerate(sorted(partition))}  # clients ordered by node id
+    parts, X, y, client = client_rows(node_configs, auto)
+    by_rank = np.array([rank[node_of[c]] for c in client])
+    search = FederatedTauSearch(DEFAULT_HEADS[auto.head](auto.seed), random_state=auto.seed)
+    search.fit(X, y, client=by_rank)
+    assert chosen["tau"] == search.best_tau_
+    assert chosen["selection"]["chosen"] == search.best_params_
+    np.testing.assert_allclose(
+        chosen["selection"]["mean_validation_score"],
+        search.cv_results_["mean_validation_score"],
+        rtol=0,
+        atol=1e-12,
+    )
+    for p in parts:
+        node = node_of[p.client]
+        predicted = search.predict(p.X_test, client=np.full(p.y_test.shape, rank[node]))
+        assert chosen["accuracy"][str(node)] == np.mean(predicted == p.y_test)

@@ -2,11 +2,12 @@
 
 Each handler answers one stage (see :mod:`skslot.flower.messages`) with the
 library's own objects: :class:`~skslot.GaussianSummaryEstimator` for the
-summary, :meth:`~skslot.SLOTTransformer.from_reference` for the map, the
-head's :meth:`~skslot.heads.OneShotHead.client_statistics` for the upload.
-The summary exactly as the server decoded it and the reference are kept in
-the run's ``context.state`` (they never leave the node again), so every stage
-uses the same map.
+summary, :meth:`~skslot.SLOTTransformer.from_reference` for the map, and the
+client functions of :mod:`skslot.selection` (the head's statistics, local
+heads per ``tau``, validation counts), which :class:`~skslot.FederatedTauSearch`
+calls in process too.  The summary exactly as the server decoded it and the
+reference are kept in the run's ``context.state`` (they never leave the node
+again), so every stage uses the same map.
 
 A node's data comes from its *node config* (``flower-supernode --node-config``):
 
@@ -29,9 +30,11 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
+from .._validation import spawn_seeds
 from ..bench import DEFAULT_HEADS
 from ..datasets import dirichlet_partition, load_npz, load_office_caltech10
-from ..gaussian import GaussianSummary
+from ..gaussian import GaussianMap, GaussianSummary
+from ..selection import client_statistics, local_updates, score_candidates, validation_split
 from ..summary import GaussianSummaryEstimator
 from ..transformer import SLOTTransformer
 from . import messages
@@ -104,65 +107,129 @@ def load_client_data(
 
 def _data(context: Context) -> tuple[DeploymentConfig, ClientData]:
     config = DeploymentConfig.from_run_config(context.run_config)
-    return config, load_client_data(context.node_config, config, context.node_id)
+    data = load_client_data(context.node_config, config, context.node_id)
+    unknown = np.setdiff1d(np.concatenate([data.y_train, data.y_test]), config.class_set)
+    if unknown.size:
+        raise ValueError(
+            f"labels {unknown.tolist()} are not in the run's class set {config.classes!r}"
+        )
+    return config, data
 
 
 def _state(context: Context) -> Any:
     if STATE not in context.state.config_records:
-        raise RuntimeError("this node has no summary of this run (stage 1 did not run here)")
+        raise RuntimeError("this node has no summary of this run (no upload stage ran here)")
     return context.state.config_records[STATE]
 
 
-def _aligner(context: Context) -> SLOTTransformer:
-    """This client's map ``T_k^tau``, from its stored summary and the reference."""
+def _split(config: DeploymentConfig, data: ClientData, index: int) -> tuple | None:
+    """This client's (fitting, validation) rows when tau is chosen by validation."""
+    if not config.auto:
+        return None
+    seed = spawn_seeds(config.seed, index + 1)[-1]
+    return validation_split(data.y_train, config.validation_fraction, seed)
+
+
+def _transport(context: Context, reference: bytes | None) -> GaussianMap:
+    """This client's full map onto the reference (stored on first receipt)."""
     state = _state(context)
+    if reference is not None:
+        state["reference"] = reference
     if "reference" not in state:
-        raise RuntimeError("this node has no reference of this run (stage 2 did not run here)")
+        raise RuntimeError("this node has not received the reference of this run")
     own = GaussianSummary.from_bytes(state["summary"])
-    reference = GaussianSummary.from_bytes(state["reference"], expected_dimension=own.dimension)
-    return SLOTTransformer.from_reference(reference, own, tau=state["tau"])
+    received = GaussianSummary.from_bytes(state["reference"], expected_dimension=own.dimension)
+    return SLOTTransformer.from_reference(received, own).maps_[own.client]
 
 
 app = ClientApp()
 
 
-@app.query("summary")
-def summary(message: Message, context: Context) -> Message:
-    """Stage 1: send the Ledoit-Wolf summary of the training features."""
-    dtype = messages.read_summary_request(message)
-    config, data = _data(context)
-    private = config.epsilon is not None
-    own = GaussianSummaryEstimator(
-        epsilon=config.epsilon,
-        delta=config.delta,
-        clip_norm=config.clip_norm if private else None,
-    ).fit(data.X_train, client=data.client)
-    payload = own.summaries_[data.client].to_bytes(dtype)
-    context.state[STATE] = ConfigRecord({"summary": payload})
-    return messages.summary_reply(message, payload, np.unique(data.y_train))
+@app.query("upload")
+def upload(message: Message, context: Context) -> Message:
+    """Send the summary of the training rows and, for FedCGS and FedPFT, their statistics.
 
-
-@app.train("statistics")
-def statistics(message: Message, context: Context) -> Message:
-    """Stage 2: align the training features, send the head's statistics."""
-    reference, tau, classes, client_index = messages.read_statistics_request(message)
+    The summary is released once per run: a repeated request gets the same
+    bytes (for a private summary, no fresh noise to average out).
+    """
+    dtype, index = messages.read_upload_request(message)
     config, data = _data(context)
-    state = _state(context)
-    context.state[STATE] = ConfigRecord(
-        {"summary": state["summary"], "reference": reference, "tau": tau}
-    )
-    Z = _aligner(context).transform(data.X_train)
+    if STATE in context.state.config_records:
+        payload = _state(context)["summary"]
+    else:
+        private = config.epsilon is not None
+        own = GaussianSummaryEstimator(
+            epsilon=config.epsilon,
+            delta=config.delta,
+            clip_norm=config.clip_norm if private else None,
+        ).fit(data.X_train, client=data.client)
+        payload = own.summaries_[data.client].to_bytes(dtype)
+    context.state[STATE] = ConfigRecord({"summary": payload, "client-index": index})
+    split = _split(config, data, index)
     head = DEFAULT_HEADS[config.head](config.seed)
-    stats = head.client_statistics(Z, data.y_train, classes, client_index=client_index)
-    return messages.statistics_reply(message, stats.to_arrays())
+    fitting = validation = None
+    if head.aligns_statistics:
+        fitting, validation = client_statistics(
+            head, data.X_train, data.y_train, config.class_set, split, client_index=index
+        )
+    return messages.upload_reply(
+        message,
+        payload,
+        n_fit=data.y_train.shape[0] if split is None else split[0].shape[0],
+        n_test=data.y_test.shape[0],
+        statistics=None if fitting is None else fitting.to_arrays(),
+        validation=None if validation is None else validation.to_arrays(),
+    )
+
+
+@app.train("updates")
+def updates(message: Message, context: Context) -> Message:
+    """O-FedAvg: one local head per requested tau, on aligned fitting (or all) rows."""
+    reference, taus, part = messages.read_updates_request(message)
+    config, data = _data(context)
+    transport = _transport(context, reference)
+    index = _state(context)["client-index"]
+    split = _split(config, data, index)
+    rows = split[0] if part == "fit" and split is not None else slice(None)
+    head = DEFAULT_HEADS[config.head](config.seed)
+    local = local_updates(
+        head,
+        data.X_train[rows],
+        data.y_train[rows],
+        config.class_set,
+        transport,
+        taus,
+        client_index=index,
+    )
+    return messages.updates_reply(message, [u.to_arrays() for u in local])
+
+
+@app.query("validation")
+def validation(message: Message, context: Context) -> Message:
+    """Count each candidate head's correct predictions on the aligned validation rows."""
+    config, data = _data(context)
+    reference, heads, taus = messages.read_validation_request(
+        message, config.class_set, data.X_train.shape[1]
+    )
+    transport = _transport(context, reference)
+    split = _split(config, data, _state(context)["client-index"])
+    if split is None:
+        raise RuntimeError("validation was requested, but this run's tau is not 'auto'")
+    rows = split[1]
+    counts = score_candidates(
+        heads, taus, transport, data.X_train[rows], data.y_train[rows], config.class_set
+    )
+    return messages.validation_reply(message, counts.to_arrays())
 
 
 @app.evaluate("head")
 def evaluate(message: Message, context: Context) -> Message:
-    """Stage 3: predict the local test split with the global head."""
-    _, data = _data(context)
-    aligner = _aligner(context)
-    head = messages.read_head_request(message, n_features=aligner.n_features_in_)
-    predictions = head.predict(aligner.transform(data.X_test))
+    """Predict the local test split, aligned at the run's tau, with the global head."""
+    config, data = _data(context)
+    reference, head, tau = messages.read_head_request(
+        message, config.class_set, data.X_train.shape[1]
+    )
+    transport = _transport(context, reference)
+    predictions = head.predict(transport.geodesic(tau).apply(data.X_test))
     n_correct = int(np.sum(predictions == data.y_test))
     return messages.evaluation_reply(message, n_correct, int(data.y_test.shape[0]))

@@ -16,8 +16,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .._validation import check_in_range, check_option, check_positive_int
 from ..bench import DEFAULT_HEADS
+from ..selection import SELECTION_RULES, check_tau_grid
 
 __all__ = ["DeploymentConfig", "write_flower_app"]
 
@@ -32,8 +35,30 @@ class DeploymentConfig:
     ----------
     head : {"FedCGS", "O-FedAvg", "FedPFT"}, default="FedCGS"
         Downstream one-shot head.
-    tau : float, default=0.4
-        Fraction of the transport each client applies.
+    tau : float or "auto", default=0.4
+        Fraction of the transport each client applies, or ``"auto"``: chosen
+        by the federation by validation over ``taus`` (see
+        :mod:`skslot.selection`, the same functions as
+        :class:`~skslot.FederatedTauSearch`).
+    taus : str, default="0,0.2,0.4,0.6,0.8,1"
+        The grid of ``tau = "auto"``, comma-separated.
+    shrinkages : str, default=""
+        With ``tau = "auto"`` and FedCGS, ridges searched along with ``tau``
+        (comma-separated; empty: the head's default only).
+    validation_fraction : float, default=0.2
+        With ``tau = "auto"``, the share of each class of each client held out.
+    selection_rule : {"one-standard-error", "best"}, default="one-standard-error"
+        How the server chooses from the validation scores.
+    classes : str, default="0,1,2,3,4,5,6,7,8,9"
+        The global class set, comma-separated integer labels, agreed in the
+        configuration (a client cannot enlarge it; one whose labels fall
+        outside it fails).
+    max_dimension : int, default=4096
+        Largest feature dimension the server accepts from a client (bounds the
+        memory and time one summary can cost: ``8 m^2`` bytes).
+    n_features : int, default=0
+        The feature dimension every client must send; 0 accepts the dimension
+        most clients send.
     alpha : float or None, default=0.1
         Dirichlet label-skew of the paper's partition (``None`` or the run
         config string ``"none"``: no skew).  Used by clients whose node config
@@ -80,7 +105,14 @@ class DeploymentConfig:
     """
 
     head: str = "FedCGS"
-    tau: float = 0.4
+    tau: float | str = 0.4
+    taus: str = "0,0.2,0.4,0.6,0.8,1"
+    shrinkages: str = ""
+    validation_fraction: float = 0.2
+    selection_rule: str = "one-standard-error"
+    classes: str = "0,1,2,3,4,5,6,7,8,9"
+    max_dimension: int = 4096
+    n_features: int = 0
     alpha: float | None = 0.1
     seed: int = 0
     dataset: str = "office-caltech10"
@@ -98,7 +130,25 @@ class DeploymentConfig:
 
     def __post_init__(self) -> None:
         check_option("head", self.head, tuple(DEFAULT_HEADS))
-        check_in_range("tau", self.tau, 0.0, 1.0)
+        if self.tau != "auto":
+            if isinstance(self.tau, str):
+                raise ValueError(f"tau must be a number in [0, 1] or 'auto', got {self.tau!r}")
+            check_in_range("tau", self.tau, 0.0, 1.0)
+        self.tau_grid  # noqa: B018 - validates the grid
+        self.class_set  # noqa: B018 - validates the class set
+        if self.shrinkage_grid and self.head != "FedCGS":
+            raise ValueError("shrinkages can only be searched for the FedCGS head")
+        check_in_range("validation_fraction", self.validation_fraction, 0.0, 1.0)
+        if not 0 < self.validation_fraction < 1:
+            raise ValueError(
+                f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}"
+            )
+        check_option("selection_rule", self.selection_rule, SELECTION_RULES)
+        check_positive_int("max_dimension", self.max_dimension)
+        if not isinstance(self.n_features, int) or not 0 <= self.n_features <= self.max_dimension:
+            raise ValueError(
+                f"n_features must be an int in [0, max_dimension], got {self.n_features!r}"
+            )
         if self.alpha is not None:
             check_in_range("alpha", self.alpha, 0.0, None)
             if self.alpha == 0:
@@ -119,9 +169,35 @@ class DeploymentConfig:
         check_in_range("clip_norm", self.clip_norm, 0.0, None)
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
-        for name in ("dataset", "output_dir"):
+        for name in ("dataset", "output_dir", "taus", "shrinkages", "classes"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
+
+    @property
+    def auto(self) -> bool:
+        """Whether ``tau`` is chosen by the federation."""
+        return self.tau == "auto"
+
+    @property
+    def tau_grid(self) -> tuple[float, ...]:
+        """The candidate taus of ``tau = "auto"`` (validated, sorted)."""
+        return check_tau_grid(_numbers(self.taus, "taus", float))
+
+    @property
+    def shrinkage_grid(self) -> list[float]:
+        return list(_numbers(self.shrinkages, "shrinkages", float)) if self.shrinkages else []
+
+    @property
+    def class_set(self) -> np.ndarray:
+        """The agreed classes, sorted integer labels."""
+        labels = _numbers(self.classes, "classes", int)
+        if len(labels) < 2 or len(set(labels)) != len(labels):
+            raise ValueError(f"classes must list at least 2 distinct labels, got {self.classes!r}")
+        return np.array(sorted(labels), dtype=np.int64)
+
+    def head_grid(self) -> dict[str, list] | None:
+        """Server-side head parameters searched with ``tau`` (FedCGS ridges)."""
+        return {"shrinkage": self.shrinkage_grid} if self.shrinkage_grid else None
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> DeploymentConfig:
@@ -136,7 +212,15 @@ class DeploymentConfig:
                 if values[name].lower() != "none":
                     raise ValueError(f"{name} must be a number or 'none', got {values[name]!r}")
                 values[name] = None
-        floats = ("tau", "connect_timeout", "reply_timeout", "test_size", "delta", "clip_norm")
+        floats = (
+            "tau",
+            "connect_timeout",
+            "reply_timeout",
+            "test_size",
+            "delta",
+            "clip_norm",
+            "validation_fraction",
+        )
         for name in (*floats, "epsilon"):
             if isinstance(values.get(name), int) and not isinstance(values[name], bool):
                 values[name] = float(values[name])
@@ -148,6 +232,16 @@ class DeploymentConfig:
             key.replace("_", "-"): "none" if value is None else value
             for key, value in asdict(self).items()
         }
+
+
+def _numbers(text: Any, name: str, kind: type) -> list:
+    """Comma-separated numbers of a run-config string."""
+    if not isinstance(text, str):
+        raise ValueError(f"{name} must be a comma-separated string, got {text!r}")
+    try:
+        return [kind(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"{name} must be comma-separated numbers, got {text!r}") from None
 
 
 def _toml_value(value: Any) -> str:

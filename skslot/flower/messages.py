@@ -1,23 +1,32 @@
 """The protocol's Flower messages: what each stage carries, and its checks.
 
-Four exchanges, each a ``Message`` the server sends and the reply it gets:
+=========================  ===================================  =================================
+message type               server sends                         client replies
+=========================  ===================================  =================================
+``query.upload``           summary dtype, the client's index    its summary bytes, its counts
+                                                                (training rows, fitting part,
+                                                                test rows) and, for FedCGS and
+                                                                FedPFT, the statistics of its
+                                                                unaligned rows (of the fitting
+                                                                and validation parts apart when
+                                                                ``tau = "auto"``)
+``train.updates``          (the reference), taus, which rows    one local head per tau (O-FedAvg)
+``query.validation``       (the reference), candidate heads     correct predictions per class
+                           and their taus                       and candidate on its validation
+                                                                rows
+``evaluate.head``          (the reference), the head and tau    accuracy on its local test split
+=========================  ===================================  =================================
 
-=====================  ===============================  ==================================
-message type           server sends                     client replies
-=====================  ===============================  ==================================
-``query.summary``      the summary dtype                its :class:`~skslot.GaussianSummary`
-                                                        bytes and its class labels
-``train.statistics``   the reference summary bytes,     its head statistics (named arrays)
-                       ``tau``, the global classes
-``evaluate.head``      the global head (linear scores)  accuracy on its local test split
-=====================  ===============================  ==================================
-
-Summaries use skslot's own wire format (:meth:`GaussianSummary.to_bytes`);
-arrays travel in Flower ``ArrayRecord`` objects, which write them with
-``np.save(allow_pickle=False)``.  On receipt nothing is unpickled: an array's
-``.npy`` header is parsed and checked (numeric or string dtype, declared size
-equal to the bytes present, total under a cap) *before* NumPy allocates it, so
-a hostile header cannot make the server allocate terabytes.
+The reference travels once, in the first message a client receives after the
+server built it; the client keeps it in its run state.  The class set is the
+run configuration's, never a client's.  Summaries use skslot's own wire format
+(:meth:`GaussianSummary.to_bytes`); arrays travel in Flower ``ArrayRecord``
+objects, which write them with ``np.save(allow_pickle=False)``.  On receipt
+nothing is unpickled: an array's ``.npy`` header is parsed and checked
+(numeric dtype, integer shape entries, declared size equal to the bytes
+present, total under a cap) *before* NumPy allocates it, so a hostile header
+cannot make the server allocate terabytes, and every failure is a
+:class:`ProtocolError`.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
 from ..heads import LinearScores, StatisticsFormatError
+from ..heads._wire import ArrayMessage
 
 __all__ = [
     "ProtocolError",
@@ -40,26 +50,30 @@ __all__ = [
     "payload_bytes",
     "read_evaluation_reply",
     "read_head_request",
-    "read_statistics_reply",
-    "read_statistics_request",
-    "read_summary_reply",
-    "read_summary_request",
+    "read_updates_reply",
+    "read_updates_request",
+    "read_upload_reply",
+    "read_upload_request",
+    "read_validation_reply",
+    "read_validation_request",
     "record_to_arrays",
-    "statistics_reply",
-    "statistics_request",
-    "summary_reply",
-    "summary_request",
+    "updates_reply",
+    "updates_request",
+    "upload_reply",
+    "upload_request",
+    "validation_reply",
+    "validation_request",
 ]
 
-#: Record names used in every message's content.
+#: Record names used in the messages' contents.
 CONFIG = "skslot"
-LABELS = "labels"
 STATISTICS = "statistics"
+VALIDATION_STATISTICS = "validation-statistics"
+UPDATES = "updates"
+CANDIDATES = "candidates"
+COUNTS = "counts"
 HEAD = "head"
 EVALUATION = "evaluation"
-
-#: Largest number of distinct class labels a client may announce.
-MAX_CLASSES = 100_000
 
 
 class ProtocolError(ValueError):
@@ -81,8 +95,9 @@ def _npy_header(data: bytes) -> tuple[tuple[int, ...], np.dtype, int]:
             (2, 0): np.lib.format.read_array_header_2_0,
         }[version]
         shape, _, dtype = read_header(stream)
-    except (KeyError, ValueError, OSError, SyntaxError, TypeError) as exc:
-        raise ProtocolError(f"not a valid .npy array ({exc})") from None
+    except (KeyError, ValueError, OSError, SyntaxError, TypeError, OverflowError,
+            MemoryError, RecursionError, EOFError) as exc:
+        raise ProtocolError(f"not a valid .npy array ({type(exc).__name__}: {exc})") from None
     return shape, dtype, stream.tell()
 
 
@@ -109,6 +124,8 @@ def record_to_arrays(
     """
     if not isinstance(record, ArrayRecord):
         raise ProtocolError(f"expected an ArrayRecord, got {type(record).__name__}")
+    if any(not isinstance(array.data, bytes) for array in record.values()):
+        raise ProtocolError("an array of the record holds no bytes")
     total = sum(len(array.data) for array in record.values())
     if total > max_bytes:
         raise ProtocolError(f"arrays hold {total} bytes, more than the {max_bytes} allowed")
@@ -119,11 +136,15 @@ def record_to_arrays(
         if dtype.hasobject or dtype.kind not in allowed:
             raise ProtocolError(f"array {name!r} has dtype {dtype}, not one of kinds {allowed!r}")
         if (
-            any(s < 0 for s in shape)
+            not isinstance(shape, tuple)
+            or any(type(s) is not int or s < 0 for s in shape)
             or math.prod(shape) * dtype.itemsize != len(array.data) - header_length
         ):
             raise ProtocolError(f"array {name!r}: its header does not match its size")
-        out[name] = np.load(io.BytesIO(array.data), allow_pickle=False)
+        try:
+            out[name] = np.load(io.BytesIO(array.data), allow_pickle=False)
+        except (ValueError, TypeError, OverflowError, OSError, EOFError) as exc:
+            raise ProtocolError(f"array {name!r} cannot be read ({exc})") from None
     return out
 
 
@@ -152,97 +173,193 @@ def config_value(record: Mapping[str, Any], key: str, kind: type | tuple[type, .
     return value
 
 
-def _labels_record(classes: np.ndarray) -> ArrayRecord:
-    return arrays_to_record({"classes": np.asarray(classes)})
+def _optional_reference(config: Mapping[str, Any]) -> bytes | None:
+    return config_value(config, "reference", bytes) if "reference" in config else None
 
 
-def _read_labels(message: Message) -> np.ndarray:
-    """The class labels a message carries: 1-D, integers or strings, distinct."""
-    arrays = record_to_arrays(
-        content_record(message, LABELS, ArrayRecord),
-        max_bytes=MAX_CLASSES * 256 + 1024,
-        string_keys=("classes",),
+def _float_list(config: Mapping[str, Any], key: str) -> list[float]:
+    values = config_value(config, key, list)
+    if not values or not all(isinstance(v, float) for v in values):
+        raise ProtocolError(f"{key!r} must be a non-empty list of floats")
+    return values
+
+
+def _array_list(arrays: list[ArrayMessage]) -> ArrayRecord:
+    """Several named-array messages in one record, keys prefixed ``<index>.``."""
+    return arrays_to_record(
+        {f"{i}.{name}": a for i, message in enumerate(arrays) for name, a in message.items()}
     )
-    labels = arrays.get("classes")
-    if labels is None or labels.ndim != 1 or labels.shape[0] > MAX_CLASSES:
-        raise ProtocolError(f"class labels must be a 1-D array of at most {MAX_CLASSES}")
-    if labels.dtype.kind not in "iuU":
-        raise ProtocolError(f"class labels must be integers or strings, got {labels.dtype}")
-    if np.unique(labels).shape[0] != labels.shape[0]:
-        raise ProtocolError("class labels are repeated")
-    return labels
 
 
-# -- stage 1: summaries ------------------------------------------------------------------
+def _split_array_list(arrays: Mapping[str, np.ndarray], n: int) -> list[dict[str, np.ndarray]]:
+    out: list[dict[str, np.ndarray]] = [{} for _ in range(n)]
+    for key, value in arrays.items():
+        index, _, name = key.partition(".")
+        if not index.isdigit() or int(index) >= n or not name:
+            raise ProtocolError(f"unexpected array {key!r} in a list of {n} messages")
+        out[int(index)][name] = value
+    return out
 
 
-def summary_request(dtype: str) -> RecordDict:
-    return RecordDict({CONFIG: ConfigRecord({"summary-dtype": dtype})})
+# -- stage "upload": summary and statistics of unaligned rows ------------------------------
 
 
-def read_summary_request(message: Message) -> str:
-    return config_value(content_record(message, CONFIG, ConfigRecord), "summary-dtype", str)
+def upload_request(summary_dtype: str, client_index: int) -> RecordDict:
+    config = ConfigRecord({"summary-dtype": summary_dtype, "client-index": client_index})
+    return RecordDict({CONFIG: config})
 
 
-def summary_reply(request: Message, payload: bytes, classes: np.ndarray) -> Message:
+def read_upload_request(message: Message) -> tuple[str, int]:
+    """The summary dtype and this client's position among the clients."""
+    config = content_record(message, CONFIG, ConfigRecord)
+    index = config_value(config, "client-index", int)
+    if index < 0:
+        raise ProtocolError(f"client-index must be >= 0, got {index}")
+    return config_value(config, "summary-dtype", str), index
+
+
+def upload_reply(
+    request: Message,
+    summary: bytes,
+    *,
+    n_fit: int,
+    n_test: int,
+    statistics: ArrayMessage | None = None,
+    validation: ArrayMessage | None = None,
+) -> Message:
     content = RecordDict(
-        {CONFIG: ConfigRecord({"summary": payload}), LABELS: _labels_record(classes)}
+        {CONFIG: ConfigRecord({"summary": summary, "n-fit": n_fit, "n-test": n_test})}
     )
+    if statistics is not None:
+        content[STATISTICS] = arrays_to_record(statistics)
+    if validation is not None:
+        content[VALIDATION_STATISTICS] = arrays_to_record(validation)
     return Message(content, reply_to=request)
 
 
-def read_summary_reply(message: Message) -> tuple[bytes, np.ndarray]:
-    """Summary bytes (decoded by the caller) and the client's class labels."""
-    payload = config_value(content_record(message, CONFIG, ConfigRecord), "summary", bytes)
-    return payload, _read_labels(message)
+def read_upload_reply(message: Message) -> tuple[bytes, int, int, Any, Any]:
+    """Summary bytes, fitting and test row counts, and the statistics' records (or None).
 
-
-# -- stage 2: reference out, head statistics back ----------------------------------------
-
-
-def statistics_request(
-    reference: bytes, tau: float, classes: np.ndarray, client_index: int
-) -> RecordDict:
-    config = ConfigRecord({"reference": reference, "tau": tau, "client-index": client_index})
-    return RecordDict({CONFIG: config, LABELS: _labels_record(classes)})
-
-
-def read_statistics_request(message: Message) -> tuple[bytes, float, np.ndarray, int]:
-    """Reference bytes, ``tau``, the global classes and this client's index."""
+    The records are decoded by the caller with :func:`record_to_arrays`, once
+    the summary told it the dimension (and so the largest size to accept).
+    Counts are only checked to be non-negative integers here; the server
+    checks them against the decoded summary.
+    """
     config = content_record(message, CONFIG, ConfigRecord)
+    summary = config_value(config, "summary", bytes)
+    n_fit, n_test = config_value(config, "n-fit", int), config_value(config, "n-test", int)
+    if n_fit < 0 or n_test < 0:
+        raise ProtocolError(f"row counts must be >= 0, got n-fit {n_fit}, n-test {n_test}")
+    records = message.content.array_records
     return (
-        config_value(config, "reference", bytes),
-        float(config_value(config, "tau", (float, int))),
-        _read_labels(message),
-        config_value(config, "client-index", int),
+        summary,
+        n_fit,
+        n_test,
+        records.get(STATISTICS),
+        records.get(VALIDATION_STATISTICS),
     )
 
 
-def statistics_reply(request: Message, arrays: Mapping[str, np.ndarray]) -> Message:
-    return Message(RecordDict({STATISTICS: arrays_to_record(arrays)}), reply_to=request)
+# -- stage "updates": local heads at given taus (O-FedAvg) ---------------------------------
 
 
-def read_statistics_reply(message: Message, *, max_bytes: int) -> dict[str, np.ndarray]:
-    return record_to_arrays(content_record(message, STATISTICS, ArrayRecord), max_bytes=max_bytes)
+def updates_request(reference: bytes | None, taus: list[float], part: str) -> RecordDict:
+    """Ask for one local head per tau, trained on the ``part`` ("fit" or "all") of the rows."""
+    values: dict[str, Any] = {"taus": [float(t) for t in taus], "part": part}
+    if reference is not None:
+        values["reference"] = reference
+    return RecordDict({CONFIG: ConfigRecord(values)})
 
 
-# -- stage 3: the global head out, local accuracy back ----------------------------------
+def read_updates_request(message: Message) -> tuple[bytes | None, list[float], str]:
+    config = content_record(message, CONFIG, ConfigRecord)
+    part = config_value(config, "part", str)
+    if part not in ("fit", "all"):
+        raise ProtocolError(f"part must be 'fit' or 'all', got {part!r}")
+    return _optional_reference(config), _float_list(config, "taus"), part
 
 
-def head_request(head: LinearScores) -> RecordDict:
+def updates_reply(request: Message, updates: list[ArrayMessage]) -> Message:
+    return Message(RecordDict({UPDATES: _array_list(updates)}), reply_to=request)
+
+
+def read_updates_reply(
+    message: Message, *, n_updates: int, max_bytes: int
+) -> list[dict[str, np.ndarray]]:
+    arrays = record_to_arrays(content_record(message, UPDATES, ArrayRecord), max_bytes=max_bytes)
+    return _split_array_list(arrays, n_updates)
+
+
+# -- stage "validation": candidate heads out, counts back ----------------------------------
+
+
+def validation_request(
+    reference: bytes | None, heads: list[LinearScores], taus: list[float]
+) -> RecordDict:
+    values: dict[str, Any] = {"taus": [float(t) for t in taus]}
+    if reference is not None:
+        values["reference"] = reference
     return RecordDict(
-        {HEAD: arrays_to_record(head.to_arrays()), LABELS: _labels_record(head.classes)}
+        {CONFIG: ConfigRecord(values), CANDIDATES: _array_list([h.to_arrays() for h in heads])}
     )
 
 
-def read_head_request(message: Message, n_features: int) -> LinearScores:
-    classes = _read_labels(message)
-    max_bytes = 8 * (classes.shape[0] + 1) * (n_features + 1) + 4096
-    arrays = record_to_arrays(content_record(message, HEAD, ArrayRecord), max_bytes=max_bytes)
+def read_validation_request(
+    message: Message, classes: np.ndarray, n_features: int
+) -> tuple[bytes | None, list[LinearScores], list[float]]:
+    config = content_record(message, CONFIG, ConfigRecord)
+    taus = _float_list(config, "taus")
+    heads = [
+        _linear_scores(arrays, classes, n_features)
+        for arrays in _split_array_list(
+            record_to_arrays(
+                content_record(message, CANDIDATES, ArrayRecord),
+                max_bytes=len(taus) * _head_bytes(classes, n_features),
+            ),
+            len(taus),
+        )
+    ]
+    return _optional_reference(config), heads, taus
+
+
+def validation_reply(request: Message, counts: ArrayMessage) -> Message:
+    return Message(RecordDict({COUNTS: arrays_to_record(counts)}), reply_to=request)
+
+
+def read_validation_reply(message: Message, *, max_bytes: int) -> dict[str, np.ndarray]:
+    return record_to_arrays(content_record(message, COUNTS, ArrayRecord), max_bytes=max_bytes)
+
+
+# -- stage "evaluation": the global head out, local accuracy back -------------------------
+
+
+def head_request(reference: bytes | None, head: LinearScores, tau: float) -> RecordDict:
+    values: dict[str, Any] = {"tau": float(tau)}
+    if reference is not None:
+        values["reference"] = reference
+    return RecordDict({CONFIG: ConfigRecord(values), HEAD: arrays_to_record(head.to_arrays())})
+
+
+def read_head_request(
+    message: Message, classes: np.ndarray, n_features: int
+) -> tuple[bytes | None, LinearScores, float]:
+    config = content_record(message, CONFIG, ConfigRecord)
+    tau = float(config_value(config, "tau", (float, int)))
+    arrays = record_to_arrays(
+        content_record(message, HEAD, ArrayRecord), max_bytes=_head_bytes(classes, n_features)
+    )
+    return _optional_reference(config), _linear_scores(arrays, classes, n_features), tau
+
+
+def _head_bytes(classes: np.ndarray, n_features: int) -> int:
+    return 8 * (classes.shape[0] + 1) * (n_features + 1) + 4096
+
+
+def _linear_scores(arrays: Mapping[str, Any], classes: np.ndarray, n_features: int) -> LinearScores:
     try:
         return LinearScores.from_arrays(arrays, classes=classes, n_features=n_features)
     except StatisticsFormatError as exc:
-        raise ProtocolError(f"global head: {exc}") from None
+        raise ProtocolError(f"head: {exc}") from None
 
 
 def evaluation_reply(request: Message, n_correct: int, n_test: int) -> Message:
@@ -250,14 +367,16 @@ def evaluation_reply(request: Message, n_correct: int, n_test: int) -> Message:
     return Message(RecordDict({EVALUATION: metrics}), reply_to=request)
 
 
-def read_evaluation_reply(message: Message) -> tuple[int, int]:
-    """Correct predictions and test rows of one client, checked ``0 <= c <= n``."""
+def read_evaluation_reply(message: Message, n_test: int) -> int:
+    """Correct predictions of one client, checked against its announced test size."""
     record = content_record(message, EVALUATION, MetricRecord)
     n_correct = config_value(record, "n-correct", int)
-    n_test = config_value(record, "n-test", int)
+    reported = config_value(record, "n-test", int)
+    if reported != n_test:
+        raise ProtocolError(f"evaluated {reported} test rows, but announced {n_test}")
     if not 0 <= n_correct <= n_test:
         raise ProtocolError(f"evaluation counts are inconsistent ({n_correct} of {n_test})")
-    return n_correct, n_test
+    return n_correct
 
 
 def payload_bytes(content: RecordDict) -> int:

@@ -1,33 +1,45 @@
 """The server side of the one-shot protocol, as a Flower ``ServerApp``.
 
-:func:`run_one_shot` drives the three stages over a Flower ``Grid``:
+:func:`run_one_shot` drives the protocol's stages over a Flower ``Grid``
+(:mod:`skslot.flower.messages`), calling the same server functions as the
+in-process estimators (:class:`~skslot.BuresBarycenter`, the heads'
+``fit_from_statistics``, :mod:`skslot.selection`):
 
-1. ask every node for its summary; decode each with
-   :meth:`GaussianSummary.from_bytes` (rejecting malformed, hostile, or
-   wrong-dimension payloads and duplicated client labels);
-2. compute the reference with :class:`~skslot.BuresBarycenter`, send it with
-   ``tau`` and the global class set; decode each client's head statistics
-   with the head's :meth:`~skslot.heads.OneShotHead.decode_statistics` and fit
-   the global head with ``fit_from_statistics``;
-3. send the global head as linear scores; collect each client's accuracy on
-   its local test split.
+* FedCGS and FedPFT, whose statistics are moments: ``upload`` (summary and the
+  statistics of each client's *unaligned* rows, in one message), then
+  ``evaluation`` (the head and the reference in one message).  The server
+  aligns the statistics itself, so with ``tau = "auto"`` it fits one head per
+  candidate without asking again, and one ``validation`` stage sits between
+  the two (candidates out, correct-prediction counts back).
+* O-FedAvg, which trains on aligned rows: ``upload`` (summary), ``updates``
+  (the reference out, local heads back: one per candidate ``tau`` on the
+  fitting rows with ``tau = "auto"``), then ``validation`` and a second
+  ``updates`` stage (the chosen ``tau``, all rows) with ``tau = "auto"``, and
+  ``evaluation``.
 
-A node that does not answer within ``reply_timeout``, answers with an error,
-or sends a payload that fails validation is left out of the rest of the run
-and named in the :class:`DeploymentReport`; the run goes on while at least
+Decode, validate, then combine: a node that does not answer within
+``reply_timeout``, answers with an error, or sends a payload that fails
+validation (wire format, the configured dimension bound and class set,
+counts that must agree across its messages) is left out of the rest of the
+run and named in the :class:`DeploymentReport`.  Clients are identified by
+their Flower node id, never by a label they declare (a declared label is only
+shown in the report), and ordered by node id; the run goes on while at least
 ``min_clients`` remain, and otherwise stops with a :class:`DeploymentError`
-carrying the report.  Clients are ordered by their label (the partition id),
-the order in-process ``fit`` uses, so both give the same head.
+carrying the report.  Whatever happens, the run's output directory ends with a
+``report.json`` whose ``status`` says ``"completed"`` or ``"failed"``, and
+never keeps a stale head or reference from an earlier run.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
-from logging import INFO, WARNING
+from dataclasses import asdict, dataclass, field, replace
+from logging import ERROR, INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -35,22 +47,34 @@ import numpy as np
 from flwr.app import Context, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
+from sklearn.base import clone
 
 from ..barycenter import BuresBarycenter
 from ..bench import DEFAULT_HEADS
-from ..gaussian import GaussianSummary, SummaryFormatError
+from ..gaussian import GaussianMap, GaussianSummary, SummaryFormatError
 from ..heads import StatisticsFormatError
+from ..selection import (
+    Selection,
+    ValidationCounts,
+    candidate_grid,
+    candidate_heads,
+    refit_head,
+    select_candidate,
+)
 from . import messages
 from .config import DeploymentConfig
 
 __all__ = ["DeploymentError", "DeploymentReport", "app", "run_one_shot"]
 
-STAGES = ("summary", "statistics", "evaluation")
+STAGES = ("upload", "updates", "validation", "refit", "evaluation")
 MESSAGE_TYPES = {
-    "summary": "query.summary",
-    "statistics": "train.statistics",
+    "upload": "query.upload",
+    "updates": "train.updates",
+    "validation": "query.validation",
+    "refit": "train.updates",
     "evaluation": "evaluate.head",
 }
+OUTPUT_FILES = ("report.json", "global_head.npz", "reference.bin")
 
 
 @dataclass
@@ -61,10 +85,16 @@ class DeploymentReport:
     ----------
     config : dict
         The run configuration.
+    status : {"running", "completed", "failed"}
+    error : str or None
+        Why a failed run stopped.
+    stages : list of str
+        The stages run, in order.
     nodes : list of int
         Flower node ids the server addressed.
     clients : dict
-        Client label (partition id) of each node that sent a valid summary.
+        Node id to the label its summary declared (informational only: a
+        client *is* its node).
     missing : dict
         Per stage, the nodes that did not answer in time.
     rejected : dict
@@ -76,17 +106,26 @@ class DeploymentReport:
     summary_payload_bytes : dict
         Per node, length of the summary payload; ``summary_values`` is the
         number of values it encodes, ``m (m + 1) / 2 + m + 1``.
+    tau : float or None
+        The ``tau`` of the final head (the chosen one with ``tau = "auto"``).
+    selection : dict or None
+        With ``tau = "auto"``: the candidates, each client's balanced
+        validation accuracy per candidate, their mean and standard error, the
+        chosen candidate, and the clients left out of the choice.
     accuracy : dict
-        Per client label, accuracy on its local test split.
+        Per node, accuracy on its local test split.
     macro_accuracy : float
         Mean of ``accuracy`` over clients.
     """
 
     config: dict
+    status: str = "running"
+    error: str | None = None
+    stages: list = field(default_factory=list)
     nodes: list = field(default_factory=list)
     clients: dict = field(default_factory=dict)
-    missing: dict = field(default_factory=lambda: {stage: [] for stage in STAGES})
-    rejected: dict = field(default_factory=lambda: {stage: {} for stage in STAGES})
+    missing: dict = field(default_factory=dict)
+    rejected: dict = field(default_factory=dict)
     bytes_sent: dict = field(default_factory=dict)
     bytes_received: dict = field(default_factory=dict)
     n_features: int | None = None
@@ -94,20 +133,28 @@ class DeploymentReport:
     summary_payload_bytes: dict = field(default_factory=dict)
     classes: list = field(default_factory=list)
     barycenter_iterations: int | None = None
+    tau: float | None = None
+    selection: dict | None = None
     accuracy: dict = field(default_factory=dict)
     n_test: dict = field(default_factory=dict)
     macro_accuracy: float | None = None
 
     def name(self, node: int) -> str:
-        """``client <label> (node <id>)``, or just the node when it has no label."""
+        """``node <id> (client <label>)``, or just the node when it declared no label."""
         if node in self.clients:
-            return f"client {self.clients[node]!r} (node {node})"
+            return f"node {node} (client {self.clients[node]!r})"
         return f"node {node}"
+
+    def reject(self, stage: str, node: int, reason: Exception | str) -> None:
+        self.rejected.setdefault(stage, {})[node] = str(reason)
+        log(WARNING, "rejected %s at the %s stage: %s", self.name(node), stage, reason)
 
     def to_json(self) -> str:
         def keys(d: Any) -> Any:
             if isinstance(d, dict):
                 return {str(k): keys(v) for k, v in d.items()}
+            if isinstance(d, list):
+                return [keys(v) for v in d]
             return d
 
         return json.dumps(keys(asdict(self)), indent=2, default=_json_default)
@@ -116,68 +163,99 @@ class DeploymentReport:
 def _json_default(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 class DeploymentError(RuntimeError):
-    """Too few clients answered a stage; ``report`` says who was missing or rejected."""
+    """The run could not complete; ``report`` says who was missing or rejected, and why."""
 
     def __init__(self, message: str, report: DeploymentReport) -> None:
         super().__init__(message)
         self.report = report
 
 
-def _exchange(
-    grid: Grid,
-    contents: dict[int, RecordDict],
-    stage: str,
-    config: DeploymentConfig,
-    report: DeploymentReport,
-) -> dict[int, Message]:
-    """Send one message per node, wait for the replies, record bytes and absentees."""
-    outgoing = []
-    for node, content in contents.items():
-        report.bytes_sent.setdefault(node, {})[stage] = messages.payload_bytes(content)
-        outgoing.append(
-            Message(content, dst_node_id=node, message_type=MESSAGE_TYPES[stage], group_id=stage)
-        )
-    replies: dict[int, Message] = {}
-    for reply in grid.send_and_receive(outgoing, timeout=config.reply_timeout):
-        node = reply.metadata.src_node_id
-        if node not in contents or node in replies:
-            continue  # not asked, or a duplicate: ignored
-        replies[node] = reply
-        if reply.has_error():
-            report.rejected[stage][node] = f"client error: {reply.error.reason}"
-        else:
-            report.bytes_received.setdefault(node, {})[stage] = messages.payload_bytes(
-                reply.content
+@dataclass
+class _Client:
+    """What the server holds about one accepted node."""
+
+    summary: GaussianSummary
+    n_fit: int
+    n_test: int
+    statistics: Any = None
+    validation: Any = None
+
+    @property
+    def n_validation(self) -> int:
+        return self.summary.n - self.n_fit
+
+
+class _Run:
+    """One run's exchanges with the nodes, and its report."""
+
+    def __init__(self, grid: Grid, config: DeploymentConfig) -> None:
+        self.grid, self.config = grid, config
+        self.report = DeploymentReport(config=config.to_run_config())
+        self.clients: dict[int, _Client] = {}
+        self.has_reference: set[int] = set()
+
+    @property
+    def order(self) -> list[int]:
+        return sorted(self.clients)
+
+    def exchange(self, stage: str, contents: dict[int, RecordDict]) -> dict[int, Message]:
+        """Send one message per node, wait for the replies, record bytes and absentees."""
+        report = self.report
+        report.stages.append(stage)
+        outgoing = []
+        for node, content in contents.items():
+            report.bytes_sent.setdefault(node, {})[stage] = messages.payload_bytes(content)
+            outgoing.append(
+                Message(
+                    content, dst_node_id=node, message_type=MESSAGE_TYPES[stage], group_id=stage
+                )
             )
-    report.missing[stage] = sorted(set(contents) - set(replies))
-    for node in report.missing[stage]:
-        log(WARNING, "%s did not answer the %s stage in time", report.name(node), stage)
-    return {node: reply for node, reply in replies.items() if not reply.has_error()}
+        replies: dict[int, Message] = {}
+        for reply in self.grid.send_and_receive(outgoing, timeout=self.config.reply_timeout):
+            node = reply.metadata.src_node_id
+            if node not in contents or node in replies:
+                continue  # not asked, or a duplicate: ignored
+            replies[node] = reply
+            if reply.has_error():
+                report.reject(stage, node, f"client error: {reply.error.reason}")
+            else:
+                report.bytes_received.setdefault(node, {})[stage] = messages.payload_bytes(
+                    reply.content
+                )
+        report.missing[stage] = sorted(set(contents) - set(replies))
+        for node in report.missing[stage]:
+            log(WARNING, "%s did not answer the %s stage in time", report.name(node), stage)
+        return {node: reply for node, reply in replies.items() if not reply.has_error()}
 
+    def keep(self, stage: str, accepted: Iterable[int]) -> None:
+        """Drop the clients not in ``accepted``; fail when fewer than ``min_clients`` remain."""
+        accepted = set(accepted)
+        self.clients = {node: c for node, c in self.clients.items() if node in accepted}
+        if len(self.clients) < self.config.min_clients:
+            report = self.report
+            problems = [f"{report.name(n)} missing" for n in report.missing.get(stage, [])] + [
+                f"{report.name(n)} rejected: {why}"
+                for n, why in report.rejected.get(stage, {}).items()
+            ]
+            raise DeploymentError(
+                f"only {len(self.clients)} client(s) completed the {stage} stage, fewer than "
+                f"min_clients = {self.config.min_clients} "
+                f"({'; '.join(problems) or 'no other node'})",
+                report,
+            )
 
-def _require(
-    accepted: Iterable, stage: str, config: DeploymentConfig, report: DeploymentReport
-) -> None:
-    """Raise :class:`DeploymentError`, naming who failed, when too few clients remain."""
-    accepted = list(accepted)
-    if len(accepted) < config.min_clients:
-        problems = [f"{report.name(n)} missing" for n in report.missing[stage]] + [
-            f"{report.name(n)} rejected: {why}" for n, why in report.rejected[stage].items()
-        ]
-        raise DeploymentError(
-            f"only {len(accepted)} client(s) completed the {stage} stage, fewer than "
-            f"min_clients = {config.min_clients} ({'; '.join(problems) or 'no other node'})",
-            report,
-        )
-
-
-def _reject(report: DeploymentReport, stage: str, node: int, reason: Exception | str) -> None:
-    report.rejected[stage][node] = str(reason)
-    log(WARNING, "rejected %s at the %s stage: %s", report.name(node), stage, reason)
+    def reference_for(self, node: int, reference: bytes) -> bytes | None:
+        """The reference bytes the first time a node is sent a message after it was built."""
+        if node in self.has_reference:
+            return None
+        self.has_reference.add(node)
+        return reference
 
 
 def _wait_for_nodes(grid: Grid, config: DeploymentConfig) -> list[int]:
@@ -189,136 +267,317 @@ def _wait_for_nodes(grid: Grid, config: DeploymentConfig) -> list[int]:
         time.sleep(0.5)
 
 
-def _summaries(
-    replies: dict[int, Message], report: DeploymentReport
-) -> dict[int, tuple[GaussianSummary, np.ndarray]]:
-    """Stage 1 on receipt: decode, then keep the majority dimension and unique labels."""
-    decoded = {}
-    for node, reply in replies.items():
-        try:
-            payload, classes = messages.read_summary_reply(reply)
-            summary = GaussianSummary.from_bytes(payload)
-        except (messages.ProtocolError, SummaryFormatError) as exc:
-            _reject(report, "summary", node, exc)
-            continue
-        decoded[node] = (summary, classes)
-        report.summary_payload_bytes[node] = len(payload)
-    if not decoded:
-        return {}
-    dims = Counter(s.dimension for s, _ in decoded.values())
-    m = max(dims, key=lambda d: (dims[d], -d))
-    kinds = Counter(c.dtype.kind in "iu" for _, c in decoded.values())
-    integer_labels = max(kinds, key=lambda k: (kinds[k], k))
-    labels = Counter(s.client for s, _ in decoded.values())
-    accepted = {}
-    for node, (summary, classes) in decoded.items():
-        if summary.dimension != m:
-            _reject(report, "summary", node, f"dimension {summary.dimension}, expected {m}")
-        elif (classes.dtype.kind in "iu") != integer_labels:
-            _reject(report, "summary", node, f"class labels of dtype {classes.dtype}")
-        elif summary.client is None or labels[summary.client] > 1:
-            _reject(report, "summary", node, f"client label {summary.client!r} is not unique")
-        else:
-            accepted[node] = (summary, classes)
-            report.clients[node] = summary.client
-    report.n_features = m
-    report.summary_values = m * (m + 1) // 2 + m + 1
-    return accepted
-
-
-def _statistics_cap(head: Any, n_classes: int, m: int) -> int:
+def _upload_cap(head: Any, n_classes: int, m: int) -> int:
     """Most bytes a client's statistics can take (float64, a little npy overhead)."""
+    if not head.aligns_statistics:
+        return 0
     components = getattr(head, "n_components", 1)
     return 8 * (n_classes * components + 2) * (m + 2) ** 2 + (1 << 20)
 
 
+def _uploads(run: _Run, head: Any, classes: np.ndarray) -> None:
+    """Stage "upload": decode every reply; keep the configured (or majority) dimension."""
+    config, report = run.config, run.report
+    nodes = report.nodes
+    contents = {
+        node: messages.upload_request(config.summary_dtype, index)
+        for index, node in enumerate(nodes)
+    }
+    replies = run.exchange("upload", contents)
+    expected = config.n_features or None
+    decoded: dict[int, tuple] = {}
+    for node in nodes:
+        if node not in replies:
+            continue
+        try:
+            payload, n_fit, n_test, *records = messages.read_upload_reply(replies[node])
+            summary = GaussianSummary.from_bytes(
+                payload, expected_dimension=expected, max_dimension=config.max_dimension
+            )
+            cap = _upload_cap(head, classes.shape[0], summary.dimension)
+            stats, val = (
+                None if r is None else messages.record_to_arrays(r, max_bytes=cap)
+                for r in records
+            )
+        except (messages.ProtocolError, SummaryFormatError) as exc:
+            report.reject("upload", node, exc)
+            continue
+        report.clients[node] = summary.client
+        report.summary_payload_bytes[node] = len(payload)
+        decoded[node] = (summary, n_fit, n_test, stats, val)
+    if not decoded:
+        run.keep("upload", [])
+    dims = Counter(d[0].dimension for d in decoded.values())
+    m = expected or max(dims, key=lambda d: (dims[d], -d))
+    report.n_features = m
+    report.summary_values = m * (m + 1) // 2 + m + 1
+    for node, (summary, n_fit, n_test, stats, val) in decoded.items():
+        try:
+            if summary.dimension != m:
+                raise StatisticsFormatError(f"dimension {summary.dimension}, expected {m}")
+            client = _Client(summary, n_fit, n_test)
+            if not 1 <= n_fit <= summary.n:
+                raise StatisticsFormatError(
+                    f"fitting part of {n_fit} rows, but the summary counts {summary.n}"
+                )
+            if not config.auto and n_fit != summary.n:
+                raise StatisticsFormatError("a fixed-tau run has no validation part")
+            if head.aligns_statistics:
+                if stats is None:
+                    raise StatisticsFormatError("the upload lacks the head's statistics")
+                client.statistics = head.decode_statistics(
+                    stats, classes=classes, n_features=m, n_samples=n_fit
+                )
+                if (val is None) != (client.n_validation == 0):
+                    raise StatisticsFormatError(
+                        f"validation statistics do not match a validation part of "
+                        f"{client.n_validation} rows"
+                    )
+                if val is not None:
+                    client.validation = head.decode_statistics(
+                        val, classes=classes, n_features=m, n_samples=client.n_validation
+                    )
+        except StatisticsFormatError as exc:
+            report.reject("upload", node, exc)
+            continue
+        run.clients[node] = client
+    run.keep("upload", run.clients)
+
+
+def _reference(run: _Run) -> tuple[bytes, list[GaussianMap]]:
+    """The barycenter of the accepted summaries, its bytes, each client's full map."""
+    # a client is its node: the barycenter and the maps are keyed by node id
+    summaries = [replace(run.clients[node].summary, client=node) for node in run.order]
+    try:
+        barycenter = BuresBarycenter().fit(summaries)
+        reference = barycenter.reference_.to_bytes(run.config.summary_dtype)
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
+        raise DeploymentError(
+            f"the reference could not be built from the clients' summaries: {exc}", run.report
+        ) from exc
+    run.report.barycenter_iterations = int(barycenter.n_iter_)
+    maps = barycenter.transport_maps()
+    return reference, [maps[node] for node in run.order]
+
+
+def _local_updates(
+    run: _Run, stage: str, head: Any, classes: np.ndarray, reference: bytes, taus: list, part: str
+) -> dict[float, list]:
+    """Stage "updates" (or "refit"): each client's local heads at ``taus``, decoded."""
+    m = run.report.n_features
+    contents = {
+        node: messages.updates_request(run.reference_for(node, reference), taus, part)
+        for node in run.order
+    }
+    replies = run.exchange(stage, contents)
+    cap = len(taus) * (8 * (classes.shape[0] + 1) * (m + 2) + 4096)
+    received = {}
+    for node in run.order:
+        if node not in replies:
+            continue
+        client = run.clients[node]
+        n = client.n_fit if part == "fit" else client.summary.n
+        try:
+            arrays = messages.read_updates_reply(replies[node], n_updates=len(taus), max_bytes=cap)
+            received[node] = [
+                head.decode_statistics(a, classes=classes, n_features=m, n_samples=n)
+                for a in arrays
+            ]
+        except (messages.ProtocolError, StatisticsFormatError) as exc:
+            run.report.reject(stage, node, exc)
+    run.keep(stage, received)
+    return {tau: [received[node][i] for node in run.order] for i, tau in enumerate(taus)}
+
+
+def _fit(run: _Run, what: str, step: Any) -> Any:
+    """A server step on client values; its failure fails the run with a report, not a crash."""
+    try:
+        return step()
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError, MemoryError) as exc:
+        raise DeploymentError(f"{what} failed: {type(exc).__name__}: {exc}", run.report) from exc
+
+
+def _select(
+    run: _Run, candidates: list, heads: list, classes: np.ndarray, reference: bytes
+) -> Selection:
+    """Stage "validation": candidates out, counts back (checked), the choice."""
+    scores = [h.linear_scores() for h in heads]
+    taus = [c.tau for c in candidates]
+    contents = {
+        node: messages.validation_request(run.reference_for(node, reference), scores, taus)
+        for node in run.order
+        if run.clients[node].n_validation > 0
+    }
+    left_out = {
+        node: "no validation rows (too few rows per class to split)"
+        for node in run.order
+        if node not in contents
+    }
+    replies = run.exchange("validation", contents)
+    counts = {}
+    cap = 8 * (len(candidates) + 1) * classes.shape[0] + 4096
+    for node in contents:
+        if node not in replies:
+            left_out[node] = "did not answer the validation stage"
+            continue
+        try:
+            counts[node] = ValidationCounts.from_arrays(
+                messages.read_validation_reply(replies[node], max_bytes=cap),
+                n_candidates=len(candidates),
+                n_classes=classes.shape[0],
+                n_samples=run.clients[node].n_validation,
+            )
+        except (messages.ProtocolError, StatisticsFormatError) as exc:
+            run.report.reject("validation", node, exc)
+            left_out[node] = f"rejected: {exc}"
+    rule = run.config.selection_rule
+    selection = _fit(run, "the choice of tau", lambda: select_candidate(candidates, counts, rule))
+    table = selection.table()
+    run.report.selection = {
+        "candidates": table["params"],
+        "clients": selection.clients,
+        "scores": selection.scores.tolist(),
+        "mean_validation_score": table["mean_validation_score"].tolist(),
+        "std_error_validation_score": table["std_error_validation_score"].tolist(),
+        "chosen": selection.candidate.describe(),
+        "left_out": left_out,
+    }
+    log(INFO, "skslot: validation chose %s", selection.candidate.describe())
+    return selection
+
+
 def run_one_shot(grid: Grid, config: DeploymentConfig) -> tuple[DeploymentReport, Any, bytes]:
-    """Run the three stages; returns the report, the global head and the reference bytes.
+    """Run the protocol; returns the report, the global head and the reference bytes.
 
     Raises
     ------
     DeploymentError
-        When fewer than ``config.min_clients`` clients complete a stage.
+        When fewer than ``config.min_clients`` clients complete a stage, or a
+        server step fails on the clients' values; its ``report`` says why.
     """
-    report = DeploymentReport(config=config.to_run_config())
-    nodes = _wait_for_nodes(grid, config)
-    report.nodes = nodes
-    log(INFO, "skslot: %d node(s) connected", len(nodes))
-
-    # 1. summaries
-    contents = {node: messages.summary_request(config.summary_dtype) for node in nodes}
-    replies = _exchange(grid, contents, "summary", config, report)
-    accepted = _summaries(replies, report)
-    _require(accepted, "summary", config, report)
-    order = sorted(accepted, key=lambda node: _sort_key(accepted[node][0].client))
-    summaries = [accepted[node][0] for node in order]
-    barycenter = BuresBarycenter().fit(summaries)
-    report.barycenter_iterations = int(barycenter.n_iter_)
-    reference = barycenter.reference_.to_bytes(config.summary_dtype)
-    classes = np.unique(np.concatenate([accepted[node][1] for node in order]))
+    run = _Run(grid, config)
+    report = run.report
+    report.nodes = _wait_for_nodes(grid, config)
+    log(INFO, "skslot: %d node(s) connected", len(report.nodes))
+    classes = config.class_set
     report.classes = classes.tolist()
-    m = report.n_features
-
-    # 2. reference out, head statistics back
     head = DEFAULT_HEADS[config.head](config.seed)
-    contents = {
-        node: messages.statistics_request(reference, config.tau, classes, index)
-        for index, node in enumerate(order)
-    }
-    replies = _exchange(grid, contents, "statistics", config, report)
-    cap = _statistics_cap(head, classes.shape[0], m)
-    statistics = {}
-    for node in order:
-        if node not in replies:
-            continue
-        try:
-            arrays = messages.read_statistics_reply(replies[node], max_bytes=cap)
-            statistics[node] = head.decode_statistics(
-                arrays, classes=classes, n_features=m, n_samples=accepted[node][0].n
-            )
-        except (messages.ProtocolError, StatisticsFormatError) as exc:
-            _reject(report, "statistics", node, exc)
-    _require(statistics, "statistics", config, report)
-    head.fit_from_statistics([statistics[node] for node in order if node in statistics], classes)
-    scores = head.linear_scores()
 
-    # 3. the global head out, local accuracy back
-    contents = {node: messages.head_request(scores) for node in statistics}
-    replies = _exchange(grid, contents, "evaluation", config, report)
-    for node in order:
+    _uploads(run, head, classes)
+    reference, maps = _reference(run)
+    order = run.order
+
+    def all_statistics() -> list:
+        return [run.clients[node].statistics for node in order]
+
+    if config.auto:
+        candidates = candidate_grid(head, config.tau_grid, config.head_grid())
+        if head.aligns_statistics:
+            heads = _fit(
+                run,
+                "the candidate heads",
+                lambda: candidate_heads(head, candidates, all_statistics(), classes, maps),
+            )
+        else:
+            taus = sorted({c.tau for c in candidates})
+            updates = _local_updates(run, "updates", head, classes, reference, taus, "fit")
+            heads = _fit(
+                run,
+                "the candidate heads",
+                lambda: candidate_heads(head, candidates, updates, classes),
+            )
+        selection = _select(run, candidates, heads, classes, reference)
+        best, tau = selection.candidate, selection.candidate.tau
+        order = run.order
+        if head.aligns_statistics:
+            maps = [maps[order.index(node)] for node in run.order]  # clients still in
+            final = _fit(
+                run,
+                "the final head",
+                lambda: refit_head(
+                    head,
+                    best,
+                    classes,
+                    all_statistics(),
+                    [run.clients[node].validation for node in run.order],
+                    maps,
+                ),
+            )
+        else:
+            refit = _local_updates(run, "refit", head, classes, reference, [tau], "all")
+            final = _fit(
+                run, "the final head", lambda: refit_head(head, best, classes, refit[tau])
+            )
+    else:
+        tau = config.tau
+        if head.aligns_statistics:
+            final = _fit(
+                run,
+                "the head",
+                lambda: clone(head).fit_from_statistics(
+                    all_statistics(), classes, maps=[t.geodesic(tau) for t in maps]
+                ),
+            )
+        else:
+            updates = _local_updates(run, "updates", head, classes, reference, [tau], "all")
+            final = _fit(
+                run, "the head", lambda: clone(head).fit_from_statistics(updates[tau], classes)
+            )
+    report.tau = float(tau)
+    scores = final.linear_scores()
+
+    # the global head out (with the reference where not sent yet), local accuracy back
+    contents = {
+        node: messages.head_request(run.reference_for(node, reference), scores, tau)
+        for node in run.order
+    }
+    replies = run.exchange("evaluation", contents)
+    for node in run.order:
         if node not in replies:
             continue
+        n_test = run.clients[node].n_test
         try:
-            n_correct, n_test = messages.read_evaluation_reply(replies[node])
+            n_correct = messages.read_evaluation_reply(replies[node], n_test)
         except messages.ProtocolError as exc:
-            _reject(report, "evaluation", node, exc)
+            report.reject("evaluation", node, exc)
             continue
-        client = report.clients[node]
-        report.n_test[client] = n_test
+        report.n_test[node] = n_test
         if n_test:
-            report.accuracy[client] = n_correct / n_test
-    _require(report.accuracy, "evaluation", config, report)
+            report.accuracy[node] = n_correct / n_test
+    run.keep("evaluation", report.accuracy)
     report.macro_accuracy = float(np.mean(list(report.accuracy.values())))
+    report.status = "completed"
     return report, scores, reference
 
 
-def _sort_key(label: int | str) -> tuple:
-    """Integers before strings, each in natural order (as ``np.unique`` sorts one kind)."""
-    return (isinstance(label, str), label)
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
-def write_outputs(directory: str | Path, report: DeploymentReport, scores: Any, reference: bytes):
-    """``report.json``, ``global_head.npz`` (classes, coef, intercept) and ``reference.bin``."""
+def write_outputs(
+    directory: str | Path,
+    report: DeploymentReport,
+    scores: Any = None,
+    reference: bytes | None = None,
+) -> None:
+    """``report.json``, and for a completed run ``global_head.npz`` and ``reference.bin``.
+
+    Files of an earlier run are removed first, and each file is written
+    atomically, so the directory never mixes two runs.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "report.json").write_text(report.to_json())
-    np.savez(
-        directory / "global_head.npz",
-        classes=scores.classes,
-        coef=scores.coef,
-        intercept=scores.intercept,
-    )
-    (directory / "reference.bin").write_bytes(reference)
+    for name in OUTPUT_FILES:
+        (directory / name).unlink(missing_ok=True)
+    if scores is not None:
+        buffer = io.BytesIO()
+        np.savez(buffer, classes=scores.classes, coef=scores.coef, intercept=scores.intercept)
+        _write_atomically(directory / "global_head.npz", buffer.getvalue())
+    if reference is not None:
+        _write_atomically(directory / "reference.bin", reference)
+    _write_atomically(directory / "report.json", report.to_json().encode())
 
 
 app = ServerApp()
@@ -326,20 +585,27 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Flower entry point: run the protocol with the run config, log and save the report."""
+    """Flower entry point: run the protocol with the run config, log and save the report.
+
+    A run that fails writes ``report.json`` with ``status = "failed"`` and the
+    reason, then raises, so the ServerApp exits with an error.
+    """
     config = DeploymentConfig.from_run_config(context.run_config)
     try:
         report, scores, reference = run_one_shot(grid, config)
-    except DeploymentError as exc:
+    except Exception as exc:
+        failed = getattr(exc, "report", None) or DeploymentReport(config=config.to_run_config())
+        failed.status, failed.error = "failed", f"{type(exc).__name__}: {exc}"
+        log(ERROR, "skslot: the run failed: %s", failed.error)
         if config.output_dir:
-            Path(config.output_dir).mkdir(parents=True, exist_ok=True)
-            (Path(config.output_dir) / "report.json").write_text(exc.report.to_json())
+            write_outputs(config.output_dir, failed)
         raise
     log(
         INFO,
-        "skslot: %s + SLOT (tau=%.2f): macro accuracy %.4f over %d clients %s",
+        "skslot: %s + SLOT (tau=%.2f%s): macro accuracy %.4f over %d clients %s",
         config.head,
-        config.tau,
+        report.tau,
+        ", chosen by validation" if config.auto else "",
         report.macro_accuracy,
         len(report.accuracy),
         report.accuracy,

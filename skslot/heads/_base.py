@@ -16,11 +16,11 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.special import softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_client_labels
+from .._validation import check_client_labels, spawn_seeds
+from ..gaussian import GaussianMap
 from ._wire import LinearScores
 
 __all__ = ["LinearHeadMixin", "OneShotHead"]
@@ -39,6 +39,12 @@ class OneShotHead(ClassifierMixin, BaseEstimator):
     #: The class of what :meth:`client_statistics` returns; it has
     #: ``to_arrays()`` and ``from_arrays(arrays, classes=, n_features=, n_samples=)``.
     statistics_type: ClassVar[type]
+    #: Whether the statistics are moments an affine map acts on exactly, so the
+    #: server can align them itself (``fit_from_statistics(..., maps=...)``).
+    aligns_statistics: ClassVar[bool] = False
+    #: Parameters used only by the server step: changing one needs no new
+    #: client statistics (what a federated search may tune for free).
+    server_params: ClassVar[tuple[str, ...]] = ()
 
     def fit(self, X: Any, y: Any, *, client: Any = None) -> OneShotHead:
         """Fit the head as one federated round over the clients in ``client``.
@@ -66,7 +72,7 @@ class OneShotHead(ClassifierMixin, BaseEstimator):
         for i, seed in enumerate(_client_seeds(self, len(labels))):
             rows = codes == i if len(labels) > 1 else slice(None)
             stats.append(self._client_statistics(X[rows], y[rows], classes, seed))
-        self._fit_from_statistics(stats, classes)
+        self._fit_from_statistics(stats, classes, None)
         return self
 
     def client_statistics(
@@ -97,16 +103,52 @@ class OneShotHead(ClassifierMixin, BaseEstimator):
         seed = _client_seeds(self, int(client_index) + 1)[-1]
         return self._client_statistics(X, y, classes, seed)
 
-    def fit_from_statistics(self, statistics: Sequence, classes: Sequence) -> OneShotHead:
-        """Server step: build the global head from the clients' statistics."""
+    def fit_from_statistics(
+        self,
+        statistics: Sequence,
+        classes: Sequence,
+        *,
+        maps: Sequence[GaussianMap] | None = None,
+    ) -> OneShotHead:
+        """Server step: build the global head from the clients' statistics.
+
+        Parameters
+        ----------
+        statistics : sequence
+            One client's statistics each (what :meth:`client_statistics` returns).
+        classes : array-like
+            The global class set.
+        maps : sequence of GaussianMap, optional
+            One affine map per client, applied by the server to that client's
+            statistics (statistics of unaligned rows, pushed exactly through
+            the client's ``T_k^tau``).  Only heads with
+            ``aligns_statistics = True`` (FedCGS, FedPFT) accept it.
+
+        Returns
+        -------
+        self : object
+        """
         if not statistics:
             raise ValueError("no client statistics received")
         classes = np.asarray(classes)
         dims = {int(stat.n_features) for stat in statistics}
         if len(dims) != 1:
             raise ValueError(f"client statistics have different dimensions: {sorted(dims)}")
+        if maps is not None:
+            if not self.aligns_statistics:
+                raise TypeError(
+                    f"{type(self).__name__} trains on aligned rows: its statistics cannot be "
+                    "aligned by the server (send the reference to the clients instead)"
+                )
+            maps = list(maps)
+            if len(maps) != len(statistics):
+                raise ValueError(
+                    f"{len(maps)} maps for the statistics of {len(statistics)} clients"
+                )
+            if any(t.linear.shape != (*dims, *dims) for t in maps):
+                raise ValueError(f"maps must act on dimension {next(iter(dims))}")
         (self.n_features_in_,) = dims
-        self._fit_from_statistics(list(statistics), classes)
+        self._fit_from_statistics(list(statistics), classes, maps)
         return self
 
     def decode_statistics(
@@ -174,7 +216,9 @@ class OneShotHead(ClassifierMixin, BaseEstimator):
     ) -> Any: ...
 
     @abstractmethod
-    def _fit_from_statistics(self, statistics: list, classes: np.ndarray) -> None: ...
+    def _fit_from_statistics(
+        self, statistics: list, classes: np.ndarray, maps: list[GaussianMap] | None
+    ) -> None: ...
 
     def _validate_for_predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "classes_")
@@ -221,5 +265,4 @@ def _client_seeds(head: Any, n_clients: int) -> list[int | None]:
     """One seed per client, drawn from the head's ``random_state`` (if any)."""
     if not hasattr(head, "random_state"):
         return [None] * n_clients
-    rng = check_random_state(head.random_state)
-    return [int(seed) for seed in rng.randint(np.iinfo(np.int32).max, size=n_clients)]
+    return list(spawn_seeds(head.random_state, n_clients))

@@ -17,6 +17,7 @@ import numpy as np
 
 from .._linalg import symmetric_from_upper, upper_triangle
 from .._moments import ShiftedMoments
+from ..gaussian import GaussianMap
 from ._wire import (
     ArrayMessage,
     StatisticsFormatError,
@@ -78,6 +79,24 @@ class ClassStatistics:
             sum(p.sums for p in parts),
             moments,
         )
+
+    def aligned(self, transport: GaussianMap) -> ClassStatistics:
+        """The statistics of the rows ``T(x)``, computed from these alone (exact).
+
+        What a server holding a client's map ``T`` computes instead of asking
+        the client to align its rows first (:meth:`GaussianMap.push_sums`,
+        :meth:`GaussianMap.push_moments`).
+        """
+        return ClassStatistics(
+            self.classes,
+            self.counts,
+            transport.push_sums(self.sums, self.counts),
+            transport.push_moments(self.moments),
+        )
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.moments.n)
 
     def to_arrays(self) -> ArrayMessage:
         """The message a client sends (see :mod:`skslot.heads._wire`).

@@ -31,6 +31,10 @@ class LinearHeadUpdate:
     def n_features(self) -> int:
         return self.coef.shape[1]
 
+    @property
+    def n_samples(self) -> int:
+        return int(self.n)
+
     def to_arrays(self) -> ArrayMessage:
         """The message a client sends (see :mod:`skslot.heads._wire`)."""
         return {
@@ -150,6 +154,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
     """
 
     statistics_type = LinearHeadUpdate
+    server_params = ("weighting",)
 
     def __init__(
         self,
@@ -191,7 +196,9 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         )
         return LinearHeadUpdate(classes, Wb[:, :-1], Wb[:, -1], X.shape[0], n_iter)
 
-    def _fit_from_statistics(self, statistics: list, classes: np.ndarray) -> None:
+    def _fit_from_statistics(
+        self, statistics: list, classes: np.ndarray, maps: list | None
+    ) -> None:
         check_option("weighting", self.weighting, ("samples", "uniform"))
         for update in statistics:
             if not np.array_equal(update.classes, classes):

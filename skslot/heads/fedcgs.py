@@ -60,6 +60,8 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
     """
 
     statistics_type = ClassStatistics
+    aligns_statistics = True
+    server_params = ("covariance", "shrinkage", "priors")
 
     def __init__(
         self,
@@ -77,10 +79,14 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
     ) -> ClassStatistics:
         return ClassStatistics.from_rows(X, y, classes)
 
-    def _fit_from_statistics(self, statistics: list, classes: np.ndarray) -> None:
+    def _fit_from_statistics(
+        self, statistics: list, classes: np.ndarray, maps: list | None
+    ) -> None:
         check_option("covariance", self.covariance, ("total", "within"))
         check_option("priors", self.priors, ("empirical", "uniform"))
         check_in_range("shrinkage", self.shrinkage, 0.0, None)
+        if maps is not None:
+            statistics = [s.aligned(t) for s, t in zip(statistics, maps, strict=True)]
         stats = ClassStatistics.combine(statistics)
         total, within = pooled_covariances(stats)
         S = total if self.covariance == "total" else within

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from sklearn.utils import check_random_state
 
 from .._linalg import cholesky_factor
 from .._validation import check_in_range, check_option, check_positive_int
+from ..gaussian import GaussianMap
 from ._base import OneShotHead
 from ._wire import (
     ArrayMessage,
@@ -39,6 +41,63 @@ class ClassMixture:
     covariances: np.ndarray
     covariance_type: str
 
+    @cached_property
+    def scales(self) -> np.ndarray:
+        """Per component, a factor ``L`` with ``L L^T = S`` (full), or standard deviations.
+
+        Computed once per received mixture, however many heads the server
+        samples from it (one per candidate ``tau``).
+        """
+        if self.covariance_type == "full":
+            return np.stack([_covariance_factor(cov) for cov in self.covariances])
+        return np.sqrt(np.maximum(self.covariances, 0.0))  # diag: (k, m); spherical: (k, 1)
+
+    def full_covariances(self) -> np.ndarray:
+        """The component covariances as full matrices, of shape (k, m, m)."""
+        if self.covariance_type == "full":
+            return self.covariances
+        m = self.means.shape[1]
+        variances = np.broadcast_to(self.covariances, (self.covariances.shape[0], m))
+        return variances[:, :, None] * np.eye(m)
+
+    def aligned(self, transport: GaussianMap) -> ClassMixture:
+        """The exact pushforward through ``T``: each ``N(mu, S)`` becomes ``N(A mu + b, A S A^T)``.
+
+        A diagonal or spherical covariance is no longer one after a general
+        affine map, so the result is a full-covariance mixture in float64.
+        """
+        means, covariances = transport.push_gaussians(self.means, self.full_covariances())
+        return ClassMixture(self.label, self.n, self.weights, means, covariances, "full")
+
+    def sample(
+        self,
+        n: int,
+        rng: np.random.RandomState,
+        transport: GaussianMap | None = None,
+    ) -> np.ndarray:
+        """Draw ``n`` rows from the mixture, or from its pushforward through ``transport``.
+
+        A draw ``x = mu + L z`` mapped by ``T`` is ``(A mu + b) + (A L) z``, a
+        draw from ``N(A mu + b, A S A^T)`` (``A L`` is a factor of ``A S A^T``):
+        sampling the pushforward costs one product with ``A`` on the drawn rows
+        instead of a new factorisation per map.  With the same ``rng`` state the
+        draws for two maps share their ``z`` (common random numbers).
+        """
+        m = self.means.shape[1]
+        counts = rng.multinomial(n, self.weights / self.weights.sum())
+        rows = []
+        for j, count in enumerate(counts):
+            if count == 0:
+                continue
+            z = rng.standard_normal(size=(count, m))
+            if self.covariance_type == "full":
+                z = z @ self.scales[j].T
+            else:
+                z = z * self.scales[j]
+            rows.append(self.means[j] + z)
+        X = np.vstack(rows)
+        return X if transport is None else transport.apply(X)
+
 
 @dataclass(frozen=True, eq=False)
 class ClassMixtures:
@@ -55,6 +114,22 @@ class ClassMixtures:
     n_features: int
     covariance_type: str = "full"
     dtype: str = "float64"
+
+    @property
+    def n_samples(self) -> int:
+        """Rows the mixtures describe, skipped classes included."""
+        return int(sum(mx.n for mx in self.mixtures) + sum(k for _, k in self.skipped))
+
+    def aligned(self, transport: GaussianMap) -> ClassMixtures:
+        """Every mixture pushed through ``transport`` (:meth:`ClassMixture.aligned`)."""
+        return ClassMixtures(
+            self.classes,
+            [mx.aligned(transport) for mx in self.mixtures],
+            self.skipped,
+            self.n_features,
+            "full",
+            "float64",
+        )
 
     def to_arrays(self) -> ArrayMessage:
         """The message a client sends, mixtures concatenated component-wise.
@@ -180,24 +255,6 @@ def _covariance_factor(cov: np.ndarray) -> np.ndarray:
     raise ValueError("a transmitted covariance is too far from positive semi-definite")
 
 
-def sample_mixture(mixture: ClassMixture, n: int, rng: np.random.RandomState) -> np.ndarray:
-    """Draw ``n`` rows from a transmitted mixture."""
-    m = mixture.means.shape[1]
-    counts = rng.multinomial(n, mixture.weights / mixture.weights.sum())
-    rows = []
-    for j, count in enumerate(counts):
-        if count == 0:
-            continue
-        z = rng.standard_normal(size=(count, m))
-        cov = mixture.covariances[j]
-        if mixture.covariance_type == "full":
-            z = z @ _covariance_factor(cov).T
-        else:  # diag: a vector of variances; spherical: one variance
-            z = z * np.sqrt(np.maximum(cov, 0.0))
-        rows.append(mixture.means[j] + z)
-    return np.vstack(rows)
-
-
 class FedPFTClassifier(OneShotHead):
     """One-shot federated learning by parametric feature transfer (FedPFT).
 
@@ -249,6 +306,8 @@ class FedPFTClassifier(OneShotHead):
     """
 
     statistics_type = ClassMixtures
+    aligns_statistics = True
+    server_params = ("estimator",)
 
     def __init__(
         self,
@@ -334,12 +393,15 @@ class FedPFTClassifier(OneShotHead):
             covariances = covariances[:, None]
         return gm.weights_, gm.means_, covariances
 
-    def _fit_from_statistics(self, statistics: list, classes: np.ndarray) -> None:
+    def _fit_from_statistics(
+        self, statistics: list, classes: np.ndarray, maps: list | None
+    ) -> None:
         rng = check_random_state(self.random_state)
         X_parts, y_parts = [], []
-        for message in statistics:
+        for k, message in enumerate(statistics):
+            transport = None if maps is None else maps[k]
             for mixture in message.mixtures:
-                X_parts.append(sample_mixture(mixture, mixture.n, rng))
+                X_parts.append(mixture.sample(mixture.n, rng, transport))
                 y_parts.append(np.full(mixture.n, mixture.label, dtype=classes.dtype))
         if not X_parts:
             raise ValueError("no client sent any class mixture (too few rows per class)")

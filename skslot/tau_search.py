@@ -1,0 +1,324 @@
+"""``FederatedTauSearch``: SLOT-Align with ``tau`` chosen by the federation itself."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
+from sklearn.metrics import accuracy_score
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._validation import check_client_labels, check_option, spawn_seeds
+from .heads._base import OneShotHead
+from .selection import (
+    DEFAULT_TAUS,
+    Selection,
+    candidate_grid,
+    candidate_heads,
+    client_statistics,
+    local_updates,
+    refit_head,
+    score_candidates,
+    select_candidate,
+    validation_split,
+)
+from .transformer import UNKNOWN_CLIENT, SLOTTransformer
+
+__all__ = ["FederatedTauSearch"]
+
+
+class FederatedTauSearch(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
+    """SLOT-Align in front of a one-shot head, with ``tau`` chosen by federated validation.
+
+    ``fit(X, y, client=...)`` runs, in process, exactly the protocol of
+    :mod:`skslot.selection` that the Flower apps run between real parties:
+    no step uses rows of more than one client.  Each client holds out a
+    stratified ``validation_fraction`` of its rows; the server fits one head
+    per candidate ``(tau, head parameters)`` (for FedCGS and FedPFT from the
+    clients' statistics, which it aligns itself; for O-FedAvg from one local
+    head per ``tau`` that each client trains on its aligned fitting rows);
+    each client counts the correct predictions of every candidate on its own
+    validation rows, aligned with its own map; the server scores each
+    candidate by the mean over clients of the balanced validation accuracy,
+    chooses the least-transport candidate within one standard error of the
+    best, and refits it on all rows.  ``tau = 0`` (no alignment) is in the default grid,
+    so SLOT is only used where the federation's own data says it helps.
+
+    Parameters
+    ----------
+    head : OneShotHead
+        The one-shot head (:class:`~skslot.heads.FedCGSClassifier`,
+        :class:`~skslot.heads.FedPFTClassifier` or
+        :class:`~skslot.heads.OneShotFedAvgClassifier`); cloned, never modified.
+    taus : sequence of float, default=(0, 0.2, 0.4, 0.6, 0.8, 1)
+        Candidate ``tau`` values, distinct, in ``[0, 1]``.
+    head_grid : dict of str to list, default=None
+        Server-side head parameters to search along with ``tau`` at no cost to
+        the clients (``head.server_params``: FedCGS's ``shrinkage``,
+        ``covariance`` and ``priors``; FedPFT's ``estimator``; O-FedAvg's
+        ``weighting``).
+    validation_fraction : float, default=0.2
+        Share of each class of each client held out for validation, in
+        ``(0, 1)``.  A client too small to hold out a row is left out of the
+        choice (listed in ``left_out_``) but still trains.
+    rule : {"one-standard-error", "best"}, default="one-standard-error"
+        How the server chooses from the candidates' mean balanced validation
+        accuracy over clients: the least-transport candidate within one
+        standard error of the best (robust to the few validation rows per
+        class a client holds), or the best (see
+        :func:`~skslot.selection.select_candidate`).
+    refit : bool, default=True
+        Refit the chosen candidate on the fitting and validation rows together
+        (for FedCGS and FedPFT from statistics the clients already sent; for
+        O-FedAvg one more local training round).  With ``False`` the chosen
+        candidate, trained on the fitting rows only, is the final head.
+    slot : SLOTTransformer, default=None
+        Settings of the summaries, reference and maps (its ``tau`` is
+        ignored); cloned and fitted on all rows of every client.  A
+        :class:`sklearn.frozen.FrozenEstimator` of a fitted transformer
+        reuses its reference and maps.
+    unknown_client : {"fit", "error", "identity"}, default="fit"
+        What ``predict`` does with a client not seen in ``fit`` (see
+        :class:`~skslot.SLOTTransformer`); ``"fit"``, the default, is what a
+        client joining the federation later does: summarise its own rows and
+        map them onto the reference.
+    random_state : int, RandomState or None, default=None
+        Seeds the clients' validation splits (one seed per client, by its
+        position in sorted label order).
+
+    Attributes
+    ----------
+    best_tau_ : float
+    best_params_ : dict
+        ``{"tau": ..., **head parameters}`` of the chosen candidate.
+    best_index_ : int
+    best_score_ : float
+        Mean over clients of the chosen candidate's balanced validation accuracy
+        (with the one-standard-error rule, not necessarily the highest).
+    best_estimator_ : OneShotHead
+        The final head, trained on aligned features.
+    candidate_heads_ : list of OneShotHead
+        The head of each candidate, trained on the fitting rows only (the
+        ones the clients validated).
+    slot_ : SLOTTransformer
+        Each client's map at ``best_tau_`` (from the reference and its own
+        summary, as a deployed client computes it).
+    cv_results_ : dict of ndarray
+        One entry per candidate: its parameters, each client's balanced
+        validation accuracy (``client<i>_validation_score``, ``i`` indexing
+        ``selection_clients_``), their mean, standard deviation and rank.
+        ``pandas.DataFrame(cv_results_)`` shows it as a table.
+    selection_clients_ : list
+        Clients whose validation counts were used.
+    left_out_ : dict
+        Clients left out of the choice, with the reason.
+    clients_ : list
+    classes_ : ndarray
+    n_features_in_ : int
+
+    See Also
+    --------
+    skslot.selection : the protocol's client and server functions.
+
+    Examples
+    --------
+    >>> from skslot import FederatedTauSearch
+    >>> from skslot.datasets import make_federated_classification
+    >>> from skslot.heads import FedCGSClassifier
+    >>> data = make_federated_classification(n_clients=3, alpha=0.5, random_state=0)
+    >>> search = FederatedTauSearch(FedCGSClassifier(), random_state=0)
+    >>> search = search.fit(data.X, data.y, client=data.client)
+    >>> search.best_tau_ in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    True
+    >>> search.predict(data.X[:4], client=data.client[:4]).shape
+    (4,)
+    """
+
+    __metadata_request__fit = {"client": True}
+    __metadata_request__predict = {"client": True}
+    __metadata_request__predict_proba = {"client": True}
+    __metadata_request__decision_function = {"client": True}
+    __metadata_request__score = {"client": True}
+
+    def __init__(
+        self,
+        head: OneShotHead,
+        *,
+        taus: Sequence[float] = DEFAULT_TAUS,
+        head_grid: Mapping[str, Sequence] | None = None,
+        validation_fraction: float = 0.2,
+        rule: str = "one-standard-error",
+        refit: bool = True,
+        slot: Any = None,
+        unknown_client: str = "fit",
+        random_state: int | np.random.RandomState | None = None,
+    ) -> None:
+        self.head = head
+        self.taus = taus
+        self.head_grid = head_grid
+        self.validation_fraction = validation_fraction
+        self.rule = rule
+        self.refit = refit
+        self.slot = slot
+        self.unknown_client = unknown_client
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any, *, client: Any = None) -> FederatedTauSearch:
+        """Run the federated search over the clients in ``client``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client of each row (``None``: one client).
+
+        Returns
+        -------
+        self : object
+        """
+        if not isinstance(self.head, OneShotHead):
+            raise TypeError(
+                "head must be a skslot one-shot head (skslot.heads), got "
+                f"{type(self.head).__name__}"
+            )
+        check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
+        if not isinstance(self.refit, (bool, np.bool_)):
+            raise ValueError(f"refit must be True or False, got {self.refit!r}")
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        check_classification_targets(y)
+        classes = np.unique(y)
+        if classes.shape[0] < 2:
+            raise ValueError(f"{type(self).__name__} needs at least 2 classes in y, got 1 class")
+        head = self.head
+        candidates = candidate_grid(head, self.taus, self.head_grid)
+        labels, codes = check_client_labels(client, X.shape[0])
+        slot = clone(self.slot) if self.slot is not None else SLOTTransformer()
+        slot.fit(X, None, client=client)
+        missing = [label for label in labels if label not in slot.maps_]
+        if missing:
+            raise ValueError(f"the slot transformer has no map for clients {missing}")
+        server_maps = [slot.maps_[label] for label in labels]
+        # what each client computes from the reference it receives and its own summary
+        own = SLOTTransformer.from_reference(
+            slot.reference_,
+            {label: slot.summaries_[label] for label in labels},
+            unknown_client=self.unknown_client,
+        )
+        client_maps = [own.maps_[label] for label in labels]
+
+        # 1. clients: split, statistics of each part of their unaligned rows
+        parts = []  # per client: its rows, and the (fitting, validation) positions among them
+        for k, seed in enumerate(spawn_seeds(self.random_state, len(labels))):
+            rows = np.flatnonzero(codes == k)
+            parts.append((rows, validation_split(y[rows], self.validation_fraction, seed)))
+        # 2. server: one head per candidate
+        if head.aligns_statistics:
+            uploads = [
+                client_statistics(head, X[rows], y[rows], classes, split, client_index=k)
+                for k, (rows, split) in enumerate(parts)
+            ]
+            fit_stats = [fitting for fitting, _ in uploads]
+            heads = candidate_heads(head, candidates, fit_stats, classes, server_maps)
+        else:
+            taus = sorted({c.tau for c in candidates})
+            per_client = [
+                local_updates(
+                    head, X[rows[f]], y[rows[f]], classes, client_maps[k], taus, client_index=k
+                )
+                for k, (rows, (f, _)) in enumerate(parts)
+            ]
+            updates = {tau: [u[i] for u in per_client] for i, tau in enumerate(taus)}
+            heads = candidate_heads(head, candidates, updates, classes)
+        scores = [h.linear_scores() for h in heads]
+        # 3. clients: counts on their validation rows; 4. server: the choice
+        counts, self.left_out_ = {}, {}
+        for k, (label, (rows, (_, v))) in enumerate(zip(labels, parts, strict=True)):
+            if v.shape[0] == 0:
+                self.left_out_[label] = "no validation rows (too few rows per class to split)"
+                continue
+            counts[label] = score_candidates(
+                scores, [c.tau for c in candidates], client_maps[k], X[rows[v]], y[rows[v]], classes
+            )
+        selection = select_candidate(candidates, counts, self.rule)
+        best = selection.candidate
+        if not self.refit:
+            final = heads[selection.index]
+        elif head.aligns_statistics:
+            val_stats = [validation for _, validation in uploads]
+            final = refit_head(head, best, classes, fit_stats, val_stats, server_maps)
+        else:
+            updates = [
+                local_updates(
+                    head, X[rows], y[rows], classes, client_maps[k], [best.tau], client_index=k
+                )[0]
+                for k, (rows, _) in enumerate(parts)
+            ]
+            final = refit_head(head, best, classes, updates)
+        self.candidate_heads_ = heads
+        self._store(selection, final, own, labels, classes)
+        return self
+
+    def _store(
+        self,
+        selection: Selection,
+        final: OneShotHead,
+        own: SLOTTransformer,
+        labels: list,
+        classes: np.ndarray,
+    ) -> None:
+        self.best_index_ = selection.index
+        self.best_tau_ = selection.candidate.tau
+        self.best_params_ = selection.candidate.describe()
+        self.best_score_ = float(selection.mean_scores[selection.index])
+        self.cv_results_ = selection.table()
+        self.selection_clients_ = selection.clients
+        self.best_estimator_ = final
+        self.slot_ = own.set_params(tau=self.best_tau_)
+        self.clients_ = labels
+        self.classes_ = classes
+
+    def _aligned(self, X: Any, client: Any) -> np.ndarray:
+        check_is_fitted(self, "best_estimator_")
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        if client is None and len(self.clients_) > 1:
+            raise ValueError(
+                f"{type(self).__name__} needs client labels to align rows: fit saw "
+                f"{len(self.clients_)} clients. Pass client=..., or inside a Pipeline or a "
+                "search enable metadata routing (sklearn.config_context("
+                "enable_metadata_routing=True))."
+            )
+        if client is None:
+            client = self.clients_[0]
+            if client is None:
+                return self.slot_.transform(X)
+        return self.slot_.transform(X, client=client)
+
+    def predict(self, X: Any, *, client: Any = None) -> np.ndarray:
+        """Align each row with its client's map at ``best_tau_``, then predict."""
+        Z = self._aligned(X, client)
+        return self.best_estimator_.predict(Z)
+
+    def predict_proba(self, X: Any, *, client: Any = None) -> np.ndarray:
+        """Class probabilities of the aligned rows."""
+        Z = self._aligned(X, client)
+        return self.best_estimator_.predict_proba(Z)
+
+    def decision_function(self, X: Any, *, client: Any = None) -> np.ndarray:
+        """Class scores of the aligned rows."""
+        Z = self._aligned(X, client)
+        return self.best_estimator_.decision_function(Z)
+
+    def score(
+        self, X: Any, y: Any, sample_weight: Any = None, *, client: Any = None
+    ) -> float:
+        """Accuracy of ``predict(X, client=client)``."""
+        return float(accuracy_score(y, self.predict(X, client=client), sample_weight=sample_weight))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
