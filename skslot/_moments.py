@@ -25,6 +25,7 @@ import numpy as np
 from ._backend import (
     as_host,
     empty_like_rows,
+    is_tensor,
     row_index,
     row_norms_squared_into,
     subtract_into,
@@ -91,9 +92,10 @@ class ShiftedMoments:
 
         n = X.shape[0] if rows is None else rows.shape[0]
         m = X.shape[1]
-        if shift is None:
+        if shift is None:  # summed in float64: a float32 sum of large values overflows
             first = read(0, chunk_size)
-            shift = as_host(first.sum(axis=0)) / first.shape[0]
+            total_first = first.double().sum(0) if is_tensor(first) else first.sum(0, np.float64)
+            shift = as_host(total_first) / first.shape[0]
         shift = np.asarray(shift, dtype=np.float64)
         # One symmetric product per chunk gives every sum: with B = [Z, 1, r],
         # r_i = ||z_i||^2, B^T B holds Z^T Z, s1 = Z^T 1, s3 = Z^T r and s4 = r^T r.

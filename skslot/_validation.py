@@ -15,6 +15,7 @@ from ._backend import is_tensor
 __all__ = [
     "ROUTING_HINT",
     "check_client_labels",
+    "check_feature_scale",
     "check_in_range",
     "check_non_negative_int",
     "check_option",
@@ -181,3 +182,27 @@ def spawn_seeds(random_state: Any, n: int) -> list[int]:
     """
     rng = check_random_state(random_state)
     return [int(seed) for seed in rng.randint(np.iinfo(np.int32).max, size=n)]
+
+
+#: Largest feature magnitude accepted: squares summed over rows stay finite
+#: and covariances stay in :data:`skslot.gaussian.VARIANCE_RANGE`.
+FEATURE_RANGE = (1e-50, 1e50)
+
+
+def check_feature_scale(X: Any) -> None:
+    """Reject features whose squares or products would leave float64's range.
+
+    The moments are sums of squares, so features above ``1e50`` overflow and
+    non-zero features below ``1e-50`` underflow to a zero covariance.  Both
+    raise a :class:`ValueError` that says so, instead of silently producing
+    infinities or a wrong "all rows identical" floor.
+    """
+    if X.shape[0] == 0:
+        return
+    largest = max(float(X.max()), -float(X.min()))  # no temporary of X's size
+    low, high = FEATURE_RANGE
+    if largest > high or 0.0 < largest < low:
+        raise ValueError(
+            f"features reach {largest:.3g} in magnitude, outside [{low:g}, {high:g}]: "
+            "their second moments cannot be represented in float64; rescale the features"
+        )

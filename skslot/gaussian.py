@@ -92,6 +92,29 @@ class SummaryFormatError(ValueError):
     """A Gaussian summary, or its byte payload, is malformed or inconsistent."""
 
 
+#: Range of the mean variance ``tr(S) / m`` (and bound on ``|mean|``) a summary
+#: may have: the barycenter and the maps multiply covariances by factors of
+#: them, so squares of these values must stay normal float64 numbers.
+VARIANCE_RANGE = (1e-100, 1e100)
+
+
+def _check_magnitude(mean: np.ndarray, cov: np.ndarray) -> None:
+    """Reject a summary whose scale the Gaussian OT computations cannot represent."""
+    low, high = VARIANCE_RANGE
+    variance = float(np.sum(np.diagonal(cov) / cov.shape[0]))
+    if not low <= variance <= high:
+        raise SummaryFormatError(
+            f"mean variance {variance:.3g} is outside the supported range [{low:g}, {high:g}] "
+            "(products of such covariances leave float64's range); rescale the features"
+        )
+    largest = float(np.max(np.abs(mean)))
+    if largest > high:
+        raise SummaryFormatError(
+            f"mean entries up to {largest:.3g} exceed the supported magnitude {high:g}; "
+            "rescale or centre the features"
+        )
+
+
 def _readonly_float64(a: Any, name: str) -> np.ndarray:
     try:
         arr = np.array(a, dtype=np.float64, copy=True)
@@ -164,10 +187,11 @@ class GaussianSummary:
                 f"covariance has shape {cov.shape}, expected ({m}, {m}) to match the mean"
             )
         scale = np.max(np.abs(cov))
-        if np.max(np.abs(cov - cov.T)) > SYMMETRY_RTOL * scale:
+        if np.max(np.abs(0.5 * cov - 0.5 * cov.T)) > 0.5 * SYMMETRY_RTOL * scale:
             raise SummaryFormatError("covariance is not symmetric")
-        cov = 0.5 * (cov + cov.T)  # exactly symmetric, as transmitted
+        cov = 0.5 * cov + 0.5 * cov.T  # exactly symmetric, as transmitted (no overflow)
         cov.flags.writeable = False
+        _check_magnitude(mean, cov)
         if not is_positive_definite(cov):
             raise SummaryFormatError("covariance is not positive definite")
         shrinkage = self.shrinkage

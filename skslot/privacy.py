@@ -43,10 +43,13 @@ References
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
+from sklearn.utils import check_random_state
 
 from ._linalg import sym_eigh, symmetric_from_upper, symmetrize
 from ._moments import ShiftedMoments
@@ -54,8 +57,10 @@ from ._validation import check_in_range
 
 __all__ = [
     "SUMMARY_SENSITIVITY",
+    "PrivacyWarning",
     "gaussian_mechanism_delta",
     "gaussian_mechanism_sigma",
+    "noise_generator",
     "noisy_mean_and_covariance",
     "noisy_moments",
     "oas_shrinkage",
@@ -65,6 +70,41 @@ __all__ = [
 
 #: L2 sensitivity of ``(s1, upper(G))`` of rows in the unit ball, under replace-one.
 SUMMARY_SENSITIVITY = 2.0 * math.sqrt(2.0)
+
+
+class PrivacyWarning(UserWarning):
+    """A setting weakens the differential-privacy guarantee (a fixed seed, a large delta)."""
+
+
+def noise_generator(random_state: Any, delta: float, n: int, client: Any) -> np.random.Generator:
+    """The generator of one private release, and warnings about settings that weaken it.
+
+    ``random_state=None`` (the default, and the only setting for production)
+    draws fresh entropy from the operating system for every release: nothing
+    in the process (``np.random.seed``, another library's seeding) can make
+    the noise reproducible.  A fixed ``random_state`` makes it reproducible by
+    anyone who knows the seed, and gives identical noise to every release of
+    the same estimator (two releases of data differing by one row then differ
+    by exactly that row's contribution): a :class:`PrivacyWarning` says so.
+    ``delta`` above ``1 / n`` allows releasing a row outright with probability
+    ``delta``: a :class:`PrivacyWarning` too.
+    """
+    if delta > 1.0 / n:
+        warnings.warn(
+            f"delta = {delta:g} exceeds 1 / n = {1.0 / n:.3g} for client {client!r}: a mechanism "
+            "may then reveal a row outright; use delta well below 1 / n",
+            PrivacyWarning,
+            stacklevel=3,
+        )
+    if random_state is None:
+        return np.random.default_rng()  # fresh OS entropy for every release
+    warnings.warn(
+        "random_state fixes the privacy noise: anyone who knows the seed can remove it, "
+        "and repeated releases share it; use random_state=None outside tests",
+        PrivacyWarning,
+        stacklevel=3,
+    )
+    return np.random.default_rng(check_random_state(random_state).randint(2**31 - 1))
 
 
 def gaussian_mechanism_delta(sigma: float, epsilon: float, sensitivity: float) -> float:

@@ -8,15 +8,21 @@ from typing import Any
 import numpy as np
 from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ._moments import DEFAULT_CHUNK_SIZE, ShiftedMoments
-from ._validation import check_client_labels, check_in_range, check_positive_int, check_rows
+from ._validation import (
+    check_client_labels,
+    check_feature_scale,
+    check_in_range,
+    check_positive_int,
+    check_rows,
+)
 from .gaussian import GaussianSummary
 from .privacy import (
     SUMMARY_SENSITIVITY,
     gaussian_mechanism_sigma,
+    noise_generator,
     noisy_mean_and_covariance,
     oas_shrinkage,
 )
@@ -147,7 +153,11 @@ class GaussianSummaryEstimator(BaseEstimator):
         Row-norm bound ``C``, required with ``epsilon``.  Pick it from public
         knowledge (for example 1 for L2-normalised features), not from the data.
     random_state : int, RandomState instance or None, default=None
-        Seed of the privacy noise (leave ``None`` in production).
+        Seed of the privacy noise.  ``None`` (the default, and the only
+        setting for production) draws fresh operating-system entropy for every
+        release, untouched by any ``np.random.seed`` in the process; a fixed
+        seed makes the noise reproducible and identical across releases, and
+        warns (:class:`~skslot.privacy.PrivacyWarning`).
 
     Attributes
     ----------
@@ -160,6 +170,12 @@ class GaussianSummaryEstimator(BaseEstimator):
         Number of features seen during ``fit``.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Names of features seen during ``fit``, when ``X`` has string column names.
+    releases_ : dict
+        With ``epsilon``: private releases made per client.  Each ``fit``
+        releases once; ``partial_fit`` releases after every chunk that
+        touches a client, and each release spends the privacy budget again
+        (``k`` releases are ``k``-fold compositions; skslot does not compose
+        them for you).
     noise_scale_ : float
         Standard deviation of the noise on each released entry of the sums of
         the rows divided by ``clip_norm`` (0 without ``epsilon``): the sum's
@@ -226,6 +242,7 @@ class GaussianSummaryEstimator(BaseEstimator):
         )
 
     def _client_moments(self, X: np.ndarray, client: Any) -> dict[int | str | None, ShiftedMoments]:
+        check_feature_scale(X)
         labels, codes = check_client_labels(client, X.shape[0])
         if len(labels) == 1:
             groups: list[np.ndarray | None] = [None]
@@ -245,7 +262,6 @@ class GaussianSummaryEstimator(BaseEstimator):
         return dict(zip(labels, moments, strict=True))
 
     def _finalise(self, labels: list) -> None:
-        rng = check_random_state(self.random_state)
         for label in labels:
             moments = self._moments[label]
             if self.epsilon is None:
@@ -254,6 +270,8 @@ class GaussianSummaryEstimator(BaseEstimator):
                 )
                 continue
             n = _check_sample_count(moments.n, label)
+            rng = noise_generator(self.random_state, self.delta, n, label)
+            self.releases_[label] = self.releases_.get(label, 0) + 1
             mean, S = noisy_mean_and_covariance(moments, self.clip_norm, self.noise_scale_, rng)
             self.summaries_[label] = shrunk_summary(
                 n,
@@ -283,6 +301,7 @@ class GaussianSummaryEstimator(BaseEstimator):
         X = check_rows(self, X, reset=True, ensure_min_samples=2)
         self._moments = self._client_moments(X, client)
         self.summaries_: dict = {}
+        self.releases_: dict = {}
         self._finalise(list(self._moments))
         return self
 
@@ -298,6 +317,7 @@ class GaussianSummaryEstimator(BaseEstimator):
         if first:
             self._moments = {}
             self.summaries_ = {}
+            self.releases_ = {}
         new = self._client_moments(X, client)
         self._absorb(new)
         return self
@@ -323,6 +343,7 @@ class GaussianSummaryEstimator(BaseEstimator):
         merged._check_params()
         merged._moments = dict(self._moments)
         merged.summaries_ = dict(self.summaries_)
+        merged.releases_ = dict(getattr(self, "releases_", {}))
         for other in others:
             check_is_fitted(other, "summaries_")
             if other.n_features_in_ != self.n_features_in_:

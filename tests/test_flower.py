@@ -30,6 +30,7 @@ from skslot.flower import (  # noqa: E402
     write_flower_app,
 )
 from skslot.flower.client_app import app as client_app  # noqa: E402
+from skslot.heads import FedCGSClassifier  # noqa: E402
 
 from .flower_harness import LocalGrid  # noqa: E402
 
@@ -280,6 +281,7 @@ def test_private_summaries_travel_through_the_same_protocol(node_configs):
         node_configs, summary_dtype="float64", epsilon=8.0, clip_norm=20.0
     )
     assert sorted(private.accuracy) == [11, 12, 13, 14]
+    assert "NOT private" in private.privacy and exact.privacy is None
     a, b = (GaussianSummary.from_bytes(r) for r in (exact_reference, private_reference))
     assert not np.allclose(a.covariance, b.covariance)  # the noise reached the reference
     assert b.n == a.n and private.summary_values == exact.summary_values
@@ -576,3 +578,36 @@ def test_node_config_dataset_overrides_the_run_config(tmp_path):
         load_client_data({"partition-id": 2, "dataset": str(path)}, config)
     with pytest.raises(ValueError, match="node config 'partition-id' must be"):
         load_client_data({"partition-id": "one"}, config)
+
+
+def test_private_summaries_are_released_once_per_run(node_configs):
+    """A server asking again gets the same bytes, not fresh noise to average out."""
+    config = DeploymentConfig(epsilon=1.0, clip_norm=20.0, classes=CLASSES)
+    grid = LocalGrid(client_app, node_configs, config.to_run_config())
+    request = Message(
+        messages.upload_request("float64", 0), dst_node_id=11, message_type="query.upload"
+    )
+    first, second = (grid._deliver(request) for _ in range(2))
+    payload = [messages.read_upload_reply(r)[0] for r in (first, second)]
+    assert payload[0] == payload[1]
+
+
+def test_head_statistics_reveal_the_exact_moments_the_summary_protects(node_configs):
+    """Why the docs say the guarantee stops at the summary: the statistics are exact."""
+    config = DeploymentConfig(epsilon=1.0, clip_norm=20.0, classes=CLASSES)
+    grid = LocalGrid(client_app, node_configs, config.to_run_config())
+    request = Message(
+        messages.upload_request("float64", 0), dst_node_id=11, message_type="query.upload"
+    )
+    reply = grid._deliver(request)
+    payload, n_fit, _, record, _ = messages.read_upload_reply(reply)
+    stats = FedCGSClassifier().decode_statistics(
+        messages.record_to_arrays(record, max_bytes=1 << 20),
+        classes=config.class_set,
+        n_features=M,
+        n_samples=n_fit,
+    )
+    own = load_client_data(node_configs[11], config)
+    np.testing.assert_allclose(stats.moments.mean, own.X_train.mean(axis=0), rtol=1e-12)
+    private = GaussianSummary.from_bytes(payload)
+    assert not np.allclose(private.mean, own.X_train.mean(axis=0), rtol=1e-3)

@@ -10,12 +10,16 @@ from skslot import GaussianSummaryEstimator
 from skslot._moments import ShiftedMoments
 from skslot.privacy import (
     SUMMARY_SENSITIVITY,
+    PrivacyWarning,
     gaussian_mechanism_delta,
     gaussian_mechanism_sigma,
     noisy_moments,
     oas_shrinkage,
     psd_projection,
 )
+
+# these tests fix the noise on purpose (reproducible checks); the warning is tested below
+pytestmark = pytest.mark.filterwarnings("ignore:random_state fixes the privacy noise")
 
 
 @pytest.mark.parametrize("epsilon", [0.1, 0.5, 1.0, 4.0, 16.0])
@@ -159,3 +163,32 @@ def test_private_summaries_merge_before_the_noise():
     np.testing.assert_allclose(
         parts.summaries_[None].covariance, whole.summaries_[None].covariance, rtol=1e-4
     )
+
+
+@pytest.mark.filterwarnings("error::skslot.privacy.PrivacyWarning")
+def test_default_noise_comes_from_fresh_entropy_not_the_global_seed(rng):
+    """np.random.seed in the process cannot make the default noise reproducible."""
+    X = rng.normal(size=(200, 3))
+    releases = []
+    for _ in range(2):
+        np.random.seed(0)  # noqa: NPY002 - the legacy global seed is what is tested
+        est = GaussianSummaryEstimator(epsilon=1.0, clip_norm=5.0, delta=1e-5).fit(X)
+        releases.append(est.summaries_[None].mean)
+    assert not np.allclose(releases[0], releases[1])
+    assert est.releases_ == {None: 1}
+
+
+def test_a_fixed_seed_and_a_large_delta_warn(rng):
+    X = rng.normal(size=(50, 3))
+    with pytest.warns(PrivacyWarning, match="random_state fixes the privacy noise"):
+        GaussianSummaryEstimator(epsilon=1.0, clip_norm=5.0, random_state=0).fit(X)
+    with pytest.warns(PrivacyWarning, match=r"delta = 0.1 exceeds 1 / n = 0.02"):
+        GaussianSummaryEstimator(epsilon=1.0, clip_norm=5.0, delta=0.1).fit(X)
+
+
+@pytest.mark.filterwarnings("ignore::skslot.privacy.PrivacyWarning")
+def test_every_partial_fit_is_a_release(rng):
+    est = GaussianSummaryEstimator(epsilon=1.0, clip_norm=5.0)
+    for chunk in np.array_split(rng.normal(size=(90, 3)), 3):
+        est.partial_fit(chunk)
+    assert est.releases_ == {None: 3}

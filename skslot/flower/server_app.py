@@ -75,6 +75,13 @@ MESSAGE_TYPES = {
     "evaluation": "evaluate.head",
 }
 OUTPUT_FILES = ("report.json", "global_head.npz", "reference.bin")
+#: What a run with private summaries does and does not protect (logged and reported).
+PRIVACY_SCOPE = (
+    "the (epsilon, delta) guarantee covers each client's summary, released once per run; "
+    "the head's messages (class sums and Gram matrix, mixtures, local heads, validation "
+    "counts) are NOT private: from them the server recovers a client's exact mean and "
+    "covariance, so with a head enabled the summary's guarantee does not protect the data"
+)
 
 
 @dataclass
@@ -108,6 +115,8 @@ class DeploymentReport:
         number of values it encodes, ``m (m + 1) / 2 + m + 1``.
     tau : float or None
         The ``tau`` of the final head (the chosen one with ``tau = "auto"``).
+    privacy : str or None
+        With private summaries, what the guarantee covers and what it does not.
     selection : dict or None
         With ``tau = "auto"``: the candidates, each client's balanced
         validation accuracy per candidate, their mean and standard error, the
@@ -135,6 +144,7 @@ class DeploymentReport:
     barycenter_iterations: int | None = None
     tau: float | None = None
     selection: dict | None = None
+    privacy: str | None = None
     accuracy: dict = field(default_factory=dict)
     n_test: dict = field(default_factory=dict)
     macro_accuracy: float | None = None
@@ -462,6 +472,9 @@ def run_one_shot(grid: Grid, config: DeploymentConfig) -> tuple[DeploymentReport
     classes = config.class_set
     report.classes = classes.tolist()
     head = DEFAULT_HEADS[config.head](config.seed)
+    if config.epsilon is not None:
+        report.privacy = PRIVACY_SCOPE
+        log(WARNING, "skslot: %s", PRIVACY_SCOPE)
 
     _uploads(run, head, classes)
     reference, maps = _reference(run)
