@@ -72,13 +72,30 @@ def test_empty_clients_are_reported_and_skipped(small_npz):
     assert all(0.0 <= r["accuracy"] <= 1.0 for r in records)
 
 
-def test_slot_improves_ofedavg_and_fedpft_on_real_digits():
-    """The paper's claim on real frozen-encoder features (alpha = 0.1, tau = 0.4)."""
+@pytest.fixture(scope="module")
+def digits_runs():
+    """Real digits features, alpha 0.1 and no skew, 3 seeds: every head at tau 0, 0.4 and auto."""
     data = load_npz(shared_npz("digits_effnet_lite0.npz"))
-    X = data.X.astype(np.float64)
-    config = BenchmarkConfig(taus=(0.0, 0.4), heads=("O-FedAvg", "FedPFT"))
-    records = [r for seed in range(5) for r in evaluate_run(data, X, 0.1, seed, config)]
-    fedavg, fedpft = summarise(records, main_tau=0.4)
-    assert fedavg["head"] == "O-FedAvg" and fedpft["head"] == "FedPFT"
-    assert fedavg["gain"] > 1.0, fedavg
-    assert fedpft["gain"] > 1.0, fedpft
+    config = BenchmarkConfig(alphas=(0.1, None), taus=(0.0, 0.4), seeds=(0, 1, 2), n_jobs=2)
+    return summarise(run_benchmark(data, config, progress=False), main_tau=0.4)
+
+
+def test_auto_tau_never_costs_more_than_half_a_point_on_real_digits(digits_runs):
+    """Target of the federated choice: auto >= without SLOT - 0.5 in every (alpha, head) cell.
+
+    "Without SLOT" is trained on all rows, so the validation split's cost counts
+    against auto.  With the grid (0, 0.4) the choice can still lose: FedCGS and
+    FedPFT without skew lose 1 to 3 points at tau = 0.4 (docs/results.md).
+    """
+    assert {(r["alpha"], r["head"]) for r in digits_runs} == {
+        (a, h) for a in (0.1, "none") for h in ("O-FedAvg", "FedCGS", "FedPFT")
+    }
+    for row in digits_runs:
+        assert row["n_seeds"] == 3 and len(row["auto_taus"]) == 3
+        assert row["auto"] >= row["without_slot"] - 0.5, row
+
+
+def test_slot_improves_ofedavg_and_fedpft_on_real_digits(digits_runs):
+    """The paper's claim on real frozen-encoder features (alpha = 0.1, tau = 0.4)."""
+    gains = {r["head"]: r["gain"] for r in digits_runs if r["alpha"] == 0.1}
+    assert gains["O-FedAvg"] > 1.0 and gains["FedPFT"] > 1.0, gains

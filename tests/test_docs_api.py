@@ -16,7 +16,9 @@ MODULES = [
     "skslot.gaussian",
     "skslot.heads",
     "skslot.privacy",
+    "skslot.selection",
     "skslot.summary",
+    "skslot.tau_search",
     "skslot.transformer",
 ]
 

@@ -7,7 +7,9 @@ tamper with a node's replies.  Real processes are in test_flower_deployment.py.
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
 import struct
 
 import numpy as np
@@ -611,3 +613,70 @@ def test_head_statistics_reveal_the_exact_moments_the_summary_protects(node_conf
     np.testing.assert_allclose(stats.moments.mean, own.X_train.mean(axis=0), rtol=1e-12)
     private = GaussianSummary.from_bytes(payload)
     assert not np.allclose(private.mean, own.X_train.mean(axis=0), rtol=1e-3)
+
+
+def test_a_failed_run_says_so_and_leaves_no_stale_outputs(node_configs, tmp_path):
+    from flwr.app import Context
+
+    from skslot.flower import server_app
+
+    out = tmp_path / "out"
+    ok = DeploymentConfig(classes=CLASSES, num_clients=N_CLIENTS, connect_timeout=0.0)
+    grid = LocalGrid(client_app, node_configs, ok.to_run_config())
+    server_app.write_outputs(out, *run_one_shot(grid, ok))
+    assert json.loads((out / "report.json").read_text())["status"] == "completed"
+    assert (out / "global_head.npz").exists() and (out / "reference.bin").exists()
+
+    failing = dataclasses.replace(ok, min_clients=5, output_dir=str(out))
+    grid = LocalGrid(client_app, node_configs, failing.to_run_config())
+    context = Context(
+        run_id=2, node_id=1, node_config={}, state=RecordDict(), run_config=failing.to_run_config()
+    )
+    with pytest.raises(DeploymentError, match="fewer than min_clients = 5"):
+        server_app.main(grid, context)
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "failed" and "min_clients = 5" in report["error"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.json"]
+
+
+def _scaled_summary(factor: float, shift: float = 0.0):
+    """A client that sends its true summary, valid on the wire, but scaled and shifted."""
+
+    def fault(request: Message, reply: Message) -> Message:
+        if request.metadata.message_type != "query.upload":
+            return reply
+        config = dict(reply.content.config_records[messages.CONFIG])
+        own = GaussianSummary.from_bytes(config["summary"])
+        hostile = GaussianSummary(own.n, own.mean + shift, own.covariance * factor, client=3)
+        content = RecordDict(
+            {messages.CONFIG: ConfigRecord({**config, "summary": hostile.to_bytes("float64")})}
+        )
+        for name, record in reply.content.array_records.items():
+            content[name] = record
+        return Message(content, reply_to=request)
+
+    return fault
+
+
+@pytest.mark.parametrize(
+    ("factor", "shift", "reason"),
+    [
+        (1e8, 0.0, "mean variance 5.86e+07 times the clients' median"),
+        (1e50, 0.0, "times the clients' median (max-variance-ratio = 100)"),
+        (1e-90, 0.0, "mean variance 2.4e-90 times"),
+        (1.0, 1e50, "median standard deviations from the clients' median"),
+    ],
+)
+def test_implausible_summaries_are_rejected_and_the_run_equals_the_others(
+    node_configs, factor, shift, reason
+):
+    """Valid on the wire but out of line with the other clients: left out, not a crash."""
+    report, scores, _, _ = deploy(
+        node_configs, faults={14: _scaled_summary(factor, shift)}, summary_dtype="float64"
+    )
+    assert reason in report.rejected["upload"][14]
+    honest, expected, _ = deploy(
+        {n: c for n, c in node_configs.items() if n != 14}, summary_dtype="float64", num_clients=3
+    )[:3]
+    np.testing.assert_array_equal(scores.coef, expected.coef)
+    assert report.accuracy == honest.accuracy

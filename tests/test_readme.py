@@ -14,6 +14,8 @@ def test_readme_python_blocks_run():
         exec(compile(code, str(README), "exec"), namespace)
     assert namespace["X0_aligned"].shape[1] == namespace["X"].shape[1]
     assert 0.0 <= namespace["grid"].best_params_["slottransformer__tau"] <= 1.0
+    assert namespace["search"].best_tau_ in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    assert namespace["y_new"].shape == (5,)
 
 
 def test_readme_test_command_is_what_ci_runs():

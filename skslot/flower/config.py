@@ -59,6 +59,13 @@ class DeploymentConfig:
     n_features : int, default=0
         The feature dimension every client must send; 0 accepts the dimension
         most clients send.
+    max_variance_ratio, max_mean_offset : float, default=100, 10
+        Plausibility of a summary against the others' (with 3 or more
+        clients): its mean variance ``tr(S) / m`` within a factor
+        ``max_variance_ratio`` of the clients' median, its mean within
+        ``max_mean_offset`` median standard deviations (``sqrt(m * median
+        variance)``) of the clients' coordinate-wise median mean.  Honest
+        clients of the real data sets stay within 9 and 1.4 (docs/deployment.md).
     alpha : float or None, default=0.1
         Dirichlet label-skew of the paper's partition (``None`` or the run
         config string ``"none"``: no skew).  Used by clients whose node config
@@ -113,6 +120,8 @@ class DeploymentConfig:
     classes: str = "0,1,2,3,4,5,6,7,8,9"
     max_dimension: int = 4096
     n_features: int = 0
+    max_variance_ratio: float = 100.0
+    max_mean_offset: float = 10.0
     alpha: float | None = 0.1
     seed: int = 0
     dataset: str = "office-caltech10"
@@ -145,6 +154,8 @@ class DeploymentConfig:
             )
         check_option("selection_rule", self.selection_rule, SELECTION_RULES)
         check_positive_int("max_dimension", self.max_dimension)
+        check_in_range("max_variance_ratio", self.max_variance_ratio, 1.0, None)
+        check_in_range("max_mean_offset", self.max_mean_offset, 0.0, None)
         if not isinstance(self.n_features, int) or not 0 <= self.n_features <= self.max_dimension:
             raise ValueError(
                 f"n_features must be an int in [0, max_dimension], got {self.n_features!r}"
@@ -220,6 +231,8 @@ class DeploymentConfig:
             "delta",
             "clip_norm",
             "validation_fraction",
+            "max_variance_ratio",
+            "max_mean_offset",
         )
         for name in (*floats, "epsilon"):
             if isinstance(values.get(name), int) and not isinstance(values[name], bool):

@@ -354,6 +354,41 @@ def _uploads(run: _Run, head: Any, classes: np.ndarray) -> None:
     run.keep("upload", run.clients)
 
 
+def _plausible(run: _Run) -> None:
+    """Reject summaries far out of line with the other clients' (3 or more clients).
+
+    Each passed the wire checks; a client whose mean variance is more than
+    ``max_variance_ratio`` times above or below the clients' median, or whose
+    mean lies more than ``max_mean_offset`` median standard deviations from
+    the clients' coordinate-wise median mean, would dominate the reference
+    (or the head) alone: it is rejected and reported.
+    """
+    config, nodes = run.config, run.order
+    if len(nodes) < 3:
+        return
+    summaries = [run.clients[node].summary for node in nodes]
+    m = summaries[0].dimension
+    variance = np.array([np.sum(np.diagonal(s.covariance) / m) for s in summaries])
+    typical = float(np.median(variance))
+    centre = np.median([s.mean for s in summaries], axis=0)
+    for node, s, v in zip(nodes, summaries, variance, strict=True):
+        offset = float(np.linalg.norm(s.mean - centre)) / np.sqrt(m * typical)
+        if max(v / typical, typical / v) > config.max_variance_ratio:
+            why = (
+                f"mean variance {v / typical:.3g} times the clients' median "
+                f"(max-variance-ratio = {config.max_variance_ratio:g})"
+            )
+        elif offset > config.max_mean_offset:
+            why = (
+                f"mean {offset:.3g} median standard deviations from the clients' median "
+                f"(max-mean-offset = {config.max_mean_offset:g})"
+            )
+        else:
+            continue
+        run.report.reject("upload", node, f"implausible summary: {why}")
+    run.keep("upload", [n for n in nodes if n not in run.report.rejected.get("upload", {})])
+
+
 def _reference(run: _Run) -> tuple[bytes, list[GaussianMap]]:
     """The barycenter of the accepted summaries, its bytes, each client's full map."""
     # a client is its node: the barycenter and the maps are keyed by node id
@@ -477,6 +512,7 @@ def run_one_shot(grid: Grid, config: DeploymentConfig) -> tuple[DeploymentReport
         log(WARNING, "skslot: %s", PRIVACY_SCOPE)
 
     _uploads(run, head, classes)
+    _plausible(run)
     reference, maps = _reference(run)
     order = run.order
 
