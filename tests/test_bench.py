@@ -1,3 +1,5 @@
+import csv
+import io
 import json
 
 import numpy as np
@@ -39,8 +41,13 @@ def test_cli_runs_the_protocol_and_writes_outputs(small_npz, tmp_path, capsys):
     assert {r["alpha"] for r in summary} == {0.1, "none"}
     assert all(r["n_seeds"] == 2 for r in summary)
     assert (out_dir / "tau_sweep.png").read_bytes()[:4] == b"\x89PNG"
-    rows = (out_dir / "results.csv").read_text().splitlines()
-    assert len(rows) == 1 + 2 * 2 * 2 * 4  # alphas x seeds x taus x domains (one head)
+    rows = list(csv.DictReader(io.StringIO((out_dir / "results.csv").read_text())))
+    fixed = [r for r in rows if r["selection"] == "fixed"]
+    auto = [r for r in rows if r["selection"] == "auto"]
+    assert len(fixed) == 2 * 2 * 2 * 4  # alphas x seeds x taus x domains (one head)
+    assert len(auto) == 2 * 2 * 4 and {r["tau"] for r in auto} <= {"0.0", "1.0"}
+    assert "| auto (taus chosen) |" in out
+    assert all(len(r["auto_taus"]) == 2 for r in summary)
 
 
 def test_cli_rejects_a_sweep_without_baseline(capsys):

@@ -216,3 +216,19 @@ def test_heads_in_a_routed_pipeline_after_slot(head, federated):
         pipe = make_pipeline(SLOTTransformer(tau=0.4), sklearn.clone(head))
         pipe.fit(federated.X, federated.y, client=federated.client)
         assert pipe.score(federated.X, federated.y, client=federated.client) > 0.5
+
+
+def test_fedpft_sampling_is_bounded_by_configuration_not_by_claims(rng):
+    """A message claiming 10^9 rows costs the server at most max_synthetic_per_client rows."""
+    import dataclasses
+
+    from skslot.heads import FedPFTClassifier
+
+    X, y = rng.normal(size=(60, 3)), np.repeat([0, 1], 30)
+    head = FedPFTClassifier(random_state=0, max_synthetic_per_client=500)
+    honest = head.client_statistics(X, y, np.array([0, 1]))
+    claims = dataclasses.replace(
+        honest, mixtures=[dataclasses.replace(mx, n=10**9) for mx in honest.mixtures]
+    )
+    head.fit_from_statistics([honest, claims], np.array([0, 1]))
+    assert head.n_synthetic_ == 60 + 500

@@ -64,3 +64,43 @@ def test_mutated_payloads_never_crash_and_decoded_ones_are_valid(valid_payloads)
             assert np.linalg.eigvalsh(result.covariance).min() > 0
             assert result.n >= 2
     assert decoded > 0  # some byte flips land in values and still decode
+
+
+def test_npy_header_fuzz_raises_only_the_protocol_error():
+    """Any mutation of an array's .npy bytes decodes, or raises ProtocolError (nothing else)."""
+    pytest.importorskip("flwr", reason="Flower is not installed: pip install '.[flower]'")
+    import io
+
+    from flwr.app import Array, ArrayRecord
+
+    from skslot.flower.messages import ProtocolError, record_to_arrays
+
+    rng = np.random.default_rng(7)
+    buffer = io.BytesIO()
+    np.save(buffer, np.arange(12, dtype=np.int64).reshape(3, 4))
+    valid = buffer.getvalue()
+    header_end = valid.index(b"\n") + 1
+    tokens = [b"True", b"-1", b"1.5", b"2**64", b"18446744073709551616", b"()", b"None",
+              b"'|O'", b"'<V8'", b"'<U3'", b"[", b"{", b"9" * 30, b"\x00", b"\xff"]
+    outcomes = {"decoded": 0, "rejected": 0}
+    for trial in range(3000):
+        data = bytearray(valid)
+        if trial % 3 == 0:  # a token pasted into the header
+            at = int(rng.integers(10, header_end - 1))
+            token = tokens[int(rng.integers(len(tokens)))]
+            data[at : at + len(token)] = token
+        elif trial % 3 == 1:  # random bytes flipped anywhere
+            for at in rng.integers(0, len(data), size=int(rng.integers(1, 6))):
+                data[at] = int(rng.integers(256))
+        else:  # truncated or extended
+            cut = int(rng.integers(0, len(data) + 32))
+            data = data[:cut] + bytes(max(0, cut - len(data)))
+        record = ArrayRecord(
+            {"x": Array(dtype="int64", shape=(3, 4), stype="numpy.ndarray", data=bytes(data))}
+        )
+        try:
+            record_to_arrays(record, max_bytes=1 << 20)
+            outcomes["decoded"] += 1
+        except ProtocolError:
+            outcomes["rejected"] += 1
+    assert outcomes["rejected"] > 1000 and outcomes["decoded"] > 0, outcomes

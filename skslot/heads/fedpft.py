@@ -276,6 +276,12 @@ class FedPFTClassifier(OneShotHead):
     reg_covar : float, default=1e-6
         Passed to :class:`sklearn.mixture.GaussianMixture`.
     min_samples_per_class : int, default=2
+    max_synthetic_per_client : int, default=100_000
+        Most synthetic rows the server draws for one client's message: a
+        client declaring more rows has its per-class counts scaled down in
+        proportion (its weight in the head is then bounded too).  The server's
+        memory and time are set by this parameter, never by what a client
+        claims (a message claiming 10^9 rows would otherwise cost tens of GB).
     transmit_dtype : {"float16", "float32", "float64"}, default="float16"
         Precision of the transmitted parameters (FedPFT sends float16).
     estimator : classifier, default=None
@@ -316,6 +322,7 @@ class FedPFTClassifier(OneShotHead):
         covariance_type: str = "full",
         reg_covar: float = 1e-6,
         min_samples_per_class: int = 2,
+        max_synthetic_per_client: int = 100_000,
         transmit_dtype: str = "float16",
         estimator: Any = None,
         random_state: int | np.random.RandomState | None = None,
@@ -324,6 +331,7 @@ class FedPFTClassifier(OneShotHead):
         self.covariance_type = covariance_type
         self.reg_covar = reg_covar
         self.min_samples_per_class = min_samples_per_class
+        self.max_synthetic_per_client = max_synthetic_per_client
         self.transmit_dtype = transmit_dtype
         self.estimator = estimator
         self.random_state = random_state
@@ -396,13 +404,17 @@ class FedPFTClassifier(OneShotHead):
     def _fit_from_statistics(
         self, statistics: list, classes: np.ndarray, maps: list | None
     ) -> None:
+        cap = check_positive_int("max_synthetic_per_client", self.max_synthetic_per_client)
         rng = check_random_state(self.random_state)
         X_parts, y_parts = [], []
         for k, message in enumerate(statistics):
             transport = None if maps is None else maps[k]
+            declared = sum(mixture.n for mixture in message.mixtures)
+            scale = min(1.0, cap / declared) if declared else 1.0
             for mixture in message.mixtures:
-                X_parts.append(mixture.sample(mixture.n, rng, transport))
-                y_parts.append(np.full(mixture.n, mixture.label, dtype=classes.dtype))
+                n = max(1, int(mixture.n * scale)) if scale < 1.0 else mixture.n
+                X_parts.append(mixture.sample(n, rng, transport))
+                y_parts.append(np.full(n, mixture.label, dtype=classes.dtype))
         if not X_parts:
             raise ValueError("no client sent any class mixture (too few rows per class)")
         y_syn = np.concatenate(y_parts)
