@@ -461,16 +461,15 @@ def refit_head(
         local heads the clients trained on all their rows at the chosen ``tau``.
     validation_statistics : sequence, optional
         Each client's validation statistics, ``None`` for a client without
-        validation rows; they join the fitting ones (the same client's map).
+        validation rows; merged with its fitting statistics into those of all
+        its rows (``statistics.merge``: exact for FedCGS, the maximum-likelihood
+        Gaussian of the union for one-component FedPFT mixtures).
     maps : sequence of GaussianMap, optional
     """
     statistics = list(statistics)
-    maps = None if maps is None else list(maps)
     for k, extra in enumerate(validation_statistics or []):
-        if extra is not None:
-            statistics.append(extra)
-            if maps is not None:
-                maps.append(maps[k])
+        if extra is not None:  # the client's statistics of all its rows
+            statistics[k] = statistics[k].merge(extra)
     model = clone(head).set_params(**candidate.params)
     aligned = _at(maps, candidate.tau) if head.aligns_statistics else None
     return model.fit_from_statistics(statistics, classes, maps=aligned)

@@ -377,3 +377,27 @@ def test_a_new_client_is_aligned_with_its_own_summary(federated):
     T = GaussianMap.optimal_transport(own, search.slot_.reference_)
     expected = search.best_estimator_.predict(T.apply(X[~seen]))
     np.testing.assert_array_equal(predicted, expected)
+
+
+@pytest.mark.parametrize("kind", ["full", "diag", "spherical"])
+def test_merged_parts_are_the_statistics_of_all_rows(rng, kind):
+    """The refit's input: a client's fitting and validation statistics merged."""
+    X = rng.normal(size=(100, 4)) @ rng.normal(size=(4, 4)) + 50.0
+    y, classes = rng.integers(0, 3, 100), np.arange(3)
+    head = FedPFTClassifier(transmit_dtype="float64", covariance_type=kind, reg_covar=0.0)
+    merged = head.client_statistics(X[:70], y[:70], classes).merge(
+        head.client_statistics(X[70:], y[70:], classes)
+    )
+    whole = head.client_statistics(X, y, classes)
+    for a, b in zip(merged.mixtures, whole.mixtures, strict=True):
+        assert a.n == b.n and _relative(a.means, b.means) < 1e-12
+        assert _relative(a.covariances, b.covariances) < 1e-10
+    cgs = FedCGSClassifier()
+    parts = cgs.client_statistics(X[:70], y[:70], classes).merge(
+        cgs.client_statistics(X[70:], y[70:], classes)
+    )
+    expected = cgs.client_statistics(X, y, classes)
+    np.testing.assert_allclose(parts.sums, expected.sums, rtol=1e-12)
+    np.testing.assert_allclose(
+        parts.moments.centred().gram, expected.moments.centred().gram, rtol=1e-10
+    )

@@ -80,6 +80,10 @@ class ClassStatistics:
             moments,
         )
 
+    def merge(self, other: ClassStatistics) -> ClassStatistics:
+        """The statistics of the union of the two messages' rows (exact)."""
+        return ClassStatistics.combine([self, other])
+
     def aligned(self, transport: GaussianMap) -> ClassStatistics:
         """The statistics of the rows ``T(x)``, computed from these alone (exact).
 

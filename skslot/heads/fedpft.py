@@ -52,6 +52,31 @@ class ClassMixture:
             return np.stack([_covariance_factor(cov) for cov in self.covariances])
         return np.sqrt(np.maximum(self.covariances, 0.0))  # diag: (k, m); spherical: (k, 1)
 
+    def merge(self, other: ClassMixture) -> ClassMixture:
+        """This class's mixture over the rows of both (see :meth:`ClassMixtures.merge`)."""
+        n = self.n + other.n
+        a, b = self.n / n, other.n / n
+        if self.weights.shape[0] == other.weights.shape[0] == 1:
+            mean = a * self.means[0] + b * other.means[0]
+            d = self.means[0] - other.means[0]
+            if self.covariance_type == "full":
+                between = a * b * np.outer(d, d)
+            elif self.covariance_type == "diag":
+                between = a * b * d * d
+            else:
+                between = np.array([a * b * float(d @ d) / d.shape[0]])
+            cov = a * self.covariances[0] + b * other.covariances[0] + between
+            kind = self.covariance_type
+            return ClassMixture(self.label, n, np.ones(1), mean[None], cov[None], kind)
+        return ClassMixture(
+            self.label,
+            n,
+            np.concatenate([a * self.weights, b * other.weights]),
+            np.concatenate([self.means, other.means]),
+            np.concatenate([self.covariances, other.covariances]),
+            self.covariance_type,
+        )
+
     def full_covariances(self) -> np.ndarray:
         """The component covariances as full matrices, of shape (k, m, m)."""
         if self.covariance_type == "full":
@@ -119,6 +144,35 @@ class ClassMixtures:
     def n_samples(self) -> int:
         """Rows the mixtures describe, skipped classes included."""
         return int(sum(mx.n for mx in self.mixtures) + sum(k for _, k in self.skipped))
+
+    def merge(self, other: ClassMixtures) -> ClassMixtures:
+        """The message of the union of the two messages' rows (a client's two parts).
+
+        Per class: two single Gaussians are moment-matched into one, the
+        maximum-likelihood Gaussian of the union (``n``-weighted mean;
+        within-part covariances plus the between-part term); mixtures of
+        several components are concatenated, with weights scaled by each
+        part's share of the rows.  Merged parameters are float64.
+        """
+        if other.covariance_type != self.covariance_type:
+            raise ValueError("cannot merge mixtures of different covariance types")
+        by_class = {mx.label: mx for mx in self.mixtures}
+        merged = []
+        for mx in other.mixtures:
+            mine = by_class.pop(mx.label, None)
+            merged.append(mx if mine is None else mine.merge(mx))
+        merged.extend(by_class.values())
+        order = {label: i for i, label in enumerate(self.classes.tolist())}
+        merged.sort(key=lambda mx: order[_as_python(mx.label)])
+        sent = {mx.label for mx in merged}
+        skipped: dict = {}
+        for label, count in [*self.skipped, *other.skipped]:
+            skipped[label] = skipped.get(label, 0) + count
+        # a class skipped in one part but sent in the other: its skipped rows are lost
+        skipped_list = [(label, count) for label, count in skipped.items() if label not in sent]
+        return ClassMixtures(
+            self.classes, merged, skipped_list, self.n_features, self.covariance_type, "float64"
+        )
 
     def aligned(self, transport: GaussianMap) -> ClassMixtures:
         """Every mixture pushed through ``transport`` (:meth:`ClassMixture.aligned`)."""
@@ -227,6 +281,10 @@ class ClassMixtures:
             for i, c in zip(skipped_index, skipped_count, strict=True)
         ]
         return cls(classes, mixtures, skipped, m, covariance_type)
+
+
+def _as_python(label: Any) -> Any:
+    return label.item() if hasattr(label, "item") else label
 
 
 def _covariance_shape(covariance_type: str, n_components: int, m: int) -> tuple[int, ...]:
