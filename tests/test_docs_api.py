@@ -12,6 +12,7 @@ MODULES = [
     "skslot.barycenter",
     "skslot.bench",
     "skslot.datasets",
+    "skslot.defence",
     "skslot.flower",
     "skslot.gaussian",
     "skslot.heads",

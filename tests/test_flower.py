@@ -680,3 +680,51 @@ def test_implausible_summaries_are_rejected_and_the_run_equals_the_others(
     )[:3]
     np.testing.assert_array_equal(scores.coef, expected.coef)
     assert report.accuracy == honest.accuracy
+
+
+def _inflated_count(factor: int):
+    """A client declaring ``factor`` times its rows, consistently in every message."""
+
+    def fault(request: Message, reply: Message) -> Message:
+        if request.metadata.message_type != "query.upload":
+            return reply
+        config = dict(reply.content.config_records[messages.CONFIG])
+        own = GaussianSummary.from_bytes(config["summary"])
+        inflated = GaussianSummary(own.n * factor, own.mean, own.covariance, client=own.client)
+        stats = {n: a.numpy() for n, a in reply.content.array_records[messages.STATISTICS].items()}
+        stats.update(
+            n=stats["n"] * factor,
+            counts=stats["counts"] * factor,
+            sums=stats["sums"] * factor,
+            s1=stats["s1"] * factor,
+            gram_upper=stats["gram_upper"] * factor,
+        )
+        content = RecordDict(
+            {
+                messages.CONFIG: ConfigRecord(
+                    {**config, "summary": inflated.to_bytes("float64"), "n-fit": own.n * factor}
+                ),
+                messages.STATISTICS: messages.arrays_to_record(stats),
+            }
+        )
+        return Message(content, reply_to=request)
+
+    return fault
+
+
+def test_an_inflated_count_is_rejected_or_its_weight_capped(node_configs):
+    """Counts are self-declared: beyond 100x the median a client is left out, beyond 10x capped."""
+    report, _, _, _ = deploy(
+        node_configs, faults={14: _inflated_count(10**6)}, summary_dtype="float64"
+    )
+    assert "declares 1.6e+08 rows, 1e+06 times the clients' median" in report.rejected["upload"][14]
+    report, scores, _, _ = deploy(
+        node_configs, faults={14: _inflated_count(50)}, summary_dtype="float64"
+    )
+    assert not report.rejected.get("upload") and report.capped == {14: 0.2}
+    # capped at 10x the median count: the same head as an honest client weighing 10x
+    honest, expected, _ = deploy(
+        node_configs, faults={14: _inflated_count(10)}, summary_dtype="float64"
+    )[:3]
+    assert honest.capped == {}
+    np.testing.assert_allclose(scores.coef, expected.coef, rtol=1e-9)

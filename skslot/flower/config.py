@@ -59,6 +59,11 @@ class DeploymentConfig:
     n_features : int, default=0
         The feature dimension every client must send; 0 accepts the dimension
         most clients send.
+    max_count_ratio, max_weight_ratio : float, default=100, 10
+        A client declaring more than ``max_count_ratio`` times the median
+        client's rows is rejected; the others' weights (in the barycenter and
+        the head) are capped at ``max_weight_ratio`` times the median count
+        (see :mod:`skslot.defence`).
     max_variance_ratio, max_mean_offset : float, default=100, 10
         Plausibility of a summary against the others' (with 3 or more
         clients): its mean variance ``tr(S) / m`` within a factor
@@ -120,6 +125,8 @@ class DeploymentConfig:
     classes: str = "0,1,2,3,4,5,6,7,8,9"
     max_dimension: int = 4096
     n_features: int = 0
+    max_count_ratio: float = 100.0
+    max_weight_ratio: float = 10.0
     max_variance_ratio: float = 100.0
     max_mean_offset: float = 10.0
     alpha: float | None = 0.1
@@ -154,6 +161,8 @@ class DeploymentConfig:
             )
         check_option("selection_rule", self.selection_rule, SELECTION_RULES)
         check_positive_int("max_dimension", self.max_dimension)
+        check_in_range("max_count_ratio", self.max_count_ratio, 1.0, None)
+        check_in_range("max_weight_ratio", self.max_weight_ratio, 1.0, None)
         check_in_range("max_variance_ratio", self.max_variance_ratio, 1.0, None)
         check_in_range("max_mean_offset", self.max_mean_offset, 0.0, None)
         if not isinstance(self.n_features, int) or not 0 <= self.n_features <= self.max_dimension:
@@ -231,6 +240,8 @@ class DeploymentConfig:
             "delta",
             "clip_norm",
             "validation_fraction",
+            "max_count_ratio",
+            "max_weight_ratio",
             "max_variance_ratio",
             "max_mean_offset",
         )

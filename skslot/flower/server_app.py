@@ -51,6 +51,7 @@ from sklearn.base import clone
 
 from ..barycenter import BuresBarycenter
 from ..bench import DEFAULT_HEADS
+from ..defence import capped_counts, implausible_counts, implausible_summaries
 from ..gaussian import GaussianMap, GaussianSummary, SummaryFormatError
 from ..heads import StatisticsFormatError
 from ..selection import (
@@ -115,6 +116,9 @@ class DeploymentReport:
         number of values it encodes, ``m (m + 1) / 2 + m + 1``.
     tau : float or None
         The ``tau`` of the final head (the chosen one with ``tau = "auto"``).
+    capped : dict
+        Per node whose declared count exceeded ``max-weight-ratio`` times the
+        median, the factor its weight was multiplied by.
     privacy : str or None
         With private summaries, what the guarantee covers and what it does not.
     selection : dict or None
@@ -144,6 +148,7 @@ class DeploymentReport:
     barycenter_iterations: int | None = None
     tau: float | None = None
     selection: dict | None = None
+    capped: dict = field(default_factory=dict)
     privacy: str | None = None
     accuracy: dict = field(default_factory=dict)
     n_test: dict = field(default_factory=dict)
@@ -195,6 +200,7 @@ class _Client:
     n_test: int
     statistics: Any = None
     validation: Any = None
+    weight: float = 0.0
 
     @property
     def n_validation(self) -> int:
@@ -355,46 +361,54 @@ def _uploads(run: _Run, head: Any, classes: np.ndarray) -> None:
 
 
 def _plausible(run: _Run) -> None:
-    """Reject summaries far out of line with the other clients' (3 or more clients).
+    """Reject clients out of line with the others; cap the weight of the rest.
 
-    Each passed the wire checks; a client whose mean variance is more than
-    ``max_variance_ratio`` times above or below the clients' median, or whose
-    mean lies more than ``max_mean_offset`` median standard deviations from
-    the clients' coordinate-wise median mean, would dominate the reference
-    (or the head) alone: it is rejected and reported.
+    :mod:`skslot.defence` with the run's bounds (3 clients or more): a summary
+    whose scale or mean is far from the median client's, or a count above
+    ``max-count-ratio`` times the median, is rejected and reported; the
+    remaining clients' counts are capped at ``max-weight-ratio`` times the
+    median, and a capped client's statistics are scaled down to that weight.
     """
     config, nodes = run.config, run.order
-    if len(nodes) < 3:
-        return
     summaries = [run.clients[node].summary for node in nodes]
-    m = summaries[0].dimension
-    variance = np.array([np.sum(np.diagonal(s.covariance) / m) for s in summaries])
-    typical = float(np.median(variance))
-    centre = np.median([s.mean for s in summaries], axis=0)
-    for node, s, v in zip(nodes, summaries, variance, strict=True):
-        offset = float(np.linalg.norm(s.mean - centre)) / np.sqrt(m * typical)
-        if max(v / typical, typical / v) > config.max_variance_ratio:
-            why = (
-                f"mean variance {v / typical:.3g} times the clients' median "
-                f"(max-variance-ratio = {config.max_variance_ratio:g})"
-            )
-        elif offset > config.max_mean_offset:
-            why = (
-                f"mean {offset:.3g} median standard deviations from the clients' median "
-                f"(max-mean-offset = {config.max_mean_offset:g})"
-            )
-        else:
-            continue
-        run.report.reject("upload", node, f"implausible summary: {why}")
-    run.keep("upload", [n for n in nodes if n not in run.report.rejected.get("upload", {})])
+    reasons = implausible_summaries(
+        summaries,
+        max_variance_ratio=config.max_variance_ratio,
+        max_mean_offset=config.max_mean_offset,
+    )
+    reasons.update(
+        (k, why)
+        for k, why in implausible_counts(
+            [s.n for s in summaries], max_count_ratio=config.max_count_ratio
+        ).items()
+        if k not in reasons
+    )
+    for k, why in sorted(reasons.items()):
+        run.report.reject("upload", nodes[k], f"implausible: {why}")
+    run.keep("upload", [node for k, node in enumerate(nodes) if k not in reasons])
+    nodes = run.order
+    counts = [run.clients[node].summary.n for node in nodes]
+    caps = capped_counts(counts, max_weight_ratio=config.max_weight_ratio)
+    for node, n, capped in zip(nodes, counts, caps, strict=True):
+        client = run.clients[node]
+        client.weight = float(capped)
+        if capped < n:
+            factor = capped / n
+            run.report.capped[node] = round(factor, 6)
+            log(WARNING, "%s: weight capped to %.3g of its rows", run.report.name(node), factor)
+            if client.statistics is not None:
+                client.statistics = client.statistics.scaled(factor)
+            if client.validation is not None:
+                client.validation = client.validation.scaled(factor)
 
 
 def _reference(run: _Run) -> tuple[bytes, list[GaussianMap]]:
     """The barycenter of the accepted summaries, its bytes, each client's full map."""
     # a client is its node: the barycenter and the maps are keyed by node id
     summaries = [replace(run.clients[node].summary, client=node) for node in run.order]
+    weights = [run.clients[node].weight for node in run.order]
     try:
-        barycenter = BuresBarycenter().fit(summaries)
+        barycenter = BuresBarycenter(weights=weights).fit(summaries)
         reference = barycenter.reference_.to_bytes(run.config.summary_dtype)
     except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
         raise DeploymentError(
@@ -424,8 +438,11 @@ def _local_updates(
         n = client.n_fit if part == "fit" else client.summary.n
         try:
             arrays = messages.read_updates_reply(replies[node], n_updates=len(taus), max_bytes=cap)
+            factor = client.weight / client.summary.n
             received[node] = [
-                head.decode_statistics(a, classes=classes, n_features=m, n_samples=n)
+                head.decode_statistics(a, classes=classes, n_features=m, n_samples=n).scaled(
+                    factor
+                )
                 for a in arrays
             ]
         except (messages.ProtocolError, StatisticsFormatError) as exc:

@@ -80,6 +80,12 @@ class ClassStatistics:
             moments,
         )
 
+    def scaled(self, factor: float) -> ClassStatistics:
+        """The statistics weighted by ``factor`` (a server capping a client's weight)."""
+        m = self.moments
+        moments = ShiftedMoments(m.n * factor, m.shift, factor * m.s1, factor * m.gram)
+        return ClassStatistics(self.classes, factor * self.counts, factor * self.sums, moments)
+
     def merge(self, other: ClassStatistics) -> ClassStatistics:
         """The statistics of the union of the two messages' rows (exact)."""
         return ClassStatistics.combine([self, other])

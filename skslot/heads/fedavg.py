@@ -35,6 +35,12 @@ class LinearHeadUpdate:
     def n_samples(self) -> int:
         return int(self.n)
 
+    def scaled(self, factor: float) -> LinearHeadUpdate:
+        """The update with its averaging weight ``n`` multiplied by ``factor``."""
+        return LinearHeadUpdate(
+            self.classes, self.coef, self.intercept, self.n * factor, self.n_iter
+        )
+
     def to_arrays(self) -> ArrayMessage:
         """The message a client sends (see :mod:`skslot.heads._wire`)."""
         return {

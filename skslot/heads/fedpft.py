@@ -145,6 +145,19 @@ class ClassMixtures:
         """Rows the mixtures describe, skipped classes included."""
         return int(sum(mx.n for mx in self.mixtures) + sum(k for _, k in self.skipped))
 
+    def scaled(self, factor: float) -> ClassMixtures:
+        """The message weighted by ``factor``: the server draws that share of its rows."""
+        mixtures = [
+            ClassMixture(
+                mx.label, max(1, round(mx.n * factor)), mx.weights, mx.means, mx.covariances,
+                mx.covariance_type,
+            )
+            for mx in self.mixtures
+        ]
+        return ClassMixtures(
+            self.classes, mixtures, self.skipped, self.n_features, self.covariance_type, self.dtype
+        )
+
     def merge(self, other: ClassMixtures) -> ClassMixtures:
         """The message of the union of the two messages' rows (a client's two parts).
 

@@ -1,0 +1,118 @@
+"""The server's stance towards clients: plausibility checks and weight caps.
+
+Everything a client sends is self-declared: its count ``n`` becomes its weight
+in the barycenter and in the head, and its moments enter the aggregates
+unbounded.  After the wire checks (:meth:`GaussianSummary.from_bytes`, the
+heads' ``decode_statistics``), these functions compare each client with the
+others (with three clients or more: with two there is no majority) and return,
+per client, why it is implausible; :func:`capped_counts` bounds the weight a
+client that passed can take.  The Flower server applies them with the run
+configuration's bounds (:class:`~skslot.flower.DeploymentConfig`); in process
+they can be called on any list of summaries.
+
+Bounds are relative to the median client, so they do not depend on the
+features' units.  Their defaults leave every honest client of the real data
+sets untouched (one to five clients per domain, every alpha of the paper):
+mean variance within 9x the median, mean within 1.4 median standard
+deviations of the median mean, count within 9.8x the median count.
+
+What they cannot do: with ``K`` clients, a client inside every bound still
+holds up to ``cap / (cap + K - 1)`` of the weight, and one that sends
+*consistent* statistics of poisoned rows (flipped labels at an honest count)
+is indistinguishable from an honest client with unusual data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .gaussian import GaussianSummary
+
+__all__ = ["capped_counts", "implausible_counts", "implausible_summaries"]
+
+
+def implausible_summaries(
+    summaries: Sequence[GaussianSummary],
+    *,
+    max_variance_ratio: float = 100.0,
+    max_mean_offset: float = 10.0,
+) -> dict[int, str]:
+    """Positions of summaries far out of line with the others', with the reason.
+
+    A summary is implausible when its mean variance ``tr(S) / m`` is more than
+    ``max_variance_ratio`` times above or below the median client's, or its
+    mean lies more than ``max_mean_offset`` median standard deviations
+    (``sqrt(m * median variance)``) from the coordinate-wise median mean.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot import GaussianSummary
+    >>> from skslot.defence import implausible_summaries
+    >>> honest = [GaussianSummary(50, np.zeros(2) + i, np.eye(2)) for i in range(3)]
+    >>> hostile = GaussianSummary(50, np.zeros(2), 1e8 * np.eye(2))
+    >>> implausible_summaries([*honest, hostile])
+    {3: "mean variance 1e+08 times the clients' median (max-variance-ratio = 100)"}
+    """
+    if len(summaries) < 3:
+        return {}
+    m = summaries[0].dimension
+    variance = np.array([np.sum(np.diagonal(s.covariance) / m) for s in summaries])
+    typical = float(np.median(variance))
+    centre = np.median([s.mean for s in summaries], axis=0)
+    reasons = {}
+    for k, (s, v) in enumerate(zip(summaries, variance, strict=True)):
+        offset = float(np.linalg.norm(s.mean - centre)) / np.sqrt(m * typical)
+        if max(v / typical, typical / v) > max_variance_ratio:
+            reasons[k] = (
+                f"mean variance {v / typical:.3g} times the clients' median "
+                f"(max-variance-ratio = {max_variance_ratio:g})"
+            )
+        elif offset > max_mean_offset:
+            reasons[k] = (
+                f"mean {offset:.3g} median standard deviations from the clients' median "
+                f"(max-mean-offset = {max_mean_offset:g})"
+            )
+    return reasons
+
+
+def implausible_counts(counts: Sequence[int], *, max_count_ratio: float = 100.0) -> dict[int, str]:
+    """Positions of clients declaring more than ``max_count_ratio`` times the median count.
+
+    Examples
+    --------
+    >>> from skslot.defence import implausible_counts
+    >>> implausible_counts([300, 210, 720, 10**9])
+    {3: "declares 1e+09 rows, 1.96e+06 times the clients' median (max-count-ratio = 100)"}
+    """
+    if len(counts) < 3:
+        return {}
+    n = np.asarray(counts, dtype=np.float64)
+    typical = float(np.median(n))
+    return {
+        k: f"declares {v:.3g} rows, {v / typical:.3g} times the clients' median "
+        f"(max-count-ratio = {max_count_ratio:g})"
+        for k, v in enumerate(n)
+        if v > max_count_ratio * typical
+    }
+
+
+def capped_counts(counts: Sequence[int], *, max_weight_ratio: float = 10.0) -> np.ndarray:
+    """Each client's count, capped at ``max_weight_ratio`` times the median count.
+
+    The weight a client takes in the barycenter and in the head is its capped
+    count over the sum of capped counts (with fewer than three clients,
+    counts are returned unchanged).
+
+    Examples
+    --------
+    >>> from skslot.defence import capped_counts
+    >>> capped_counts([300, 210, 720, 60000]).tolist()
+    [300.0, 210.0, 720.0, 5100.0]
+    """
+    n = np.asarray(counts, dtype=np.float64)
+    if n.shape[0] < 3:
+        return n
+    return np.minimum(n, max_weight_ratio * float(np.median(n)))
