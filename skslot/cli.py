@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
 
+from . import __version__
 from .bench import (
+    DEFAULT_HEADS,
     PREPROCESS,
     BenchmarkConfig,
     format_table,
@@ -24,15 +27,68 @@ __all__ = ["main"]
 
 
 def _alphas(text: str) -> tuple[float | None, ...]:
-    return tuple(None if a.strip().lower() == "none" else float(a) for a in text.split(","))
+    try:
+        values = tuple(None if a.strip().lower() == "none" else float(a) for a in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers or 'none', got {text!r}"
+        ) from None
+    if any(a is not None and not a > 0 for a in values):
+        raise argparse.ArgumentTypeError(f"alphas must be > 0 (or 'none'), got {text!r}")
+    return values
 
 
 def _floats(text: str) -> tuple[float, ...]:
-    return tuple(float(t) for t in text.split(","))
+    try:
+        values = tuple(float(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers, comma-separated: {text!r}") from None
+    if any(not 0.0 <= t <= 1.0 for t in values):
+        raise argparse.ArgumentTypeError(f"taus must lie in [0, 1], got {text!r}")
+    return values
+
+
+def _heads(text: str) -> tuple[str, ...]:
+    """Head names, case-insensitive, checked before any work starts."""
+    names = {name.lower(): name for name in DEFAULT_HEADS}
+    heads = []
+    for part in text.split(","):
+        name = names.get(part.strip().lower())
+        if name is None:
+            raise argparse.ArgumentTypeError(
+                f"unknown head {part.strip()!r}; choose from {', '.join(DEFAULT_HEADS)}"
+            )
+        heads.append(name)
+    return tuple(heads)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="skslot", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="skslot",
+        description="skslot bench runs the reproduction benchmark; skslot flower-app DIR "
+        "writes a Flower App that deploys SLOT-Align.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser(
         "bench",
@@ -42,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
         "tau sweep. Prints a table, writes CSV/JSON/markdown results and a PNG plot.",
     )
     bench.add_argument(
-        "--data", help="an .npz with X, y, domain (default: embedded Office-Caltech10 SURF)"
+        "--data",
+        metavar="PATH",
+        help="an .npz with X, y, domain (default: the embedded Office-Caltech10 SURF features)",
     )
     bench.add_argument(
         "--alphas",
@@ -54,25 +112,37 @@ def build_parser() -> argparse.ArgumentParser:
         "--taus",
         type=_floats,
         default=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
-        help="tau sweep; must include 0, the baseline (default: 0,0.2,...,1)",
+        help="tau sweep in [0, 1]; must include 0, the baseline; --main-tau is added if "
+        "missing (default: 0,0.2,0.4,0.6,0.8,1)",
     )
-    bench.add_argument("--seeds", type=int, default=5, help="number of seeds (default: 5)")
+    bench.add_argument(
+        "--seeds", type=_positive_int, default=5, help="number of seeds (default: 5)"
+    )
     bench.add_argument(
         "--heads",
-        default="O-FedAvg,FedCGS,FedPFT",
-        help="comma-separated heads (default: all three)",
+        type=_heads,
+        default=tuple(DEFAULT_HEADS),
+        help="comma-separated heads, any case: O-FedAvg, FedCGS, FedPFT (default: all three)",
     )
     bench.add_argument(
         "--main-tau", type=float, default=0.4, help="tau reported in the table (default: 0.4)"
     )
-    bench.add_argument("--clients-per-domain", type=int, default=1)
+    bench.add_argument(
+        "--clients-per-domain",
+        type=_positive_int,
+        default=1,
+        help="clients each domain's rows are dealt into before the Dirichlet step "
+        "(the paper's finer partitions; default: 1)",
+    )
     bench.add_argument(
         "--preprocess",
         choices=sorted(PREPROCESS),
         default="none",
         help="per-row feature transform before federating (default: none)",
     )
-    bench.add_argument("--n-jobs", type=int, default=2, help="parallel runs (default: 2)")
+    bench.add_argument(
+        "--n-jobs", type=int, default=2, help="parallel runs, joblib's convention (default: 2)"
+    )
     bench.add_argument(
         "--no-auto",
         dest="auto",
@@ -81,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--validation-fraction",
-        type=float,
+        type=_fraction,
         default=0.2,
         help="share of each client's rows held out to choose tau in the 'auto' column "
         "(default: 0.2)",
@@ -93,19 +163,36 @@ def build_parser() -> argparse.ArgumentParser:
     flower = sub.add_parser(
         "flower-app",
         help="write a Flower App directory running skslot's ServerApp and ClientApp",
-        description="Writes DIR/pyproject.toml for `flwr run DIR`. Options set the defaults of "
-        "its [tool.flwr.app.config]; see docs/deployment.md (needs skslot[flower] to run).",
+        description="Writes DIR/pyproject.toml for 'flwr run DIR'. Options set the defaults of "
+        "its [tool.flwr.app.config]; see docs/deployment.md (running it needs skslot[flower]).",
     )
-    flower.add_argument("directory")
+    flower.add_argument("directory", help="the App directory to write (created if needed)")
     for f in fields(DeploymentConfig):
         flower.add_argument(
             "--" + f.name.replace("_", "-"),
             dest=f.name,
             default=None,
             metavar="VALUE",
-            help=f"default: {f.default!r}",
+            help=f"{_first_sentence(f.name)} (default: {_shown(f.default)})",
         )
     return parser
+
+
+def _first_sentence(name: str) -> str:
+    """The first sentence of a DeploymentConfig parameter's description, as plain text."""
+    doc = DeploymentConfig.__doc__ or ""
+    match = re.search(
+        rf"^    (?:\w+, )*{name}(?:, \w+)* : [^\n]*\n((?:        [^\n]*\n)+)", doc, re.M
+    )
+    if not match:
+        return name.replace("_", " ")
+    text = " ".join(line.strip() for line in match.group(1).splitlines())
+    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "'")
+    return text.split(". ")[0].rstrip(".")
+
+
+def _shown(value: object) -> str:
+    return "none" if value is None else str(value) if not isinstance(value, str) else repr(value)
 
 
 def _scalar(text: str) -> object:
@@ -138,9 +225,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "flower-app":
         return _flower_app(args)
-    data = load_npz(args.data) if args.data else load_office_caltech10()
     if 0.0 not in args.taus:
         print("skslot bench: --taus must include 0 (the head without SLOT)", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.main_tau <= 1.0:
+        print("skslot bench: --main-tau must lie in [0, 1]", file=sys.stderr)
+        return 2
+    try:
+        data = load_npz(args.data) if args.data else load_office_caltech10()
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"skslot bench: cannot read --data {args.data}: {exc}", file=sys.stderr)
         return 2
     taus = tuple(sorted(set(args.taus) | {args.main_tau}))
     if args.main_tau not in args.taus:
@@ -149,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         alphas=args.alphas,
         taus=taus,
         seeds=tuple(range(args.seeds)),
-        heads=tuple(h.strip() for h in args.heads.split(",")),
+        heads=args.heads,
         main_tau=args.main_tau,
         clients_per_domain=args.clients_per_domain,
         preprocess=args.preprocess,

@@ -106,3 +106,45 @@ def test_slot_improves_ofedavg_and_fedpft_on_real_digits(digits_runs):
     """The paper's claim on real frozen-encoder features (alpha = 0.1, tau = 0.4)."""
     gains = {r["head"]: r["gain"] for r in digits_runs if r["alpha"] == 0.1}
     assert gains["O-FedAvg"] > 1.0 and gains["FedPFT"] > 1.0, gains
+
+
+def test_cli_bad_data_is_a_one_line_error(tmp_path, capsys):
+    assert main(["bench", "--data", str(tmp_path / "nonexistent.npz"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("skslot bench: cannot read --data") and "Traceback" not in err
+    np.savez(tmp_path / "bad.npz", X=np.zeros((3, 2)), y=np.zeros(3))
+    assert main(["bench", "--data", str(tmp_path / "bad.npz"), "--quiet"]) == 2
+    assert "missing key(s) ['domain']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--heads", "fedcgs,svm"], "unknown head 'svm'"),
+        (["--taus", "0,1.5"], "taus must lie in [0, 1]"),
+        (["--alphas", "0.1,often"], "comma-separated numbers or 'none'"),
+        (["--seeds", "0"], "expected a positive integer"),
+        (["--validation-fraction", "1"], "expected a number in (0, 1)"),
+    ],
+)
+def test_cli_checks_every_argument_before_any_work(args, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["bench", *args, "--data", "/never/read.npz"])
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cli_heads_are_case_insensitive_and_version_is_printed(capsys):
+    from skslot.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--heads", "fedcgs,o-fedavg"])
+    assert args.heads == ("FedCGS", "O-FedAvg")
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.startswith("skslot 0.")
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "skslot", "--version"], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.startswith("skslot ")

@@ -1,15 +1,15 @@
 """A real Flower deployment on 127.0.0.1: one SuperLink, three SuperNodes, two ``flwr run``.
 
-Each SuperNode owns one client of the paper's partition of the real digits
-features in ../shared/data (the embedded Office-Caltech10 when that folder is
-absent).  The first run uses a fixed tau: the global head the ServerApp writes
-must predict exactly as the in-process scikit-learn pipeline fitted on the
-same partitions and seed.  The second run chooses tau by validation
-(``tau = "auto"``): its choice, validation table and predictions must equal
-those of the in-process :class:`~skslot.FederatedTauSearch`.  Every client's
-reported accuracy must equal the in-process one.  Every process is started in
-its own session and stopped by its PID (the whole group), also when the test
-fails.
+Each SuperNode owns one client of the paper's partition of the embedded
+Office-Caltech10 features (real data in every clone; m = 800 keeps the two
+runs and their in-process twins within a minute or two).  The first run uses a
+fixed tau: the global head the ServerApp writes must predict exactly as the
+in-process scikit-learn pipeline fitted on the same partitions and seed.  The
+second run chooses tau by validation (``tau = "auto"``): its choice,
+validation table and predictions must equal those of the in-process
+:class:`~skslot.FederatedTauSearch`.  Every client's reported accuracy must
+equal the in-process one.  Every process is started in its own session and
+stopped by its PID (the whole group), also when the test fails.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from skslot.bench import DEFAULT_HEADS
 from skslot.flower import DeploymentConfig, write_flower_app
 from skslot.heads import LinearScores
 
-from .conftest import SHARED_DATA
 from .test_flower import client_rows, in_process
 
 OFFLINE = {
@@ -82,8 +81,7 @@ def tails(logs: Path) -> str:
 
 
 def test_flower_deployment_on_localhost(tmp_path):
-    digits = SHARED_DATA / "digits_effnet_lite0.npz"
-    dataset = str(digits) if digits.exists() else "office-caltech10"
+    dataset = "office-caltech10"
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, **OFFLINE, "FLWR_HOME": str(tmp_path / "flwr-home")}
     link_port = free_port()

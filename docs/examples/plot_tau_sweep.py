@@ -15,7 +15,9 @@ from skslot.bench import PREPROCESS, BenchmarkConfig, evaluate_run, summarise
 from skslot.datasets import load_office_caltech10
 
 data = load_office_caltech10()
-config = BenchmarkConfig(alphas=(0.1,), taus=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0), seeds=(0, 1))
+config = BenchmarkConfig(
+    alphas=(0.1,), taus=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0), seeds=(0, 1), auto=False
+)
 X = PREPROCESS[config.preprocess](data.X)
 records = [r for seed in config.seeds for r in evaluate_run(data, X, 0.1, seed, config)]
 summary = summarise(records, config.main_tau)
