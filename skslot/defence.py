@@ -30,7 +30,13 @@ import numpy as np
 
 from .gaussian import GaussianSummary
 
-__all__ = ["capped_counts", "implausible_counts", "implausible_summaries"]
+__all__ = [
+    "capped_counts",
+    "implausible_counts",
+    "implausible_norms",
+    "implausible_summaries",
+    "inconsistent_statistics",
+]
 
 
 def implausible_summaries(
@@ -116,3 +122,64 @@ def capped_counts(counts: Sequence[int], *, max_weight_ratio: float = 10.0) -> n
     if n.shape[0] < 3:
         return n
     return np.minimum(n, max_weight_ratio * float(np.median(n)))
+
+
+def implausible_norms(
+    norms: Sequence[float], *, max_norm_ratio: float = 10.0, what: str = "norm"
+) -> dict[int, str]:
+    """Positions of clients whose ``norms`` exceed ``max_norm_ratio`` times the median.
+
+    Used on O-FedAvg's local heads (Frobenius norm of ``[W, b]``): a client
+    scaling its coefficients would otherwise dominate the average.
+
+    Examples
+    --------
+    >>> from skslot.defence import implausible_norms
+    >>> implausible_norms([1.0, 1.3, 0.8, 1000.0], what="local head norm")
+    {3: "local head norm 1e+03 times the clients' median (max-norm-ratio = 10)"}
+    """
+    if len(norms) < 3:
+        return {}
+    values = np.asarray(norms, dtype=np.float64)
+    typical = float(np.median(values))
+    return {
+        k: f"{what} {v / typical:.3g} times the clients' median "
+        f"(max-norm-ratio = {max_norm_ratio:g})"
+        for k, v in enumerate(values)
+        if v > max_norm_ratio * typical
+    }
+
+
+def inconsistent_statistics(
+    summary: GaussianSummary, mean: np.ndarray, covariance_trace: float, *, rtol: float = 1e-2
+) -> str | None:
+    """Why a client's head statistics disagree with its own summary, or None.
+
+    Both describe the same rows: the statistics' mean must equal the
+    summary's, and the trace of their sample covariance the summary's
+    (Ledoit-Wolf shrinkage keeps the trace: ``tr((1 - s) S + s (tr S / m) I) =
+    tr S``), up to ``rtol`` relative to the summary's scale (its transmit
+    rounding).  Not for private summaries, whose noise is meant to differ.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot import GaussianSummary
+    >>> from skslot.defence import inconsistent_statistics
+    >>> s = GaussianSummary(10, np.zeros(2), np.eye(2))
+    >>> inconsistent_statistics(s, np.zeros(2), 2.0) is None
+    True
+    >>> inconsistent_statistics(s, np.zeros(2), 2e8)
+    'the statistics imply a total variance 1e+08 times the summary's'
+    """
+    trace = float(np.trace(summary.covariance))
+    if not abs(covariance_trace - trace) <= rtol * trace:
+        ratio = covariance_trace / trace
+        return f"the statistics imply a total variance {ratio:.3g} times the summary's"
+    offset = float(np.linalg.norm(mean - summary.mean))
+    if not offset <= rtol * (np.sqrt(trace) + float(np.linalg.norm(summary.mean))):
+        return (
+            f"the statistics' mean lies {offset / np.sqrt(trace):.3g} standard deviations from "
+            "the summary's"
+        )
+    return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import re
 import struct
 
 import numpy as np
@@ -348,7 +349,20 @@ def test_hostile_summary_is_rejected_and_the_others_proceed(node_configs, case):
 
 def test_a_node_claiming_another_clients_label_evicts_nobody(node_configs):
     """A client is its node: a declared label is only shown, never trusted."""
-    report, _, _, _ = deploy(node_configs, faults={14: replace_summary(_valid(client=0, n=160))})
+    def relabel(request: Message, reply: Message) -> Message:
+        if request.metadata.message_type != "query.upload":
+            return reply
+        config = dict(reply.content.config_records[messages.CONFIG])
+        own = GaussianSummary.from_bytes(config["summary"])
+        claimed = GaussianSummary(own.n, own.mean, own.covariance, own.shrinkage, client=0)
+        content = RecordDict(
+            {messages.CONFIG: ConfigRecord({**config, "summary": claimed.to_bytes("float64")})}
+        )
+        for name, record in reply.content.array_records.items():
+            content[name] = record
+        return Message(content, reply_to=request)
+
+    report, _, _, _ = deploy(node_configs, faults={14: relabel}, summary_dtype="float64")
     assert not report.rejected.get("upload")
     assert report.clients[11] == report.clients[14] == 0
     assert sorted(report.accuracy) == [11, 12, 13, 14]
@@ -670,13 +684,18 @@ def _scaled_summary(factor: float, shift: float = 0.0):
 def test_implausible_summaries_are_rejected_and_the_run_equals_the_others(
     node_configs, factor, shift, reason
 ):
-    """Valid on the wire but out of line with the other clients: left out, not a crash."""
+    """Valid on the wire but out of line with the other clients: left out, not a crash.
+
+    O-FedAvg uploads the summary alone (FedCGS's statistics would first be
+    found inconsistent with it: see the next test).
+    """
+    settings = {"summary_dtype": "float64", "head": "O-FedAvg"}
     report, scores, _, _ = deploy(
-        node_configs, faults={14: _scaled_summary(factor, shift)}, summary_dtype="float64"
+        node_configs, faults={14: _scaled_summary(factor, shift)}, **settings
     )
     assert reason in report.rejected["upload"][14]
     honest, expected, _ = deploy(
-        {n: c for n, c in node_configs.items() if n != 14}, summary_dtype="float64", num_clients=3
+        {n: c for n, c in node_configs.items() if n != 14}, num_clients=3, **settings
     )[:3]
     np.testing.assert_array_equal(scores.coef, expected.coef)
     assert report.accuracy == honest.accuracy
@@ -728,3 +747,42 @@ def test_an_inflated_count_is_rejected_or_its_weight_capped(node_configs):
     )[:3]
     assert honest.capped == {}
     np.testing.assert_allclose(scores.coef, expected.coef, rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        ("gram", "total variance 1e+08 times the summary's"),
+        ("sums", "standard deviations from the summary's"),
+    ],
+)
+def test_statistics_inconsistent_with_the_summary_are_rejected(node_configs, edit, reason):
+    """FedCGS statistics and the summary describe the same rows: a Gram x 1e8 cannot hide."""
+
+    def tamper(arrays):
+        if edit == "sums":  # every class sum and the total shifted alike: self-consistent
+            shift = 50.0 * np.sqrt(np.abs(arrays["gram_upper"]).max())
+            sums = arrays["sums"] + shift * arrays["counts"][:, None]
+            return {**arrays, "sums": sums, "shift": arrays["shift"] + shift}
+        return {**arrays, "gram_upper": arrays["gram_upper"] * 1e8}
+
+    report, _, _, _ = deploy(node_configs, faults={14: tamper_statistics(tamper)})
+    assert reason in report.rejected["upload"][14], report.rejected
+    assert sorted(report.accuracy) == [11, 12, 13]
+
+
+def test_oversized_local_heads_are_rejected(node_configs):
+    """O-FedAvg: coefficients x 1e3 at an honest count would dominate the average."""
+
+    def scale(request: Message, reply: Message) -> Message:
+        if request.metadata.message_type != "train.updates":
+            return reply
+        arrays = {n: a.numpy() for n, a in reply.content.array_records[messages.UPDATES].items()}
+        arrays = {n: a * 1e3 if n.endswith(("coef", "intercept")) else a for n, a in arrays.items()}
+        content = RecordDict({messages.UPDATES: messages.arrays_to_record(arrays)})
+        return Message(content, reply_to=request)
+
+    report, _, _, _ = deploy(node_configs, faults={14: scale}, head="O-FedAvg")
+    why = report.rejected["updates"][14]
+    assert re.search(r"local head norm \d+ times the clients' median", why), why
+    assert sorted(report.accuracy) == [11, 12, 13]

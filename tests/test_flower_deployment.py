@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -106,6 +107,16 @@ def test_flower_deployment_on_localhost(tmp_path):
     app_dir = write_flower_app(tmp_path / "app", config)
     auto = dataclasses.replace(config, tau="auto", output_dir=str(tmp_path / "out-auto"))
     auto_dir = write_flower_app(tmp_path / "app-auto", auto)
+    # the third run: a fourth node joins and sends crafted bytes; the run completes without it
+    hostile = dataclasses.replace(
+        config, num_clients=N_NODES + 1, output_dir=str(tmp_path / "out-hostile")
+    )
+    hostile_dir = write_flower_app(tmp_path / "app-hostile", hostile)
+    shutil.copytree(Path(__file__).parent / "hostile_app", hostile_dir / "hostile_app")
+    toml = hostile_dir / "pyproject.toml"
+    toml.write_text(
+        toml.read_text().replace('"skslot.flower.client_app:app"', '"hostile_app:app"')
+    )
     logs = tmp_path / "logs"
     logs.mkdir()
 
@@ -162,6 +173,32 @@ def test_flower_deployment_on_localhost(tmp_path):
             while not (out / "reference.bin").exists() and time.monotonic() < deadline:
                 time.sleep(0.5)
             assert (out / "reference.bin").exists(), tails(logs)
+        start(
+            "supernode-hostile",
+            "flower-supernode",
+            "--insecure",
+            "--superlink",
+            f"127.0.0.1:{link_port}",
+            "--port",
+            str(free_port()),
+            "--node-config",
+            f"partition-id={N_NODES} hostile=1",
+        )
+        run = subprocess.run(
+            [str(bin_dir / "flwr"), "run", str(hostile_dir), "local", "--stream"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        (logs / "flwr-run-hostile.log").write_text(run.stdout + run.stderr)
+        assert run.returncode == 0, tails(logs)
+        hostile_report = Path(hostile.output_dir) / "report.json"
+        deadline = time.monotonic() + 120
+        while not (Path(hostile.output_dir) / "reference.bin").exists():
+            assert time.monotonic() < deadline, tails(logs)
+            time.sleep(0.5)
     finally:
         stop(processes)
     assert all(p.poll() is not None for p in processes)
@@ -185,6 +222,16 @@ def test_flower_deployment_on_localhost(tmp_path):
     values = m * (m + 1) // 2 + m + 1
     assert report["summary_values"] == values
     assert set(report["summary_payload_bytes"].values()) == {28 + 8 + (values - 1) * 8}
+
+    # a hostile node's crafted bytes: rejected with the protocol's error, the others' run is run 1
+    survived = json.loads(hostile_report.read_text())
+    assert survived["status"] == "completed"
+    (bad,) = survived["rejected"]["upload"]
+    assert "array 'counts'" in survived["rejected"]["upload"][bad]
+    assert bad not in survived["clients"] and len(survived["nodes"]) == N_NODES + 1
+    assert survived["accuracy"] == report["accuracy"]
+    with np.load(Path(hostile.output_dir) / "global_head.npz", allow_pickle=False) as head:
+        np.testing.assert_array_equal(head["coef"], deployed.coef)
 
     # tau = "auto": the in-process search over the same clients, in the server's order
     chosen = json.loads((Path(auto.output_dir) / "report.json").read_text())

@@ -64,6 +64,9 @@ class DeploymentConfig:
         client's rows is rejected; the others' weights (in the barycenter and
         the head) are capped at ``max_weight_ratio`` times the median count
         (see :mod:`skslot.defence`).
+    max_norm_ratio : float, default=10
+        O-FedAvg: a client whose local head's norm exceeds this many times the
+        median client's is rejected.
     max_variance_ratio, max_mean_offset : float, default=100, 10
         Plausibility of a summary against the others' (with 3 or more
         clients): its mean variance ``tr(S) / m`` within a factor
@@ -127,6 +130,7 @@ class DeploymentConfig:
     n_features: int = 0
     max_count_ratio: float = 100.0
     max_weight_ratio: float = 10.0
+    max_norm_ratio: float = 10.0
     max_variance_ratio: float = 100.0
     max_mean_offset: float = 10.0
     alpha: float | None = 0.1
@@ -163,6 +167,7 @@ class DeploymentConfig:
         check_positive_int("max_dimension", self.max_dimension)
         check_in_range("max_count_ratio", self.max_count_ratio, 1.0, None)
         check_in_range("max_weight_ratio", self.max_weight_ratio, 1.0, None)
+        check_in_range("max_norm_ratio", self.max_norm_ratio, 1.0, None)
         check_in_range("max_variance_ratio", self.max_variance_ratio, 1.0, None)
         check_in_range("max_mean_offset", self.max_mean_offset, 0.0, None)
         if not isinstance(self.n_features, int) or not 0 <= self.n_features <= self.max_dimension:
@@ -242,6 +247,7 @@ class DeploymentConfig:
             "validation_fraction",
             "max_count_ratio",
             "max_weight_ratio",
+            "max_norm_ratio",
             "max_variance_ratio",
             "max_mean_offset",
         )

@@ -51,9 +51,15 @@ from sklearn.base import clone
 
 from ..barycenter import BuresBarycenter
 from ..bench import DEFAULT_HEADS
-from ..defence import capped_counts, implausible_counts, implausible_summaries
+from ..defence import (
+    capped_counts,
+    implausible_counts,
+    implausible_norms,
+    implausible_summaries,
+    inconsistent_statistics,
+)
 from ..gaussian import GaussianMap, GaussianSummary, SummaryFormatError
-from ..heads import StatisticsFormatError
+from ..heads import ClassStatistics, StatisticsFormatError
 from ..selection import (
     Selection,
     ValidationCounts,
@@ -353,6 +359,16 @@ def _uploads(run: _Run, head: Any, classes: np.ndarray) -> None:
                     client.validation = head.decode_statistics(
                         val, classes=classes, n_features=m, n_samples=client.n_validation
                     )
+                if config.epsilon is None and isinstance(client.statistics, ClassStatistics):
+                    rows = client.statistics
+                    if client.validation is not None:
+                        rows = rows.merge(client.validation)
+                    centred = rows.moments.centred()
+                    why = inconsistent_statistics(
+                        summary, centred.mean, float(np.trace(centred.gram)) / centred.n
+                    )
+                    if why:
+                        raise StatisticsFormatError(f"inconsistent with its summary: {why}")
         except StatisticsFormatError as exc:
             report.reject("upload", node, exc)
             continue
@@ -447,6 +463,16 @@ def _local_updates(
             ]
         except (messages.ProtocolError, StatisticsFormatError) as exc:
             run.report.reject(stage, node, exc)
+    nodes = list(received)
+    norms = [
+        max(float(np.linalg.norm(np.column_stack([u.coef, u.intercept]))) for u in received[node])
+        for node in nodes
+    ]
+    for k, why in implausible_norms(
+        norms, max_norm_ratio=run.config.max_norm_ratio, what="local head norm"
+    ).items():
+        run.report.reject(stage, nodes[k], f"implausible: {why}")
+        del received[nodes[k]]
     run.keep(stage, received)
     return {tau: [received[node][i] for node in run.order] for i, tau in enumerate(taus)}
 
