@@ -135,7 +135,7 @@ def implausible_norms(
     Examples
     --------
     >>> from skslot.defence import implausible_norms
-    >>> implausible_norms([1.0, 1.3, 0.8, 1000.0], what="local head norm")
+    >>> implausible_norms([1.0, 1.2, 0.8, 1100.0], what="local head norm")
     {3: "local head norm 1e+03 times the clients' median (max-norm-ratio = 10)"}
     """
     if len(norms) < 3:
@@ -170,7 +170,7 @@ def inconsistent_statistics(
     >>> inconsistent_statistics(s, np.zeros(2), 2.0) is None
     True
     >>> inconsistent_statistics(s, np.zeros(2), 2e8)
-    'the statistics imply a total variance 1e+08 times the summary's'
+    "the statistics imply a total variance 1e+08 times the summary's"
     """
     trace = float(np.trace(summary.covariance))
     if not abs(covariance_trace - trace) <= rtol * trace:
