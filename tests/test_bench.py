@@ -95,7 +95,7 @@ def digits_runs():
     data = load_npz(shared_npz("digits_effnet_lite0.npz"))
     P, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(data.X.shape[1], 256)))
     data = dataclasses.replace(data, X=data.X.astype(np.float64) @ P)
-    config = BenchmarkConfig(alphas=(0.1, None), taus=(0.0, 0.4), seeds=(0, 1, 2))
+    config = BenchmarkConfig(alphas=(0.1, None), taus=(0.0, 0.4), seeds=(0, 1, 2), n_jobs=2)
     return summarise(run_benchmark(data, config, progress=False), main_tau=0.4)
 
 
