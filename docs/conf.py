@@ -22,7 +22,13 @@ extensions = [
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "examples", "results/*/summary.md", "results/*.md", "generated/*.examples"]
+exclude_patterns = [
+    "_build",
+    "examples",
+    "results/*/summary.md",
+    "results/*.md",
+    "generated/*.examples",
+]
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
 
