@@ -8,12 +8,14 @@ from typing import Any
 
 import numpy as np
 from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
 from ._backend import is_tensor
 
 __all__ = [
     "ROUTING_HINT",
+    "check_classification_data",
     "check_client_labels",
     "check_feature_scale",
     "check_in_range",
@@ -125,6 +127,22 @@ def check_rows(estimator: Any, X: Any, *, reset: bool, ensure_min_samples: int =
             f"{estimator.n_features_in_} features as input."
         )
     return X
+
+
+def check_classification_data(estimator: Any, X: Any, y: Any) -> tuple[Any, Any, np.ndarray]:
+    """``validate_data`` for a classifier's ``fit``: float rows, class targets, >= 2 classes.
+
+    Returns ``X``, ``y`` and the sorted class set.
+    """
+    X, y = validate_data(estimator, X, y, dtype=[np.float64, np.float32])
+    check_classification_targets(y)
+    classes = np.unique(y)
+    if classes.shape[0] < 2:
+        raise ValueError(
+            f"{type(estimator).__name__} needs at least 2 classes in y, "
+            f"got {classes.shape[0]} class"
+        )
+    return X, y, classes
 
 
 def check_in_range(name: str, value: Any, low: float, high: float | None) -> float:

@@ -39,6 +39,14 @@ __all__ = [
 ]
 
 
+def _ratios_to_median(values: Sequence[float]) -> np.ndarray | None:
+    """Each value over the clients' median, or None with fewer than three clients."""
+    if len(values) < 3:
+        return None
+    values = np.asarray(values, dtype=np.float64)
+    return values / float(np.median(values))
+
+
 def implausible_summaries(
     summaries: Sequence[GaussianSummary],
     *,
@@ -93,15 +101,14 @@ def implausible_counts(counts: Sequence[int], *, max_count_ratio: float = 100.0)
     >>> implausible_counts([300, 210, 720, 10**9])
     {3: "declares 1e+09 rows, 1.96e+06 times the clients' median (max-count-ratio = 100)"}
     """
-    if len(counts) < 3:
+    ratios = _ratios_to_median(counts)
+    if ratios is None:
         return {}
-    n = np.asarray(counts, dtype=np.float64)
-    typical = float(np.median(n))
     return {
-        k: f"declares {v:.3g} rows, {v / typical:.3g} times the clients' median "
+        k: f"declares {counts[k]:.3g} rows, {r:.3g} times the clients' median "
         f"(max-count-ratio = {max_count_ratio:g})"
-        for k, v in enumerate(n)
-        if v > max_count_ratio * typical
+        for k, r in enumerate(ratios)
+        if r > max_count_ratio
     }
 
 
@@ -138,15 +145,13 @@ def implausible_norms(
     >>> implausible_norms([1.0, 1.2, 0.8, 1100.0], what="local head norm")
     {3: "local head norm 1e+03 times the clients' median (max-norm-ratio = 10)"}
     """
-    if len(norms) < 3:
+    ratios = _ratios_to_median(norms)
+    if ratios is None:
         return {}
-    values = np.asarray(norms, dtype=np.float64)
-    typical = float(np.median(values))
     return {
-        k: f"{what} {v / typical:.3g} times the clients' median "
-        f"(max-norm-ratio = {max_norm_ratio:g})"
-        for k, v in enumerate(values)
-        if v > max_norm_ratio * typical
+        k: f"{what} {r:.3g} times the clients' median (max-norm-ratio = {max_norm_ratio:g})"
+        for k, r in enumerate(ratios)
+        if r > max_norm_ratio
     }
 
 

@@ -8,10 +8,14 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
 from sklearn.metrics import accuracy_score
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._validation import check_client_labels, check_option, spawn_seeds
+from ._validation import (
+    check_classification_data,
+    check_client_labels,
+    check_option,
+    spawn_seeds,
+)
 from .heads._base import OneShotHead
 from .selection import (
     DEFAULT_TAUS,
@@ -188,11 +192,7 @@ class FederatedTauSearch(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         if not isinstance(self.refit, (bool, np.bool_)):
             raise ValueError(f"refit must be True or False, got {self.refit!r}")
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
-        check_classification_targets(y)
-        classes = np.unique(y)
-        if classes.shape[0] < 2:
-            raise ValueError(f"{type(self).__name__} needs at least 2 classes in y, got 1 class")
+        X, y, classes = check_classification_data(self, X, y)
         head = self.head
         candidates = candidate_grid(head, self.taus, self.head_grid)
         labels, codes = check_client_labels(client, X.shape[0])

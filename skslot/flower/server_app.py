@@ -418,8 +418,8 @@ def _plausible(run: _Run) -> None:
                 client.validation = client.validation.scaled(factor)
 
 
-def _reference(run: _Run) -> tuple[bytes, list[GaussianMap]]:
-    """The barycenter of the accepted summaries, its bytes, each client's full map."""
+def _reference(run: _Run) -> tuple[bytes, dict[int, GaussianMap]]:
+    """The barycenter of the accepted summaries, its bytes, each client's full map by node."""
     # a client is its node: the barycenter and the maps are keyed by node id
     summaries = [replace(run.clients[node].summary, client=node) for node in run.order]
     weights = [run.clients[node].weight for node in run.order]
@@ -431,8 +431,7 @@ def _reference(run: _Run) -> tuple[bytes, list[GaussianMap]]:
             f"the reference could not be built from the clients' summaries: {exc}", run.report
         ) from exc
     run.report.barycenter_iterations = int(barycenter.n_iter_)
-    maps = barycenter.transport_maps()
-    return reference, [maps[node] for node in run.order]
+    return reference, barycenter.transport_maps()
 
 
 def _local_updates(
@@ -557,10 +556,12 @@ def run_one_shot(grid: Grid, config: DeploymentConfig) -> tuple[DeploymentReport
     _uploads(run, head, classes)
     _plausible(run)
     reference, maps = _reference(run)
-    order = run.order
 
     def all_statistics() -> list:
-        return [run.clients[node].statistics for node in order]
+        return [run.clients[node].statistics for node in run.order]
+
+    def all_maps() -> list[GaussianMap]:
+        return [maps[node] for node in run.order]
 
     if config.auto:
         candidates = candidate_grid(head, config.tau_grid, config.head_grid())
@@ -568,7 +569,7 @@ def run_one_shot(grid: Grid, config: DeploymentConfig) -> tuple[DeploymentReport
             heads = _fit(
                 run,
                 "the candidate heads",
-                lambda: candidate_heads(head, candidates, all_statistics(), classes, maps),
+                lambda: candidate_heads(head, candidates, all_statistics(), classes, all_maps()),
             )
         else:
             taus = sorted({c.tau for c in candidates})
@@ -580,9 +581,7 @@ def run_one_shot(grid: Grid, config: DeploymentConfig) -> tuple[DeploymentReport
             )
         selection = _select(run, candidates, heads, classes, reference)
         best, tau = selection.candidate, selection.candidate.tau
-        order = run.order
         if head.aligns_statistics:
-            maps = [maps[order.index(node)] for node in run.order]  # clients still in
             final = _fit(
                 run,
                 "the final head",
@@ -592,7 +591,7 @@ def run_one_shot(grid: Grid, config: DeploymentConfig) -> tuple[DeploymentReport
                     classes,
                     all_statistics(),
                     [run.clients[node].validation for node in run.order],
-                    maps,
+                    all_maps(),
                 ),
             )
         else:
@@ -607,7 +606,7 @@ def run_one_shot(grid: Grid, config: DeploymentConfig) -> tuple[DeploymentReport
                 run,
                 "the head",
                 lambda: clone(head).fit_from_statistics(
-                    all_statistics(), classes, maps=[t.geodesic(tau) for t in maps]
+                    all_statistics(), classes, maps=[t.geodesic(tau) for t in all_maps()]
                 ),
             )
         else:

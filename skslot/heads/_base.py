@@ -16,10 +16,9 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.special import softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_client_labels, spawn_seeds
+from .._validation import check_classification_data, check_client_labels, spawn_seeds
 from ..gaussian import GaussianMap
 from ._wire import LinearScores
 
@@ -60,13 +59,7 @@ class OneShotHead(ClassifierMixin, BaseEstimator):
         -------
         self : object
         """
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
-        check_classification_targets(y)
-        classes = np.unique(y)
-        if classes.shape[0] < 2:
-            raise ValueError(
-                f"{type(self).__name__} needs at least 2 classes in y, got {classes.shape[0]} class"
-            )
+        X, y, classes = check_classification_data(self, X, y)
         labels, codes = check_client_labels(client, X.shape[0])
         stats = []
         for i, seed in enumerate(_client_seeds(self, len(labels))):

@@ -423,7 +423,7 @@ class FedPFTClassifier(OneShotHead):
             if rows.shape[0] == 0:
                 continue
             if rows.shape[0] < max(min_samples, 2):
-                skipped.append((label.item() if hasattr(label, "item") else label, rows.shape[0]))
+                skipped.append((_as_python(label), rows.shape[0]))
                 continue
             weights, means, covariances = self._fit_mixture(
                 rows.astype(np.float64, copy=False), min(n_components, rows.shape[0]), seed
