@@ -5,7 +5,7 @@ Training-free alignment of per-client features to a shared Gaussian reference
 one-shot federated learning head.
 """
 
-from .barycenter import BuresBarycenter
+from .barycenter import BuresBarycenter, SingleClientWarning
 from .gaussian import GaussianMap, GaussianSummary, SummaryFormatError
 from .summary import GaussianSummaryEstimator
 from .tau_search import FederatedTauSearch
@@ -18,6 +18,7 @@ __all__ = [
     "GaussianSummary",
     "GaussianSummaryEstimator",
     "SLOTTransformer",
+    "SingleClientWarning",
     "SummaryFormatError",
 ]
 

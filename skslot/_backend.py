@@ -22,6 +22,7 @@ import numpy as np
 
 __all__ = [
     "as_host",
+    "as_host_rows",
     "as_kind_of",
     "empty_like_rows",
     "is_tensor",
@@ -45,9 +46,7 @@ def _torch() -> ModuleType:
     try:
         import torch
     except ModuleNotFoundError as exc:  # pragma: no cover - only without the extra
-        raise ImportError(
-            "this needs PyTorch: pip install torch (see the 'torch' extra)"
-        ) from exc
+        raise ImportError("this needs PyTorch: pip install torch (see the 'torch' extra)") from exc
     return torch
 
 
@@ -72,6 +71,25 @@ def to_backend(a: Any, like: Any = None, *, device: Any = None, dtype: Any = Non
         return np.asarray(a, dtype=np.float64 if dtype is None else dtype)
     torch = _torch()
     return torch.as_tensor(a, dtype=torch.float64 if dtype is None else dtype, device=device)
+
+
+def as_host_rows(X: Any) -> Any:
+    """Any array as something NumPy reads: tensors and other Array API arrays to host NumPy.
+
+    A torch tensor leaves its device (detached from autograd); an array of
+    another Array API namespace (``array_api_strict``, CuPy, JAX...) is read
+    through DLPack, or ``__array__`` where DLPack is not available; NumPy
+    arrays, pandas objects and lists are returned unchanged, for
+    scikit-learn's ``validate_data``.
+    """
+    if is_tensor(X):
+        return X.detach().cpu().numpy()
+    if hasattr(X, "__array_namespace__") and not isinstance(X, np.ndarray):
+        try:
+            return np.from_dlpack(X)
+        except (TypeError, RuntimeError, BufferError, AttributeError):
+            return np.asarray(X)
+    return X
 
 
 def as_host(a: Any) -> np.ndarray:
@@ -106,7 +124,14 @@ def stack(arrays: list) -> Any:
 
 
 def matmul_into(A: Any, B: Any, out: Any) -> Any:
-    """``out[...] = A @ B`` in ``out``'s dtype (``A`` is cast, never copied whole)."""
+    """``out[...] = A @ B`` in ``out``'s dtype (``A`` is cast, never copied whole).
+
+    A tensor ``A`` that requires grad is multiplied out of place and written
+    by indexing, so autograd tracks ``out``.
+    """
+    if is_tensor(A) and A.requires_grad:
+        out[...] = A.to(out.dtype) @ B
+        return out
     if is_tensor(out):
         return _torch().matmul(A.to(out.dtype), B, out=out)
     return np.matmul(A, B, out=out, dtype=out.dtype, casting="unsafe")

@@ -11,7 +11,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
-from ._backend import is_tensor
+from ._backend import as_host_rows, is_tensor
 
 __all__ = [
     "ROUTING_HINT",
@@ -92,6 +92,7 @@ def check_rows(estimator: Any, X: Any, *, reset: bool, ensure_min_samples: int =
     through scikit-learn's ``validate_data`` (float64 or float32 kept).
     """
     if not is_tensor(X):
+        X = as_host_rows(X)  # other Array API namespaces: host NumPy
         return validate_data(
             estimator,
             X,
@@ -108,6 +109,8 @@ def check_rows(estimator: Any, X: Any, *, reset: bool, ensure_min_samples: int =
         raise ValueError("Complex data not supported")
     if X.dtype not in (torch.float32, torch.float64):
         X = X.to(torch.float64)
+    if reset:  # fitting summarises the rows: no gradient flows into the reference
+        X = X.detach()
     if X.shape[0] < ensure_min_samples:
         raise ValueError(
             f"Found array with {X.shape[0]} sample(s) (shape={tuple(X.shape)}) while a "
@@ -134,7 +137,9 @@ def check_classification_data(estimator: Any, X: Any, y: Any) -> tuple[Any, Any,
 
     Returns ``X``, ``y`` and the sorted class set.
     """
-    X, y = validate_data(estimator, X, y, dtype=[np.float64, np.float32])
+    X, y = validate_data(
+        estimator, as_host_rows(X), as_host_rows(y), dtype=[np.float64, np.float32]
+    )
     check_classification_targets(y)
     classes = np.unique(y)
     if classes.shape[0] < 2:
@@ -217,6 +222,8 @@ def check_feature_scale(X: Any) -> None:
     """
     if X.shape[0] == 0:
         return
+    if is_tensor(X):
+        X = X.detach()
     largest = max(float(X.max()), -float(X.min()))  # no temporary of X's size
     low, high = FEATURE_RANGE
     if largest > high or 0.0 < largest < low:

@@ -90,7 +90,14 @@ def evaluate_run(
     slot = SLOTTransformer(unknown_client="identity").fit(X_train, client=train_client)
     records = []
 
-    def record(pred: np.ndarray, tau: float, name: str, selection: str) -> None:
+    # what each client sends for SLOT: its summary, float32 on the wire (Flower's default)
+    summary_bytes = int(
+        np.mean([len(summary.to_bytes("float32")) for summary in slot.summaries_.values()])
+    )
+
+    def record(
+        pred: np.ndarray, tau: float, name: str, selection: str, head_bytes: float | None = None
+    ) -> None:
         for d in np.unique(test_domain):
             rows = test_domain == d
             records.append(
@@ -105,6 +112,9 @@ def evaluate_run(
                     "accuracy": float(np.mean(pred[rows] == y_test[rows])),
                     "n_train": int(train_rows.shape[0]),
                     "n_empty_clients": len(part.empty_clients),
+                    # bytes per client: the head's statistics, the SLOT summary (none at tau 0)
+                    "head_bytes": "" if head_bytes is None else round(head_bytes),
+                    "summary_bytes": summary_bytes if tau > 0 or selection != "fixed" else 0,
                 }
             )
 
@@ -115,7 +125,7 @@ def evaluate_run(
         for name, factory in factories.items():
             head = factory(seed)
             pred = head.fit(Z_train, y_train, client=train_client).predict(Z_test)
-            record(pred, tau, name, "fixed")
+            record(pred, tau, name, "fixed", float(np.mean(head.upload_bytes_)))
     if config.auto:
         for name, factory in factories.items():
             search = FederatedTauSearch(
@@ -187,8 +197,10 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
     Mean and standard deviation over seeds of the macro accuracy (in %), the
     gain, the best tau of the sweep (``best_fixed``: its accuracy), the
     federated choice (``auto``, with the taus chosen per seed, when the
-    records have it), and the spread across domains (standard deviation of the
-    seed-averaged per-domain accuracies).
+    records have it), the spread across domains (standard deviation of the
+    seed-averaged per-domain accuracies), and the bytes each client sends at
+    ``main_tau``: its head statistics (``head_bytes``, as Flower counts them)
+    and its SLOT summary (``summary_bytes``, float32).
     """
     macro = _macro(records)
     auto_macro = {kind: _macro(records, kind) for kind in ("auto", "auto-norefit")}
@@ -216,6 +228,15 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
                         per_domain.setdefault(r["domain"], []).append(r["accuracy"])
                 return float(100 * np.std([np.mean(v) for v in per_domain.values()]))
 
+            def bytes_at(tau: float, key: str, alpha: Any = alpha, head: str = head) -> list:
+                return [
+                    float(r[key])
+                    for r in records
+                    if (r["alpha"], r["head"], r["tau"], r.get("selection", "fixed"))
+                    == (alpha, head, tau, "fixed")
+                    and r.get(key, "") != ""
+                ] or [np.nan]
+
             base, slot = seeds_at(0.0), seeds_at(main_tau)
             sweep = {tau: float(seeds_at(tau).mean()) for tau in taus}
             best_tau = max(sweep, key=sweep.get)
@@ -231,6 +252,8 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
                 "best_fixed": sweep[best_tau],
                 "spread_without": domain_spread(0.0),
                 "spread_with": domain_spread(main_tau),
+                "head_bytes": float(np.mean(bytes_at(main_tau, "head_bytes"))),
+                "summary_bytes": float(np.mean(bytes_at(main_tau, "summary_bytes"))),
                 "tau_sweep": sweep,
                 "n_seeds": int(base.shape[0]),
             }
@@ -255,8 +278,8 @@ def format_table(summary: list[dict], main_tau: float) -> str:
     lines = [
         f"| alpha | head | without SLOT | SLOT (tau={main_tau:g}) | gain | best fixed tau "
         + ("| auto (taus chosen) " if auto else "")
-        + "| domain spread (without -> with) |",
-        "| --- | --- | --- | --- | --- | --- | " + ("--- | " if auto else "") + "--- |",
+        + "| domain spread (without -> with) | KB per client (head + SLOT summary) |",
+        "| --- | --- | --- | --- | --- | --- | " + ("--- | " if auto else "") + "--- | --- |",
     ]
     for r in summary:
         cells = [
@@ -271,6 +294,7 @@ def format_table(summary: list[dict], main_tau: float) -> str:
             taus = ",".join(f"{t:g}" for t in r.get("auto_taus", []))
             cells.append(f"{r['auto']:.2f} +- {r['auto_std']:.2f} ({taus})" if "auto" in r else "")
         cells.append(f"{r['spread_without']:.1f} -> {r['spread_with']:.1f}")
+        cells.append(f"{r['head_bytes'] / 1e3:.1f} + {r['summary_bytes'] / 1e3:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -192,11 +192,15 @@ def _first_sentence(name: str) -> str:
 
 
 def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
     return "none" if value is None else str(value) if not isinstance(value, str) else repr(value)
 
 
 def _scalar(text: str) -> object:
-    """A command-line value as a run config holds it: an int, a float, else the string."""
+    """A command-line value as a run config holds it: a bool, an int, a float, else the string."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
     for kind in (int, float):
         try:
             return kind(text)

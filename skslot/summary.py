@@ -10,6 +10,7 @@ from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from ._doc_link import DocLinkMixin
 from ._moments import DEFAULT_CHUNK_SIZE, ShiftedMoments
 from ._validation import (
     check_client_labels,
@@ -120,7 +121,7 @@ def shrunk_summary(
     return GaussianSummary(n=n, mean=mean, covariance=cov, shrinkage=shrinkage, client=client)
 
 
-class GaussianSummaryEstimator(BaseEstimator):
+class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
     """Per-client mean and Ledoit-Wolf shrunk covariance (the client step).
 
     Each client's rows are reduced to mergeable power sums (count, sum, Gram

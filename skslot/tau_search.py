@@ -10,6 +10,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clo
 from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._backend import as_host_rows
+from ._doc_link import DocLinkMixin
 from ._validation import (
     check_classification_data,
     check_client_labels,
@@ -34,7 +36,7 @@ from .transformer import UNKNOWN_CLIENT, SLOTTransformer
 __all__ = ["FederatedTauSearch"]
 
 
-class FederatedTauSearch(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
+class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
     """SLOT-Align in front of a one-shot head, with ``tau`` chosen by federated validation.
 
     ``fit(X, y, client=...)`` runs, in process, exactly the protocol of
@@ -283,7 +285,7 @@ class FederatedTauSearch(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
 
     def _aligned(self, X: Any, client: Any) -> np.ndarray:
         check_is_fitted(self, "best_estimator_")
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        X = validate_data(self, as_host_rows(X), reset=False, dtype=[np.float64, np.float32])
         if client is None and len(self.clients_) > 1:
             raise ValueError(
                 f"{type(self).__name__} needs client labels to align rows: fit saw "
@@ -312,9 +314,7 @@ class FederatedTauSearch(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
         Z = self._aligned(X, client)
         return self.best_estimator_.decision_function(Z)
 
-    def score(
-        self, X: Any, y: Any, sample_weight: Any = None, *, client: Any = None
-    ) -> float:
+    def score(self, X: Any, y: Any, sample_weight: Any = None, *, client: Any = None) -> float:
         """Accuracy of ``predict(X, client=client)``."""
         return float(accuracy_score(y, self.predict(X, client=client), sample_weight=sample_weight))
 

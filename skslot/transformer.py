@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ._backend import empty_like_rows, row_index
+from ._doc_link import DocLinkMixin
 from ._linalg import cholesky_factor
 from ._validation import (
     ROUTING_HINT,
@@ -18,16 +20,25 @@ from ._validation import (
     check_option,
     check_rows,
 )
-from .barycenter import BuresBarycenter, as_summary_list
+from .barycenter import (
+    BuresBarycenter,
+    SingleClientWarning,
+    as_summary_list,
+    warn_single_client,
+)
 from .gaussian import GaussianMap, GaussianSummary
 from .summary import GaussianSummaryEstimator
 
+if TYPE_CHECKING:  # the output types, without importing pandas or torch at run time
+    import pandas
+    import torch
+
 __all__ = ["SLOTTransformer"]
 
-UNKNOWN_CLIENT = ("error", "fit", "identity")
+UNKNOWN_CLIENT = ("fit", "error", "identity")
 
 
-class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     """Align each client's features to a shared reference Gaussian (SLOT-Align).
 
     ``fit`` summarises every client (mean, Ledoit-Wolf covariance), builds the
@@ -46,11 +57,13 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         Fraction of the transport, in ``[0, 1]``: 0 is the identity, 1 maps
         every client's Gaussian onto the reference.  Changing it after ``fit``
         needs no refit.
-    unknown_client : {"error", "fit", "identity"}, default="error"
+    unknown_client : {"fit", "error", "identity"}, default="fit"
         What ``transform`` does with a client label not seen in ``fit``:
-        raise, estimate that client's Gaussian from the rows given to
-        ``transform`` and map it to the reference (a client joining later;
-        the fitted state is not changed), or leave its rows unchanged.
+        estimate that client's Gaussian from the rows given to ``transform``
+        and map it to the reference (a client joining later, as in a
+        federation, and the held-out clients of grouped cross-validation;
+        the fitted state is not changed; it needs at least 2 rows of that
+        client in one call), raise, or leave its rows unchanged.
     weights, solver, init, anderson, tol, max_iter
         Passed to :class:`BuresBarycenter`.
     covariance_floor, chunk_size, n_jobs
@@ -97,7 +110,7 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         self,
         tau: float = 0.4,
         *,
-        unknown_client: str = "error",
+        unknown_client: str = "fit",
         weights: Any = "samples",
         solver: str = "fixed-point",
         init: str = "mean",
@@ -144,6 +157,8 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         check_in_range("tau", self.tau, 0.0, 1.0)
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         X = check_rows(self, X, reset=True, ensure_min_samples=2)
+        if len(check_client_labels(client, X.shape[0])[0]) == 1:
+            warn_single_client(type(self).__name__)
         bary = BuresBarycenter(
             weights=self.weights,
             solver=self.solver,
@@ -154,7 +169,10 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             covariance_floor=self.covariance_floor,
             chunk_size=self.chunk_size,
             n_jobs=self.n_jobs,
-        ).fit(X, client=client)  # on a tensor's device when X is one
+        )
+        with warnings.catch_warnings():  # warned above, in this estimator's name
+            warnings.simplefilter("ignore", SingleClientWarning)
+            bary.fit(X, client=client)  # on a tensor's device when X is one
         self.summaries_ = dict(zip(bary.clients_, bary.summaries_, strict=True))
         self.reference_ = bary.reference_
         self.maps_ = bary.transport_maps()
@@ -234,13 +252,22 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                     f"{self.clients_}); set unknown_client='fit' to estimate a new "
                     "client's map from its rows, or 'identity' to leave them unchanged"
                 )
+            if X.shape[0] < 2:
+                raise ValueError(
+                    f"{type(self).__name__}: client {label!r} was not seen during fit and has "
+                    f"{X.shape[0]} row in this transform; unknown_client='fit' estimates a new "
+                    "client's Gaussian from its rows and needs at least 2 (transform a new "
+                    "client's rows together, or set unknown_client='identity' or 'error')"
+                )
             summary = self._summary_estimator().fit(X, client=label).summaries_[label]
             full = GaussianMap.optimal_transport(
                 summary, self.reference_, target_factor=self._reference_factor
             )
         return full.geodesic(self.tau)
 
-    def transform(self, X: Any, *, client: Any = None) -> np.ndarray:
+    def transform(
+        self, X: Any, *, client: Any = None
+    ) -> np.ndarray | pandas.DataFrame | torch.Tensor:
         """Apply each row's client map ``T_k^tau``.
 
         Parameters
@@ -252,8 +279,10 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        X_aligned : ndarray of shape (n_samples, n_features)
-            In ``X``'s floating dtype (float32 stays float32).
+        X_aligned : ndarray, DataFrame or tensor of shape (n_samples, n_features)
+            In ``X``'s floating dtype (float32 stays float32): a tensor on
+            ``X``'s device for a tensor ``X``, a DataFrame with
+            ``set_output(transform="pandas")``, else an ndarray.
         """
         check_is_fitted(self, "maps_")
         check_in_range("tau", self.tau, 0.0, 1.0)
@@ -278,7 +307,9 @@ class SLOTTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             out[rows] = self._map_for(label, X_rows).apply(X_rows, chunk_size=self.chunk_size)
         return out
 
-    def fit_transform(self, X: Any, y: Any = None, *, client: Any = None) -> np.ndarray:
+    def fit_transform(
+        self, X: Any, y: Any = None, *, client: Any = None
+    ) -> np.ndarray | pandas.DataFrame | torch.Tensor:
         """``fit(X, client=client).transform(X, client=client)``."""
         return self.fit(X, client=client).transform(X, client=client)
 

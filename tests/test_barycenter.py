@@ -256,3 +256,40 @@ def test_anderson_never_costs_iterations_on_extreme_covariances(kind, seed):
     assert fast.n_iter <= plain.n_iter
     difference = np.linalg.norm(fast.covariance - plain.covariance)
     assert difference <= 1e-7 * np.linalg.norm(plain.covariance)
+
+
+def _ill_conditioned(m: int, condition: float, K: int = 3) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(K):
+        Q, _ = np.linalg.qr(rng.normal(size=(m, m)))
+        out.append((Q * np.geomspace(1.0, condition, m)) @ Q.T)
+    return out
+
+
+def test_the_iteration_stops_at_the_floor_float64_can_attain():
+    """Condition 1e10, m = 100: the residual stalls near 3e-10 > tol = 1e-10 (issue 15 found
+    such a stall to be the floating-point floor, at 40 digits); the stopping rule knows the
+    floor, so there is no ConvergenceWarning advising a larger max_iter."""
+    covariances = _ill_conditioned(100, 1e10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        bary = BuresBarycenter(max_iter=100).fit(
+            [GaussianSummary(10, np.zeros(100), C) for C in covariances]
+        )
+    floor = bary.residual_floor_
+    assert bary.tol < floor < 1e-8  # ~ m eps sqrt(kappa) = 2.2e-9
+    assert bary.residual_ <= floor and bary.n_iter_ < 100
+    # a well-conditioned problem still goes down to tol
+    easy = BuresBarycenter().fit(
+        [GaussianSummary(10, np.zeros(100), C) for C in _ill_conditioned(100, 10.0)]
+    )
+    assert easy.residual_floor_ < 1e-12 and easy.residual_ <= 1e-10
+
+
+def test_a_warning_far_above_the_floor_still_advises_more_iterations():
+    covariances = _ill_conditioned(30, 1e10)
+    with pytest.warns(ConvergenceWarning, match=r"above .*the floor float64 can attain"):
+        BuresBarycenter(max_iter=2, anderson=0).fit(
+            [GaussianSummary(10, np.zeros(30), C) for C in covariances]
+        )

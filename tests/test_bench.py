@@ -49,6 +49,25 @@ def test_cli_runs_the_protocol_and_writes_outputs(small_npz, tmp_path, capsys):
     assert len(auto) == 2 * 2 * 4 and {r["tau"] for r in auto} <= {"0.0", "1.0"}
     assert "| auto (taus chosen) |" in out
     assert all(len(r["auto_taus"]) == 2 for r in summary)
+    # bytes per client: FedCGS sends counts (C), class sums (C m), shift, s1 (m) and the Gram
+    # matrix's upper triangle, as .npy arrays; SLOT adds its float32 summary (not at tau 0)
+    m, C = 12, 6
+    values = {
+        "n": 1,
+        "counts": C,
+        "sums": C * m,
+        "shift": m,
+        "s1": m,
+        "gram_upper": m * (m + 1) // 2,
+    }
+    npy_header = 128
+    expected = sum(8 * v + npy_header + len(k) for k, v in values.items())
+    assert {int(r["head_bytes"]) for r in fixed} == {expected}
+    summary_payload = 28 + 8 + 4 * (m * (m + 1) // 2 + m)  # header, int label, float32 values
+    assert {int(r["summary_bytes"]) for r in fixed if r["tau"] == "1.0"} == {summary_payload}
+    assert {int(r["summary_bytes"]) for r in fixed if r["tau"] == "0.0"} == {0}
+    assert "| KB per client (head + SLOT summary) |" in out
+    assert f"| {expected / 1e3:.1f} + {summary_payload / 1e3:.1f} |" in out
 
 
 def test_cli_rejects_a_sweep_without_baseline(capsys):
@@ -160,3 +179,13 @@ def test_cli_heads_are_case_insensitive_and_version_is_printed(capsys):
         [sys.executable, "-m", "skslot", "--version"], capture_output=True, text=True, check=True
     )
     assert result.stdout.startswith("skslot ")
+
+
+def test_cli_flower_app_writes_booleans_as_toml(tmp_path, capsys):
+    """``--defence false`` becomes ``defence = false``, read back as the bool by Flower's TOML."""
+    tomllib = pytest.importorskip("tomllib")
+    assert main(["flower-app", str(tmp_path), "--defence", "false", "--head", "O-FedAvg"]) == 0
+    config = tomllib.loads((tmp_path / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
+    assert config["config"]["defence"] is False and config["config"]["head"] == "O-FedAvg"
+    assert main(["flower-app", str(tmp_path), "--defence", "maybe"]) == 2
+    assert "defence must be true or false, got 'maybe'" in capsys.readouterr().err

@@ -47,3 +47,28 @@ def test_every_public_name_is_in_the_api_reference(module):
         and not any(entry.endswith(f".{name}") for entry in documented)
     ]
     assert not missing, f"{module}: {missing} are missing from docs/api.rst"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "skslot.BuresBarycenter",
+        "skslot.FederatedTauSearch",
+        "skslot.GaussianSummaryEstimator",
+        "skslot.SLOTTransformer",
+        "skslot.heads.FedCGSClassifier",
+        "skslot.heads.FedPFTClassifier",
+        "skslot.heads.OneShotFedAvgClassifier",
+    ],
+)
+def test_html_repr_links_to_the_estimators_api_page(name):
+    """The "?" of the HTML repr opens the estimator's page of the docs site's API reference."""
+    from skslot._doc_link import DOCS_URL
+    from skslot.heads import FedCGSClassifier
+
+    module, _, cls_name = name.rpartition(".")
+    cls = getattr(importlib.import_module(module), cls_name)
+    estimator = cls(FedCGSClassifier()) if cls_name == "FederatedTauSearch" else cls()
+    assert name in documented_names()
+    assert estimator._get_doc_link() == f"{DOCS_URL}generated/{name}.html"
+    assert f'href="{DOCS_URL}generated/{name}.html"' in estimator._repr_html_()

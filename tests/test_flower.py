@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import logging
 import re
 import struct
 
@@ -33,7 +34,7 @@ from skslot.flower import (  # noqa: E402
     write_flower_app,
 )
 from skslot.flower.client_app import app as client_app  # noqa: E402
-from skslot.heads import FedCGSClassifier  # noqa: E402
+from skslot.heads import FedCGSClassifier, message_bytes  # noqa: E402
 
 from .flower_harness import LocalGrid  # noqa: E402
 
@@ -349,6 +350,7 @@ def test_hostile_summary_is_rejected_and_the_others_proceed(node_configs, case):
 
 def test_a_node_claiming_another_clients_label_evicts_nobody(node_configs):
     """A client is its node: a declared label is only shown, never trusted."""
+
     def relabel(request: Message, reply: Message) -> Message:
         if request.metadata.message_type != "query.upload":
             return reply
@@ -554,6 +556,7 @@ def test_record_to_arrays_checks_the_header_before_allocating():
         ({"classes": "1"}, "at least 2 distinct labels"),
         ({"selection-rule": "max"}, "selection_rule"),
         ({"n-features": 10**6}, "n_features must be"),
+        ({"defence": "yes"}, "defence must be true or false"),
     ],
 )
 def test_bad_run_config_is_a_clear_error(run_config, message):
@@ -563,7 +566,9 @@ def test_bad_run_config_is_a_clear_error(run_config, message):
 
 def test_run_config_round_trip_and_app_template(tmp_path):
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
-    config = DeploymentConfig(head="O-FedAvg", tau=0.6, alpha=None, seed=3, output_dir='C:\\x "y"')
+    config = DeploymentConfig(
+        head="O-FedAvg", tau=0.6, alpha=None, seed=3, output_dir='C:\\x "y"', defence=False
+    )
     assert DeploymentConfig.from_run_config(config.to_run_config()) == config
     path = write_flower_app(tmp_path / "app", config) / "pyproject.toml"
     parsed = tomllib.loads(path.read_text())
@@ -701,6 +706,22 @@ def test_implausible_summaries_are_rejected_and_the_run_equals_the_others(
     assert report.accuracy == honest.accuracy
 
 
+def test_with_the_defence_off_an_implausible_summary_counts(node_configs, caplog):
+    """``defence = false`` (for studying attacks): the x1e8 summary is accepted, and it hurts."""
+    settings = {"summary_dtype": "float64", "head": "O-FedAvg"}
+    faults = {14: _scaled_summary(1e8)}
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        report = deploy(node_configs, faults=faults, defence=False, **settings)[0]
+    assert "the defence is off" in caplog.text
+    assert not report.rejected and sorted(report.accuracy) == [11, 12, 13, 14]
+    defended = deploy(node_configs, faults=faults, **settings)[0]
+    assert 14 in defended.rejected["upload"]
+    honest = [11, 12, 13]
+    assert np.mean([report.accuracy[n] for n in honest]) < np.mean(
+        [defended.accuracy[n] for n in honest]
+    )
+
+
 def _inflated_count(factor: int):
     """A client declaring ``factor`` times its rows, consistently in every message."""
 
@@ -786,3 +807,18 @@ def test_oversized_local_heads_are_rejected(node_configs):
     why = report.rejected["updates"][14]
     assert re.search(r"local head norm \d+ times the clients' median", why), why
     assert sorted(report.accuracy) == [11, 12, 13]
+
+
+@pytest.mark.parametrize("name", list(DEFAULT_HEADS))
+def test_message_bytes_is_flowers_count_and_the_heads_report_it(name, federated):
+    """One count of a client's statistics: skslot's ``message_bytes`` = Flower's ``count_bytes``."""
+    X, y, client = federated.X, federated.y, federated.client
+    head = DEFAULT_HEADS[name](0).fit(X, y, client=client)
+    classes = np.unique(y)
+    for k in np.unique(client):
+        arrays = DEFAULT_HEADS[name](0).client_statistics(
+            X[client == k], y[client == k], classes, client_index=int(k)
+        ).to_arrays()
+        flower = messages.arrays_to_record(arrays).count_bytes()
+        assert message_bytes(arrays) == flower
+        assert head.upload_bytes_[k] == flower

@@ -1,11 +1,19 @@
 """The scikit-learn contract: estimator checks, metadata routing, pandas output."""
 
+import pickle
+
 import numpy as np
 import pytest
 import sklearn
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_validate
+from sklearn.model_selection import (
+    GridSearchCV,
+    GroupKFold,
+    LeaveOneGroupOut,
+    StratifiedKFold,
+    cross_validate,
+)
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -62,6 +70,46 @@ def test_grid_search_selects_middle_tau_under_label_and_domain_shift(routing, fe
     best = grid.best_params_["slottransformer__tau"]
     assert 0.0 < best < 1.0  # partial transport beats no and full transport here
     assert scores[taus.index(best)] > scores[0] + 0.02
+
+
+@pytest.mark.parametrize("cv", [GroupKFold(4), LeaveOneGroupOut()], ids=["GroupKFold", "LOGO"])
+def test_grid_search_grouped_by_client_scores_held_out_clients(routing, federated, cv):
+    """Each fold's test client is new to SLOT: it maps its own Gaussian (unknown_client="fit")."""
+    X, y, client = federated.X, federated.y, federated.client
+    taus = [0.0, 0.4, 1.0]
+    grid = GridSearchCV(
+        make_pipeline(SLOTTransformer(), LogisticRegression(max_iter=1000)),
+        {"slottransformer__tau": taus},
+        cv=cv,
+        error_score="raise",
+    ).fit(X, y, client=client, groups=client)
+    scores = grid.cv_results_["mean_test_score"]
+    assert np.isfinite(scores).all()
+    assert grid.best_params_["slottransformer__tau"] > 0.0
+    assert scores.max() > scores[0] + 0.02  # the held-out clients gain from alignment
+    # scikit-learn's search routes metadata to fit and score, not predict: the best pipeline does
+    with pytest.raises(TypeError, match="unexpected keyword argument 'client'"):
+        grid.predict(X[:5], client=client[:5])
+    best = grid.best_estimator_
+    np.testing.assert_array_equal(
+        best.predict(X[:5], client=client[:5]),
+        best[-1].predict(best[0].transform(X[:5], client=client[:5])),
+    )
+    assert grid.score(X, y, client=client) == best.score(X, y, client=client)
+
+
+def test_a_reloaded_pipeline_without_routing_says_how_to_enable_it(routing, federated):
+    X, y, client = federated.X, federated.y, federated.client
+    pipe = make_pipeline(SLOTTransformer(), LogisticRegression(max_iter=500))
+    reloaded = pickle.loads(pickle.dumps(pipe.fit(X, y, client=client)))
+    with sklearn.config_context(enable_metadata_routing=False):
+        with pytest.raises(ValueError, match="enable_metadata_routing=True"):
+            reloaded.predict(X)
+        with pytest.raises(ValueError, match="enable_metadata_routing=True"):
+            reloaded.predict(X, client=client)
+    np.testing.assert_array_equal(
+        reloaded.predict(X, client=client), pipe.predict(X, client=client)
+    )
 
 
 def test_without_routing_direct_calls_work_and_pipeline_explains(federated):

@@ -144,3 +144,93 @@ def test_barycenter_estimator_device_option(federated):
     maps, expected_maps = got.transport_maps(), expected.transport_maps()
     for label in expected_maps:
         np.testing.assert_allclose(maps[label].linear, expected_maps[label].linear, rtol=1e-9)
+
+
+# -- the array-namespace story: which estimators take which arrays, dispatch on or off ---------
+
+NAMESPACE_SCRIPT = r"""
+import json, sys, warnings
+import numpy as np, sklearn, torch
+import array_api_strict
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from skslot import SLOTTransformer
+from skslot.datasets import make_federated_classification
+from skslot.heads import FedCGSClassifier, FedPFTClassifier, OneShotFedAvgClassifier
+
+warnings.simplefilter("ignore")
+data = make_federated_classification(n_clients=3, alpha=1.0, domain_shift=2.0, random_state=0)
+X, y, client = data.X, data.y, data.client
+kinds = {
+    "numpy": X, "torch": torch.tensor(X), "array_api_strict": array_api_strict.asarray(X)
+}
+out = {}
+for dispatch in (False, True):
+    for kind, Xk in kinds.items():
+        heads = (FedCGSClassifier(), OneShotFedAvgClassifier(), FedPFTClassifier(random_state=0))
+        for head in heads:
+            with sklearn.config_context(
+                array_api_dispatch=dispatch, enable_metadata_routing=True
+            ):
+                pipe = make_pipeline(StandardScaler(), SLOTTransformer(), head)
+                predicted = pipe.fit(Xk, y, client=client).predict(Xk, client=client)
+                aligned = pipe[:-1].transform(Xk, client=client)
+            out[f"{dispatch}/{kind}/{type(head).__name__}"] = {
+                "predictions": type(predicted).__module__.split(".")[0],
+                "aligned": type(aligned).__module__.split(".")[0],
+                "accuracy": float(np.mean(predicted == y)),
+            }
+json.dump(out, sys.stdout)
+"""
+
+
+def test_every_estimator_takes_numpy_torch_and_array_api_arrays_with_dispatch_on_or_off():
+    """One story: SLOT keeps torch tensors as tensors, the heads compute on host NumPy.
+
+    StandardScaler -> SLOTTransformer -> head, with ``array_api_dispatch`` off
+    and on (which needs ``SCIPY_ARRAY_API=1`` before SciPy is imported: a
+    subprocess), on NumPy, torch and ``array_api_strict`` input.
+    """
+    pytest.importorskip("array_api_strict")
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SCIPY_ARRAY_API": "1"}
+    run = subprocess.run(
+        [sys.executable, "-c", NAMESPACE_SCRIPT], capture_output=True, text=True, env=env
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads(run.stdout)
+    assert len(results) == 18
+    for key, result in results.items():
+        dispatch, kind, head = key.split("/")
+        assert result["predictions"] == "numpy", key  # heads: host NumPy
+        # StandardScaler keeps the namespace only with dispatch on; SLOT keeps a torch tensor a
+        # tensor (on its device) and reads other namespaces into NumPy
+        expected = "torch" if dispatch == "True" and kind == "torch" else "numpy"
+        assert result["aligned"] == expected, key
+        reference = results[f"False/numpy/{head}"]["accuracy"]
+        assert result["accuracy"] == pytest.approx(reference, abs=0.01), key
+
+
+def test_gradients_flow_through_transform_not_into_the_reference(federated):
+    """A ``requires_grad`` tensor: transform is differentiable in X (the maps are constants)."""
+    X, client = federated.X, federated.client
+    slot = SLOTTransformer(tau=0.7).fit(torch.tensor(X, requires_grad=True), client=client)
+    expected = SLOTTransformer(tau=0.7).fit(X, client=client)
+    np.testing.assert_allclose(
+        slot.reference_.covariance, expected.reference_.covariance, rtol=1e-10
+    )
+    weights = torch.tensor(np.random.default_rng(0).normal(size=X.shape[1]))
+    X_grad = torch.tensor(X, requires_grad=True)
+    Z = slot.transform(X_grad, client=client)
+    (Z @ weights).sum().backward()
+    np.testing.assert_allclose(
+        Z.detach().numpy(), expected.transform(X, client=client), rtol=1e-8, atol=1e-12
+    )
+    for label in np.unique(client):  # d(sum_i w . (A x_i + b)) / d x_i = A^T w
+        A = slot.maps_[label].geodesic(0.7).linear
+        rows = X_grad.grad[torch.as_tensor(client == label)].numpy()
+        np.testing.assert_allclose(rows, np.tile(A.T @ weights.numpy(), (rows.shape[0], 1)))

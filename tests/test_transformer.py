@@ -1,3 +1,5 @@
+import warnings
+
 import numpy as np
 import pytest
 
@@ -5,6 +7,7 @@ from skslot import (
     BuresBarycenter,
     GaussianSummary,
     GaussianSummaryEstimator,
+    SingleClientWarning,
     SLOTTransformer,
 )
 from skslot.gaussian import bures_wasserstein_distance
@@ -63,7 +66,7 @@ def test_scalar_client_and_float32(federated):
 def test_unknown_client_policies(federated):
     X, client = federated.X, federated.client
     seen = client != 3
-    slot = SLOTTransformer(tau=1.0).fit(X[seen], client=client[seen])
+    slot = SLOTTransformer(tau=1.0, unknown_client="error").fit(X[seen], client=client[seen])
     new_rows = X[~seen]
     with pytest.raises(ValueError, match="client 3 was not seen during fit"):
         slot.transform(new_rows, client=3)
@@ -74,6 +77,30 @@ def test_unknown_client_policies(federated):
     Z = slot.transform(new_rows, client=3)
     assert slot.maps_ == maps_before and 3 not in slot.summaries_  # not mutated
     np.testing.assert_allclose(Z.mean(0), slot.reference_.mean, atol=1e-9)
+
+
+def test_a_new_client_is_fitted_by_default_and_needs_two_rows(federated):
+    X, client = federated.X, federated.client
+    seen = client != 3
+    slot = SLOTTransformer(tau=1.0).fit(X[seen], client=client[seen])
+    assert slot.unknown_client == "fit"
+    Z = slot.transform(X[~seen], client=3)
+    np.testing.assert_allclose(Z.mean(0), slot.reference_.mean, atol=1e-9)
+    with pytest.raises(ValueError, match=r"SLOTTransformer: client 3 .* has 1 row .* at least 2"):
+        slot.transform(X[~seen][:1], client=3)
+
+
+@pytest.mark.parametrize("client", [None, 7, np.zeros(40, dtype=int)])
+def test_a_single_client_fit_warns_that_alignment_is_the_identity(client):
+    X = np.random.default_rng(0).normal(size=(40, 3))
+    with pytest.warns(SingleClientWarning, match="SLOTTransformer was fitted on a single client"):
+        slot = SLOTTransformer(tau=1.0).fit(X, client=client)
+    np.testing.assert_allclose(slot.transform(X, client=client), X, rtol=1e-12, atol=1e-12)
+    with pytest.warns(SingleClientWarning, match="BuresBarycenter was fitted on a single"):
+        BuresBarycenter().fit(X, client=client)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SingleClientWarning)  # two clients: no warning
+        SLOTTransformer().fit(X, client=np.arange(40) % 2)
 
 
 def test_from_reference_equals_in_process_fit(federated):

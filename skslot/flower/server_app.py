@@ -318,8 +318,7 @@ def _uploads(run: _Run, head: Any, classes: np.ndarray) -> None:
             )
             cap = _upload_cap(head, classes.shape[0], summary.dimension)
             stats, val = (
-                None if r is None else messages.record_to_arrays(r, max_bytes=cap)
-                for r in records
+                None if r is None else messages.record_to_arrays(r, max_bytes=cap) for r in records
             )
         except (messages.ProtocolError, SummaryFormatError) as exc:
             report.reject("upload", node, exc)
@@ -359,7 +358,8 @@ def _uploads(run: _Run, head: Any, classes: np.ndarray) -> None:
                     client.validation = head.decode_statistics(
                         val, classes=classes, n_features=m, n_samples=client.n_validation
                     )
-                if config.epsilon is None and isinstance(client.statistics, ClassStatistics):
+                consistent = config.defence and config.epsilon is None
+                if consistent and isinstance(client.statistics, ClassStatistics):
                     rows = client.statistics
                     if client.validation is not None:
                         rows = rows.merge(client.validation)
@@ -379,13 +379,18 @@ def _uploads(run: _Run, head: Any, classes: np.ndarray) -> None:
 def _plausible(run: _Run) -> None:
     """Reject clients out of line with the others; cap the weight of the rest.
 
-    :mod:`skslot.defence` with the run's bounds (3 clients or more): a summary
+    With ``defence`` off, every client keeps its declared count as weight.
+    Otherwise :mod:`skslot.defence` with the run's bounds (3 clients or more): a summary
     whose scale or mean is far from the median client's, or a count above
     ``max-count-ratio`` times the median, is rejected and reported; the
     remaining clients' counts are capped at ``max-weight-ratio`` times the
     median, and a capped client's statistics are scaled down to that weight.
     """
     config, nodes = run.config, run.order
+    if not config.defence:
+        for node in nodes:
+            run.clients[node].weight = float(run.clients[node].summary.n)
+        return
     summaries = [run.clients[node].summary for node in nodes]
     reasons = implausible_summaries(
         summaries,
@@ -455,14 +460,12 @@ def _local_updates(
             arrays = messages.read_updates_reply(replies[node], n_updates=len(taus), max_bytes=cap)
             factor = client.weight / client.summary.n
             received[node] = [
-                head.decode_statistics(a, classes=classes, n_features=m, n_samples=n).scaled(
-                    factor
-                )
+                head.decode_statistics(a, classes=classes, n_features=m, n_samples=n).scaled(factor)
                 for a in arrays
             ]
         except (messages.ProtocolError, StatisticsFormatError) as exc:
             run.report.reject(stage, node, exc)
-    nodes = list(received)
+    nodes = list(received) if run.config.defence else []
     norms = [
         max(float(np.linalg.norm(np.column_stack([u.coef, u.intercept]))) for u in received[node])
         for node in nodes
@@ -549,6 +552,8 @@ def run_one_shot(grid: Grid, config: DeploymentConfig) -> tuple[DeploymentReport
     classes = config.class_set
     report.classes = classes.tolist()
     head = DEFAULT_HEADS[config.head](config.seed)
+    if not config.defence:
+        log(WARNING, "skslot: the defence is off: every client passing the wire checks counts")
     if config.epsilon is not None:
         report.privacy = PRIVACY_SCOPE
         log(WARNING, "skslot: %s", PRIVACY_SCOPE)
@@ -596,9 +601,7 @@ def run_one_shot(grid: Grid, config: DeploymentConfig) -> tuple[DeploymentReport
             )
         else:
             refit = _local_updates(run, "refit", head, classes, reference, [tau], "all")
-            final = _fit(
-                run, "the final head", lambda: refit_head(head, best, classes, refit[tau])
-            )
+            final = _fit(run, "the final head", lambda: refit_head(head, best, classes, refit[tau]))
     else:
         tau = config.tau
         if head.aligns_statistics:

@@ -2,7 +2,7 @@
 
 from ._base import OneShotHead
 from ._statistics import ClassStatistics
-from ._wire import LinearScores, StatisticsFormatError
+from ._wire import LinearScores, StatisticsFormatError, message_bytes
 from .fedavg import LinearHeadUpdate, OneShotFedAvgClassifier
 from .fedcgs import FedCGSClassifier
 from .fedpft import ClassMixture, ClassMixtures, FedPFTClassifier
@@ -18,4 +18,5 @@ __all__ = [
     "OneShotFedAvgClassifier",
     "OneShotHead",
     "StatisticsFormatError",
+    "message_bytes",
 ]

@@ -18,14 +18,16 @@ from scipy.special import softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._backend import as_host_rows
+from .._doc_link import DocLinkMixin
 from .._validation import check_classification_data, check_client_labels, spawn_seeds
 from ..gaussian import GaussianMap
-from ._wire import LinearScores
+from ._wire import LinearScores, message_bytes
 
 __all__ = ["LinearHeadMixin", "OneShotHead"]
 
 
-class OneShotHead(ClassifierMixin, BaseEstimator):
+class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
     """Base class of the one-shot federated classifiers.
 
     Subclasses implement :meth:`_client_statistics` and
@@ -66,11 +68,10 @@ class OneShotHead(ClassifierMixin, BaseEstimator):
             rows = codes == i if len(labels) > 1 else slice(None)
             stats.append(self._client_statistics(X[rows], y[rows], classes, seed))
         self._fit_from_statistics(stats, classes, None)
+        self.upload_bytes_ = _upload_bytes(stats)
         return self
 
-    def client_statistics(
-        self, X: Any, y: Any, classes: Sequence, *, client_index: int = 0
-    ) -> Any:
+    def client_statistics(self, X: Any, y: Any, classes: Sequence, *, client_index: int = 0) -> Any:
         """What one client sends: statistics of its own rows.
 
         Parameters
@@ -85,9 +86,11 @@ class OneShotHead(ClassifierMixin, BaseEstimator):
             a randomised head draws this client's seed from ``random_state``
             at that position, exactly as ``fit`` does.
         """
-        X = np.asarray(validate_data(self, X, reset=True, dtype=[np.float64, np.float32]))
+        X = np.asarray(
+            validate_data(self, as_host_rows(X), reset=True, dtype=[np.float64, np.float32])
+        )
         classes = np.asarray(classes)
-        y = np.asarray(y)
+        y = np.asarray(as_host_rows(y))
         missing = np.setdiff1d(y, classes)
         if missing.size:
             raise ValueError(f"labels {missing.tolist()} are not in the global class set")
@@ -142,6 +145,7 @@ class OneShotHead(ClassifierMixin, BaseEstimator):
                 raise ValueError(f"maps must act on dimension {next(iter(dims))}")
         (self.n_features_in_,) = dims
         self._fit_from_statistics(list(statistics), classes, maps)
+        self.upload_bytes_ = _upload_bytes(statistics)
         return self
 
     def decode_statistics(
@@ -215,7 +219,7 @@ class OneShotHead(ClassifierMixin, BaseEstimator):
 
     def _validate_for_predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "classes_")
-        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        return validate_data(self, as_host_rows(X), reset=False, dtype=[np.float64, np.float32])
 
     @abstractmethod
     def _scores(self, X: np.ndarray) -> np.ndarray:
@@ -259,3 +263,8 @@ def _client_seeds(head: Any, n_clients: int) -> list[int | None]:
     if not hasattr(head, "random_state"):
         return [None] * n_clients
     return list(spawn_seeds(head.random_state, n_clients))
+
+
+def _upload_bytes(statistics: Sequence) -> np.ndarray:
+    """Bytes each client's statistics take on the wire (:func:`message_bytes`)."""
+    return np.array([message_bytes(stat.to_arrays()) for stat in statistics], dtype=np.int64)

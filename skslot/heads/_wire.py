@@ -13,15 +13,49 @@ dtype) before any computation touches it.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ArrayMessage", "LinearScores", "StatisticsFormatError", "read_array"]
+__all__ = [
+    "ArrayMessage",
+    "LinearScores",
+    "StatisticsFormatError",
+    "message_bytes",
+    "read_array",
+]
 
 ArrayMessage = dict[str, np.ndarray]
+
+
+def message_bytes(arrays: Mapping[str, np.ndarray]) -> int:
+    """Bytes a message of named arrays takes on the wire, as Flower counts them.
+
+    Each array travels as an ``.npy`` file (``np.save(allow_pickle=False)``:
+    a header padded to 64 bytes, then the raw data) under its name; the count
+    is the ``.npy`` lengths plus the names' lengths, which is what Flower's
+    ``ArrayRecord.count_bytes`` reports for the same arrays, so
+    :func:`skslot.bench.run_benchmark` and the Flower deployment's
+    ``report.json`` give one number.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot.heads import message_bytes
+    >>> message_bytes({"coef": np.zeros((10, 512)), "intercept": np.zeros(10)})
+    41309
+    """
+    total = 0
+    for name, array in arrays.items():
+        array = np.asanyarray(array)
+        header = io.BytesIO()
+        fields = np.lib.format.header_data_from_array_1_0(array)
+        np.lib.format.write_array_header_1_0(header, fields)
+        total += len(header.getvalue()) + array.nbytes + len(name)
+    return total
 
 
 class StatisticsFormatError(ValueError):

@@ -147,6 +147,10 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
     intercept_ : ndarray of shape (C,)
     n_iter_ : int
         Largest number of local L-BFGS iterations over the clients.
+    upload_bytes_ : ndarray of shape (n_clients,)
+        Bytes of each client's statistics on the wire (``.npy`` arrays, as
+        Flower counts them: :func:`~skslot.heads.message_bytes`), in client
+        order; the SLOT summary is counted apart.
     n_features_in_ : int
 
     Examples

@@ -47,6 +47,10 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
     means_ : ndarray of shape (C, m)
     covariance_ : ndarray of shape (m, m)
         The shared covariance, before the ridge.
+    upload_bytes_ : ndarray of shape (n_clients,)
+        Bytes of each client's statistics on the wire (``.npy`` arrays, as
+        Flower counts them: :func:`~skslot.heads.message_bytes`), in client
+        order; the SLOT summary is counted apart.
     n_features_in_ : int
 
     Examples

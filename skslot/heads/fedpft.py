@@ -370,6 +370,10 @@ class FedPFTClassifier(OneShotHead):
         Per client, the classes it did not send.
     n_synthetic_ : int
         Synthetic rows the server trained on.
+    upload_bytes_ : ndarray of shape (n_clients,)
+        Bytes of each client's statistics on the wire (``.npy`` arrays, as
+        Flower counts them: :func:`~skslot.heads.message_bytes`), in client
+        order; the SLOT summary is counted apart.
     n_features_in_ : int
 
     Examples
