@@ -822,3 +822,22 @@ def test_message_bytes_is_flowers_count_and_the_heads_report_it(name, federated)
         flower = messages.arrays_to_record(arrays).count_bytes()
         assert message_bytes(arrays) == flower
         assert head.upload_bytes_[k] == flower
+
+
+def test_a_summary_that_breaks_the_reference_is_found_and_left_out(node_configs):
+    """Defence off, a covariance x1e60 passes every check but overflows the float32 reference:
+    the server finds the one client whose removal lets the step succeed, rejects it, goes on."""
+    settings = {"head": "O-FedAvg", "defence": False}
+    faults = {14: _scaled_summary(1e60)}
+    report, scores, _, _ = deploy(node_configs, faults=faults, **settings)
+    assert "its summary breaks the reference" in report.rejected["upload"][14]
+    assert sorted(report.accuracy) == [11, 12, 13] and report.status == "completed"
+    honest, expected, _ = deploy(
+        {n: c for n, c in node_configs.items() if n != 14}, num_clients=3, **settings
+    )[:3]
+    np.testing.assert_array_equal(scores.coef, expected.coef)
+    assert report.accuracy == honest.accuracy
+    # with only two clients nobody can be singled out: the run fails, saying why
+    two = {n: c for n, c in node_configs.items() if n in (11, 14)}
+    with pytest.raises(DeploymentError, match="the reference could not be built"):
+        deploy(two, faults=faults, num_clients=2, **settings)

@@ -8,7 +8,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skslot import SLOTTransformer
+from skslot import GaussianMap, SLOTTransformer
 from skslot.datasets import make_federated_classification
 from skslot.heads import (
     FedCGSClassifier,
@@ -101,7 +101,12 @@ HOSTILE_MESSAGES = [
     (FedPFTClassifier(), _bump("weights", 0, 0.5), "weights do not sum to 1"),
     (FedPFTClassifier(), _bump("n", 0, 10**9), "mixtures describe"),
     (FedPFTClassifier(), _bump("n_components", 0, 0), "between 1 and n components"),
-    (FedPFTClassifier(), _bump("covariances", (0, 0, 0), -1.0), "negative variances"),
+    (
+        FedPFTClassifier(covariance_type="full"),
+        _bump("covariances", (0, 0, 0), -1.0),
+        "negative variances",
+    ),
+    (FedPFTClassifier(), _bump("covariances", (0, 0, -1), -1.0), "negative diagonal variances"),
     (
         FedPFTClassifier(covariance_type="diag"),
         lambda a: {**a, "covariances": a["covariances"][..., None]},
@@ -232,3 +237,106 @@ def test_fedpft_sampling_is_bounded_by_configuration_not_by_claims(rng):
     )
     head.fit_from_statistics([honest, claims], np.array([0, 1]))
     assert head.n_synthetic_ == 60 + 500
+
+
+def test_fedpft_factors_a_slightly_indefinite_covariance_with_a_small_jitter():
+    """float16 rounding can leave negative eigenvalues: the factor is of cov + jitter I."""
+    from skslot.heads.fedpft import covariance_factor
+
+    rng = np.random.default_rng(0)
+    Q, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    w = np.array([-1e-6, 1e-3, 0.5, 1.0, 2.0, 3.0])
+    cov = (Q * w) @ Q.T
+    L = covariance_factor(cov)
+    shift = np.diag(L @ L.T - cov)
+    assert np.allclose(shift, shift[0]) and 1e-6 < shift[0] <= 1e-5 * np.trace(cov) / 6
+    pd = (Q * np.abs(w)) @ Q.T  # positive definite: the Cholesky factor itself
+    np.testing.assert_array_equal(covariance_factor(pd), np.linalg.cholesky(pd))
+    with pytest.raises(ValueError, match="too far from positive semi-definite"):
+        covariance_factor(-np.eye(3))
+
+
+# -- FedPFT's compact covariance: low rank plus diagonal -----------------------------------------
+
+
+def _class_rows(n=60, m=12, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 3)) @ rng.normal(size=(3, m)) + 0.3 * rng.normal(size=(n, m))
+
+
+def _lowrank_mixture(rows, rank, dtype="float64"):
+    head = FedPFTClassifier(covariance_type="lowrank", rank=rank, transmit_dtype=dtype)
+    y = np.zeros(rows.shape[0], dtype=int)
+    return head, head.client_statistics(rows, y, np.array([0, 1])).mixtures[0]
+
+
+def test_lowrank_keeps_the_top_directions_and_every_variance_exactly():
+    rows = _class_rows()
+    centred = rows - rows.mean(0)
+    S = centred.T @ centred / rows.shape[0]
+    for rank in (1, 3, 5):
+        _, mixture = _lowrank_mixture(rows, rank)
+        assert mixture.covariances.shape == (1, 12, rank + 1)
+        approx = mixture.full_covariances()[0]
+        np.testing.assert_allclose(np.diag(approx), np.diag(S) + 1e-6, rtol=1e-12)
+        w, V = np.linalg.eigh(S)
+        top = (V[:, -rank:] * w[-rank:]) @ V[:, -rank:].T
+        np.testing.assert_allclose(
+            approx - np.diag(np.diag(approx)), top - np.diag(np.diag(top)), atol=1e-10
+        )
+    _, exact = _lowrank_mixture(rows, 12)  # full rank: the full covariance (plus reg_covar)
+    np.testing.assert_allclose(exact.full_covariances()[0], S + 1e-6 * np.eye(12), atol=1e-12)
+
+
+def test_lowrank_samples_exactly_what_was_sent_and_its_pushforward():
+    rows = _class_rows(m=6)
+    _, mixture = _lowrank_mixture(rows, 2)
+    rng = np.random.RandomState(0)
+    draws = mixture.sample(200_000, rng)
+    np.testing.assert_allclose(np.cov(draws.T), mixture.full_covariances()[0], atol=0.05)
+    A = np.random.default_rng(1).normal(size=(6, 6))
+    transport = GaussianMap(A, np.arange(6.0))
+    moved = mixture.sample(200_000, np.random.RandomState(0), transport)
+    np.testing.assert_allclose(moved, transport.apply(draws))  # common random numbers
+    expected = mixture.aligned(transport)
+    np.testing.assert_allclose(np.cov(moved.T), expected.covariances[0], rtol=0.05, atol=0.05)
+
+
+def test_lowrank_on_the_wire_is_validated_against_the_configured_rank():
+    rows = _class_rows()
+    y = np.repeat([0, 1], 30)
+    head = FedPFTClassifier(covariance_type="lowrank", rank=3)
+    arrays = head.client_statistics(rows, y, np.array([0, 1])).to_arrays()
+    assert arrays["covariances"].dtype == np.float16 and arrays["covariances"].shape == (2, 12, 4)
+    decoded = head.decode_statistics(arrays, classes=np.array([0, 1]), n_features=12)
+    assert decoded.covariance_type == "lowrank" and decoded.rank == 3
+    with pytest.raises(StatisticsFormatError, match="covariances"):
+        FedPFTClassifier(covariance_type="lowrank", rank=5).decode_statistics(
+            arrays, classes=np.array([0, 1]), n_features=12
+        )
+    negative = {**arrays, "covariances": arrays["covariances"].copy()}
+    negative["covariances"][0, 0, -1] = -1.0
+    with pytest.raises(StatisticsFormatError, match="negative diagonal"):
+        head.decode_statistics(negative, classes=np.array([0, 1]), n_features=12)
+    # a tenth of the bytes of the full covariance, at m = 12 and rank 3: m (r + 1) vs m^2
+    full = FedPFTClassifier(covariance_type="full").client_statistics(rows, y, np.array([0, 1]))
+    full = full.to_arrays()
+    assert arrays["covariances"].nbytes * 3 == full["covariances"].nbytes
+
+
+def test_lowrank_merges_into_full_and_rejects_bad_settings():
+    rows = _class_rows()
+    y = np.repeat([0, 1], 30)
+    head = FedPFTClassifier(covariance_type="lowrank", rank=2, transmit_dtype="float64")
+    a = head.client_statistics(rows[:40], y[:40], np.array([0, 1]))
+    b = head.client_statistics(rows[40:], y[40:], np.array([0, 1]))
+    merged = a.merge(b)
+    assert merged.covariance_type == "full"
+    assert all(mx.covariance_type == "full" for mx in merged.mixtures)
+    wide = FedPFTClassifier(covariance_type="lowrank", rank=40, transmit_dtype="float64")
+    stats = wide.client_statistics(rows, y, np.array([0, 1]))
+    assert stats.rank == 12  # at most the dimension: the full covariance, exactly
+    decoded = wide.decode_statistics(stats.to_arrays(), classes=np.array([0, 1]), n_features=12)
+    assert decoded.mixtures[0].covariances.shape == (1, 12, 13)
+    with pytest.raises(ValueError, match="fits one component"):
+        FedPFTClassifier(covariance_type="lowrank", rank=2, n_components=2).fit(rows, y)

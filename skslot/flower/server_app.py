@@ -424,17 +424,45 @@ def _plausible(run: _Run) -> None:
 
 
 def _reference(run: _Run) -> tuple[bytes, dict[int, GaussianMap]]:
-    """The barycenter of the accepted summaries, its bytes, each client's full map by node."""
-    # a client is its node: the barycenter and the maps are keyed by node id
-    summaries = [replace(run.clients[node].summary, client=node) for node in run.order]
-    weights = [run.clients[node].weight for node in run.order]
+    """The barycenter of the accepted summaries, its bytes, each client's full map by node.
+
+    Should the step fail on values that passed every check (possible with the
+    defence off, or with two clients), the server looks for the client whose
+    summary breaks it: if leaving out exactly one client lets the step
+    succeed, that client is rejected and reported and the run goes on;
+    otherwise the run fails with a report naming the step.
+    """
     try:
-        barycenter = BuresBarycenter(weights=weights).fit(summaries)
-        reference = barycenter.reference_.to_bytes(run.config.summary_dtype)
-    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
+        return _build_reference(run, run.order)
+    except _REFERENCE_ERRORS as exc:
+        error = exc
+    culprits = []
+    if len(run.order) > run.config.min_clients:
+        for node in run.order:
+            try:
+                _build_reference(run, [other for other in run.order if other != node])
+            except _REFERENCE_ERRORS:
+                continue
+            culprits.append(node)
+    if len(culprits) != 1:
         raise DeploymentError(
-            f"the reference could not be built from the clients' summaries: {exc}", run.report
-        ) from exc
+            f"the reference could not be built from the clients' summaries: {error}", run.report
+        ) from error
+    (culprit,) = culprits
+    run.report.reject("upload", culprit, f"its summary breaks the reference: {error}")
+    run.keep("upload", [node for node in run.order if node != culprit])
+    return _build_reference(run, run.order)
+
+
+_REFERENCE_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError)
+
+
+def _build_reference(run: _Run, nodes: list[int]) -> tuple[bytes, dict[int, GaussianMap]]:
+    # a client is its node: the barycenter and the maps are keyed by node id
+    summaries = [replace(run.clients[node].summary, client=node) for node in nodes]
+    weights = [run.clients[node].weight for node in nodes]
+    barycenter = BuresBarycenter(weights=weights).fit(summaries)
+    reference = barycenter.reference_.to_bytes(run.config.summary_dtype)
     run.report.barycenter_iterations = int(barycenter.n_iter_)
     return reference, barycenter.transport_maps()
 

@@ -26,13 +26,20 @@ from ._wire import (
 
 __all__ = ["ClassMixture", "ClassMixtures", "FedPFTClassifier"]
 
-COVARIANCE_TYPES = ("full", "diag", "spherical")
+COVARIANCE_TYPES = ("full", "lowrank", "diag", "spherical")
 TRANSMIT_DTYPES = ("float16", "float32", "float64")
 
 
 @dataclass(frozen=True, eq=False)
 class ClassMixture:
-    """Gaussian mixture of one class at one client, as transmitted."""
+    """Gaussian mixture of one class at one client, as transmitted.
+
+    ``covariances`` holds, per component, the full matrix (``"full"``, shape
+    ``(m, m)``), the variances (``"diag"``, ``(m,)``), one variance
+    (``"spherical"``, ``(1,)``), or for ``"lowrank"`` a factor and a diagonal
+    side by side, ``[W | d]`` of shape ``(m, r + 1)``, for the covariance
+    ``W W^T + diag(d)``.
+    """
 
     label: Any
     n: int
@@ -49,7 +56,11 @@ class ClassMixture:
         samples from it (one per candidate ``tau``).
         """
         if self.covariance_type == "full":
-            return np.stack([_covariance_factor(cov) for cov in self.covariances])
+            return np.stack([covariance_factor(cov) for cov in self.covariances])
+        if self.covariance_type == "lowrank":  # [W | sqrt(d)]: W z1 + sqrt(d) * z2, no factoring
+            factors = self.covariances.copy()
+            factors[:, :, -1] = np.sqrt(np.maximum(factors[:, :, -1], 0.0))
+            return factors
         return np.sqrt(np.maximum(self.covariances, 0.0))  # diag: (k, m); spherical: (k, 1)
 
     def merge(self, other: ClassMixture) -> ClassMixture:
@@ -59,15 +70,28 @@ class ClassMixture:
         if self.weights.shape[0] == other.weights.shape[0] == 1:
             mean = a * self.means[0] + b * other.means[0]
             d = self.means[0] - other.means[0]
-            if self.covariance_type == "full":
+            if self.covariance_type in ("full", "lowrank"):
                 between = a * b * np.outer(d, d)
             elif self.covariance_type == "diag":
                 between = a * b * d * d
             else:
                 between = np.array([a * b * float(d @ d) / d.shape[0]])
+            if self.covariance_type == "lowrank":  # the union's covariance is not low rank
+                mine, theirs = self.full_covariances()[0], other.full_covariances()[0]
+                cov = a * mine + b * theirs + between
+                return ClassMixture(self.label, n, np.ones(1), mean[None], cov[None], "full")
             cov = a * self.covariances[0] + b * other.covariances[0] + between
             kind = self.covariance_type
             return ClassMixture(self.label, n, np.ones(1), mean[None], cov[None], kind)
+        if self.covariance_type == "lowrank":
+            return ClassMixture(
+                self.label,
+                n,
+                np.concatenate([a * self.weights, b * other.weights]),
+                np.concatenate([self.means, other.means]),
+                np.concatenate([self.full_covariances(), other.full_covariances()]),
+                "full",
+            )
         return ClassMixture(
             self.label,
             n,
@@ -77,10 +101,21 @@ class ClassMixture:
             self.covariance_type,
         )
 
+    def as_full(self) -> ClassMixture:
+        """The same mixture with full covariance matrices."""
+        return ClassMixture(
+            self.label, self.n, self.weights, self.means, self.full_covariances(), "full"
+        )
+
     def full_covariances(self) -> np.ndarray:
         """The component covariances as full matrices, of shape (k, m, m)."""
         if self.covariance_type == "full":
             return self.covariances
+        if self.covariance_type == "lowrank":
+            W, d = self.covariances[:, :, :-1], self.covariances[:, :, -1]
+            full = W @ W.swapaxes(1, 2)
+            full[:, np.arange(W.shape[1]), np.arange(W.shape[1])] += d
+            return full
         m = self.means.shape[1]
         variances = np.broadcast_to(self.covariances, (self.covariances.shape[0], m))
         return variances[:, :, None] * np.eye(m)
@@ -117,6 +152,10 @@ class ClassMixture:
             z = rng.standard_normal(size=(count, m))
             if self.covariance_type == "full":
                 z = z @ self.scales[j].T
+            elif self.covariance_type == "lowrank":
+                factor = self.scales[j]
+                rank = factor.shape[1] - 1
+                z = z * factor[:, -1] + rng.standard_normal(size=(count, rank)) @ factor[:, :-1].T
             else:
                 z = z * self.scales[j]
             rows.append(self.means[j] + z)
@@ -139,6 +178,7 @@ class ClassMixtures:
     n_features: int
     covariance_type: str = "full"
     dtype: str = "float64"
+    rank: int = 0
 
     @property
     def n_samples(self) -> int:
@@ -149,13 +189,23 @@ class ClassMixtures:
         """The message weighted by ``factor``: the server draws that share of its rows."""
         mixtures = [
             ClassMixture(
-                mx.label, max(1, round(mx.n * factor)), mx.weights, mx.means, mx.covariances,
+                mx.label,
+                max(1, round(mx.n * factor)),
+                mx.weights,
+                mx.means,
+                mx.covariances,
                 mx.covariance_type,
             )
             for mx in self.mixtures
         ]
         return ClassMixtures(
-            self.classes, mixtures, self.skipped, self.n_features, self.covariance_type, self.dtype
+            self.classes,
+            mixtures,
+            self.skipped,
+            self.n_features,
+            self.covariance_type,
+            self.dtype,
+            self.rank,
         )
 
     def merge(self, other: ClassMixtures) -> ClassMixtures:
@@ -175,6 +225,9 @@ class ClassMixtures:
             mine = by_class.pop(mx.label, None)
             merged.append(mx if mine is None else mine.merge(mx))
         merged.extend(by_class.values())
+        kind = self.covariance_type
+        if kind == "lowrank":  # a merged covariance is not low rank: all become full
+            merged, kind = [mx.as_full() for mx in merged], "full"
         order = {label: i for i, label in enumerate(self.classes.tolist())}
         merged.sort(key=lambda mx: order[_as_python(mx.label)])
         sent = {mx.label for mx in merged}
@@ -183,9 +236,7 @@ class ClassMixtures:
             skipped[label] = skipped.get(label, 0) + count
         # a class skipped in one part but sent in the other: its skipped rows are lost
         skipped_list = [(label, count) for label, count in skipped.items() if label not in sent]
-        return ClassMixtures(
-            self.classes, merged, skipped_list, self.n_features, self.covariance_type, "float64"
-        )
+        return ClassMixtures(self.classes, merged, skipped_list, self.n_features, kind, "float64")
 
     def aligned(self, transport: GaussianMap) -> ClassMixtures:
         """Every mixture pushed through ``transport`` (:meth:`ClassMixture.aligned`)."""
@@ -214,7 +265,7 @@ class ClassMixtures:
             "means": np.concatenate([mx.means for mx in mixtures] or [np.empty((0, m))]),
             "covariances": np.concatenate(
                 [mx.covariances for mx in mixtures]
-                or [np.empty(_covariance_shape(self.covariance_type, 0, m))]
+                or [np.empty(_covariance_shape(self.covariance_type, 0, m, self.rank))]
             ),
             "skipped_index": np.searchsorted(self.classes, [c for c, _ in self.skipped]).astype(
                 np.int64
@@ -234,6 +285,7 @@ class ClassMixtures:
         n_features: int,
         n_samples: int | None = None,
         covariance_type: str = "full",
+        rank: int = 0,
         eps: float = np.finfo(np.float64).eps,
     ) -> ClassMixtures:
         """Decode a received message and check every mixture.
@@ -241,7 +293,9 @@ class ClassMixtures:
         Class indices must be distinct and in range, counts must add up to at
         most ``n_samples`` (the client's summary), weights must be a
         distribution, and covariances positive semi-definite up to the
-        rounding ``eps`` of the transmitted dtype.
+        rounding ``eps`` of the transmitted dtype (``"lowrank"``: the factor
+        of the configured ``rank`` and a non-negative diagonal, positive
+        semi-definite by construction).
         """
         classes = np.asarray(classes)
         C, m = len(classes), n_features
@@ -266,11 +320,15 @@ class ClassMixtures:
         K = int(k.sum())
         weights = read_array(arrays, "weights", (K,), nonnegative=True)
         means = read_array(arrays, "means", (K, m))
+        rank = min(rank, m)  # the client's effective rank (see FedPFTClassifier)
         covariances = read_array(
-            arrays, "covariances", _covariance_shape(covariance_type, K, m)
+            arrays, "covariances", _covariance_shape(covariance_type, K, m, rank)
         )
         if covariance_type == "full":
             check_psd_up_to_rounding("a mixture covariance", covariances, eps)
+        elif covariance_type == "lowrank":
+            if np.any(covariances[:, :, -1] < 0):
+                raise StatisticsFormatError("a low-rank mixture has negative diagonal variances")
         elif np.any(covariances < 0):
             raise StatisticsFormatError("a mixture has negative variances")
         bounds = np.concatenate([[0], np.cumsum(k)])
@@ -290,19 +348,25 @@ class ClassMixtures:
                 )
             )
         skipped = [
-            (classes[i].item(), int(c))
-            for i, c in zip(skipped_index, skipped_count, strict=True)
+            (classes[i].item(), int(c)) for i, c in zip(skipped_index, skipped_count, strict=True)
         ]
-        return cls(classes, mixtures, skipped, m, covariance_type)
+        return cls(classes, mixtures, skipped, m, covariance_type, rank=rank)
 
 
 def _as_python(label: Any) -> Any:
     return label.item() if hasattr(label, "item") else label
 
 
-def _covariance_shape(covariance_type: str, n_components: int, m: int) -> tuple[int, ...]:
+def _covariance_shape(
+    covariance_type: str, n_components: int, m: int, rank: int = 0
+) -> tuple[int, ...]:
     """Shape of the stacked covariances of ``n_components`` components."""
-    per_component = {"full": (m, m), "diag": (m,), "spherical": (1,)}[covariance_type]
+    per_component = {
+        "full": (m, m),
+        "lowrank": (m, rank + 1),
+        "diag": (m,),
+        "spherical": (1,),
+    }[covariance_type]
     return (n_components, *per_component)
 
 
@@ -314,8 +378,39 @@ def _as_transmitted(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return cast.astype(np.float64)
 
 
-def _covariance_factor(cov: np.ndarray) -> np.ndarray:
-    """A Cholesky factor, adding a growing relative jitter if rounding broke PD."""
+def _low_rank_plus_diagonal(centred: np.ndarray, rank: int, reg_covar: float) -> np.ndarray:
+    """``[W | d]``: the top ``rank`` principal directions and the remaining variances.
+
+    With ``S = X_c^T X_c / n`` the sample covariance of the centred rows and
+    ``S = U diag(lambda) U^T``, ``W = U_r diag(lambda_r)^{1/2}`` keeps the
+    ``rank`` largest eigenpairs exactly and ``d = diag(S) - diag(W W^T) +
+    reg_covar >= reg_covar`` keeps every feature's variance: one step of
+    principal-factor analysis, computed from the thin SVD of the rows
+    (``O(n m min(n, m))``, no ``m x m`` matrix).  Directions beyond the rows'
+    rank get zero columns.
+    """
+    n, m = centred.shape
+    _, singular, Vt = np.linalg.svd(centred, full_matrices=False)
+    r = min(rank, singular.shape[0])
+    W = np.zeros((m, rank))
+    W[:, :r] = Vt[:r].T * (singular[:r] / np.sqrt(n))
+    variances = np.einsum("ij,ij->j", centred, centred) / n
+    d = np.maximum(variances - np.einsum("ij,ij->i", W, W), 0.0) + reg_covar
+    return np.column_stack([W, d])
+
+
+def covariance_factor(cov: np.ndarray) -> np.ndarray:
+    """A Cholesky factor of a received full covariance, with a growing relative jitter if needed.
+
+    A transmitted covariance is positive semi-definite up to the rounding of
+    its dtype (checked on receipt), but float16 rounding usually leaves it
+    slightly indefinite at m = 1280 (every one of 136 real digits class
+    covariances).  Cholesky is retried with a jitter of ``1e-8``, ``1e-7``,
+    ... times the mean variance: 2.2 factorisations per covariance on average
+    there.  A projection onto the positive semi-definite cone (one
+    eigendecomposition) was measured 2.3x slower (``benchmarks/fedpft_bytes.py``);
+    the ``"lowrank"`` form needs no factorisation at all.
+    """
     scale = max(float(np.trace(cov)) / cov.shape[0], np.finfo(np.float64).tiny)
     jitter = 0.0
     for _ in range(12):
@@ -343,7 +438,22 @@ class FedPFTClassifier(OneShotHead):
     ----------
     n_components : int, default=1
         Mixture components per (client, class).
-    covariance_type : {"full", "diag", "spherical"}, default="full"
+    covariance_type : {"lowrank", "full", "diag", "spherical"}, default="lowrank"
+        What each component's covariance sends: the top ``rank`` principal
+        directions of the class's rows plus each feature's remaining variance
+        (``"lowrank"``, ``W W^T + diag(d)``, ``m (rank + 1)`` values, one
+        component only: the variances are kept exactly and the server samples
+        without any factorisation), all ``m^2`` entries (``"full"``), the
+        variances (``"diag"``), or one variance (``"spherical"``).  The
+        default is the point of the accuracy-against-bytes curve on real
+        digits features (docs/results.md, "FedPFT: accuracy against bytes")
+        where the bytes fall by 38x (659 KB instead of 24.8 MB per client at
+        m = 1280, 10 classes) for at most half a point of accuracy; ``"diag"``
+        and ``"spherical"`` (Flower's baseline, :meth:`flower_baseline`) lose
+        5 to 16 points there.
+    rank : int, default=32
+        Principal directions per class with ``covariance_type="lowrank"``;
+        with fewer features, ``n_features`` (the full covariance, exactly).
     reg_covar : float, default=1e-6
         Passed to :class:`sklearn.mixture.GaussianMixture`.
     min_samples_per_class : int, default=2
@@ -394,7 +504,8 @@ class FedPFTClassifier(OneShotHead):
         self,
         *,
         n_components: int = 1,
-        covariance_type: str = "full",
+        covariance_type: str = "lowrank",
+        rank: int = 32,
         reg_covar: float = 1e-6,
         min_samples_per_class: int = 2,
         max_synthetic_per_client: int = 100_000,
@@ -404,12 +515,31 @@ class FedPFTClassifier(OneShotHead):
     ) -> None:
         self.n_components = n_components
         self.covariance_type = covariance_type
+        self.rank = rank
         self.reg_covar = reg_covar
         self.min_samples_per_class = min_samples_per_class
         self.max_synthetic_per_client = max_synthetic_per_client
         self.transmit_dtype = transmit_dtype
         self.estimator = estimator
         self.random_state = random_state
+
+    @classmethod
+    def flower_baseline(cls, **params: Any) -> FedPFTClassifier:
+        """The configuration of Flower's FedPFT baseline: one spherical Gaussian per class.
+
+        ``m + 2`` float16 values per (client, class): 25.9 KB per client at
+        m = 1280 with 10 classes, and 7 to 15 points less accurate than the
+        default on digits features (docs/results.md).  ``params`` override.
+
+        Examples
+        --------
+        >>> from skslot.heads import FedPFTClassifier
+        >>> head = FedPFTClassifier.flower_baseline(random_state=0)
+        >>> head.covariance_type, head.n_components, head.transmit_dtype
+        ('spherical', 1, 'float16')
+        """
+        settings = {"covariance_type": "spherical", "n_components": 1, "transmit_dtype": "float16"}
+        return cls(**{**settings, **params})
 
     def _client_statistics(
         self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
@@ -418,9 +548,10 @@ class FedPFTClassifier(OneShotHead):
         min_samples = check_positive_int("min_samples_per_class", self.min_samples_per_class)
         check_option("covariance_type", self.covariance_type, COVARIANCE_TYPES)
         check_in_range("reg_covar", self.reg_covar, 0.0, None)
-        dtype = np.dtype(
-            check_option("transmit_dtype", self.transmit_dtype, TRANSMIT_DTYPES)
-        )
+        dtype = np.dtype(check_option("transmit_dtype", self.transmit_dtype, TRANSMIT_DTYPES))
+        rank = self._rank(X.shape[1])
+        if rank and n_components > 1:
+            raise ValueError("covariance_type='lowrank' fits one component: set n_components=1")
         mixtures, skipped = [], []
         for label in classes:
             rows = X[y == label]
@@ -443,8 +574,14 @@ class FedPFTClassifier(OneShotHead):
                 )
             )
         return ClassMixtures(
-            classes, mixtures, skipped, X.shape[1], self.covariance_type, dtype.name
+            classes, mixtures, skipped, X.shape[1], self.covariance_type, dtype.name, rank
         )
+
+    def _rank(self, n_features: int) -> int:
+        """The low-rank factor's width (0 unless ``covariance_type="lowrank"``)."""
+        if self.covariance_type != "lowrank":
+            return 0
+        return min(check_positive_int("rank", self.rank), n_features)
 
     def _fit_mixture(
         self, rows: np.ndarray, n_components: int, seed: int | None
@@ -457,6 +594,10 @@ class FedPFTClassifier(OneShotHead):
         if n_components == 1:
             mean = rows.mean(axis=0)
             centred = rows - mean
+            if self.covariance_type == "lowrank":
+                rank = self._rank(rows.shape[1])
+                factors = _low_rank_plus_diagonal(centred, rank, self.reg_covar)
+                return np.ones(1), mean[None], factors[None]
             if self.covariance_type == "full":
                 cov = centred.T @ centred / rows.shape[0]
                 cov.flat[:: cov.shape[0] + 1] += self.reg_covar
@@ -507,7 +648,12 @@ class FedPFTClassifier(OneShotHead):
     def _decode_options(self) -> dict:
         check_option("covariance_type", self.covariance_type, COVARIANCE_TYPES)
         dtype = check_option("transmit_dtype", self.transmit_dtype, TRANSMIT_DTYPES)
-        return {"covariance_type": self.covariance_type, "eps": float(np.finfo(dtype).eps)}
+        rank = check_positive_int("rank", self.rank) if self.covariance_type == "lowrank" else 0
+        return {
+            "covariance_type": self.covariance_type,
+            "rank": rank,
+            "eps": float(np.finfo(dtype).eps),
+        }
 
     def _linear_parts(self) -> tuple[np.ndarray, np.ndarray]:
         est = self.estimator_
