@@ -92,7 +92,7 @@ def evaluate_run(
 
     # what each client sends for SLOT: its summary, float32 on the wire (Flower's default)
     summary_bytes = int(
-        np.mean([len(summary.to_bytes("float32")) for summary in slot.summaries_.values()])
+        np.mean([summary.payload_size("float32") for summary in slot.summaries_.values()])
     )
 
     def record(

@@ -257,18 +257,8 @@ class GaussianSummary:
                     "send it in a wider dtype"
                 )
         flags = 0 if self.shrinkage is None else _FLAG_SHRINKAGE
-        label = b""
-        if isinstance(self.client, int):
-            if not -(2**63) <= self.client < 2**63:
-                raise SummaryFormatError("integer client label does not fit in 64 bits")
-            flags |= _FLAG_INT_LABEL
-            label = struct.pack("<q", self.client)
-        elif isinstance(self.client, str):
-            encoded = self.client.encode("utf-8")
-            if len(encoded) > _MAX_LABEL_BYTES:
-                raise SummaryFormatError(f"client label longer than {_MAX_LABEL_BYTES} bytes")
-            flags |= _FLAG_STR_LABEL
-            label = struct.pack("<H", len(encoded)) + encoded
+        label_flag, label = self._label_bytes()
+        flags |= label_flag
         header = _HEADER.pack(
             _MAGIC,
             _FORMAT_VERSION,
@@ -279,6 +269,38 @@ class GaussianSummary:
             np.nan if self.shrinkage is None else self.shrinkage,
         )
         return header + label + packed.tobytes()
+
+    def _label_bytes(self) -> tuple[int, bytes]:
+        """The header flag and the encoded client label (empty for no label)."""
+        if isinstance(self.client, int):
+            if not -(2**63) <= self.client < 2**63:
+                raise SummaryFormatError("integer client label does not fit in 64 bits")
+            return _FLAG_INT_LABEL, struct.pack("<q", self.client)
+        if isinstance(self.client, str):
+            encoded = self.client.encode("utf-8")
+            if len(encoded) > _MAX_LABEL_BYTES:
+                raise SummaryFormatError(f"client label longer than {_MAX_LABEL_BYTES} bytes")
+            return _FLAG_STR_LABEL, struct.pack("<H", len(encoded)) + encoded
+        return 0, b""
+
+    def payload_size(self, dtype: str | np.dtype = "float32") -> int:
+        """Length of :meth:`to_bytes` in ``dtype``, without encoding the values.
+
+        ``len(to_bytes(dtype))`` whenever the encoding succeeds (it can fail
+        when the rounded covariance is no longer positive definite).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skslot import GaussianSummary
+        >>> GaussianSummary(10, np.zeros(2), np.eye(2), client="a").payload_size("float32")
+        51
+        """
+        dt = np.dtype(dtype)
+        if dt.name not in _DTYPE_CODES:
+            raise ValueError(f"dtype must be float16, float32 or float64, got {dt.name}")
+        m = self.dimension
+        return _HEADER.size + len(self._label_bytes()[1]) + (m * (m + 1) // 2 + m) * dt.itemsize
 
     @classmethod
     def from_bytes(

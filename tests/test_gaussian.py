@@ -154,3 +154,12 @@ def test_apply_keeps_float32_and_writes_out(rng):
     res = T.apply(X, out=out, chunk_size=3)
     assert res is out and res.dtype == np.float32
     np.testing.assert_allclose(res, X @ T.linear.T + T.offset, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("client", [None, 7, "amazon", "é" * 10])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_payload_size_is_the_length_of_the_encoding(client, dtype):
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(5, 5))
+    s = GaussianSummary(12, rng.normal(size=5), A @ A.T + np.eye(5), client=client)
+    assert s.payload_size(dtype) == len(s.to_bytes(dtype))
