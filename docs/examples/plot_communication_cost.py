@@ -5,22 +5,30 @@ Communication cost against the feature dimension
 Bytes one client sends, measured on real payloads: its Gaussian summary in
 skslot's wire format (``m (m + 1) / 2 + m + 1`` values) at float16, float32
 and float64, and the statistics of each head for 10 classes (FedCGS: class
-sums and the Gram matrix; O-FedAvg: a linear head; FedPFT: one full
-covariance Gaussian per class in float16), as the arrays they send. The
-summary is sent once, before the head's round.
+sums and the Gram matrix; O-FedAvg: a linear head; FedPFT: one Gaussian per
+class in float16, with the default low-rank-plus-diagonal covariance of rank
+32 or a full one), counted as Flower counts the arrays they send
+(:func:`skslot.heads.message_bytes`). The summary is sent once, before the
+head's round.
 """
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from skslot import GaussianSummaryEstimator
-from skslot.heads import FedCGSClassifier, FedPFTClassifier, OneShotFedAvgClassifier
+from skslot.heads import (
+    FedCGSClassifier,
+    FedPFTClassifier,
+    OneShotFedAvgClassifier,
+    message_bytes,
+)
 
 rng = np.random.default_rng(0)
 dims = [32, 64, 128, 256, 512, 768]
 n, C = 600, 10
-sizes = {name: [] for name in ["summary float16", "summary float32", "summary float64",
-                               "FedCGS", "O-FedAvg", "FedPFT (float16)"]}
+names = ["summary float16", "summary float32", "summary float64", "FedCGS", "O-FedAvg",
+         "FedPFT, rank 32 (default)", "FedPFT, full"]
+sizes = {name: [] for name in names}
 for m in dims:
     X = rng.normal(size=(n, m))
     y = np.arange(n) % C
@@ -30,10 +38,11 @@ for m in dims:
     classes = np.arange(C)
     heads = {"FedCGS": FedCGSClassifier(),
              "O-FedAvg": OneShotFedAvgClassifier(max_iter=5),
-             "FedPFT (float16)": FedPFTClassifier()}
+             "FedPFT, rank 32 (default)": FedPFTClassifier(),
+             "FedPFT, full": FedPFTClassifier(covariance_type="full")}
     for name, head in heads.items():
         arrays = head.client_statistics(X, y, classes).to_arrays()
-        sizes[name].append(sum(a.nbytes for a in arrays.values()))
+        sizes[name].append(message_bytes(arrays))
 
 fig, ax = plt.subplots(figsize=(6, 4))
 for name, values in sizes.items():
