@@ -1,0 +1,156 @@
+"""Flower's Simulation Engine: 20-odd virtual clients, the same apps, the in-process answer.
+
+A SuperLink with the simulation runtime (``flower-superlink --simulation``)
+runs skslot's unchanged ServerApp and ClientApp on Ray, limited to the
+machine's 2 cores; each virtual SuperNode is client ``partition-id`` of the
+paper's partition with several clients per domain (Flower gives every virtual
+node its ``partition-id``).  The global head's predictions must equal the
+in-process protocol's on every client's test rows, and no Ray process may
+outlive the run.  Real digits features (three domains, 7 clients each, after
+the fixed 256-d projection of ``tests/test_bench.py``) when ``../shared`` is
+there, else the embedded Office-Caltech10 (four domains, 5 clients each).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip(
+    "ray", reason="the simulation extra is not installed: pip install '.[simulation]'"
+)
+
+from skslot.datasets import load_npz
+from skslot.flower import DeploymentConfig, write_flower_app
+
+from .conftest import SHARED_DATA
+from .test_flower import in_process
+from .test_flower_deployment import OFFLINE, free_port, stop, tails, wait_for_port
+
+RAY_PROCESSES = ("raylet", "gcs_server", "ray::", "dashboard", "flwr-simulation")
+
+
+def ray_processes() -> set[int]:
+    """PIDs whose command line names a Ray (or Flower simulation) process."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if any(name in cmdline for name in RAY_PROCESSES):
+                found.add(int(entry.name))
+    return found
+
+
+def simulation_data(tmp_path: Path) -> tuple[str, int]:
+    """The data set path for the run config and its number of clients."""
+    digits = SHARED_DATA / "digits_effnet_lite0.npz"
+    if not digits.exists():
+        return "office-caltech10", 5
+    data = load_npz(digits)
+    P, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(data.X.shape[1], 256)))
+    path = tmp_path / "digits256.npz"
+    np.savez(
+        path,
+        X=data.X.astype(np.float64) @ P,
+        y=data.y,
+        domain=data.domain,
+        domains=data.domains,
+        classes=data.classes,
+    )
+    return str(path), 7
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find Ray")
+def test_simulation_engine_with_twenty_virtual_clients_equals_in_process(tmp_path):
+    dataset, per_domain = simulation_data(tmp_path)
+    n_domains = 3 if dataset.endswith(".npz") else 4
+    n_clients = n_domains * per_domain
+    config = DeploymentConfig(
+        head="FedCGS",
+        tau=0.4,
+        alpha=None,  # no client is left without rows
+        dataset=dataset,
+        clients_per_domain=per_domain,
+        summary_dtype="float64",
+        num_clients=n_clients,
+        min_clients=n_clients,
+        connect_timeout=120.0,
+        output_dir=str(tmp_path / "out"),
+    )
+    app = write_flower_app(tmp_path / "app", config)
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    port = free_port()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+        f'address = "127.0.0.1:{port}"\ninsecure = true\n'
+    )
+    env = {**os.environ, **OFFLINE, "FLWR_HOME": str(home)}
+    bin_dir = Path(sys.executable).parent
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    before = ray_processes()
+    with open(logs / "superlink.log", "w") as log:
+        link = subprocess.Popen(
+            [
+                str(bin_dir / "flower-superlink"),
+                "--insecure",
+                "--simulation",
+                "--port",
+                str(port),
+                "--database",
+                str(tmp_path / "state.db"),
+            ],
+            env=env,
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for_port(port, link)
+        federation = f"num-supernodes={n_clients} init-args-num-cpus=2 client-resources-num-cpus=1"
+        run = subprocess.run(
+            [
+                str(bin_dir / "flwr"),
+                "run",
+                str(app),
+                "local",
+                "--stream",
+                "--federation-config",
+                federation,
+            ],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        (logs / "flwr-run.log").write_text(run.stdout + run.stderr)
+        assert run.returncode == 0, tails(logs)
+    finally:
+        stop([link])
+    assert not ray_processes() - before, "Ray processes outlived the run"
+
+    import json
+
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["status"] == "completed", tails(logs)
+    assert len(report["accuracy"]) == n_clients >= 20 and not report["rejected"]
+    with np.load(tmp_path / "out" / "global_head.npz") as head:
+        coef, intercept, classes = head["coef"], head["intercept"], head["classes"]
+    node_configs = {k: {"partition-id": k} for k in range(n_clients)}
+    _, expected, tests = in_process(node_configs, config)
+    accuracy = {report["clients"][node]: value for node, value in report["accuracy"].items()}
+    for client, (Z_test, y_test) in tests.items():
+        predicted = classes[np.argmax(Z_test @ coef.T + intercept, axis=1)]
+        np.testing.assert_array_equal(predicted, expected.predict(Z_test), err_msg=f"{client}")
+        assert accuracy[client] == pytest.approx(np.mean(predicted == y_test), abs=1e-12)
