@@ -109,8 +109,6 @@ def check_rows(estimator: Any, X: Any, *, reset: bool, ensure_min_samples: int =
         raise ValueError("Complex data not supported")
     if X.dtype not in (torch.float32, torch.float64):
         X = X.to(torch.float64)
-    if reset:  # fitting summarises the rows: no gradient flows into the reference
-        X = X.detach()
     if X.shape[0] < ensure_min_samples:
         raise ValueError(
             f"Found array with {X.shape[0]} sample(s) (shape={tuple(X.shape)}) while a "
@@ -222,8 +220,6 @@ def check_feature_scale(X: Any) -> None:
     """
     if X.shape[0] == 0:
         return
-    if is_tensor(X):
-        X = X.detach()
     largest = max(float(X.max()), -float(X.min()))  # no temporary of X's size
     low, high = FEATURE_RANGE
     if largest > high or 0.0 < largest < low:

@@ -10,6 +10,7 @@ from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from ._backend import is_tensor
 from ._doc_link import DocLinkMixin
 from ._moments import DEFAULT_CHUNK_SIZE, ShiftedMoments
 from ._validation import (
@@ -243,6 +244,8 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
         )
 
     def _client_moments(self, X: np.ndarray, client: Any) -> dict[int | str | None, ShiftedMoments]:
+        if is_tensor(X):  # the rows are summarised as data: no gradient flows into a summary
+            X = X.detach()
         check_feature_scale(X)
         labels, codes = check_client_labels(client, X.shape[0])
         if len(labels) == 1:

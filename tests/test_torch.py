@@ -223,6 +223,14 @@ def test_gradients_flow_through_transform_not_into_the_reference(federated):
     np.testing.assert_allclose(
         slot.reference_.covariance, expected.reference_.covariance, rtol=1e-10
     )
+    streamed = GaussianSummaryEstimator()  # partial_fit summarises grad-tracking rows too
+    for part in np.array_split(np.arange(X.shape[0]), 3):
+        streamed.partial_fit(torch.tensor(X[part], requires_grad=True), client=client[part])
+    whole = GaussianSummaryEstimator().fit(X, client=client)
+    for label, summary in whole.summaries_.items():
+        np.testing.assert_allclose(
+            streamed.summaries_[label].covariance, summary.covariance, rtol=1e-10
+        )
     weights = torch.tensor(np.random.default_rng(0).normal(size=X.shape[1]))
     X_grad = torch.tensor(X, requires_grad=True)
     Z = slot.transform(X_grad, client=client)
