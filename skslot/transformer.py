@@ -157,8 +157,6 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         check_in_range("tau", self.tau, 0.0, 1.0)
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         X = check_rows(self, X, reset=True, ensure_min_samples=2)
-        if len(check_client_labels(client, X.shape[0])[0]) == 1:
-            warn_single_client(type(self).__name__)
         bary = BuresBarycenter(
             weights=self.weights,
             solver=self.solver,
@@ -170,9 +168,11 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
             chunk_size=self.chunk_size,
             n_jobs=self.n_jobs,
         )
-        with warnings.catch_warnings():  # warned above, in this estimator's name
+        with warnings.catch_warnings():  # warned below, in this estimator's name
             warnings.simplefilter("ignore", SingleClientWarning)
             bary.fit(X, client=client)  # on a tensor's device when X is one
+        if len(bary.clients_) == 1:
+            warn_single_client(type(self).__name__)
         self.summaries_ = dict(zip(bary.clients_, bary.summaries_, strict=True))
         self.reference_ = bary.reference_
         self.maps_ = bary.transport_maps()
