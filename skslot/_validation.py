@@ -18,6 +18,7 @@ __all__ = [
     "check_classification_data",
     "check_client_labels",
     "check_feature_scale",
+    "check_host_rows",
     "check_in_range",
     "check_non_negative_int",
     "check_option",
@@ -92,14 +93,7 @@ def check_rows(estimator: Any, X: Any, *, reset: bool, ensure_min_samples: int =
     through scikit-learn's ``validate_data`` (float64 or float32 kept).
     """
     if not is_tensor(X):
-        X = as_host_rows(X)  # other Array API namespaces: host NumPy
-        return validate_data(
-            estimator,
-            X,
-            dtype=[np.float64, np.float32],
-            reset=reset,
-            ensure_min_samples=ensure_min_samples,
-        )
+        return check_host_rows(estimator, X, reset=reset, ensure_min_samples=ensure_min_samples)
     import torch
 
     name = type(estimator).__name__
@@ -128,6 +122,23 @@ def check_rows(estimator: Any, X: Any, *, reset: bool, ensure_min_samples: int =
             f"{estimator.n_features_in_} features as input."
         )
     return X
+
+
+def check_host_rows(
+    estimator: Any, X: Any, *, reset: bool, ensure_min_samples: int = 1
+) -> np.ndarray:
+    """``validate_data`` on host NumPy rows, float64 or float32 kept.
+
+    Any array goes in (tensors and other Array API arrays are read into host
+    NumPy first, :func:`~skslot._backend.as_host_rows`).
+    """
+    return validate_data(
+        estimator,
+        as_host_rows(X),
+        dtype=[np.float64, np.float32],
+        reset=reset,
+        ensure_min_samples=ensure_min_samples,
+    )
 
 
 def check_classification_data(estimator: Any, X: Any, y: Any) -> tuple[Any, Any, np.ndarray]:

@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
 from sklearn.metrics import accuracy_score
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from ._backend import as_host_rows
 from ._doc_link import DocLinkMixin
 from ._validation import (
     check_classification_data,
     check_client_labels,
+    check_host_rows,
     check_option,
     spawn_seeds,
 )
@@ -285,7 +285,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
 
     def _aligned(self, X: Any, client: Any) -> np.ndarray:
         check_is_fitted(self, "best_estimator_")
-        X = validate_data(self, as_host_rows(X), reset=False, dtype=[np.float64, np.float32])
+        X = check_host_rows(self, X, reset=False)
         if client is None and len(self.clients_) > 1:
             raise ValueError(
                 f"{type(self).__name__} needs client labels to align rows: fit saw "

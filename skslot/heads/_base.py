@@ -16,11 +16,16 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.special import softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from .._backend import as_host_rows
 from .._doc_link import DocLinkMixin
-from .._validation import check_classification_data, check_client_labels, spawn_seeds
+from .._validation import (
+    check_classification_data,
+    check_client_labels,
+    check_host_rows,
+    spawn_seeds,
+)
 from ..gaussian import GaussianMap
 from ._wire import LinearScores, message_bytes
 
@@ -86,9 +91,7 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
             a randomised head draws this client's seed from ``random_state``
             at that position, exactly as ``fit`` does.
         """
-        X = np.asarray(
-            validate_data(self, as_host_rows(X), reset=True, dtype=[np.float64, np.float32])
-        )
+        X = np.asarray(check_host_rows(self, X, reset=True))
         classes = np.asarray(classes)
         y = np.asarray(as_host_rows(y))
         missing = np.setdiff1d(y, classes)
@@ -219,7 +222,7 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
 
     def _validate_for_predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "classes_")
-        return validate_data(self, as_host_rows(X), reset=False, dtype=[np.float64, np.float32])
+        return check_host_rows(self, X, reset=False)
 
     @abstractmethod
     def _scores(self, X: np.ndarray) -> np.ndarray:
