@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -70,28 +70,15 @@ class ClassMixture:
         if self.weights.shape[0] == other.weights.shape[0] == 1:
             mean = a * self.means[0] + b * other.means[0]
             d = self.means[0] - other.means[0]
-            if self.covariance_type in ("full", "lowrank"):
+            if self.covariance_type == "full":
                 between = a * b * np.outer(d, d)
             elif self.covariance_type == "diag":
                 between = a * b * d * d
             else:
                 between = np.array([a * b * float(d @ d) / d.shape[0]])
-            if self.covariance_type == "lowrank":  # the union's covariance is not low rank
-                mine, theirs = self.full_covariances()[0], other.full_covariances()[0]
-                cov = a * mine + b * theirs + between
-                return ClassMixture(self.label, n, np.ones(1), mean[None], cov[None], "full")
             cov = a * self.covariances[0] + b * other.covariances[0] + between
             kind = self.covariance_type
             return ClassMixture(self.label, n, np.ones(1), mean[None], cov[None], kind)
-        if self.covariance_type == "lowrank":
-            return ClassMixture(
-                self.label,
-                n,
-                np.concatenate([a * self.weights, b * other.weights]),
-                np.concatenate([self.means, other.means]),
-                np.concatenate([self.full_covariances(), other.full_covariances()]),
-                "full",
-            )
         return ClassMixture(
             self.label,
             n,
@@ -219,15 +206,14 @@ class ClassMixtures:
         """
         if other.covariance_type != self.covariance_type:
             raise ValueError("cannot merge mixtures of different covariance types")
+        if self.covariance_type == "lowrank":  # the union's covariance is not low rank
+            return self._as_full().merge(other._as_full())
         by_class = {mx.label: mx for mx in self.mixtures}
         merged = []
         for mx in other.mixtures:
             mine = by_class.pop(mx.label, None)
             merged.append(mx if mine is None else mine.merge(mx))
         merged.extend(by_class.values())
-        kind = self.covariance_type
-        if kind == "lowrank":  # a merged covariance is not low rank: all become full
-            merged, kind = [mx.as_full() for mx in merged], "full"
         order = {label: i for i, label in enumerate(self.classes.tolist())}
         merged.sort(key=lambda mx: order[_as_python(mx.label)])
         sent = {mx.label for mx in merged}
@@ -236,7 +222,14 @@ class ClassMixtures:
             skipped[label] = skipped.get(label, 0) + count
         # a class skipped in one part but sent in the other: its skipped rows are lost
         skipped_list = [(label, count) for label, count in skipped.items() if label not in sent]
-        return ClassMixtures(self.classes, merged, skipped_list, self.n_features, kind, "float64")
+        return ClassMixtures(
+            self.classes, merged, skipped_list, self.n_features, self.covariance_type, "float64"
+        )
+
+    def _as_full(self) -> ClassMixtures:
+        """The same message with full covariance matrices."""
+        mixtures = [mx.as_full() for mx in self.mixtures]
+        return replace(self, mixtures=mixtures, covariance_type="full", rank=0)
 
     def aligned(self, transport: GaussianMap) -> ClassMixtures:
         """Every mixture pushed through ``transport`` (:meth:`ClassMixture.aligned`)."""
@@ -577,11 +570,16 @@ class FedPFTClassifier(OneShotHead):
             classes, mixtures, skipped, X.shape[1], self.covariance_type, dtype.name, rank
         )
 
-    def _rank(self, n_features: int) -> int:
-        """The low-rank factor's width (0 unless ``covariance_type="lowrank"``)."""
+    def _rank(self, n_features: int | None = None) -> int:
+        """The low-rank factor's width (0 unless ``covariance_type="lowrank"``).
+
+        At most ``n_features``: the decoder, which does not know the dimension
+        here, applies that bound itself (:meth:`ClassMixtures.from_arrays`).
+        """
         if self.covariance_type != "lowrank":
             return 0
-        return min(check_positive_int("rank", self.rank), n_features)
+        rank = check_positive_int("rank", self.rank)
+        return rank if n_features is None else min(rank, n_features)
 
     def _fit_mixture(
         self, rows: np.ndarray, n_components: int, seed: int | None
@@ -648,10 +646,9 @@ class FedPFTClassifier(OneShotHead):
     def _decode_options(self) -> dict:
         check_option("covariance_type", self.covariance_type, COVARIANCE_TYPES)
         dtype = check_option("transmit_dtype", self.transmit_dtype, TRANSMIT_DTYPES)
-        rank = check_positive_int("rank", self.rank) if self.covariance_type == "lowrank" else 0
         return {
             "covariance_type": self.covariance_type,
-            "rank": rank,
+            "rank": self._rank(),
             "eps": float(np.finfo(dtype).eps),
         }
 
