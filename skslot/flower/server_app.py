@@ -386,30 +386,32 @@ def _plausible(run: _Run) -> None:
     remaining clients' counts are capped at ``max-weight-ratio`` times the
     median, and a capped client's statistics are scaled down to that weight.
     """
-    config, nodes = run.config, run.order
-    if not config.defence:
-        for node in nodes:
-            run.clients[node].weight = float(run.clients[node].summary.n)
-        return
-    summaries = [run.clients[node].summary for node in nodes]
-    reasons = implausible_summaries(
-        summaries,
-        max_variance_ratio=config.max_variance_ratio,
-        max_mean_offset=config.max_mean_offset,
-    )
-    reasons.update(
-        (k, why)
-        for k, why in implausible_counts(
-            [s.n for s in summaries], max_count_ratio=config.max_count_ratio
-        ).items()
-        if k not in reasons
-    )
-    for k, why in sorted(reasons.items()):
-        run.report.reject("upload", nodes[k], f"implausible: {why}")
-    run.keep("upload", [node for k, node in enumerate(nodes) if k not in reasons])
+    config = run.config
+    if config.defence:
+        nodes = run.order
+        summaries = [run.clients[node].summary for node in nodes]
+        reasons = implausible_summaries(
+            summaries,
+            max_variance_ratio=config.max_variance_ratio,
+            max_mean_offset=config.max_mean_offset,
+        )
+        reasons.update(
+            (k, why)
+            for k, why in implausible_counts(
+                [s.n for s in summaries], max_count_ratio=config.max_count_ratio
+            ).items()
+            if k not in reasons
+        )
+        for k, why in sorted(reasons.items()):
+            run.report.reject("upload", nodes[k], f"implausible: {why}")
+        run.keep("upload", [node for k, node in enumerate(nodes) if k not in reasons])
     nodes = run.order
     counts = [run.clients[node].summary.n for node in nodes]
-    caps = capped_counts(counts, max_weight_ratio=config.max_weight_ratio)
+    caps = (
+        capped_counts(counts, max_weight_ratio=config.max_weight_ratio)
+        if config.defence
+        else np.asarray(counts, dtype=np.float64)
+    )
     for node, n, capped in zip(nodes, counts, caps, strict=True):
         client = run.clients[node]
         client.weight = float(capped)
@@ -493,16 +495,17 @@ def _local_updates(
             ]
         except (messages.ProtocolError, StatisticsFormatError) as exc:
             run.report.reject(stage, node, exc)
-    nodes = list(received) if run.config.defence else []
-    norms = [
-        max(float(np.linalg.norm(np.column_stack([u.coef, u.intercept]))) for u in received[node])
-        for node in nodes
-    ]
-    for k, why in implausible_norms(
-        norms, max_norm_ratio=run.config.max_norm_ratio, what="local head norm"
-    ).items():
-        run.report.reject(stage, nodes[k], f"implausible: {why}")
-        del received[nodes[k]]
+    if run.config.defence:
+        nodes = list(received)
+        norms = [
+            max(float(np.linalg.norm(np.column_stack([u.coef, u.intercept]))) for u in received[n])
+            for n in nodes
+        ]
+        for k, why in implausible_norms(
+            norms, max_norm_ratio=run.config.max_norm_ratio, what="local head norm"
+        ).items():
+            run.report.reject(stage, nodes[k], f"implausible: {why}")
+            del received[nodes[k]]
     run.keep(stage, received)
     return {tau: [received[node][i] for node in run.order] for i, tau in enumerate(taus)}
 
