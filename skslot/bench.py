@@ -216,26 +216,23 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
                     [v for (a, h, t, _), v in macro.items() if (a, h, t) == (alpha, head, tau)]
                 )
 
-            def domain_spread(tau: float, alpha: Any = alpha, head: str = head) -> float:
-                per_domain: dict[str, list[float]] = {}
-                for r in records:
-                    if (r["alpha"], r["head"], r["tau"], r.get("selection", "fixed")) == (
-                        alpha,
-                        head,
-                        tau,
-                        "fixed",
-                    ):
-                        per_domain.setdefault(r["domain"], []).append(r["accuracy"])
-                return float(100 * np.std([np.mean(v) for v in per_domain.values()]))
-
-            def bytes_at(tau: float, key: str, alpha: Any = alpha, head: str = head) -> list:
+            def fixed(tau: float, alpha: Any = alpha, head: str = head) -> list[dict]:
+                """The fixed-tau records of this (alpha, head) at ``tau``."""
                 return [
-                    float(r[key])
+                    r
                     for r in records
                     if (r["alpha"], r["head"], r["tau"], r.get("selection", "fixed"))
                     == (alpha, head, tau, "fixed")
-                    and r.get(key, "") != ""
-                ] or [np.nan]
+                ]
+
+            def domain_spread(tau: float) -> float:
+                per_domain: dict[str, list[float]] = {}
+                for r in fixed(tau):
+                    per_domain.setdefault(r["domain"], []).append(r["accuracy"])
+                return float(100 * np.std([np.mean(v) for v in per_domain.values()]))
+
+            def bytes_at(tau: float, key: str) -> list:
+                return [float(r[key]) for r in fixed(tau) if r.get(key, "") != ""] or [np.nan]
 
             base, slot = seeds_at(0.0), seeds_at(main_tau)
             sweep = {tau: float(seeds_at(tau).mean()) for tau in taus}
