@@ -77,6 +77,30 @@ def stop(processes: list[subprocess.Popen]) -> None:
             p.wait()
 
 
+def flower_env(tmp_path: Path, port: int) -> dict[str, str]:
+    """The environment of a run whose Flower config names one SuperLink, "local", at ``port``."""
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+        f'address = "127.0.0.1:{port}"\ninsecure = true\n'
+    )
+    return {**os.environ, **OFFLINE, "FLWR_HOME": str(home)}
+
+
+def launch(logs: Path, name: str, *args: str, env: dict, cwd: Path) -> subprocess.Popen:
+    """Start a Flower command of this environment in its own session, logging to ``name.log``."""
+    with open(logs / f"{name}.log", "w") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [str(Path(sys.executable).parent / args[0]), *args[1:]],
+            env=env,
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def tails(logs: Path) -> str:
     return "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in sorted(logs.glob("*.log")))
 
@@ -84,13 +108,8 @@ def tails(logs: Path) -> str:
 def test_flower_deployment_on_localhost(tmp_path):
     dataset = "office-caltech10"
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, **OFFLINE, "FLWR_HOME": str(tmp_path / "flwr-home")}
     link_port = free_port()
-    (tmp_path / "flwr-home").mkdir()
-    (tmp_path / "flwr-home" / "config.toml").write_text(
-        f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
-        f'address = "127.0.0.1:{link_port}"\ninsecure = true\n'
-    )
+    env = flower_env(tmp_path, link_port)
     output = tmp_path / "out"
     config = DeploymentConfig(
         head="FedCGS",
@@ -114,26 +133,28 @@ def test_flower_deployment_on_localhost(tmp_path):
     hostile_dir = write_flower_app(tmp_path / "app-hostile", hostile)
     shutil.copytree(Path(__file__).parent / "hostile_app", hostile_dir / "hostile_app")
     toml = hostile_dir / "pyproject.toml"
-    toml.write_text(
-        toml.read_text().replace('"skslot.flower.client_app:app"', '"hostile_app:app"')
-    )
+    toml.write_text(toml.read_text().replace('"skslot.flower.client_app:app"', '"hostile_app:app"'))
     logs = tmp_path / "logs"
     logs.mkdir()
 
     processes: list[subprocess.Popen] = []
 
     def start(name: str, *args: str) -> subprocess.Popen:
-        with open(logs / f"{name}.log", "w") as log:  # the child keeps its own descriptor
-            process = subprocess.Popen(
-                [str(bin_dir / args[0]), *args[1:]],
-                env=env,
-                cwd=tmp_path,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        processes.append(process)
-        return process
+        processes.append(launch(logs, name, *args, env=env, cwd=tmp_path))
+        return processes[-1]
+
+    def supernode(name: str, node_config: str) -> None:
+        start(
+            name,
+            "flower-supernode",
+            "--insecure",
+            "--superlink",
+            f"127.0.0.1:{link_port}",
+            "--port",
+            str(free_port()),
+            "--node-config",
+            node_config,
+        )
 
     try:
         link = start(
@@ -147,17 +168,8 @@ def test_flower_deployment_on_localhost(tmp_path):
         )
         wait_for_port(link_port, link)
         for i in range(N_NODES):
-            start(
-                f"supernode{i}",
-                "flower-supernode",
-                "--insecure",
-                "--superlink",
-                f"127.0.0.1:{link_port}",
-                "--port",
-                str(free_port()),
-                "--node-config",
-                f"partition-id={i}",
-            )
+            supernode(f"supernode{i}", f"partition-id={i}")
+
         def flwr_run(directory: Path, out: Path) -> None:
             """``flwr run`` an App; it must exit 0 and its ServerApp write its outputs."""
             run = subprocess.run(
@@ -177,17 +189,7 @@ def test_flower_deployment_on_localhost(tmp_path):
 
         flwr_run(app_dir, output)
         flwr_run(auto_dir, Path(auto.output_dir))
-        start(
-            "supernode-hostile",
-            "flower-supernode",
-            "--insecure",
-            "--superlink",
-            f"127.0.0.1:{link_port}",
-            "--port",
-            str(free_port()),
-            "--node-config",
-            f"partition-id={N_NODES} hostile=1",
-        )
+        supernode("supernode-hostile", f"partition-id={N_NODES} hostile=1")
         flwr_run(hostile_dir, Path(hostile.output_dir))
     finally:
         stop(processes)

@@ -13,7 +13,6 @@ there, else the embedded Office-Caltech10 (four domains, 5 clients each).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +29,7 @@ from skslot.flower import DeploymentConfig, write_flower_app
 
 from .conftest import SHARED_DATA
 from .test_flower import in_process
-from .test_flower_deployment import OFFLINE, free_port, stop, tails, wait_for_port
+from .test_flower_deployment import flower_env, free_port, launch, stop, tails, wait_for_port
 
 RAY_PROCESSES = ("raylet", "gcs_server", "ray::", "dashboard", "flwr-simulation")
 
@@ -86,35 +85,25 @@ def test_simulation_engine_with_twenty_virtual_clients_equals_in_process(tmp_pat
         output_dir=str(tmp_path / "out"),
     )
     app = write_flower_app(tmp_path / "app", config)
-    home = tmp_path / "flwr-home"
-    home.mkdir()
     port = free_port()
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
-        f'address = "127.0.0.1:{port}"\ninsecure = true\n'
-    )
-    env = {**os.environ, **OFFLINE, "FLWR_HOME": str(home)}
+    env = flower_env(tmp_path, port)
     bin_dir = Path(sys.executable).parent
     logs = tmp_path / "logs"
     logs.mkdir()
     before = ray_processes()
-    with open(logs / "superlink.log", "w") as log:
-        link = subprocess.Popen(
-            [
-                str(bin_dir / "flower-superlink"),
-                "--insecure",
-                "--simulation",
-                "--port",
-                str(port),
-                "--database",
-                str(tmp_path / "state.db"),
-            ],
-            env=env,
-            cwd=tmp_path,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    link = launch(
+        logs,
+        "superlink",
+        "flower-superlink",
+        "--insecure",
+        "--simulation",
+        "--port",
+        str(port),
+        "--database",
+        str(tmp_path / "state.db"),
+        env=env,
+        cwd=tmp_path,
+    )
     try:
         wait_for_port(port, link)
         federation = f"num-supernodes={n_clients} init-args-num-cpus=2 client-resources-num-cpus=1"
