@@ -36,17 +36,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import Message
 from joblib import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
 from skslot import GaussianSummary
 from skslot.datasets import dirichlet_partition, load_npz
-from skslot.flower import DeploymentConfig, DeploymentError, messages, run_one_shot
+from skslot.flower import DeploymentConfig, DeploymentError, run_one_shot
 from skslot.flower import client_app as client_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.flower_harness import LocalGrid
+from tests.flower_harness import (
+    LocalGrid,
+    inflated_count,
+    own_summary,
+    rewrite_upload,
+    scaled_heads,
+    scaled_summary,
+    tamper_statistics,
+)
 
 DIGITS = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effnet_lite0.npz"
 HONEST, ATTACKER = (11, 12, 13), 14
@@ -57,102 +65,9 @@ Fault = Callable[[Message, Message], Message | None]
 # -- what the attacker does to its messages --------------------------------------------------
 
 
-def _rewrite_upload(
-    request: Message, reply: Message, summary=None, config=None, statistics=None
-) -> Message:
-    """The upload reply with a replaced summary, config values or statistics arrays."""
-    values = dict(reply.content.config_records[messages.CONFIG])
-    if summary is not None:
-        values["summary"] = summary.to_bytes("float64")
-    values.update(config or {})
-    content = RecordDict({messages.CONFIG: ConfigRecord(values)})
-    for name, record in reply.content.array_records.items():
-        content[name] = record
-    if statistics is not None:
-        arrays = {n: a.numpy() for n, a in reply.content.array_records[messages.STATISTICS].items()}
-        content[messages.STATISTICS] = messages.arrays_to_record(statistics(arrays))
-    return Message(content, reply_to=request)
-
-
-def _own_summary(reply: Message) -> GaussianSummary:
-    return GaussianSummary.from_bytes(reply.content.config_records[messages.CONFIG]["summary"])
-
-
-def inflated_count(factor: int) -> Fault:
-    """Declares ``factor`` times its rows, consistently in every message."""
-
-    def fault(request: Message, reply: Message) -> Message:
-        kind = request.metadata.message_type
-        if kind == "query.upload":
-            own = _own_summary(reply)
-            summary = GaussianSummary(own.n * factor, own.mean, own.covariance, client=own.client)
-            config = {"n-fit": reply.content.config_records[messages.CONFIG]["n-fit"] * factor}
-            if messages.STATISTICS not in reply.content.array_records:
-                return _rewrite_upload(request, reply, summary, config)
-            scaled = ("n", "counts", "sums", "s1", "gram_upper")
-            return _rewrite_upload(
-                request,
-                reply,
-                summary,
-                config,
-                lambda a: {k: v * factor if k in scaled else v for k, v in a.items()},
-            )
-        if kind == "train.updates":
-            arrays = {
-                n: a.numpy() for n, a in reply.content.array_records[messages.UPDATES].items()
-            }
-            arrays = {n: a * factor if n.endswith(".n") else a for n, a in arrays.items()}
-            content = RecordDict({messages.UPDATES: messages.arrays_to_record(arrays)})
-            return Message(content, reply_to=request)
-        return reply
-
-    return fault
-
-
 def scaled_gram(factor: float) -> Fault:
     """FedCGS statistics with the Gram matrix times ``factor``, at the honest count."""
-
-    def fault(request: Message, reply: Message) -> Message:
-        if request.metadata.message_type != "query.upload":
-            return reply
-        return _rewrite_upload(
-            request, reply, statistics=lambda a: {**a, "gram_upper": a["gram_upper"] * factor}
-        )
-
-    return fault
-
-
-def scaled_summary(factor: float) -> Fault:
-    """The summary's covariance times ``factor`` (the statistics left honest)."""
-
-    def fault(request: Message, reply: Message) -> Message:
-        if request.metadata.message_type != "query.upload":
-            return reply
-        own = _own_summary(reply)
-        return _rewrite_upload(
-            request,
-            reply,
-            GaussianSummary(own.n, own.mean, own.covariance * factor, client=own.client),
-        )
-
-    return fault
-
-
-def scaled_heads(factor: float) -> Fault:
-    """O-FedAvg local heads (coefficients and intercepts) times ``factor``."""
-
-    def fault(request: Message, reply: Message) -> Message:
-        if request.metadata.message_type != "train.updates":
-            return reply
-        arrays = {n: a.numpy() for n, a in reply.content.array_records[messages.UPDATES].items()}
-        arrays = {
-            n: a * factor if n.endswith(("coef", "intercept")) else a for n, a in arrays.items()
-        }
-        return Message(
-            RecordDict({messages.UPDATES: messages.arrays_to_record(arrays)}), reply_to=request
-        )
-
-    return fault
+    return tamper_statistics(lambda a: {**a, "gram_upper": a["gram_upper"] * factor})
 
 
 def poisoned_reference(n: int, shift: float) -> Fault:
@@ -161,9 +76,9 @@ def poisoned_reference(n: int, shift: float) -> Fault:
     def fault(request: Message, reply: Message) -> Message | None:
         if request.metadata.message_type != "query.upload":
             return None
-        own = _own_summary(reply)
+        own = own_summary(reply)
         summary = GaussianSummary(n, own.mean + shift, own.covariance, client=own.client)
-        return _rewrite_upload(request, reply, summary, {"n-fit": n})
+        return rewrite_upload(request, reply, summary, {"n-fit": n})
 
     return fault
 

@@ -2,18 +2,22 @@
 
 The server logic runs unchanged against it; each node has its own ``Context``
 (node config, persistent state), and a per-node *fault* can drop or tamper
-with that node's replies, which is how the fault tests play a client that
-times out or turns hostile.
+with that node's replies, which is how the fault tests (and
+``benchmarks/attacks.py``) play a client that times out or turns hostile.
+The faults they share are at the end of this module.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from flwr.app import Context, Error, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
+
+from skslot import GaussianSummary
+from skslot.flower import messages
 
 SERVER_NODE_ID = 1
 
@@ -83,3 +87,113 @@ class LocalGrid(Grid):
 
     def send_and_receive(self, messages, *, timeout=None):
         return self.pull_messages(self.push_messages(messages))
+
+
+# -- faults of a hostile client: every message still valid on the wire --------------------------
+
+
+def rewrite_upload(
+    request: Message, reply: Message, summary=None, config=None, statistics=None
+) -> Message:
+    """The upload reply with a replaced summary, config values or statistics arrays."""
+    values = dict(reply.content.config_records[messages.CONFIG])
+    if summary is not None:
+        values["summary"] = summary.to_bytes("float64")
+    values.update(config or {})
+    content = RecordDict({messages.CONFIG: ConfigRecord(values)})
+    for name, record in reply.content.array_records.items():
+        content[name] = record
+    if statistics is not None:
+        arrays = {n: a.numpy() for n, a in reply.content.array_records[messages.STATISTICS].items()}
+        content[messages.STATISTICS] = messages.arrays_to_record(statistics(arrays))
+    return Message(content, reply_to=request)
+
+
+def own_summary(reply: Message) -> GaussianSummary:
+    """The summary a client's upload reply carries."""
+    return GaussianSummary.from_bytes(reply.content.config_records[messages.CONFIG]["summary"])
+
+
+def tamper_statistics(edit: Callable) -> Fault:
+    """The upload's head statistics replaced by ``edit(arrays)`` (values may be raw ``Array``s)."""
+
+    def fault(request: Message, reply: Message) -> Message:
+        if request.metadata.message_type != "query.upload" or reply.has_error():
+            return reply
+        record = reply.content.array_records[messages.STATISTICS]
+        arrays = {name: array.numpy() for name, array in record.items()}
+        raw = edit(arrays)
+        record = ArrayRecord(
+            {name: a if isinstance(a, Array) else Array(a) for name, a in raw.items()}
+        )
+        content = RecordDict(
+            {
+                messages.CONFIG: reply.content.config_records[messages.CONFIG],
+                messages.STATISTICS: record,
+            }
+        )
+        return Message(content, reply_to=request)
+
+    return fault
+
+
+def scaled_summary(factor: float, shift: float = 0.0) -> Fault:
+    """The client's true summary, valid on the wire, but its covariance scaled and mean shifted."""
+
+    def fault(request: Message, reply: Message) -> Message:
+        if request.metadata.message_type != "query.upload":
+            return reply
+        own = own_summary(reply)
+        mean, covariance = own.mean + shift, own.covariance * factor
+        return rewrite_upload(
+            request, reply, GaussianSummary(own.n, mean, covariance, client=own.client)
+        )
+
+    return fault
+
+
+def inflated_count(factor: int) -> Fault:
+    """Declares ``factor`` times its rows, consistently in every message."""
+
+    def fault(request: Message, reply: Message) -> Message:
+        kind = request.metadata.message_type
+        if kind == "query.upload":
+            own = own_summary(reply)
+            summary = GaussianSummary(own.n * factor, own.mean, own.covariance, client=own.client)
+            config = {"n-fit": reply.content.config_records[messages.CONFIG]["n-fit"] * factor}
+            if messages.STATISTICS not in reply.content.array_records:
+                return rewrite_upload(request, reply, summary, config)
+            scaled = ("n", "counts", "sums", "s1", "gram_upper")
+            return rewrite_upload(
+                request,
+                reply,
+                summary,
+                config,
+                lambda a: {k: v * factor if k in scaled else v for k, v in a.items()},
+            )
+        if kind == "train.updates":
+            return _rewrite_updates(request, reply, lambda n: n.endswith(".n"), factor)
+        return reply
+
+    return fault
+
+
+def scaled_heads(factor: float) -> Fault:
+    """O-FedAvg local heads (coefficients and intercepts) times ``factor``."""
+
+    def fault(request: Message, reply: Message) -> Message:
+        if request.metadata.message_type != "train.updates":
+            return reply
+        return _rewrite_updates(request, reply, lambda n: n.endswith(("coef", "intercept")), factor)
+
+    return fault
+
+
+def _rewrite_updates(
+    request: Message, reply: Message, selected: Callable[[str], bool], factor: float
+) -> Message:
+    """The updates reply with the ``selected`` arrays multiplied by ``factor``."""
+    arrays = {n: a.numpy() for n, a in reply.content.array_records[messages.UPDATES].items()}
+    arrays = {n: a * factor if selected(n) else a for n, a in arrays.items()}
+    content = RecordDict({messages.UPDATES: messages.arrays_to_record(arrays)})
+    return Message(content, reply_to=request)

@@ -36,7 +36,13 @@ from skslot.flower import (  # noqa: E402
 from skslot.flower.client_app import app as client_app  # noqa: E402
 from skslot.heads import FedCGSClassifier, message_bytes  # noqa: E402
 
-from .flower_harness import LocalGrid  # noqa: E402
+from .flower_harness import (  # noqa: E402
+    LocalGrid,
+    inflated_count,
+    scaled_heads,
+    scaled_summary,
+    tamper_statistics,
+)
 
 N_CLIENTS = 4
 M = 6
@@ -394,27 +400,6 @@ def _npy(array: np.ndarray, *, allow_pickle: bool = False) -> bytes:
     return buffer.getvalue()
 
 
-def tamper_statistics(edit):
-    def fault(request: Message, reply: Message) -> Message:
-        if request.metadata.message_type != "query.upload" or reply.has_error():
-            return reply
-        record = reply.content.array_records[messages.STATISTICS]
-        arrays = {name: array.numpy() for name, array in record.items()}
-        raw = edit(arrays)
-        record = ArrayRecord(
-            {name: a if isinstance(a, Array) else Array(a) for name, a in raw.items()}
-        )
-        content = RecordDict(
-            {
-                messages.CONFIG: reply.content.config_records[messages.CONFIG],
-                messages.STATISTICS: record,
-            }
-        )
-        return Message(content, reply_to=request)
-
-    return fault
-
-
 def _with(**changes):
     return lambda arrays: {**arrays, **changes}
 
@@ -658,25 +643,6 @@ def test_a_failed_run_says_so_and_leaves_no_stale_outputs(node_configs, tmp_path
     assert sorted(p.name for p in out.iterdir()) == ["report.json"]
 
 
-def _scaled_summary(factor: float, shift: float = 0.0):
-    """A client that sends its true summary, valid on the wire, but scaled and shifted."""
-
-    def fault(request: Message, reply: Message) -> Message:
-        if request.metadata.message_type != "query.upload":
-            return reply
-        config = dict(reply.content.config_records[messages.CONFIG])
-        own = GaussianSummary.from_bytes(config["summary"])
-        hostile = GaussianSummary(own.n, own.mean + shift, own.covariance * factor, client=3)
-        content = RecordDict(
-            {messages.CONFIG: ConfigRecord({**config, "summary": hostile.to_bytes("float64")})}
-        )
-        for name, record in reply.content.array_records.items():
-            content[name] = record
-        return Message(content, reply_to=request)
-
-    return fault
-
-
 @pytest.mark.parametrize(
     ("factor", "shift", "reason"),
     [
@@ -696,7 +662,7 @@ def test_implausible_summaries_are_rejected_and_the_run_equals_the_others(
     """
     settings = {"summary_dtype": "float64", "head": "O-FedAvg"}
     report, scores, _, _ = deploy(
-        node_configs, faults={14: _scaled_summary(factor, shift)}, **settings
+        node_configs, faults={14: scaled_summary(factor, shift)}, **settings
     )
     assert reason in report.rejected["upload"][14]
     honest, expected, _ = deploy(
@@ -709,7 +675,7 @@ def test_implausible_summaries_are_rejected_and_the_run_equals_the_others(
 def test_with_the_defence_off_an_implausible_summary_counts(node_configs, caplog):
     """``defence = false`` (for studying attacks): the x1e8 summary is accepted, and it hurts."""
     settings = {"summary_dtype": "float64", "head": "O-FedAvg"}
-    faults = {14: _scaled_summary(1e8)}
+    faults = {14: scaled_summary(1e8)}
     with caplog.at_level(logging.WARNING, logger="flwr"):
         report = deploy(node_configs, faults=faults, defence=False, **settings)[0]
     assert "the defence is off" in caplog.text
@@ -722,49 +688,19 @@ def test_with_the_defence_off_an_implausible_summary_counts(node_configs, caplog
     )
 
 
-def _inflated_count(factor: int):
-    """A client declaring ``factor`` times its rows, consistently in every message."""
-
-    def fault(request: Message, reply: Message) -> Message:
-        if request.metadata.message_type != "query.upload":
-            return reply
-        config = dict(reply.content.config_records[messages.CONFIG])
-        own = GaussianSummary.from_bytes(config["summary"])
-        inflated = GaussianSummary(own.n * factor, own.mean, own.covariance, client=own.client)
-        stats = {n: a.numpy() for n, a in reply.content.array_records[messages.STATISTICS].items()}
-        stats.update(
-            n=stats["n"] * factor,
-            counts=stats["counts"] * factor,
-            sums=stats["sums"] * factor,
-            s1=stats["s1"] * factor,
-            gram_upper=stats["gram_upper"] * factor,
-        )
-        content = RecordDict(
-            {
-                messages.CONFIG: ConfigRecord(
-                    {**config, "summary": inflated.to_bytes("float64"), "n-fit": own.n * factor}
-                ),
-                messages.STATISTICS: messages.arrays_to_record(stats),
-            }
-        )
-        return Message(content, reply_to=request)
-
-    return fault
-
-
 def test_an_inflated_count_is_rejected_or_its_weight_capped(node_configs):
     """Counts are self-declared: beyond 100x the median a client is left out, beyond 10x capped."""
     report, _, _, _ = deploy(
-        node_configs, faults={14: _inflated_count(10**6)}, summary_dtype="float64"
+        node_configs, faults={14: inflated_count(10**6)}, summary_dtype="float64"
     )
     assert "declares 1.6e+08 rows, 1e+06 times the clients' median" in report.rejected["upload"][14]
     report, scores, _, _ = deploy(
-        node_configs, faults={14: _inflated_count(50)}, summary_dtype="float64"
+        node_configs, faults={14: inflated_count(50)}, summary_dtype="float64"
     )
     assert not report.rejected.get("upload") and report.capped == {14: 0.2}
     # capped at 10x the median count: the same head as an honest client weighing 10x
     honest, expected, _ = deploy(
-        node_configs, faults={14: _inflated_count(10)}, summary_dtype="float64"
+        node_configs, faults={14: inflated_count(10)}, summary_dtype="float64"
     )[:3]
     assert honest.capped == {}
     np.testing.assert_allclose(scores.coef, expected.coef, rtol=1e-9)
@@ -795,15 +731,7 @@ def test_statistics_inconsistent_with_the_summary_are_rejected(node_configs, edi
 def test_oversized_local_heads_are_rejected(node_configs):
     """O-FedAvg: coefficients x 1e3 at an honest count would dominate the average."""
 
-    def scale(request: Message, reply: Message) -> Message:
-        if request.metadata.message_type != "train.updates":
-            return reply
-        arrays = {n: a.numpy() for n, a in reply.content.array_records[messages.UPDATES].items()}
-        arrays = {n: a * 1e3 if n.endswith(("coef", "intercept")) else a for n, a in arrays.items()}
-        content = RecordDict({messages.UPDATES: messages.arrays_to_record(arrays)})
-        return Message(content, reply_to=request)
-
-    report, _, _, _ = deploy(node_configs, faults={14: scale}, head="O-FedAvg")
+    report, _, _, _ = deploy(node_configs, faults={14: scaled_heads(1e3)}, head="O-FedAvg")
     why = report.rejected["updates"][14]
     assert re.search(r"local head norm \d+ times the clients' median", why), why
     assert sorted(report.accuracy) == [11, 12, 13]
@@ -828,7 +756,7 @@ def test_a_summary_that_breaks_the_reference_is_found_and_left_out(node_configs)
     """Defence off, a covariance x1e60 passes every check but overflows the float32 reference:
     the server finds the one client whose removal lets the step succeed, rejects it, goes on."""
     settings = {"head": "O-FedAvg", "defence": False}
-    faults = {14: _scaled_summary(1e60)}
+    faults = {14: scaled_summary(1e60)}
     report, scores, _, _ = deploy(node_configs, faults=faults, **settings)
     assert "its summary breaks the reference" in report.rejected["upload"][14]
     assert sorted(report.accuracy) == [11, 12, 13] and report.status == "completed"
