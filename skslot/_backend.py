@@ -24,6 +24,7 @@ __all__ = [
     "as_host",
     "as_host_rows",
     "as_kind_of",
+    "concatenate",
     "empty_like_rows",
     "is_tensor",
     "linalg",
@@ -121,6 +122,15 @@ def stack(arrays: list) -> Any:
     if is_tensor(arrays[0]):
         return _torch().stack(arrays)
     return np.stack(arrays)
+
+
+def concatenate(arrays: list) -> Any:
+    """Join arrays or tensors along their first axis (a single one is returned as is)."""
+    if len(arrays) == 1:
+        return arrays[0]
+    if is_tensor(arrays[0]):
+        return _torch().cat(arrays)
+    return np.concatenate(arrays)
 
 
 def matmul_into(A: Any, B: Any, out: Any) -> Any:

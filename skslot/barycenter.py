@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse
+from joblib import Parallel, delayed, effective_n_jobs
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
+from threadpoolctl import threadpool_limits
 
 from ._anderson import AndersonMixing
-from ._backend import as_host, as_kind_of, is_tensor, linalg, stack, to_backend
+from ._backend import as_host, as_kind_of, concatenate, is_tensor, linalg, stack, to_backend
 from ._doc_link import DocLinkMixin
 from ._linalg import (
     SymmetricEigh,
@@ -84,10 +87,11 @@ class BarycenterResult:
     factor : ndarray of shape (m, m)
         A factor ``F`` of ``S = F F^T`` (Cholesky for ``"fixed-point"``, the
         square root for ``"picard"``).
-    inner : list of SymmetricEigh
+    inner : list of SymmetricEigh or None
         Eigendecompositions of ``F^T Sigma_k F``: with ``F`` they give every
         client's transport map ``F (F^T Sigma_k F)^{-1/2} F^T`` without a new
-        factorisation.
+        factorisation.  ``None`` when the iteration streamed over blocks of
+        clients (``client_batch`` set), which keeps none of them.
     n_iter : int
         Fixed-point evaluations made (at least 1).
     residual : float
@@ -102,7 +106,7 @@ class BarycenterResult:
 
     covariance: np.ndarray
     factor: np.ndarray
-    inner: list[SymmetricEigh]
+    inner: list[SymmetricEigh] | None
     n_iter: int
     residual: float
     converged: bool
@@ -132,7 +136,7 @@ def attainable_residual(eigenvalues: Any) -> float:
 
 
 def bures_wasserstein_barycenter(
-    covariances: Sequence[np.ndarray],
+    covariances: Any,
     weights: np.ndarray,
     *,
     solver: str = "fixed-point",
@@ -141,6 +145,8 @@ def bures_wasserstein_barycenter(
     tol: float = 1e-10,
     max_iter: int = 100,
     device: Any = None,
+    client_batch: int | None = None,
+    n_jobs: int | None = None,
 ) -> BarycenterResult:
     """Bures-Wasserstein barycenter of positive definite matrices.
 
@@ -162,16 +168,26 @@ def bures_wasserstein_barycenter(
     iterates (:mod:`skslot._anderson`): a mixed iterate that is not positive
     definite, or whose residual is ten times the best one so far, restarts the
     mixing from the plain step.  Each iteration costs ``K`` symmetric
-    eigendecompositions (of each ``F^T Sigma_k F``, as one batched call) plus
-    one Cholesky factorisation (fixed point) or one eigendecomposition (Picard)
-    of ``S``, and one Cholesky factorisation to check a mixed iterate.  With
-    torch covariances, or ``device`` set, the iteration runs in torch on that
-    device (float64); the result comes back in the covariances' kind (NumPy,
-    or tensors of their dtype on their device).
+    eigendecompositions (of each ``F^T Sigma_k F``, batched over a block of
+    clients) plus one Cholesky factorisation (fixed point) or one
+    eigendecomposition (Picard) of ``S``, and one Cholesky factorisation to
+    check a mixed iterate.  With torch covariances, or ``device`` set, the
+    iteration runs in torch on that device (float64); the result comes back
+    in the covariances' kind (NumPy, or tensors of their dtype on their
+    device).
+
+    The per-client work of an iteration (``F^T Sigma_k F``, its
+    eigendecomposition and square root) is the sum over blocks of clients,
+    which ``n_jobs`` runs in parallel through :class:`joblib.Parallel`
+    (threads by default, since the linear algebra releases the GIL; any
+    backend set with :func:`joblib.parallel_config`, such as Ray or Dask,
+    spreads the blocks over a cluster instead).
 
     Parameters
     ----------
-    covariances : sequence of ndarray of shape (m, m)
+    covariances : sequence of ndarray of shape (m, m), or ndarray of shape (K, m, m)
+        Any floating dtype; a stack may be a :class:`numpy.memmap` (with
+        ``client_batch`` set it is then read from disk one block at a time).
     weights : ndarray of shape (K,)
         Non-negative, summing to one.
     solver : {"fixed-point", "picard"}
@@ -194,6 +210,20 @@ def bures_wasserstein_barycenter(
     device : str or torch.device, optional
         Run in torch on this device (``"cuda"``, ``"cpu"``); default: where
         the covariances are (NumPy on the host, or a tensor's device).
+    client_batch : int, optional
+        Clients whose covariances are converted to float64 and decomposed
+        together.  ``None`` (default): all of them, held as one float64 stack
+        for the whole iteration, and every client's last decomposition is
+        kept (``inner``), so that the maps need no new factorisation; about
+        ``5 K m^2`` float64 at the peak.  An integer streams: each iteration
+        reads the covariances a block at a time, so that the memory beyond
+        the covariances themselves is about ``5 * client_batch * m^2``
+        float64 per job, independent of ``K``; ``inner`` is then not kept.
+    n_jobs : int, optional
+        Blocks of clients processed at once (joblib's convention: ``None``
+        is 1 unless in a :func:`joblib.parallel_config` context, ``-1`` all
+        cores).  While the jobs run, each gets ``cores // n_jobs`` BLAS
+        threads, so that jobs times threads fits the machine.
 
     References
     ----------
@@ -208,64 +238,191 @@ def bures_wasserstein_barycenter(
     check_option("solver", solver, SOLVERS)
     anderson = check_non_negative_int("anderson", anderson)
     weights = np.asarray(weights, dtype=np.float64)
-    covariances = list(covariances)
-    kind = covariances[0]  # the result comes back as this kind of array
-    # all clients' covariances as one float64 stack, on the host or on ``device``
-    Cs = stack(covariances)
-    Cs = to_backend(Cs, Cs, device=device)
-    w = to_backend(weights, Cs)
-    if isinstance(init, str):
-        check_option("init", init, INITS)
-        if init == "mean":
-            S = (w.reshape(-1, 1, 1) * Cs).sum(axis=0)
+    if client_batch is not None:
+        client_batch = check_positive_int("client_batch", client_batch)
+    with _ClientBlocks(covariances, weights, client_batch, n_jobs, device) as clients:
+        if isinstance(init, str):
+            check_option("init", init, INITS)
+            if init == "mean":
+                S = clients.sum(_weighted_sum)
+            else:
+                root_mean = clients.sum(_weighted_sqrt_sum)
+                S = root_mean @ root_mean
         else:
-            root_mean = sym_eigh(Cs).weighted_sqrt_sum(w)
-            S = root_mean @ root_mean
-    else:
-        S = to_backend(init, Cs)
-    S = symmetrize(S)
-    mixer = AndersonMixing(anderson) if anderson > 0 else None
-    best = lowest = np.inf
-    n_iter = stalled = 0
-    while True:
-        n_iter += 1
-        F = cholesky_factor(S) if solver == "fixed-point" else sym_eigh(S).sqrt()
-        inner = sym_eigh(F.swapaxes(-1, -2) @ Cs @ F)  # K eigendecompositions, batched
-        N = symmetrize(inner.weighted_sqrt_sum(w))
-        FtF = F.T @ F
-        residual = float(linalg(N).norm(N - FtF) / linalg(N).norm(FtF))
-        floor = attainable_residual(inner.eigenvalues)
-        # no 10 % progress on the best residual so far: a stall, at the floor or not
-        stalled = stalled + 1 if residual > 0.9 * lowest else 0
-        lowest = min(lowest, residual)
-        converged = residual <= tol or (residual <= floor and stalled >= STALL)
-        if converged or n_iter >= max_iter:
-            break
-        if solver == "fixed-point":
-            X = solve_lower_transposed(F, N)
-            image = symmetrize(X @ X.T)
-        else:
-            image = N
-        if mixer is None:
-            S = image
-            continue
-        if residual > 10.0 * best:
-            mixer.reset()
-        best = min(best, residual)
-        S = mixer(S, image)
-        if S is not image and not is_positive_definite(S):
-            mixer.reset()
-            S = image
-    inner = SymmetricEigh(as_kind_of(inner.eigenvalues, kind), as_kind_of(inner.eigenvectors, kind))
+            S = clients.to_backend(init)
+        S = symmetrize(S)
+        mixer = AndersonMixing(anderson) if anderson > 0 else None
+        best = lowest = np.inf
+        n_iter = stalled = 0
+        while True:
+            n_iter += 1
+            F = cholesky_factor(S) if solver == "fixed-point" else sym_eigh(S).sqrt()
+            N, inner = clients.inner_sqrt_sum(F)  # K eigendecompositions, in blocks
+            N = symmetrize(N)
+            FtF = F.T @ F
+            residual = float(linalg(N).norm(N - FtF) / linalg(N).norm(FtF))
+            floor = attainable_residual(inner.eigenvalues)
+            # no 10 % progress on the best residual so far: a stall, at the floor or not
+            stalled = stalled + 1 if residual > 0.9 * lowest else 0
+            lowest = min(lowest, residual)
+            converged = residual <= tol or (residual <= floor and stalled >= STALL)
+            if converged or n_iter >= max_iter:
+                break
+            if solver == "fixed-point":
+                X = solve_lower_transposed(F, N)
+                image = symmetrize(X @ X.T)
+            else:
+                image = N
+            if mixer is None:
+                S = image
+                continue
+            if residual > 10.0 * best:
+                mixer.reset()
+            best = min(best, residual)
+            S = mixer(S, image)
+            if S is not image and not is_positive_definite(S):
+                mixer.reset()
+                S = image
+    kind = clients.kind
+    kept = None
+    if inner.eigenvectors is not None:
+        inner = SymmetricEigh(
+            as_kind_of(inner.eigenvalues, kind), as_kind_of(inner.eigenvectors, kind)
+        )
+        kept = [inner.select(k) for k in range(len(weights))]
     return BarycenterResult(
-        as_kind_of(S, kind),
-        as_kind_of(F, kind),
-        [inner.select(k) for k in range(len(weights))],
-        n_iter,
-        residual,
-        converged,
-        floor,
+        as_kind_of(S, kind), as_kind_of(F, kind), kept, n_iter, residual, converged, floor
     )
+
+
+def _weighted_sum(covariances: Any, weights: Any, F: Any = None) -> tuple[Any, None]:
+    """``sum_k w_k Sigma_k`` of a block."""
+    return (weights.reshape(-1, 1, 1) * covariances).sum(axis=0), None
+
+
+def _weighted_sqrt_sum(covariances: Any, weights: Any, F: Any = None) -> tuple[Any, None]:
+    """``sum_k w_k Sigma_k^{1/2}`` of a block."""
+    return sym_eigh(covariances).weighted_sqrt_sum(weights), None
+
+
+def _inner_sqrt_sum(covariances: Any, weights: Any, F: Any) -> tuple[Any, SymmetricEigh]:
+    """``sum_k w_k (F^T Sigma_k F)^{1/2}`` of a block, and each ``F^T Sigma_k F`` decomposed."""
+    inner = sym_eigh(F.swapaxes(-1, -2) @ covariances @ F)
+    return inner.weighted_sqrt_sum(weights), inner
+
+
+def _float64(a: Any, device: Any) -> Any:
+    """``a`` in float64 on the host, or a float64 tensor on ``device``."""
+    return np.asarray(a, dtype=np.float64) if device is None else to_backend(a, device=device)
+
+
+def _block_task(
+    kernel: Callable, covariances: Any, weights: np.ndarray, F: Any, device: Any, keep: bool
+) -> tuple[Any, SymmetricEigh | None]:
+    """``kernel`` on one block of covariances (a list or a slice of a stack), read in float64.
+
+    Without ``keep`` the block's eigenvectors are dropped here, so that a
+    visit holds ``O(m^2)`` per block however many blocks there are.
+    """
+    if isinstance(covariances, list):
+        covariances = stack(covariances)
+    matrix, inner = kernel(_float64(covariances, device), _float64(weights, device), F)
+    if inner is not None and not keep:
+        inner = SymmetricEigh(inner.eigenvalues, None)
+    return matrix, inner
+
+
+def in_parallel(
+    function: Callable, tasks: list[tuple], n_jobs: int | None, parallel: Parallel | None = None
+) -> list:
+    """``function(*task)`` for each task, in ``n_jobs`` threads or joblib's configured backend.
+
+    The cores are shared out: while threads run, each gets ``cores // n_jobs``
+    BLAS threads (as scikit-learn's ``KMeans`` limits its own), since jobs
+    that each start a full BLAS thread pool compete for the same cores.
+    ``parallel``: a :class:`joblib.Parallel` entered once for many calls
+    (its workers, a Ray pool for instance, then start once).
+    """
+    if len(tasks) == 1:
+        return [function(*tasks[0])]
+    if parallel is None:
+        parallel = Parallel(n_jobs=n_jobs, prefer="threads")
+    blas = max(1, (os.cpu_count() or 1) // effective_n_jobs(n_jobs))
+    with threadpool_limits(blas, user_api="blas"):
+        return parallel(delayed(function)(*task) for task in tasks)
+
+
+def client_blocks(K: int, size: int) -> list[slice]:
+    """Consecutive blocks of at most ``size`` of ``K`` clients."""
+    return [slice(i, min(i + size, K)) for i in range(0, K, size)]
+
+
+class _ClientBlocks:
+    """The clients' covariances and weights, visited in blocks (in parallel with ``n_jobs``).
+
+    With ``client_batch=None`` the covariances are stacked once, in float64 on
+    the iteration's backend, and split into one block per job; otherwise
+    each visit reads ``client_batch`` covariances at a time from the caller's
+    sequence or stack and converts only those.
+    """
+
+    def __init__(
+        self,
+        covariances: Any,
+        weights: np.ndarray,
+        client_batch: int | None,
+        n_jobs: Any,
+        device: Any,
+    ) -> None:
+        self.K = len(covariances)
+        if self.K != weights.shape[0]:
+            raise ValueError(f"{self.K} covariances but {weights.shape[0]} weights")
+        self.kind = covariances[0]  # the result comes back as this kind of array
+        self.device = device if device is not None or not is_tensor(self.kind) else self.kind.device
+        self.keep = client_batch is None
+        if self.keep:
+            self.source = self.to_backend(stack(list(covariances)))
+            client_batch = -(-self.K // effective_n_jobs(n_jobs))
+        else:
+            self.source = covariances
+        self.blocks = client_blocks(self.K, client_batch)
+        self.weights = weights
+        self.n_jobs = n_jobs
+        self._parallel = Parallel(n_jobs=n_jobs, prefer="threads")
+
+    def __enter__(self) -> _ClientBlocks:
+        if len(self.blocks) > 1:  # one pool of workers for every visit of the iteration
+            self._parallel.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if len(self.blocks) > 1:
+            self._parallel.__exit__(*exc)
+
+    def to_backend(self, a: Any) -> Any:
+        """``a`` in float64 where the iteration runs (the host, or ``device``)."""
+        return _float64(a, self.device)
+
+    def _visit(self, kernel: Callable, F: Any) -> list[tuple[Any, Any]]:
+        """``kernel`` on each block; a task receives only its block (it may be sent elsewhere)."""
+        tasks = [
+            (kernel, self.source[rows], self.weights[rows], F, self.device, self.keep)
+            for rows in self.blocks
+        ]
+        return in_parallel(_block_task, tasks, self.n_jobs, self._parallel)
+
+    def sum(self, kernel: Callable, F: Any = None) -> Any:
+        """The sum over blocks of ``kernel``'s matrix."""
+        return sum(part for part, _ in self._visit(kernel, F))
+
+    def inner_sqrt_sum(self, F: Any) -> tuple[Any, SymmetricEigh]:
+        """``N(F)`` and the decompositions (eigenvectors only when kept)."""
+        parts = self._visit(_inner_sqrt_sum, F)
+        eigenvalues = concatenate([inner.eigenvalues for _, inner in parts])
+        eigenvectors = (
+            concatenate([inner.eigenvectors for _, inner in parts]) if self.keep else None
+        )
+        return sum(part for part, _ in parts), SymmetricEigh(eigenvalues, eigenvectors)
 
 
 def as_summary_list(summaries: Any) -> tuple[list, list[GaussianSummary]]:
@@ -325,7 +482,22 @@ class BuresBarycenter(DocLinkMixin, BaseEstimator):
     max_iter : int, default=100
         A :class:`~sklearn.exceptions.ConvergenceWarning` is raised when
         reached before ``tol``.
-    covariance_floor, chunk_size, n_jobs
+    client_batch : int, default=None
+        Clients decomposed together in each iteration.  ``None`` keeps every
+        client's covariance in one float64 stack and its last decomposition,
+        for maps without a new factorisation (about ``5 K m^2`` float64 at the
+        peak); an integer streams over blocks of that many clients, so that
+        the iteration's memory beyond the summaries is about
+        ``5 * client_batch * m^2`` float64 per job whatever ``K`` is (the maps
+        then cost one more eigendecomposition per client).  See
+        :func:`bures_wasserstein_barycenter`.
+    n_jobs : int, default=None
+        Parallel jobs over clients: summarising rows (passed to
+        :class:`GaussianSummaryEstimator`), the blocks of clients of each
+        iteration and the maps (threads by default; a
+        :func:`joblib.parallel_config` backend such as Ray spreads them over
+        a cluster).
+    covariance_floor, chunk_size
         Passed to :class:`GaussianSummaryEstimator` when ``fit`` is given rows.
     device : str or torch.device, default=None
         Run the fixed point in torch on this device (for example ``"cuda"``),
@@ -380,6 +552,7 @@ class BuresBarycenter(DocLinkMixin, BaseEstimator):
         max_iter: int = 100,
         covariance_floor: float = 1e-8,
         chunk_size: int = 4096,
+        client_batch: int | None = None,
         n_jobs: int | None = None,
         device: Any = None,
     ) -> None:
@@ -391,6 +564,7 @@ class BuresBarycenter(DocLinkMixin, BaseEstimator):
         self.max_iter = max_iter
         self.covariance_floor = covariance_floor
         self.chunk_size = chunk_size
+        self.client_batch = client_batch
         self.n_jobs = n_jobs
         self.device = device
 
@@ -439,6 +613,8 @@ class BuresBarycenter(DocLinkMixin, BaseEstimator):
             tol=self.tol,
             max_iter=self.max_iter,
             device=self.device if self.device is not None or not is_tensor(X) else X.device,
+            client_batch=self.client_batch,
+            n_jobs=self.n_jobs,
         )
         if not result.converged:
             warnings.warn(
@@ -475,18 +651,33 @@ class BuresBarycenter(DocLinkMixin, BaseEstimator):
             :class:`~skslot.gaussian.GaussianMap` per client label.
         """
         check_is_fitted(self, "reference_")
-        factor = self._result.factor
-        return {
-            label: GaussianMap.from_factors(factor, inner, s.mean, self.mean_)
-            for label, s, inner in zip(
-                self.clients_, self.summaries_, self._result.inner, strict=True
-            )
-        }
+        factor, inner = self._result.factor, self._result.inner
+        if inner is not None:
+            return {
+                label: GaussianMap.from_factors(factor, decomposition, s.mean, self.mean_)
+                for label, s, decomposition in zip(
+                    self.clients_, self.summaries_, inner, strict=True
+                )
+            }
+
+        blocks = client_blocks(len(self.summaries_), self.client_batch)
+        tasks = [(factor, self.mean_, self.summaries_[rows]) for rows in blocks]
+        parts = in_parallel(_maps_onto, tasks, self.n_jobs)
+        return dict(zip(self.clients_, (m for part in parts for m in part), strict=True))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.required = False
         return tags
+
+
+def _maps_onto(factor: np.ndarray, mean: np.ndarray, summaries: list) -> list[GaussianMap]:
+    """The maps of a block of clients onto ``N(mean, F F^T)``: one eigendecomposition each."""
+    inner = sym_eigh(factor.T @ stack([s.covariance for s in summaries]) @ factor)
+    return [
+        GaussianMap.from_factors(factor, inner.select(j), s.mean, mean)
+        for j, s in enumerate(summaries)
+    ]
 
 
 def _is_summaries(X: Any) -> bool:

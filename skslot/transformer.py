@@ -64,10 +64,14 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         federation, and the held-out clients of grouped cross-validation;
         the fitted state is not changed; it needs at least 2 rows of that
         client in one call), raise, or leave its rows unchanged.
-    weights, solver, init, anderson, tol, max_iter
-        Passed to :class:`BuresBarycenter`.
-    covariance_floor, chunk_size, n_jobs
+    weights, solver, init, anderson, tol, max_iter, client_batch
+        Passed to :class:`BuresBarycenter` (``client_batch``: clients per
+        block of the iteration, to bound its memory with many clients).
+    covariance_floor, chunk_size
         Passed to :class:`GaussianSummaryEstimator`.
+    n_jobs : int, default=None
+        Parallel jobs over clients: their summaries, the blocks of the
+        barycenter iteration and the maps.
 
     Attributes
     ----------
@@ -119,6 +123,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         max_iter: int = 100,
         covariance_floor: float = 1e-8,
         chunk_size: int = 4096,
+        client_batch: int | None = None,
         n_jobs: int | None = None,
     ) -> None:
         self.tau = tau
@@ -131,6 +136,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         self.max_iter = max_iter
         self.covariance_floor = covariance_floor
         self.chunk_size = chunk_size
+        self.client_batch = client_batch
         self.n_jobs = n_jobs
 
     def _summary_estimator(self) -> GaussianSummaryEstimator:
@@ -166,6 +172,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
             max_iter=self.max_iter,
             covariance_floor=self.covariance_floor,
             chunk_size=self.chunk_size,
+            client_batch=self.client_batch,
             n_jobs=self.n_jobs,
         )
         with warnings.catch_warnings():  # warned below, in this estimator's name

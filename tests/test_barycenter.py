@@ -293,3 +293,82 @@ def test_a_warning_far_above_the_floor_still_advises_more_iterations():
         BuresBarycenter(max_iter=2, anderson=0).fit(
             [GaussianSummary(10, np.zeros(30), C) for C in covariances]
         )
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize(("client_batch", "n_jobs"), [(None, 2), (1, None), (4, 2), (3, -1)])
+def test_blocks_of_clients_and_jobs_reach_the_same_barycenter(rng, solver, client_batch, n_jobs):
+    covs, w = lw_like(rng, K=11, m=24)
+    whole = bures_wasserstein_barycenter(covs, w, solver=solver)
+    blocked = bures_wasserstein_barycenter(
+        covs, w, solver=solver, client_batch=client_batch, n_jobs=n_jobs
+    )
+    # the same iterates up to the order of a sum: same iterations, same answer
+    assert blocked.n_iter == whole.n_iter
+    difference = np.linalg.norm(blocked.covariance - whole.covariance)
+    assert difference <= 1e-11 * np.linalg.norm(whole.covariance)
+    assert fixed_point_residual(blocked.covariance, covs, w) < 1e-9
+    # streamed blocks keep no decomposition; one stack keeps every client's
+    assert (blocked.inner is None) == (client_batch is not None)
+
+
+def test_a_float32_memory_mapped_stack_is_streamed(rng, tmp_path):
+    covs, w = lw_like(rng, K=7, m=16)
+    stack = np.lib.format.open_memmap(tmp_path / "covs.npy", "w+", np.float32, (7, 16, 16))
+    stack[:] = covs
+    stack.flush()
+    on_disk = np.load(tmp_path / "covs.npy", mmap_mode="r")
+    streamed = bures_wasserstein_barycenter(on_disk, w, client_batch=2)
+    # the float32 values, read in float64: exactly the barycenter of those values
+    held = bures_wasserstein_barycenter([c.astype(np.float64) for c in on_disk], w)
+    difference = np.linalg.norm(streamed.covariance - held.covariance)
+    assert difference <= 1e-12 * np.linalg.norm(held.covariance)
+    assert not on_disk.flags.writeable and np.array_equal(on_disk, stack)
+
+
+def test_streamed_maps_equal_maps_from_the_kept_decompositions(rng):
+    items = summaries(rng, K=5, m=6)
+    kept = BuresBarycenter().fit(items)
+    streamed = BuresBarycenter(client_batch=2, n_jobs=2).fit(items)
+    assert streamed._result.inner is None
+    assert list(streamed.transport_maps()) == list(kept.transport_maps()) == list(range(5))
+    for a, b in zip(
+        kept.transport_maps().values(), streamed.transport_maps().values(), strict=True
+    ):
+        np.testing.assert_allclose(b.linear, a.linear, rtol=1e-10)
+        np.testing.assert_allclose(b.offset, a.offset, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, "4"])
+def test_client_batch_is_validated(rng, bad):
+    covs, w = lw_like(rng, K=3, m=4)
+    with pytest.raises((ValueError, TypeError), match="client_batch"):
+        bures_wasserstein_barycenter(covs, w, client_batch=bad)
+
+
+def test_covariances_and_weights_must_agree(rng):
+    covs, w = lw_like(rng, K=3, m=4)
+    with pytest.raises(ValueError, match="3 covariances but 2 weights"):
+        bures_wasserstein_barycenter(covs, w[:2] / w[:2].sum())
+
+
+def test_a_ray_backend_spreads_the_blocks_and_changes_nothing(rng):
+    """joblib's Ray backend runs the same blocks (on a cluster, once ray.init points at it)."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install '.[simulation]'")
+    from joblib import parallel_config
+    from ray.util.joblib import register_ray
+
+    covs, w = lw_like(rng, K=6, m=12)
+    threads = bures_wasserstein_barycenter(covs, w, client_batch=2, n_jobs=2)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        register_ray()
+        with parallel_config(backend="ray", n_jobs=2):
+            spread = bures_wasserstein_barycenter(covs, w, client_batch=2)
+            maps = BuresBarycenter(client_batch=2).fit(summaries(rng, K=3, m=4)).transport_maps()
+    finally:
+        ray.shutdown()
+    assert spread.n_iter == threads.n_iter
+    difference = np.linalg.norm(spread.covariance - threads.covariance)
+    assert difference <= 1e-12 * np.linalg.norm(threads.covariance)
+    assert sorted(maps) == [0, 1, 2]

@@ -56,3 +56,24 @@ def test_barycenter_benchmark_runs_and_reaches_the_accuracy_it_prints():
             residual = float(part.split("residual ")[1].split(")")[0])
             assert residual <= 1e-8
         assert float(line.split("relative difference ")[1]) <= 1e-6
+
+
+def test_many_clients_benchmark_runs_and_its_modes_agree():
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "many_clients.py"),
+            *("--sizes", "12:40", "--warm-start", "12:40", "--ray", "none"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line.split(" | ") for line in result.stdout.splitlines() if line.startswith("| 12 |")]
+    modes = {(row[1], row[3]): row[4] for row in rows if "n_jobs=" in row[3]}
+    # streamed and held: the same iterations (the same arithmetic, in blocks)
+    assert modes[("40", "streamed, n_jobs=2")] == modes[("40", "held, n_jobs=1")]
+    assert "speed-up" in result.stdout and "x |" in result.stdout
+    distance = float(result.stdout.split("relative distance to the fixed point's answer ")[1][:7])
+    assert distance < 1e-8

@@ -145,6 +145,20 @@ def test_deployment_equals_in_process_pipeline(node_configs, head):
     assert report.status == "completed" and report.tau == 0.4
 
 
+def test_a_streamed_parallel_server_step_gives_the_same_run(node_configs):
+    """client-batch and server-jobs change the server's memory and time, not the run."""
+    report, scores, reference, _ = deploy(node_configs, summary_dtype="float64")
+    streamed = deploy(node_configs, summary_dtype="float64", server_jobs=2, client_batch=1)
+    expected, received = (
+        GaussianSummary.from_bytes(r).covariance for r in (reference, streamed[2])
+    )
+    assert np.linalg.norm(received - expected) <= 1e-12 * np.linalg.norm(expected)
+    scale = np.abs(scores.coef).max()
+    np.testing.assert_allclose(streamed[1].coef, scores.coef, rtol=1e-9, atol=1e-12 * scale)
+    assert streamed[0].accuracy == report.accuracy
+    assert streamed[0].barycenter_iterations == report.barycenter_iterations
+
+
 @pytest.mark.parametrize("head", list(DEFAULT_HEADS))
 def test_auto_tau_equals_the_in_process_search(node_configs, head):
     """tau = "auto" on Flower and FederatedTauSearch: the same choice, head and predictions."""
@@ -542,6 +556,9 @@ def test_record_to_arrays_checks_the_header_before_allocating():
         ({"selection-rule": "max"}, "selection_rule"),
         ({"n-features": 10**6}, "n_features must be"),
         ({"defence": "yes"}, "defence must be true or false"),
+        ({"server-jobs": 0}, "server_jobs must be a non-zero int"),
+        ({"client-batch": -1}, "client_batch must be an int >= 0"),
+        ({"client-batch": 2.5}, "client_batch must be an int >= 0"),
     ],
 )
 def test_bad_run_config_is_a_clear_error(run_config, message):
@@ -744,9 +761,11 @@ def test_message_bytes_is_flowers_count_and_the_heads_report_it(name, federated)
     head = DEFAULT_HEADS[name](0).fit(X, y, client=client)
     classes = np.unique(y)
     for k in np.unique(client):
-        arrays = DEFAULT_HEADS[name](0).client_statistics(
-            X[client == k], y[client == k], classes, client_index=int(k)
-        ).to_arrays()
+        arrays = (
+            DEFAULT_HEADS[name](0)
+            .client_statistics(X[client == k], y[client == k], classes, client_index=int(k))
+            .to_arrays()
+        )
         flower = messages.arrays_to_record(arrays).count_bytes()
         assert message_bytes(arrays) == flower
         assert head.upload_bytes_[k] == flower

@@ -94,6 +94,16 @@ class DeploymentConfig:
         :func:`~skslot.flower.load_client_data`).
     summary_dtype : {"float16", "float32", "float64"}, default="float32"
         Precision of the summaries and of the reference on the wire.
+    server_jobs : int, default=1
+        Parallel jobs of the server's barycenter and maps over blocks of
+        clients (joblib's convention, ``-1``: all cores; see
+        :class:`~skslot.BuresBarycenter`).
+    client_batch : int, default=0
+        Clients the server's barycenter decomposes together; 0: all in one
+        float64 stack (fastest; about ``5 K m^2`` float64 at the peak).  A
+        positive value bounds the iteration's memory beyond the decoded
+        summaries to about ``5 * client_batch * m^2`` float64 per job, for
+        many clients (docs/performance.md).
     num_clients : int, default=0
         Clients the server waits for (up to ``connect_timeout`` seconds);
         0 takes whoever is connected after ``connect_timeout``.
@@ -145,6 +155,8 @@ class DeploymentConfig:
     seed: int = 0
     dataset: str = "office-caltech10"
     summary_dtype: str = "float32"
+    server_jobs: int = 1
+    client_batch: int = 0
     num_clients: int = 0
     min_clients: int = 2
     connect_timeout: float = 60.0
@@ -189,6 +201,10 @@ class DeploymentConfig:
             if self.alpha == 0:
                 raise ValueError("alpha must be > 0, or 'none' for no label skew")
         check_option("summary_dtype", self.summary_dtype, SUMMARY_DTYPES)
+        if type(self.server_jobs) is not int or self.server_jobs == 0:
+            raise ValueError(f"server_jobs must be a non-zero int, got {self.server_jobs!r}")
+        if type(self.client_batch) is not int or self.client_batch < 0:
+            raise ValueError(f"client_batch must be an int >= 0, got {self.client_batch!r}")
         check_positive_int("min_clients", self.min_clients)
         if not isinstance(self.num_clients, int) or self.num_clients < 0:
             raise ValueError(f"num_clients must be an int >= 0, got {self.num_clients!r}")

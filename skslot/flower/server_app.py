@@ -463,7 +463,11 @@ def _build_reference(run: _Run, nodes: list[int]) -> tuple[bytes, dict[int, Gaus
     # a client is its node: the barycenter and the maps are keyed by node id
     summaries = [replace(run.clients[node].summary, client=node) for node in nodes]
     weights = [run.clients[node].weight for node in nodes]
-    barycenter = BuresBarycenter(weights=weights).fit(summaries)
+    barycenter = BuresBarycenter(
+        weights=weights,
+        client_batch=run.config.client_batch or None,
+        n_jobs=run.config.server_jobs,
+    ).fit(summaries)
     reference = barycenter.reference_.to_bytes(run.config.summary_dtype)
     run.report.barycenter_iterations = int(barycenter.n_iter_)
     return reference, barycenter.transport_maps()
