@@ -332,7 +332,7 @@ def _block_task(
     return matrix, inner
 
 
-def in_parallel(
+def _in_parallel(
     function: Callable, tasks: list[tuple], n_jobs: int | None, parallel: Parallel | None = None
 ) -> list:
     """``function(*task)`` for each task, in ``n_jobs`` threads or joblib's configured backend.
@@ -352,7 +352,7 @@ def in_parallel(
         return parallel(delayed(function)(*task) for task in tasks)
 
 
-def client_blocks(K: int, size: int) -> list[slice]:
+def _client_blocks(K: int, size: int) -> list[slice]:
     """Consecutive blocks of at most ``size`` of ``K`` clients."""
     return [slice(i, min(i + size, K)) for i in range(0, K, size)]
 
@@ -385,7 +385,7 @@ class _ClientBlocks:
             client_batch = -(-self.K // effective_n_jobs(n_jobs))
         else:
             self.source = covariances
-        self.blocks = client_blocks(self.K, client_batch)
+        self.blocks = _client_blocks(self.K, client_batch)
         self.weights = weights
         self.n_jobs = n_jobs
         self._parallel = Parallel(n_jobs=n_jobs, prefer="threads")
@@ -409,7 +409,7 @@ class _ClientBlocks:
             (kernel, self.source[rows], self.weights[rows], F, self.device, self.keep)
             for rows in self.blocks
         ]
-        return in_parallel(_block_task, tasks, self.n_jobs, self._parallel)
+        return _in_parallel(_block_task, tasks, self.n_jobs, self._parallel)
 
     def sum(self, kernel: Callable, F: Any = None) -> Any:
         """The sum over blocks of ``kernel``'s matrix."""
@@ -660,9 +660,9 @@ class BuresBarycenter(DocLinkMixin, BaseEstimator):
                 )
             }
 
-        blocks = client_blocks(len(self.summaries_), self.client_batch)
+        blocks = _client_blocks(len(self.summaries_), self.client_batch)
         tasks = [(factor, self.mean_, self.summaries_[rows]) for rows in blocks]
-        parts = in_parallel(_maps_onto, tasks, self.n_jobs)
+        parts = _in_parallel(_maps_onto, tasks, self.n_jobs)
         return dict(zip(self.clients_, (m for part in parts for m in part), strict=True))
 
     def __sklearn_tags__(self):
