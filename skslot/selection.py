@@ -46,6 +46,7 @@ from .heads._wire import ArrayMessage, LinearScores, StatisticsFormatError, read
 __all__ = [
     "DEFAULT_TAUS",
     "Candidate",
+    "NoValidationRowsError",
     "Selection",
     "ValidationCounts",
     "candidate_grid",
@@ -61,6 +62,14 @@ __all__ = [
 
 #: The paper's sweep, and the default grid of the federated search.
 DEFAULT_TAUS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+class NoValidationRowsError(ValueError):
+    """No client held out a validation row, so the federation cannot choose.
+
+    Clients hold out a share of each of their classes; clients with one or
+    two rows per class (many small clients under label skew) hold out none.
+    """
 
 
 def check_tau_grid(taus: Any) -> tuple[float, ...]:
@@ -371,8 +380,8 @@ def select_candidate(
 
     Raises
     ------
-    ValueError
-        If no client has validation rows.
+    NoValidationRowsError
+        If no client has validation rows (a ``ValueError``).
 
     References
     ----------
@@ -385,7 +394,7 @@ def select_candidate(
     candidates = list(candidates)
     used = {label: c for label, c in counts.items() if c.n_samples > 0}
     if not used:
-        raise ValueError(
+        raise NoValidationRowsError(
             "no client has validation rows to choose tau with; use a larger "
             "validation_fraction or clients with more rows"
         )

@@ -6,9 +6,12 @@ import json
 import numpy as np
 import pytest
 
+from skslot import FederatedTauSearch
 from skslot.bench import BenchmarkConfig, evaluate_run, run_benchmark, summarise
 from skslot.cli import main
 from skslot.datasets import load_npz, make_federated_classification
+from skslot.heads import FedCGSClassifier
+from skslot.selection import NoValidationRowsError
 
 from .conftest import shared_npz
 
@@ -189,3 +192,15 @@ def test_cli_flower_app_writes_booleans_as_toml(tmp_path, capsys):
     assert config["config"]["defence"] is False and config["config"]["head"] == "O-FedAvg"
     assert main(["flower-app", str(tmp_path), "--defence", "maybe"]) == 2
     assert "defence must be true or false, got 'maybe'" in capsys.readouterr().err
+
+
+def test_a_run_whose_clients_hold_out_nothing_has_no_auto_records(small_npz):
+    """floor(fraction * n_c) = 0 for every class of every client: no choice, no crash."""
+    data = load_npz(small_npz)
+    config = BenchmarkConfig(taus=(0.0, 0.4), heads=("FedCGS",), validation_fraction=0.001)
+    records = evaluate_run(data, data.X.astype(np.float64), None, 0, config)
+    assert {r["selection"] for r in records} == {"fixed"}
+    with pytest.raises(NoValidationRowsError, match="no client has validation rows"):
+        FederatedTauSearch(FedCGSClassifier(), validation_fraction=0.001).fit(
+            data.X, data.y, client=data.domain
+        )
