@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -10,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse
-from joblib import Parallel, delayed, effective_n_jobs
+from joblib import Parallel, cpu_count, delayed, effective_n_jobs
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
@@ -347,7 +346,7 @@ def _in_parallel(
         return [function(*tasks[0])]
     if parallel is None:
         parallel = Parallel(n_jobs=n_jobs, prefer="threads")
-    blas = max(1, (os.cpu_count() or 1) // effective_n_jobs(n_jobs))
+    blas = max(1, cpu_count() // effective_n_jobs(n_jobs))  # cgroup and affinity aware
     with threadpool_limits(blas, user_api="blas"):
         return parallel(delayed(function)(*task) for task in tasks)
 
