@@ -304,9 +304,14 @@ def _weighted_sqrt_sum(covariances: Any, weights: Any, F: Any = None) -> tuple[A
     return sym_eigh(covariances).weighted_sqrt_sum(weights), None
 
 
+def _inner_eigh(covariances: Any, F: Any) -> SymmetricEigh:
+    """Each ``F^T Sigma_k F`` of a stack, decomposed (one batched call)."""
+    return sym_eigh(F.swapaxes(-1, -2) @ covariances @ F)
+
+
 def _inner_sqrt_sum(covariances: Any, weights: Any, F: Any) -> tuple[Any, SymmetricEigh]:
     """``sum_k w_k (F^T Sigma_k F)^{1/2}`` of a block, and each ``F^T Sigma_k F`` decomposed."""
-    inner = sym_eigh(F.swapaxes(-1, -2) @ covariances @ F)
+    inner = _inner_eigh(covariances, F)
     return inner.weighted_sqrt_sum(weights), inner
 
 
@@ -672,7 +677,7 @@ class BuresBarycenter(DocLinkMixin, BaseEstimator):
 
 def _maps_onto(factor: np.ndarray, mean: np.ndarray, summaries: list) -> list[GaussianMap]:
     """The maps of a block of clients onto ``N(mean, F F^T)``: one eigendecomposition each."""
-    inner = sym_eigh(factor.T @ stack([s.covariance for s in summaries]) @ factor)
+    inner = _inner_eigh(stack([s.covariance for s in summaries]), factor)
     return [
         GaussianMap.from_factors(factor, inner.select(j), s.mean, mean)
         for j, s in enumerate(summaries)

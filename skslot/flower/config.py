@@ -18,7 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_in_range, check_option, check_positive_int
+from .._validation import (
+    check_in_range,
+    check_non_negative_int,
+    check_option,
+    check_positive_int,
+)
 from ..bench import DEFAULT_HEADS
 from ..selection import SELECTION_RULES, check_tau_grid
 
@@ -203,8 +208,7 @@ class DeploymentConfig:
         check_option("summary_dtype", self.summary_dtype, SUMMARY_DTYPES)
         if type(self.server_jobs) is not int or self.server_jobs == 0:
             raise ValueError(f"server_jobs must be a non-zero int, got {self.server_jobs!r}")
-        if type(self.client_batch) is not int or self.client_batch < 0:
-            raise ValueError(f"client_batch must be an int >= 0, got {self.client_batch!r}")
+        check_non_negative_int("client_batch", self.client_batch)
         check_positive_int("min_clients", self.min_clients)
         if not isinstance(self.num_clients, int) or self.num_clients < 0:
             raise ValueError(f"num_clients must be an int >= 0, got {self.num_clients!r}")
