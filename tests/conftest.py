@@ -12,6 +12,17 @@ from skslot.datasets import make_federated_classification
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
+def assert_close_in_norm(actual: np.ndarray, desired: np.ndarray, rtol: float) -> None:
+    """``||actual - desired||_F <= rtol ||desired||_F``: a matrix close as a whole.
+
+    Elementwise tolerances fail on the entries near zero that any change of
+    summation order moves; the Frobenius norm measures the matrix.
+    """
+    scale = np.linalg.norm(desired)
+    difference = np.linalg.norm(actual - desired)
+    assert difference <= rtol * scale, f"relative difference {difference / scale:.2e} > {rtol:.0e}"
+
+
 def random_spd(rng: np.random.Generator, m: int, condition: float = 10.0) -> np.ndarray:
     """A random SPD matrix with eigenvalues log-spaced in [1, condition]."""
     Q, _ = np.linalg.qr(rng.normal(size=(m, m)))
