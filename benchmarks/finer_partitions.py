@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from skslot import GaussianSummaryEstimator
-from skslot.bench import PREPROCESS, BenchmarkConfig, run_benchmark
+from skslot.bench import PREPROCESS, BenchmarkConfig, _macro, run_benchmark
 from skslot.datasets import dirichlet_partition, load_npz, load_office_caltech10
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +85,7 @@ def run(path: Path) -> None:
 
 def read(path: Path) -> list[dict]:
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        return [{**r, "accuracy": float(r["accuracy"])} for r in csv.DictReader(f)]
 
 
 def table(records: list[dict]) -> str:
@@ -110,12 +110,9 @@ def table(records: list[dict]) -> str:
         n_domains = len({r["domain"] for r in mine})
 
         def macro(selection: str, tau: str | None = None, mine: list = mine) -> np.ndarray:
-            """Macro accuracy over domains per seed, in %."""
-            per_seed: dict[str, list[float]] = {}
-            for r in mine:
-                if r["selection"] == selection and (tau is None or r["tau"] == tau):
-                    per_seed.setdefault(r["seed"], []).append(float(r["accuracy"]))
-            return 100 * np.array([np.mean(v) for v in per_seed.values()])
+            """Macro accuracy over domains per seed, in % (``skslot bench``'s definition)."""
+            per_run = _macro(mine, selection)  # keyed (alpha, head, tau, seed)
+            return 100 * np.array([v for key, v in per_run.items() if tau in (None, key[2])])
 
         base, slot, auto = macro("fixed", "0.0"), macro("fixed", "0.4"), macro("auto")
         chosen = sum(float(r["tau"]) > 0 for r in mine if r["selection"] == "auto") // n_domains
