@@ -6,6 +6,7 @@ from ._wire import LinearScores, StatisticsFormatError, message_bytes
 from .fedavg import LinearHeadUpdate, OneShotFedAvgClassifier
 from .fedcgs import FedCGSClassifier
 from .fedpft import ClassMixture, ClassMixtures, FedPFTClassifier
+from ._registry import HEADS, head_class, make_head
 
 __all__ = [
     "ClassMixture",
@@ -13,10 +14,13 @@ __all__ = [
     "ClassStatistics",
     "FedCGSClassifier",
     "FedPFTClassifier",
+    "HEADS",
     "LinearHeadUpdate",
     "LinearScores",
     "OneShotFedAvgClassifier",
     "OneShotHead",
     "StatisticsFormatError",
+    "head_class",
+    "make_head",
     "message_bytes",
 ]

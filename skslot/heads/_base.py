@@ -66,6 +66,7 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
         -------
         self : object
         """
+        self._check_params()
         X, y, classes = check_classification_data(self, X, y)
         labels, codes = check_client_labels(client, X.shape[0])
         stats = []
@@ -91,6 +92,7 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
             a randomised head draws this client's seed from ``random_state``
             at that position, exactly as ``fit`` does.
         """
+        self._check_params()
         X = np.asarray(check_host_rows(self, X, reset=True))
         classes = np.asarray(classes)
         y = np.asarray(as_host_rows(y))
@@ -127,6 +129,7 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
         -------
         self : object
         """
+        self._check_params()
         if not statistics:
             raise ValueError("no client statistics received")
         classes = np.asarray(classes)
@@ -188,6 +191,13 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
             n_samples=n_samples,
             **self._decode_options(),
         )
+
+    def _check_params(self) -> None:
+        """Check the constructor parameters; run at every entry point, before any work.
+
+        Subclasses check each of their parameters here, once (a registry or a
+        deployment calls it when it builds the head, before contacting any client).
+        """
 
     def _decode_options(self) -> dict:
         """Head parameters a decoder needs besides the shapes (none by default)."""

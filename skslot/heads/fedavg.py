@@ -183,6 +183,13 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         self.init_scale = init_scale
         self.random_state = random_state
 
+    def _check_params(self) -> None:
+        check_in_range("C", self.C, np.finfo(float).tiny, None)
+        check_positive_int("max_iter", self.max_iter)
+        check_in_range("tol", self.tol, 0.0, None)
+        check_option("weighting", self.weighting, ("samples", "uniform"))
+        check_in_range("init_scale", self.init_scale, 0.0, None)
+
     def shared_initialisation(self, n_classes: int, n_features: int) -> np.ndarray:
         """The initial ``[W, b]`` every client starts from (same seed, same values)."""
         check_in_range("init_scale", self.init_scale, 0.0, None)
@@ -192,8 +199,6 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
     def _client_statistics(
         self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
     ) -> LinearHeadUpdate:
-        check_in_range("C", self.C, np.finfo(float).tiny, None)
-        check_positive_int("max_iter", self.max_iter)
         init = self.shared_initialisation(classes.shape[0], X.shape[1])
         Wb, n_iter = fit_softmax_regression(
             X,
@@ -201,7 +206,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
             classes.shape[0],
             C=self.C,
             max_iter=self.max_iter,
-            tol=check_in_range("tol", self.tol, 0.0, None),
+            tol=self.tol,
             init=init,
         )
         return LinearHeadUpdate(classes, Wb[:, :-1], Wb[:, -1], X.shape[0], n_iter)
@@ -209,7 +214,6 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
     def _fit_from_statistics(
         self, statistics: list, classes: np.ndarray, maps: list | None
     ) -> None:
-        check_option("weighting", self.weighting, ("samples", "uniform"))
         for update in statistics:
             if not np.array_equal(update.classes, classes):
                 raise ValueError("client heads use a different class set than the server")

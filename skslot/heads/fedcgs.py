@@ -78,6 +78,11 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         self.shrinkage = shrinkage
         self.priors = priors
 
+    def _check_params(self) -> None:
+        check_option("covariance", self.covariance, ("total", "within"))
+        check_option("priors", self.priors, ("empirical", "uniform"))
+        check_in_range("shrinkage", self.shrinkage, 0.0, None)
+
     def _client_statistics(
         self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: Any
     ) -> ClassStatistics:
@@ -86,9 +91,6 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
     def _fit_from_statistics(
         self, statistics: list, classes: np.ndarray, maps: list | None
     ) -> None:
-        check_option("covariance", self.covariance, ("total", "within"))
-        check_option("priors", self.priors, ("empirical", "uniform"))
-        check_in_range("shrinkage", self.shrinkage, 0.0, None)
         if maps is not None:
             statistics = [s.aligned(t) for s, t in zip(statistics, maps, strict=True)]
         stats = ClassStatistics.combine(statistics)

@@ -534,17 +534,22 @@ class FedPFTClassifier(OneShotHead):
         settings = {"covariance_type": "spherical", "n_components": 1, "transmit_dtype": "float16"}
         return cls(**{**settings, **params})
 
+    def _check_params(self) -> None:
+        n_components = check_positive_int("n_components", self.n_components)
+        check_positive_int("min_samples_per_class", self.min_samples_per_class)
+        check_option("covariance_type", self.covariance_type, COVARIANCE_TYPES)
+        check_in_range("reg_covar", self.reg_covar, 0.0, None)
+        check_option("transmit_dtype", self.transmit_dtype, TRANSMIT_DTYPES)
+        check_positive_int("max_synthetic_per_client", self.max_synthetic_per_client)
+        if self._rank() and n_components > 1:
+            raise ValueError("covariance_type='lowrank' fits one component: set n_components=1")
+
     def _client_statistics(
         self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
     ) -> ClassMixtures:
-        n_components = check_positive_int("n_components", self.n_components)
-        min_samples = check_positive_int("min_samples_per_class", self.min_samples_per_class)
-        check_option("covariance_type", self.covariance_type, COVARIANCE_TYPES)
-        check_in_range("reg_covar", self.reg_covar, 0.0, None)
-        dtype = np.dtype(check_option("transmit_dtype", self.transmit_dtype, TRANSMIT_DTYPES))
+        n_components, min_samples = self.n_components, self.min_samples_per_class
+        dtype = np.dtype(self.transmit_dtype)
         rank = self._rank(X.shape[1])
-        if rank and n_components > 1:
-            raise ValueError("covariance_type='lowrank' fits one component: set n_components=1")
         mixtures, skipped = [], []
         for label in classes:
             rows = X[y == label]
@@ -618,7 +623,7 @@ class FedPFTClassifier(OneShotHead):
     def _fit_from_statistics(
         self, statistics: list, classes: np.ndarray, maps: list | None
     ) -> None:
-        cap = check_positive_int("max_synthetic_per_client", self.max_synthetic_per_client)
+        cap = self.max_synthetic_per_client
         rng = check_random_state(self.random_state)
         X_parts, y_parts = [], []
         for k, message in enumerate(statistics):
@@ -644,12 +649,11 @@ class FedPFTClassifier(OneShotHead):
         self._columns = np.searchsorted(classes, self.estimator_.classes_)
 
     def _decode_options(self) -> dict:
-        check_option("covariance_type", self.covariance_type, COVARIANCE_TYPES)
-        dtype = check_option("transmit_dtype", self.transmit_dtype, TRANSMIT_DTYPES)
+        self._check_params()
         return {
             "covariance_type": self.covariance_type,
             "rank": self._rank(),
-            "eps": float(np.finfo(dtype).eps),
+            "eps": float(np.finfo(self.transmit_dtype).eps),
         }
 
     def _linear_parts(self) -> tuple[np.ndarray, np.ndarray]:
