@@ -111,7 +111,7 @@ def cholesky_factor(A: Any) -> Any:
     """Lower Cholesky factor ``L`` with ``A = L L^T``.
 
     Any factor ``F`` with ``A = F F^T`` serves the Gaussian OT formulas (see
-    :class:`skslot.gaussian.GaussianMap`); Cholesky is the cheapest (``m^3 / 3``).
+    :class:`skslot.maps.GaussianMap`); Cholesky is the cheapest (``m^3 / 3``).
     """
     return linalg(A).cholesky(A)
 

@@ -25,18 +25,17 @@ from sklearn.frozen import FrozenEstimator
 from threadpoolctl import threadpool_limits
 
 from .datasets import DomainDataset, dirichlet_partition
-from .heads import FedCGSClassifier, FedPFTClassifier, OneShotFedAvgClassifier
+from .heads import HEADS, OneShotHead, make_head
 from .selection import NoValidationRowsError
 from .tau_search import FederatedTauSearch
 from .transformer import SLOTTransformer
 
 __all__ = ["DEFAULT_HEADS", "BenchmarkConfig", "run_benchmark", "summarise", "write_outputs"]
 
-#: Head factories by name; each takes the run's seed.
-DEFAULT_HEADS: dict[str, Callable[[int], Any]] = {
-    "O-FedAvg": lambda seed: OneShotFedAvgClassifier(random_state=seed),
-    "FedCGS": lambda seed: FedCGSClassifier(),
-    "FedPFT": lambda seed: FedPFTClassifier(random_state=seed),
+#: Head factories by name (the registry's heads, :data:`skslot.heads.HEADS`); each
+#: takes the run's seed as ``random_state`` where the head has one.
+DEFAULT_HEADS: dict[str, Callable[[int], OneShotHead]] = {
+    name: (lambda seed, name=name: make_head(name, seed=seed)) for name in HEADS
 }
 
 PREPROCESS = {
@@ -150,7 +149,7 @@ def evaluate_run(
                 break  # this run has no auto records, for any head; summaries count the runs
             Z_test = search.slot_.transform(X_test, client=part.test_client)
             record(search.best_estimator_.predict(Z_test), search.best_tau_, name, "auto")
-            if not search.best_estimator_.aligns_statistics:  # O-FedAvg: what refit buys
+            if "refit" in search.stages_:  # a second local round (O-FedAvg): what it buys
                 chosen = search.candidate_heads_[search.best_index_]
                 record(chosen.predict(Z_test), search.best_tau_, name, "auto-norefit")
     return records

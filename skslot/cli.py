@@ -180,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _first_sentence(name: str) -> str:
     """The first sentence of a DeploymentConfig parameter's description, as plain text."""
-    doc = DeploymentConfig.__doc__ or ""
+    doc = "".join(part.__doc__ or "" for part in DeploymentConfig.__mro__)
     match = re.search(
         rf"^    (?:\w+, )*{name}(?:, \w+)* : [^\n]*\n((?:        [^\n]*\n)+)", doc, re.M
     )
@@ -192,6 +192,8 @@ def _first_sentence(name: str) -> str:
 
 
 def _shown(value: object) -> str:
+    if value == "auto":
+        return "auto"
     if isinstance(value, bool):
         return str(value).lower()
     return "none" if value is None else str(value) if not isinstance(value, str) else repr(value)

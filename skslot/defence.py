@@ -27,12 +27,15 @@ is indistinguishable from an honest client with unusual data
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from ._validation import check_in_range
 from .gaussian import GaussianSummary
 
 __all__ = [
+    "DefenceBounds",
     "capped_counts",
     "implausible_counts",
     "implausible_norms",
@@ -225,3 +228,73 @@ def inconsistent_statistics(
             "the summary's"
         )
     return None
+
+
+@dataclass(frozen=True)
+class DefenceBounds:
+    """The server's bounds on what clients declare, and the checks that apply them.
+
+    Parameters
+    ----------
+    max_count_ratio, max_weight_ratio : float, default=100, 10
+        A client declaring more than ``max_count_ratio`` times the median
+        client's rows is rejected; the others' weights (in the barycenter and
+        the head) are capped at ``max_weight_ratio`` times the median count.
+    max_norm_ratio : float, default=10
+        A client whose local head's norm exceeds this many times the median
+        client's is rejected (heads trained locally: O-FedAvg).
+    max_variance_ratio, max_mean_offset : float, default=100, 10
+        Plausibility of a summary against the others' (see
+        :func:`implausible_summaries`).
+    consistency : bool, default=True
+        Check each client's head statistics against its own summary
+        (:func:`inconsistent_statistics`); off for private summaries, whose
+        noise is meant to differ.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot import GaussianSummary
+    >>> from skslot.defence import DefenceBounds
+    >>> clients = [GaussianSummary(n, np.zeros(2), np.eye(2)) for n in (100, 120, 90, 10**6)]
+    >>> rejected, weights = DefenceBounds().screen(clients)
+    >>> sorted(rejected), weights.tolist()
+    ([3], [100.0, 120.0, 90.0])
+    """
+
+    max_count_ratio: float = 100.0
+    max_weight_ratio: float = 10.0
+    max_norm_ratio: float = 10.0
+    max_variance_ratio: float = 100.0
+    max_mean_offset: float = 10.0
+    consistency: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_count_ratio", "max_weight_ratio", "max_norm_ratio"):
+            check_in_range(name, getattr(self, name), 1.0, None)
+        check_in_range("max_variance_ratio", self.max_variance_ratio, 1.0, None)
+        check_in_range("max_mean_offset", self.max_mean_offset, 0.0, None)
+        if not isinstance(self.consistency, bool):
+            raise ValueError(f"consistency must be True or False, got {self.consistency!r}")
+
+    def screen(self, summaries: Sequence[GaussianSummary]) -> tuple[dict[int, str], np.ndarray]:
+        """Positions of implausible clients with the reason, and the others' capped weights.
+
+        The weights are in the order of the clients that remain.
+        """
+        reasons = implausible_summaries(
+            summaries,
+            max_variance_ratio=self.max_variance_ratio,
+            max_mean_offset=self.max_mean_offset,
+        )
+        counts = [s.n for s in summaries]
+        for k, why in implausible_counts(counts, max_count_ratio=self.max_count_ratio).items():
+            reasons.setdefault(k, why)
+        kept = [n for k, n in enumerate(counts) if k not in reasons]
+        return reasons, capped_counts(kept, max_weight_ratio=self.max_weight_ratio)
+
+    def implausible_updates(self, norms: Sequence[float]) -> dict[int, str]:
+        """Positions of local heads whose norm is out of line with the others'."""
+        return implausible_norms(
+            norms, max_norm_ratio=self.max_norm_ratio, what="local head norm"
+        )

@@ -220,13 +220,13 @@ class ValidationCounts:
         *,
         n_candidates: int,
         n_classes: int,
-        n_samples: int,
+        n_samples: int | None = None,
     ) -> ValidationCounts:
         """Decode and check received counts.
 
-        ``n_samples`` is the size of the client's validation part as the
-        server knows it (its summary's count minus its fitting count): the
-        totals must add up to it, and no count may exceed its class total.
+        ``n_samples``, when given, is the size of the client's validation part
+        as the server knows it (its summary's count minus its fitting count):
+        the totals must add up to it.  No count may exceed its class total.
 
         Raises
         ------
@@ -238,7 +238,7 @@ class ValidationCounts:
         correct = read_array(
             arrays, "correct", (n_candidates, n_classes), integer=True, nonnegative=True
         )
-        if int(total.sum()) != n_samples:
+        if n_samples is not None and int(total.sum()) != n_samples:
             raise StatisticsFormatError(
                 f"validation counts cover {int(total.sum())} rows, but the client's validation "
                 f"part has {n_samples}"
@@ -480,8 +480,7 @@ def refit_head(
         if extra is not None:  # the client's statistics of all its rows
             statistics[k] = statistics[k].merge(extra)
     model = clone(head).set_params(**candidate.params)
-    aligned = _at(maps, candidate.tau) if head.aligns_statistics else None
-    return model.fit_from_statistics(statistics, classes, maps=aligned)
+    return model.fit_from_statistics(statistics, classes, maps=_at(maps, candidate.tau))
 
 
 def client_statistics(

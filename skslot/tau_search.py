@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
+from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin
 from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted
 
@@ -16,21 +16,18 @@ from ._validation import (
     check_client_labels,
     check_host_rows,
     check_option,
-    spawn_seeds,
 )
 from .heads._base import OneShotHead
-from .selection import (
-    DEFAULT_TAUS,
-    Selection,
-    candidate_grid,
-    candidate_heads,
-    client_statistics,
-    local_updates,
-    refit_head,
-    score_candidates,
-    select_candidate,
-    validation_split,
+from .protocol import (
+    ClientParty,
+    FixedReference,
+    InProcessTransport,
+    OneShotProtocol,
+    ProtocolReport,
+    ProtocolRunError,
+    ReferenceStep,
 )
+from .selection import DEFAULT_TAUS, Selection
 from .transformer import UNKNOWN_CLIENT, SLOTTransformer
 
 __all__ = ["FederatedTauSearch"]
@@ -121,6 +118,8 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
         Clients whose validation counts were used.
     left_out_ : dict
         Clients left out of the choice, with the reason.
+    stages_ : list of str
+        The protocol's stages in the order they ran (:class:`~skslot.protocol.OneShotProtocol`).
     clients_ : list
     classes_ : ndarray
     n_features_in_ : int
@@ -186,83 +185,67 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
         -------
         self : object
         """
-        if not isinstance(self.head, OneShotHead):
-            raise TypeError(
-                "head must be a skslot one-shot head (skslot.heads), got "
-                f"{type(self.head).__name__}"
-            )
+        protocol = OneShotProtocol(
+            self.head,
+            tau="auto",
+            taus=self.taus,
+            head_grid=self.head_grid,
+            validation_fraction=self.validation_fraction,
+            rule=self.rule,
+            refit=self.refit,
+            reference=self._reference_step(),
+            random_state=self.random_state,
+            evaluate=False,
+        )
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
-        if not isinstance(self.refit, (bool, np.bool_)):
-            raise ValueError(f"refit must be True or False, got {self.refit!r}")
         X, y, classes = check_classification_data(self, X, y)
-        head = self.head
-        candidates = candidate_grid(head, self.taus, self.head_grid)
         labels, codes = check_client_labels(client, X.shape[0])
-        slot = clone(self.slot) if self.slot is not None else SLOTTransformer()
-        slot.fit(X, None, client=client)
-        missing = [label for label in labels if label not in slot.maps_]
-        if missing:
-            raise ValueError(f"the slot transformer has no map for clients {missing}")
-        server_maps = [slot.maps_[label] for label in labels]
-        # what each client computes from the reference it receives and its own summary
+        if isinstance(protocol.reference, FixedReference):
+            missing = [label for label in labels if label not in protocol.reference.fixed.maps]
+            if missing:
+                raise ValueError(f"the slot transformer has no map for clients {missing}")
+        slot = self._slot()
+        parties = {
+            label: ClientParty(
+                X[codes == k],
+                y[codes == k],
+                head=self.head,
+                classes=classes,
+                label=label,
+                summary_estimator=slot._summary_estimator(),
+                validation_fraction=self.validation_fraction,
+            )
+            for k, label in enumerate(labels)
+        }
+        try:
+            result = protocol.run(InProcessTransport(parties), classes)
+        except ProtocolRunError as exc:  # in process, the server step's own error
+            raise exc.__cause__ or exc from None
+        selection = result.selection
+        self.left_out_ = selection_left_out(result.report)
+        self.candidate_heads_ = result.candidate_heads
+        self.stages_ = list(result.stages)
+        # each client's map, as a deployed client computes it from the reference it received
         own = SLOTTransformer.from_reference(
-            slot.reference_,
-            {label: slot.summaries_[label] for label in labels},
+            result.reference,
+            {label: parties[label].state.summary for label in labels},
             unknown_client=self.unknown_client,
         )
-        client_maps = [own.maps_[label] for label in labels]
-
-        # 1. clients: split, statistics of each part of their unaligned rows
-        parts = []  # per client: its rows, and the (fitting, validation) positions among them
-        for k, seed in enumerate(spawn_seeds(self.random_state, len(labels))):
-            rows = np.flatnonzero(codes == k)
-            parts.append((rows, validation_split(y[rows], self.validation_fraction, seed)))
-        # 2. server: one head per candidate
-        if head.aligns_statistics:
-            uploads = [
-                client_statistics(head, X[rows], y[rows], classes, split, client_index=k)
-                for k, (rows, split) in enumerate(parts)
-            ]
-            fit_stats = [fitting for fitting, _ in uploads]
-            heads = candidate_heads(head, candidates, fit_stats, classes, server_maps)
-        else:
-            taus = sorted({c.tau for c in candidates})
-            per_client = [
-                local_updates(
-                    head, X[rows[f]], y[rows[f]], classes, client_maps[k], taus, client_index=k
-                )
-                for k, (rows, (f, _)) in enumerate(parts)
-            ]
-            updates = {tau: [u[i] for u in per_client] for i, tau in enumerate(taus)}
-            heads = candidate_heads(head, candidates, updates, classes)
-        scores = [h.linear_scores() for h in heads]
-        # 3. clients: counts on their validation rows; 4. server: the choice
-        counts, self.left_out_ = {}, {}
-        for k, (label, (rows, (_, v))) in enumerate(zip(labels, parts, strict=True)):
-            if v.shape[0] == 0:
-                self.left_out_[label] = "no validation rows (too few rows per class to split)"
-                continue
-            counts[label] = score_candidates(
-                scores, [c.tau for c in candidates], client_maps[k], X[rows[v]], y[rows[v]], classes
-            )
-        selection = select_candidate(candidates, counts, self.rule)
-        best = selection.candidate
-        if not self.refit:
-            final = heads[selection.index]
-        elif head.aligns_statistics:
-            val_stats = [validation for _, validation in uploads]
-            final = refit_head(head, best, classes, fit_stats, val_stats, server_maps)
-        else:
-            updates = [
-                local_updates(
-                    head, X[rows], y[rows], classes, client_maps[k], [best.tau], client_index=k
-                )[0]
-                for k, (rows, _) in enumerate(parts)
-            ]
-            final = refit_head(head, best, classes, updates)
-        self.candidate_heads_ = heads
-        self._store(selection, final, own, labels, classes)
+        self._store(selection, result.head, own, labels, classes)
         return self
+
+    def _slot(self) -> SLOTTransformer:
+        """The transformer whose settings make the summaries and the reference."""
+        slot = self.slot if self.slot is not None else SLOTTransformer()
+        return getattr(slot, "estimator", slot)  # a FrozenEstimator's fitted transformer
+
+    def _reference_step(self) -> ReferenceStep:
+        """The server's reference step: a fitted transformer's own, or built from summaries."""
+        slot = self._slot()
+        if self.slot is not None and hasattr(self.slot, "estimator"):  # FrozenEstimator
+            check_is_fitted(slot, "maps_")
+            return FixedReference(slot.reference_, slot.maps_, slot.n_iter_)
+        return ReferenceStep(slot.barycenter_estimator())
 
     def _store(
         self,
@@ -322,3 +305,8 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
         return tags
+
+
+def selection_left_out(report: ProtocolReport) -> dict:
+    """Clients left out of the choice, with the reason (from a run's report)."""
+    return dict((report.selection or {}).get("left_out", {}))

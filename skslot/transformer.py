@@ -146,6 +146,24 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
             n_jobs=self.n_jobs,
         )
 
+    def barycenter_estimator(self) -> BuresBarycenter:
+        """The (unfitted) :class:`~skslot.BuresBarycenter` with this transformer's settings.
+
+        What the server of a federated run fits on the clients' summaries.
+        """
+        return BuresBarycenter(
+            weights=self.weights,
+            solver=self.solver,
+            init=self.init,
+            anderson=self.anderson,
+            tol=self.tol,
+            max_iter=self.max_iter,
+            covariance_floor=self.covariance_floor,
+            chunk_size=self.chunk_size,
+            client_batch=self.client_batch,
+            n_jobs=self.n_jobs,
+        )
+
     def fit(self, X: Any, y: Any = None, *, client: Any = None) -> SLOTTransformer:
         """Summarise the clients, build the reference and the maps.
 
@@ -163,18 +181,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         check_in_range("tau", self.tau, 0.0, 1.0)
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         X = check_rows(self, X, reset=True, ensure_min_samples=2)
-        bary = BuresBarycenter(
-            weights=self.weights,
-            solver=self.solver,
-            init=self.init,
-            anderson=self.anderson,
-            tol=self.tol,
-            max_iter=self.max_iter,
-            covariance_floor=self.covariance_floor,
-            chunk_size=self.chunk_size,
-            client_batch=self.client_batch,
-            n_jobs=self.n_jobs,
-        )
+        bary = self.barycenter_estimator()
         with warnings.catch_warnings():  # warned below, in this estimator's name
             warnings.simplefilter("ignore", SingleClientWarning)
             bary.fit(X, client=client)  # on a tensor's device when X is one

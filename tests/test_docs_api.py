@@ -13,14 +13,18 @@ MODULES = [
     "skslot.bench",
     "skslot.datasets",
     "skslot.defence",
+    "skslot.exceptions",
     "skslot.flower",
     "skslot.gaussian",
     "skslot.heads",
+    "skslot.maps",
     "skslot.privacy",
+    "skslot.protocol",
     "skslot.selection",
     "skslot.summary",
     "skslot.tau_search",
     "skslot.transformer",
+    "skslot.wire",
 ]
 
 

@@ -22,7 +22,6 @@ flwr = pytest.importorskip("flwr", reason="Flower is not installed: pip install 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict  # noqa: E402
 
 from skslot import FederatedTauSearch, GaussianSummary, SLOTTransformer  # noqa: E402
-from skslot.bench import DEFAULT_HEADS  # noqa: E402
 from skslot.datasets import make_federated_classification  # noqa: E402
 from skslot.flower import (  # noqa: E402
     DeploymentConfig,
@@ -34,7 +33,7 @@ from skslot.flower import (  # noqa: E402
     write_flower_app,
 )
 from skslot.flower.client_app import app as client_app  # noqa: E402
-from skslot.heads import FedCGSClassifier, message_bytes  # noqa: E402
+from skslot.heads import HEADS, FedCGSClassifier, make_head, message_bytes  # noqa: E402
 
 from .conftest import assert_close_in_norm  # noqa: E402
 from .flower_harness import (  # noqa: E402
@@ -105,7 +104,7 @@ def in_process(node_configs, config: DeploymentConfig):
     """
     parts, X, y, client = client_rows(node_configs, config)
     slot = SLOTTransformer(tau=config.tau).fit(X, client=client)
-    head = DEFAULT_HEADS[config.head](config.seed)
+    head = config.make_head()
     if config.head == "FedPFT":
         classes = config.class_set
         stats = [
@@ -127,7 +126,7 @@ def node_of(client: int) -> int:
     return 11 + client
 
 
-@pytest.mark.parametrize("head", list(DEFAULT_HEADS))
+@pytest.mark.parametrize("head", list(HEADS))
 def test_deployment_equals_in_process_pipeline(node_configs, head):
     report, scores, reference, _ = deploy(node_configs, head=head, summary_dtype="float64")
     slot, expected, tests = in_process(node_configs, DeploymentConfig(head=head, classes=CLASSES))
@@ -160,7 +159,7 @@ def test_a_streamed_parallel_server_step_gives_the_same_run(node_configs):
     assert streamed[0].barycenter_iterations == report.barycenter_iterations
 
 
-@pytest.mark.parametrize("head", list(DEFAULT_HEADS))
+@pytest.mark.parametrize("head", list(HEADS))
 def test_auto_tau_equals_the_in_process_search(node_configs, head):
     """tau = "auto" on Flower and FederatedTauSearch: the same choice, head and predictions."""
     report, scores, _, _ = deploy(
@@ -168,7 +167,7 @@ def test_auto_tau_equals_the_in_process_search(node_configs, head):
     )
     config = DeploymentConfig(head=head, seed=5, classes=CLASSES)
     parts, X, y, client = client_rows(node_configs, config)
-    search = FederatedTauSearch(DEFAULT_HEADS[head](config.seed), random_state=config.seed)
+    search = FederatedTauSearch(config.make_head(), random_state=config.seed)
     search.fit(X, y, client=client)
     assert report.tau == search.best_tau_
     assert report.selection["chosen"] == search.best_params_
@@ -539,7 +538,12 @@ def test_record_to_arrays_checks_the_header_before_allocating():
 @pytest.mark.parametrize(
     ("run_config", "message"),
     [
-        ({"head": "SVM"}, "head must be one of"),
+        ({"head": "SVM"}, "unknown head 'SVM': choose from"),
+        ({"head": "FedPFT", "head-params": '{"ranks": 2}'}, "has no parameter 'ranks'"),
+        ({"head": "FedPFT", "head-params": '{"rank": 0}'}, "rank must be"),
+        ({"head-params": "[1]"}, "head_params must be a JSON object"),
+        ({"head-params": "{"}, "head_params must be a JSON object"),
+        ({"head": "numpy:ndarray"}, "is not a skslot.heads.OneShotHead subclass"),
         ({"tau": 1.5}, "tau"),
         ({"alpha": "often"}, "alpha must be a number or 'none'"),
         ({"alpha": 0.0}, "alpha must be > 0"),
@@ -552,9 +556,13 @@ def test_record_to_arrays_checks_the_header_before_allocating():
         ({"tau": "auto", "taus": "0,2"}, r"each tau must be in \[0.0, 1.0\]"),
         ({"taus": "a,b"}, "taus must be comma-separated numbers"),
         ({"validation-fraction": 1.0}, "validation_fraction must be in"),
-        ({"shrinkages": "0.1", "head": "FedPFT"}, "only be searched for the FedCGS head"),
+        (
+            {"tau": "auto", "head-grid": '{"shrinkage": [0.1]}', "head": "FedPFT"},
+            "head_grid can only search server-side parameters of FedPFTClassifier",
+        ),
+        ({"tau": "auto", "head-grid": '{"shrinkage": 0.1}'}, "must be a JSON list"),
         ({"classes": "1"}, "at least 2 distinct labels"),
-        ({"selection-rule": "max"}, "selection_rule"),
+        ({"selection-rule": "max"}, "rule must be one of"),
         ({"n-features": 10**6}, "n_features must be"),
         ({"defence": "yes"}, "defence must be true or false"),
         ({"server-jobs": 0}, "server_jobs must be a non-zero int"),
@@ -755,15 +763,15 @@ def test_oversized_local_heads_are_rejected(node_configs):
     assert sorted(report.accuracy) == [11, 12, 13]
 
 
-@pytest.mark.parametrize("name", list(DEFAULT_HEADS))
+@pytest.mark.parametrize("name", list(HEADS))
 def test_message_bytes_is_flowers_count_and_the_heads_report_it(name, federated):
     """One count of a client's statistics: skslot's ``message_bytes`` = Flower's ``count_bytes``."""
     X, y, client = federated.X, federated.y, federated.client
-    head = DEFAULT_HEADS[name](0).fit(X, y, client=client)
+    head = make_head(name, seed=0).fit(X, y, client=client)
     classes = np.unique(y)
     for k in np.unique(client):
         arrays = (
-            DEFAULT_HEADS[name](0)
+            make_head(name, seed=0)
             .client_statistics(X[client == k], y[client == k], classes, client_index=int(k))
             .to_arrays()
         )

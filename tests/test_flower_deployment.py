@@ -5,7 +5,8 @@ Office-Caltech10 features (real data in every clone; m = 800 keeps the two
 runs and their in-process twins within a minute or two).  The first run uses a
 fixed tau: the global head the ServerApp writes must predict exactly as the
 in-process scikit-learn pipeline fitted on the same partitions and seed.  The
-second run chooses tau by validation (``tau = "auto"``): its choice,
+second run chooses tau by validation (``tau = "auto"``), with a non-default
+head configuration given as ``head-params`` (O-FedAvg, ``C = 0.1``): its choice,
 validation table and predictions must equal those of the in-process
 :class:`~skslot.FederatedTauSearch`.  Every client's reported accuracy must
 equal the in-process one.  Every process is started in its own session and
@@ -31,7 +32,6 @@ import pytest
 pytest.importorskip("flwr", reason="the Flower extra is not installed: pip install '.[flower]'")
 
 from skslot import FederatedTauSearch
-from skslot.bench import DEFAULT_HEADS
 from skslot.flower import DeploymentConfig, write_flower_app
 from skslot.heads import LinearScores
 
@@ -124,7 +124,14 @@ def test_flower_deployment_on_localhost(tmp_path):
         output_dir=str(output),
     )
     app_dir = write_flower_app(tmp_path / "app", config)
-    auto = dataclasses.replace(config, tau="auto", output_dir=str(tmp_path / "out-auto"))
+    # the second run: a non-default head configuration, through head-params, with tau chosen
+    auto = dataclasses.replace(
+        config,
+        head="O-FedAvg",
+        head_params='{"C": 0.1, "max_iter": 50}',
+        tau="auto",
+        output_dir=str(tmp_path / "out-auto"),
+    )
     auto_dir = write_flower_app(tmp_path / "app-auto", auto)
     # the third run: a fourth node joins and sends crafted bytes; the run completes without it
     hostile = dataclasses.replace(
@@ -227,11 +234,12 @@ def test_flower_deployment_on_localhost(tmp_path):
 
     # tau = "auto": the in-process search over the same clients, in the server's order
     chosen = json.loads((Path(auto.output_dir) / "report.json").read_text())
-    assert chosen["stages"] == ["upload", "validation", "evaluation"]
+    assert chosen["stages"] == ["upload", "updates", "validation", "refit", "evaluation"]
     rank = {node: i for i, node in enumerate(sorted(partition))}  # clients ordered by node id
     parts, X, y, client = client_rows(node_configs, auto)
     by_rank = np.array([rank[node_of[c]] for c in client])
-    search = FederatedTauSearch(DEFAULT_HEADS[auto.head](auto.seed), random_state=auto.seed)
+    search = FederatedTauSearch(auto.make_head(), random_state=auto.seed)
+    assert search.head.get_params()["C"] == 0.1
     search.fit(X, y, client=by_rank)
     assert chosen["tau"] == search.best_tau_
     assert chosen["selection"]["chosen"] == search.best_params_

@@ -15,7 +15,15 @@ installed; the other names import it on first use.
 from importlib import import_module
 from typing import Any
 
-from .config import DeploymentConfig, write_flower_app
+from .config import (
+    DataSettings,
+    DefenceSettings,
+    DeploymentConfig,
+    PrivacySettings,
+    ProtocolSettings,
+    RunSettings,
+    write_flower_app,
+)
 
 _NEED_FLOWER = {
     "ClientData": "client_app",
@@ -23,10 +31,20 @@ _NEED_FLOWER = {
     "ProtocolError": "messages",
     "DeploymentError": "server_app",
     "DeploymentReport": "server_app",
+    "FlowerTransport": "transport",
     "run_one_shot": "server_app",
 }
 
-__all__ = ["DeploymentConfig", "write_flower_app", *sorted(_NEED_FLOWER)]
+__all__ = [
+    "DataSettings",
+    "DefenceSettings",
+    "DeploymentConfig",
+    "PrivacySettings",
+    "ProtocolSettings",
+    "RunSettings",
+    "write_flower_app",
+    *sorted(_NEED_FLOWER),
+]
 
 
 def __getattr__(name: str) -> Any:

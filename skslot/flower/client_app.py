@@ -1,11 +1,9 @@
 """The client side of the one-shot protocol, as a Flower ``ClientApp``.
 
-Each handler answers one stage (see :mod:`skslot.flower.messages`) with the
-library's own objects: :class:`~skslot.GaussianSummaryEstimator` for the
-summary, :meth:`~skslot.SLOTTransformer.from_reference` for the map, and the
-client functions of :mod:`skslot.selection` (the head's statistics, local
-heads per ``tau``, validation counts), which :class:`~skslot.FederatedTauSearch`
-calls in process too.  The summary exactly as the server decoded it and the
+Each handler decodes one stage's request (see :mod:`skslot.flower.messages`),
+answers it with the protocol's own client, :class:`skslot.protocol.ClientParty`
+(the same object :class:`~skslot.FederatedTauSearch` runs in process), and
+encodes the reply.  The summary exactly as the server decoded it and the
 reference are kept in the run's ``context.state`` (they never leave the node
 again), so every stage uses the same map.
 
@@ -30,13 +28,17 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
-from .._validation import spawn_seeds
-from ..bench import DEFAULT_HEADS
 from ..datasets import dirichlet_partition, load_npz, load_office_caltech10
-from ..gaussian import GaussianMap, GaussianSummary
-from ..selection import client_statistics, local_updates, score_candidates, validation_split
+from ..gaussian import GaussianSummary
+from ..protocol import (
+    ClientParty,
+    ClientState,
+    EvaluationRequest,
+    UpdatesRequest,
+    UploadRequest,
+    ValidationRequest,
+)
 from ..summary import GaussianSummaryEstimator
-from ..transformer import SLOTTransformer
 from . import messages
 from .config import DeploymentConfig
 
@@ -116,30 +118,49 @@ def _data(context: Context) -> tuple[DeploymentConfig, ClientData]:
     return config, data
 
 
-def _state(context: Context) -> Any:
-    if STATE not in context.state.config_records:
+def _party(
+    context: Context,
+    config: DeploymentConfig,
+    data: ClientData,
+    reference: bytes | None = None,
+) -> ClientParty:
+    """This node as a party of the protocol: its rows and its state of this run.
+
+    ``reference``, when the request carries it, is stored in the run's state
+    first (it travels once).
+    """
+    state = ClientState()
+    if STATE in context.state.config_records:
+        stored = context.state.config_records[STATE]
+        if reference is not None:
+            stored["reference"] = reference
+        state.summary = GaussianSummary.from_bytes(stored["summary"])
+        state.client_index = stored["client-index"]
+        seed = stored["split-seed"]
+        state.split_seed = None if seed < 0 else seed
+        if "reference" in stored:
+            state.reference = GaussianSummary.from_bytes(
+                stored["reference"], expected_dimension=state.summary.dimension
+            )
+    elif reference is not None:
         raise RuntimeError("this node has no summary of this run (no upload stage ran here)")
-    return context.state.config_records[STATE]
-
-
-def _split(config: DeploymentConfig, data: ClientData, index: int) -> tuple | None:
-    """This client's (fitting, validation) rows when tau is chosen by validation."""
-    if not config.auto:
-        return None
-    seed = spawn_seeds(config.seed, index + 1)[-1]
-    return validation_split(data.y_train, config.validation_fraction, seed)
-
-
-def _transport(context: Context, reference: bytes | None) -> GaussianMap:
-    """This client's full map onto the reference (stored on first receipt)."""
-    state = _state(context)
-    if reference is not None:
-        state["reference"] = reference
-    if "reference" not in state:
-        raise RuntimeError("this node has not received the reference of this run")
-    own = GaussianSummary.from_bytes(state["summary"])
-    received = GaussianSummary.from_bytes(state["reference"], expected_dimension=own.dimension)
-    return SLOTTransformer.from_reference(received, own).maps_[own.client]
+    private = config.epsilon is not None
+    return ClientParty(
+        data.X_train,
+        data.y_train,
+        head=config.make_head(),
+        classes=config.class_set,
+        label=data.client,
+        X_test=data.X_test,
+        y_test=data.y_test,
+        summary_estimator=GaussianSummaryEstimator(
+            epsilon=config.epsilon,
+            delta=config.delta,
+            clip_norm=config.clip_norm if private else None,
+        ),
+        validation_fraction=config.validation_fraction,
+        state=state,
+    )
 
 
 app = ClientApp()
@@ -147,60 +168,42 @@ app = ClientApp()
 
 @app.query("upload")
 def upload(message: Message, context: Context) -> Message:
-    """Send the summary of the training rows and, for FedCGS and FedPFT, their statistics.
+    """Send the summary of the training rows and what the head uploads with it.
 
     The summary is released once per run: a repeated request gets the same
     bytes (for a private summary, no fresh noise to average out).
     """
-    dtype, index = messages.read_upload_request(message)
+    dtype, index, split_seed = messages.read_upload_request(message)
     config, data = _data(context)
+    reply = _party(context, config, data).upload(UploadRequest(index, split_seed))
     if STATE in context.state.config_records:
-        payload = _state(context)["summary"]
+        payload = context.state.config_records[STATE]["summary"]
     else:
-        private = config.epsilon is not None
-        own = GaussianSummaryEstimator(
-            epsilon=config.epsilon,
-            delta=config.delta,
-            clip_norm=config.clip_norm if private else None,
-        ).fit(data.X_train, client=data.client)
-        payload = own.summaries_[data.client].to_bytes(dtype)
-    context.state[STATE] = ConfigRecord({"summary": payload, "client-index": index})
-    split = _split(config, data, index)
-    head = DEFAULT_HEADS[config.head](config.seed)
-    fitting = validation = None
-    if head.aligns_statistics:
-        fitting, validation = client_statistics(
-            head, data.X_train, data.y_train, config.class_set, split, client_index=index
-        )
+        payload = reply.summary.to_bytes(dtype)
+    context.state[STATE] = ConfigRecord(
+        {
+            "summary": payload,
+            "client-index": index,
+            "split-seed": -1 if split_seed is None else split_seed,
+        }
+    )
     return messages.upload_reply(
         message,
         payload,
-        n_fit=data.y_train.shape[0] if split is None else split[0].shape[0],
-        n_test=data.y_test.shape[0],
-        statistics=None if fitting is None else fitting.to_arrays(),
-        validation=None if validation is None else validation.to_arrays(),
+        n_fit=reply.n_fit,
+        n_test=reply.n_test,
+        statistics=None if reply.statistics is None else reply.statistics.to_arrays(),
+        validation=None if reply.validation is None else reply.validation.to_arrays(),
     )
 
 
 @app.train("updates")
 def updates(message: Message, context: Context) -> Message:
-    """O-FedAvg: one local head per requested tau, on aligned fitting (or all) rows."""
+    """Local heads trained on aligned rows: one per requested tau (O-FedAvg)."""
     reference, taus, part = messages.read_updates_request(message)
     config, data = _data(context)
-    transport = _transport(context, reference)
-    index = _state(context)["client-index"]
-    split = _split(config, data, index)
-    rows = split[0] if part == "fit" and split is not None else slice(None)
-    head = DEFAULT_HEADS[config.head](config.seed)
-    local = local_updates(
-        head,
-        data.X_train[rows],
-        data.y_train[rows],
-        config.class_set,
-        transport,
-        taus,
-        client_index=index,
-    )
+    party = _party(context, config, data, reference)
+    local = party.updates(UpdatesRequest(None, tuple(taus), part))
     return messages.updates_reply(message, [u.to_arrays() for u in local])
 
 
@@ -211,14 +214,8 @@ def validation(message: Message, context: Context) -> Message:
     reference, heads, taus = messages.read_validation_request(
         message, config.class_set, data.X_train.shape[1]
     )
-    transport = _transport(context, reference)
-    split = _split(config, data, _state(context)["client-index"])
-    if split is None:
-        raise RuntimeError("validation was requested, but this run's tau is not 'auto'")
-    rows = split[1]
-    counts = score_candidates(
-        heads, taus, transport, data.X_train[rows], data.y_train[rows], config.class_set
-    )
+    party = _party(context, config, data, reference)
+    counts = party.validate(ValidationRequest(None, tuple(heads), tuple(taus)))
     return messages.validation_reply(message, counts.to_arrays())
 
 
@@ -229,7 +226,5 @@ def evaluate(message: Message, context: Context) -> Message:
     reference, head, tau = messages.read_head_request(
         message, config.class_set, data.X_train.shape[1]
     )
-    transport = _transport(context, reference)
-    predictions = head.predict(transport.geodesic(tau).apply(data.X_test))
-    n_correct = int(np.sum(predictions == data.y_test))
-    return messages.evaluation_reply(message, n_correct, int(data.y_test.shape[0]))
+    result = _party(context, config, data, reference).evaluate(EvaluationRequest(None, head, tau))
+    return messages.evaluation_reply(message, result.n_correct, result.n_test)

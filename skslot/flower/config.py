@@ -10,6 +10,7 @@ components are skslot's own apps.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
@@ -24,32 +25,52 @@ from .._validation import (
     check_option,
     check_positive_int,
 )
-from ..bench import DEFAULT_HEADS
-from ..selection import SELECTION_RULES, check_tau_grid
+from ..barycenter import BuresBarycenter
+from ..defence import DefenceBounds
+from ..heads import OneShotHead, head_class, make_head
+from ..protocol import OneShotProtocol, ReferenceStep
+from ..selection import check_tau_grid
 
-__all__ = ["DeploymentConfig", "write_flower_app"]
+__all__ = [
+    "DataSettings",
+    "DefenceSettings",
+    "DeploymentConfig",
+    "PrivacySettings",
+    "ProtocolSettings",
+    "RunSettings",
+    "write_flower_app",
+]
 
 SUMMARY_DTYPES = ("float16", "float32", "float64")
 
 
 @dataclass(frozen=True)
-class DeploymentConfig:
-    """Settings of one deployment run, shared by the server and the clients.
+class ProtocolSettings:
+    """The protocol's part of a run: the head, ``tau`` and the server step.
 
     Parameters
     ----------
-    head : {"FedCGS", "O-FedAvg", "FedPFT"}, default="FedCGS"
-        Downstream one-shot head.
+    head : str, default="FedCGS"
+        The one-shot head: FedCGS, O-FedAvg, FedPFT, or a user's
+        :class:`~skslot.heads.OneShotHead` subclass by import path
+        (``"package.module:Class"``, importable on the server and on every
+        node), built by :func:`skslot.heads.make_head`.
+    head_params : str, default=""
+        The head's constructor parameters as a JSON object such as
+        ``'{"covariance_type": "full", "rank": 16}'`` (empty: its defaults;
+        ``random_state`` defaults to ``seed``).  Unknown names are an error
+        naming the allowed ones, raised before any client is contacted.
     tau : float or "auto", default=0.4
         Fraction of the transport each client applies, or ``"auto"``: chosen
-        by the federation by validation over ``taus`` (see
-        :mod:`skslot.selection`, the same functions as
+        by the clients' validation over ``taus`` (the same protocol as
         :class:`~skslot.FederatedTauSearch`).
     taus : str, default="0,0.2,0.4,0.6,0.8,1"
         The grid of ``tau = "auto"``, comma-separated.
-    shrinkages : str, default=""
-        With ``tau = "auto"`` and FedCGS, ridges searched along with ``tau``
-        (comma-separated; empty: the head's default only).
+    head_grid : str, default=""
+        With ``tau = "auto"``, server-side head parameters searched along with
+        ``tau``, as a JSON object of lists (any of the head's
+        ``server_params``, as :class:`~skslot.FederatedTauSearch`'s
+        ``head_grid``), e.g. ``'{"shrinkage": [0.001, 0.1]}'`` for FedCGS.
     validation_fraction : float, default=0.2
         With ``tau = "auto"``, the share of each class of each client held out.
     selection_rule : {"one-standard-error", "best"}, default="one-standard-error"
@@ -58,6 +79,105 @@ class DeploymentConfig:
         The global class set, comma-separated integer labels, agreed in the
         configuration (a client cannot enlarge it; one whose labels fall
         outside it fails).
+    seed : int, default=0
+        Seed of the partition and of the head.
+    summary_dtype : {"float16", "float32", "float64"}, default="float32"
+        Precision of the summaries and of the reference on the wire.
+    server_jobs : int, default=1
+        Parallel jobs of the server's barycenter and maps over blocks of
+        clients (joblib's convention, ``-1``: all cores; see
+        :class:`~skslot.BuresBarycenter`).
+    client_batch : int, default=0
+        Clients the server's barycenter decomposes together; 0: all in one
+        float64 stack (fastest; about ``5 K m^2`` float64 at the peak).  A
+        positive value bounds the iteration's memory beyond the decoded
+        summaries to about ``5 * client_batch * m^2`` float64 per job, for
+        many clients (docs/performance.md).
+    """
+
+    head: str = "FedCGS"
+    head_params: str = ""
+    tau: float | str = 0.4
+    taus: str = "0,0.2,0.4,0.6,0.8,1"
+    head_grid: str = ""
+    validation_fraction: float = 0.2
+    selection_rule: str = "one-standard-error"
+    classes: str = "0,1,2,3,4,5,6,7,8,9"
+    seed: int = 0
+    summary_dtype: str = "float32"
+    server_jobs: int = 1
+    client_batch: int = 0
+
+    def _check_protocol(self) -> None:
+        for name in ("taus", "head_grid", "head_params", "classes"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ValueError(f"seed must be an int, got {self.seed!r}")
+        self.class_set  # noqa: B018 - validates the class set
+        check_option("summary_dtype", self.summary_dtype, SUMMARY_DTYPES)
+        if type(self.server_jobs) is not int or self.server_jobs == 0:
+            raise ValueError(f"server_jobs must be a non-zero int, got {self.server_jobs!r}")
+        check_non_negative_int("client_batch", self.client_batch)
+        # the head, its parameters, tau, the grid and the selection: the driver checks them
+        self._driver(defence=None, min_clients=1)
+
+    def _driver(self, *, defence: DefenceBounds | None, min_clients: int) -> OneShotProtocol:
+        barycenter = BuresBarycenter(
+            client_batch=self.client_batch or None, n_jobs=self.server_jobs
+        )
+        return OneShotProtocol(
+            self.make_head(),
+            tau=self.tau,
+            taus=self.tau_grid,
+            head_grid=self.head_grid_values(),
+            validation_fraction=self.validation_fraction,
+            rule=self.selection_rule,
+            reference=ReferenceStep(barycenter, wire_dtype=self.summary_dtype),
+            defence=defence,
+            min_clients=min_clients,
+            random_state=self.seed,
+            config=self.to_run_config() if isinstance(self, DeploymentConfig) else None,
+        )
+
+    @property
+    def auto(self) -> bool:
+        """Whether ``tau`` is chosen by the federation."""
+        return self.tau == "auto"
+
+    @property
+    def tau_grid(self) -> tuple[float, ...]:
+        """The candidate taus of ``tau = "auto"`` (validated, sorted)."""
+        return check_tau_grid(_numbers(self.taus, "taus", float))
+
+    def make_head(self) -> OneShotHead:
+        """The run's head, with its parameters (:func:`skslot.heads.make_head`)."""
+        seed = self.seed if isinstance(self.seed, int) and not isinstance(self.seed, bool) else None
+        return make_head(self.head, _json_object(self.head_params, "head_params"), seed=seed)
+
+    @property
+    def class_set(self) -> np.ndarray:
+        """The agreed classes, sorted integer labels."""
+        labels = _numbers(self.classes, "classes", int)
+        if len(labels) < 2 or len(set(labels)) != len(labels):
+            raise ValueError(f"classes must list at least 2 distinct labels, got {self.classes!r}")
+        return np.array(sorted(labels), dtype=np.int64)
+
+    def head_grid_values(self) -> dict[str, list] | None:
+        """Server-side head parameters searched with ``tau``, decoded (``None``: none)."""
+        grid = _json_object(self.head_grid, "head_grid")
+        for name, values in grid.items():
+            if not isinstance(values, list):
+                raise ValueError(f"head_grid[{name!r}] must be a JSON list, got {values!r}")
+        return grid or None
+
+
+@dataclass(frozen=True)
+class DefenceSettings:
+    """The defence's part of a run: what the server accepts from a client.
+
+    Parameters
+    ----------
     defence : bool, default=True
         Screen the clients against each other (:mod:`skslot.defence`):
         implausible summaries and counts rejected, weights capped, FedCGS
@@ -71,65 +191,173 @@ class DeploymentConfig:
     n_features : int, default=0
         The feature dimension every client must send; 0 accepts the dimension
         most clients send.
-    max_count_ratio, max_weight_ratio : float, default=100, 10
-        A client declaring more than ``max_count_ratio`` times the median
-        client's rows is rejected; the others' weights (in the barycenter and
-        the head) are capped at ``max_weight_ratio`` times the median count
-        (see :mod:`skslot.defence`).
+    max_count_ratio : float, default=100
+        A client declaring more than this many times the median client's rows
+        is rejected (see :mod:`skslot.defence`).
+    max_weight_ratio : float, default=10
+        Each remaining client's weight (in the barycenter and the head) is
+        capped at this many times the median count.
     max_norm_ratio : float, default=10
         O-FedAvg: a client whose local head's norm exceeds this many times the
         median client's is rejected.
-    max_variance_ratio, max_mean_offset : float, default=100, 10
-        Plausibility of a summary against the others' (with 3 or more
-        clients): its mean variance ``tr(S) / m`` within a factor
-        ``max_variance_ratio`` of the clients' median, its mean within
-        ``max_mean_offset`` median standard deviations (``sqrt(m * median
-        variance)``) of the clients' coordinate-wise median mean.  Honest
-        clients of the real data sets stay within 9.5 and 2.0 (docs/deployment.md).
+    max_variance_ratio : float, default=100
+        A summary whose mean variance ``tr(S) / m`` is more than this factor
+        above or below the clients' median is rejected (with 3 or more
+        clients; honest clients of the real data sets stay within 9.5,
+        docs/deployment.md).
+    max_mean_offset : float, default=10
+        A summary whose mean lies more than this many median standard
+        deviations (``sqrt(m * median variance)``) from the clients'
+        coordinate-wise median mean is rejected (honest clients: within 2.0).
+    """
+
+    defence: bool = True
+    max_dimension: int = 4096
+    n_features: int = 0
+    max_count_ratio: float = 100.0
+    max_weight_ratio: float = 10.0
+    max_norm_ratio: float = 10.0
+    max_variance_ratio: float = 100.0
+    max_mean_offset: float = 10.0
+
+    def _check_defence(self) -> None:
+        if not isinstance(self.defence, bool):
+            raise ValueError(f"defence must be true or false, got {self.defence!r}")
+        check_positive_int("max_dimension", self.max_dimension)
+        if not isinstance(self.n_features, int) or not 0 <= self.n_features <= self.max_dimension:
+            raise ValueError(
+                f"n_features must be an int in [0, max_dimension], got {self.n_features!r}"
+            )
+        self._bounds(consistency=True)  # checks the bounds
+
+    def _bounds(self, *, consistency: bool) -> DefenceBounds:
+        return DefenceBounds(
+            max_count_ratio=self.max_count_ratio,
+            max_weight_ratio=self.max_weight_ratio,
+            max_norm_ratio=self.max_norm_ratio,
+            max_variance_ratio=self.max_variance_ratio,
+            max_mean_offset=self.max_mean_offset,
+            consistency=consistency,
+        )
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """Where a node's rows come from when its node config names a partition.
+
+    Parameters
+    ----------
     alpha : float or None, default=0.1
         Dirichlet label-skew of the paper's partition (``None`` or the run
         config string ``"none"``: no skew).  Used by clients whose node config
         names a multi-domain data set.
-    seed : int, default=0
-        Seed of the partition and of the head.
     dataset : str, default="office-caltech10"
         The multi-domain data set partitioned among the clients (a path to an
         ``.npz``, or ``"office-caltech10"``, the embedded one); a node's own
         ``dataset`` node config takes precedence (see
         :func:`~skslot.flower.load_client_data`).
-    summary_dtype : {"float16", "float32", "float64"}, default="float32"
-        Precision of the summaries and of the reference on the wire.
-    server_jobs : int, default=1
-        Parallel jobs of the server's barycenter and maps over blocks of
-        clients (joblib's convention, ``-1``: all cores; see
-        :class:`~skslot.BuresBarycenter`).
-    client_batch : int, default=0
-        Clients the server's barycenter decomposes together; 0: all in one
-        float64 stack (fastest; about ``5 K m^2`` float64 at the peak).  A
-        positive value bounds the iteration's memory beyond the decoded
-        summaries to about ``5 * client_batch * m^2`` float64 per job, for
-        many clients (docs/performance.md).
+    clients_per_domain : int, default=1
+        Clients each domain's rows are dealt into before the Dirichlet step
+        (see :func:`skslot.datasets.dirichlet_partition`).
+    test_size : float, default=0.3
+        Share of each domain's rows held out as the clients' test rows.
+    """
+
+    alpha: float | None = 0.1
+    dataset: str = "office-caltech10"
+    clients_per_domain: int = 1
+    test_size: float = 0.3
+
+    def _check_data(self) -> None:
+        if not isinstance(self.dataset, str):
+            raise ValueError(f"dataset must be a string, got {self.dataset!r}")
+        if self.alpha is not None:
+            check_in_range("alpha", self.alpha, 0.0, None)
+            if self.alpha == 0:
+                raise ValueError("alpha must be > 0, or 'none' for no label skew")
+        check_positive_int("clients_per_domain", self.clients_per_domain)
+        check_in_range("test_size", self.test_size, 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class PrivacySettings:
+    """Differentially private summaries (:mod:`skslot.privacy`).
+
+    Parameters
+    ----------
+    epsilon : float or None, default=None
+        Clients release differentially private summaries (see
+        :mod:`skslot.privacy`) with this epsilon (``None`` or ``"none"``: exact
+        Ledoit-Wolf summaries).
+    delta : float, default=1e-5
+        The delta of the private summaries' (epsilon, delta) guarantee.
+    clip_norm : float, default=1.0
+        Row-norm bound of the private summaries, in the features' units.
+    """
+
+    epsilon: float | None = None
+    delta: float = 1e-5
+    clip_norm: float = 1.0
+
+    def _check_privacy(self) -> None:
+        if self.epsilon is not None:
+            check_in_range("epsilon", self.epsilon, 0.0, None)
+            if self.epsilon == 0:
+                raise ValueError("epsilon must be > 0, or 'none' for exact summaries")
+        check_in_range("delta", self.delta, 0.0, 1.0)
+        check_in_range("clip_norm", self.clip_norm, 0.0, None)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Who takes part, how long the server waits, and where it writes.
+
+    Parameters
+    ----------
     num_clients : int, default=0
         Clients the server waits for (up to ``connect_timeout`` seconds);
         0 takes whoever is connected after ``connect_timeout``.
     min_clients : int, default=2
         Fewest clients that must answer every stage; below it the run fails
         with an error naming who was missing or rejected.
-    connect_timeout, reply_timeout : float, default=60, 300
-        Seconds to wait for nodes to connect, and for the replies of a stage.
-    clients_per_domain : int, default=1
-    test_size : float, default=0.3
-        Partition settings (see :func:`skslot.datasets.dirichlet_partition`).
+    connect_timeout : float, default=60
+        Seconds the server waits for ``num_clients`` nodes to connect.
+    reply_timeout : float, default=300
+        Seconds the server waits for the replies of one stage; a node that
+        has not answered by then is reported missing.
     output_dir : str, default=""
         Where the server writes ``report.json``, ``global_head.npz`` and
         ``reference.bin`` (nothing is written when empty).
-    epsilon : float or None, default=None
-        Clients release differentially private summaries (see
-        :mod:`skslot.privacy`) with this epsilon (``None`` or ``"none"``: exact
-        Ledoit-Wolf summaries).
-    delta : float, default=1e-5
-    clip_norm : float, default=1.0
-        Row-norm bound of the private summaries, in the features' units.
+    """
+
+    num_clients: int = 0
+    min_clients: int = 2
+    connect_timeout: float = 60.0
+    reply_timeout: float = 300.0
+    output_dir: str = ""
+
+    def _check_run(self) -> None:
+        check_positive_int("min_clients", self.min_clients)
+        if not isinstance(self.num_clients, int) or self.num_clients < 0:
+            raise ValueError(f"num_clients must be an int >= 0, got {self.num_clients!r}")
+        check_in_range("connect_timeout", self.connect_timeout, 0.0, None)
+        check_in_range("reply_timeout", self.reply_timeout, 0.0, None)
+        if not isinstance(self.output_dir, str):
+            raise ValueError(f"output_dir must be a string, got {self.output_dir!r}")
+
+
+@dataclass(frozen=True)
+class DeploymentConfig(
+    RunSettings, PrivacySettings, DataSettings, DefenceSettings, ProtocolSettings
+):
+    """Settings of one deployment run, shared by the server and the clients.
+
+    Flower passes them as one flat run config; they come in five parts, each
+    with its own parameters and checks: :class:`ProtocolSettings` (the head,
+    ``tau``, the server step), :class:`DefenceSettings` (what the server
+    accepts), :class:`DataSettings` (a node's partition), :class:`PrivacySettings`
+    and :class:`RunSettings` (participants, timeouts, outputs).  Every value is
+    checked here, once, before any client is contacted.
 
     Examples
     --------
@@ -139,120 +367,33 @@ class DeploymentConfig:
     ('FedPFT', None, 0.4)
     >>> config.to_run_config()["alpha"]
     'none'
+    >>> config.make_head()
+    FedPFTClassifier(random_state=0)
     """
 
-    head: str = "FedCGS"
-    tau: float | str = 0.4
-    taus: str = "0,0.2,0.4,0.6,0.8,1"
-    shrinkages: str = ""
-    validation_fraction: float = 0.2
-    selection_rule: str = "one-standard-error"
-    classes: str = "0,1,2,3,4,5,6,7,8,9"
-    defence: bool = True
-    max_dimension: int = 4096
-    n_features: int = 0
-    max_count_ratio: float = 100.0
-    max_weight_ratio: float = 10.0
-    max_norm_ratio: float = 10.0
-    max_variance_ratio: float = 100.0
-    max_mean_offset: float = 10.0
-    alpha: float | None = 0.1
-    seed: int = 0
-    dataset: str = "office-caltech10"
-    summary_dtype: str = "float32"
-    server_jobs: int = 1
-    client_batch: int = 0
-    num_clients: int = 0
-    min_clients: int = 2
-    connect_timeout: float = 60.0
-    reply_timeout: float = 300.0
-    clients_per_domain: int = 1
-    test_size: float = 0.3
-    output_dir: str = ""
-    epsilon: float | None = None
-    delta: float = 1e-5
-    clip_norm: float = 1.0
-
     def __post_init__(self) -> None:
-        check_option("head", self.head, tuple(DEFAULT_HEADS))
-        if self.tau != "auto":
-            if isinstance(self.tau, str):
-                raise ValueError(f"tau must be a number in [0, 1] or 'auto', got {self.tau!r}")
-            check_in_range("tau", self.tau, 0.0, 1.0)
-        self.tau_grid  # noqa: B018 - validates the grid
-        self.class_set  # noqa: B018 - validates the class set
-        if self.shrinkage_grid and self.head != "FedCGS":
-            raise ValueError("shrinkages can only be searched for the FedCGS head")
-        check_in_range("validation_fraction", self.validation_fraction, 0.0, 1.0)
-        if not 0 < self.validation_fraction < 1:
-            raise ValueError(
-                f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}"
-            )
-        check_option("selection_rule", self.selection_rule, SELECTION_RULES)
-        if not isinstance(self.defence, bool):
-            raise ValueError(f"defence must be true or false, got {self.defence!r}")
-        check_positive_int("max_dimension", self.max_dimension)
-        check_in_range("max_count_ratio", self.max_count_ratio, 1.0, None)
-        check_in_range("max_weight_ratio", self.max_weight_ratio, 1.0, None)
-        check_in_range("max_norm_ratio", self.max_norm_ratio, 1.0, None)
-        check_in_range("max_variance_ratio", self.max_variance_ratio, 1.0, None)
-        check_in_range("max_mean_offset", self.max_mean_offset, 0.0, None)
-        if not isinstance(self.n_features, int) or not 0 <= self.n_features <= self.max_dimension:
-            raise ValueError(
-                f"n_features must be an int in [0, max_dimension], got {self.n_features!r}"
-            )
-        if self.alpha is not None:
-            check_in_range("alpha", self.alpha, 0.0, None)
-            if self.alpha == 0:
-                raise ValueError("alpha must be > 0, or 'none' for no label skew")
-        check_option("summary_dtype", self.summary_dtype, SUMMARY_DTYPES)
-        if type(self.server_jobs) is not int or self.server_jobs == 0:
-            raise ValueError(f"server_jobs must be a non-zero int, got {self.server_jobs!r}")
-        check_non_negative_int("client_batch", self.client_batch)
-        check_positive_int("min_clients", self.min_clients)
-        if not isinstance(self.num_clients, int) or self.num_clients < 0:
-            raise ValueError(f"num_clients must be an int >= 0, got {self.num_clients!r}")
-        check_in_range("connect_timeout", self.connect_timeout, 0.0, None)
-        check_in_range("reply_timeout", self.reply_timeout, 0.0, None)
-        check_positive_int("clients_per_domain", self.clients_per_domain)
-        check_in_range("test_size", self.test_size, 0.0, 1.0)
-        if self.epsilon is not None:
-            check_in_range("epsilon", self.epsilon, 0.0, None)
-            if self.epsilon == 0:
-                raise ValueError("epsilon must be > 0, or 'none' for exact summaries")
-        check_in_range("delta", self.delta, 0.0, 1.0)
-        check_in_range("clip_norm", self.clip_norm, 0.0, None)
-        if not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an int, got {self.seed!r}")
-        for name in ("dataset", "output_dir", "taus", "shrinkages", "classes"):
-            if not isinstance(getattr(self, name), str):
-                raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
+        self._check_protocol()
+        self._check_defence()
+        self._check_data()
+        self._check_privacy()
+        self._check_run()
+
+    def protocol(self) -> OneShotProtocol:
+        """The run's protocol driver (:class:`skslot.protocol.OneShotProtocol`)."""
+        return self._driver(defence=self.defence_bounds(), min_clients=self.min_clients)
+
+    def defence_bounds(self) -> DefenceBounds | None:
+        """The defence's bounds (``None`` with the defence off).
+
+        The statistics' consistency with the summary is not checked for
+        private summaries, whose noise is meant to differ.
+        """
+        return self._bounds(consistency=self.epsilon is None) if self.defence else None
 
     @property
-    def auto(self) -> bool:
-        """Whether ``tau`` is chosen by the federation."""
-        return self.tau == "auto"
-
-    @property
-    def tau_grid(self) -> tuple[float, ...]:
-        """The candidate taus of ``tau = "auto"`` (validated, sorted)."""
-        return check_tau_grid(_numbers(self.taus, "taus", float))
-
-    @property
-    def shrinkage_grid(self) -> list[float]:
-        return list(_numbers(self.shrinkages, "shrinkages", float)) if self.shrinkages else []
-
-    @property
-    def class_set(self) -> np.ndarray:
-        """The agreed classes, sorted integer labels."""
-        labels = _numbers(self.classes, "classes", int)
-        if len(labels) < 2 or len(set(labels)) != len(labels):
-            raise ValueError(f"classes must list at least 2 distinct labels, got {self.classes!r}")
-        return np.array(sorted(labels), dtype=np.int64)
-
-    def head_grid(self) -> dict[str, list] | None:
-        """Server-side head parameters searched with ``tau`` (FedCGS ridges)."""
-        return {"shrinkage": self.shrinkage_grid} if self.shrinkage_grid else None
+    def head_name(self) -> str:
+        """The head's class name, for logs."""
+        return head_class(self.head).__name__
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> DeploymentConfig:
@@ -292,6 +433,19 @@ class DeploymentConfig:
             key.replace("_", "-"): "none" if value is None else value
             for key, value in asdict(self).items()
         }
+
+
+def _json_object(text: str, name: str) -> dict[str, Any]:
+    """A run-config string holding a JSON object ("" is the empty object)."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name} must be a JSON object, got {text!r}: {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object, got {text!r}")
+    return value
 
 
 def _numbers(text: Any, name: str, kind: type) -> list:

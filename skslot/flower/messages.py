@@ -25,22 +25,23 @@ objects, which write them with ``np.save(allow_pickle=False)``.  On receipt
 nothing is unpickled: an array's ``.npy`` header is parsed and checked
 (numeric dtype, integer shape entries, declared size equal to the bytes
 present, total under a cap) *before* NumPy allocates it, so a hostile header
-cannot make the server allocate terabytes, and every failure is a
-:class:`ProtocolError`.
+cannot make the server allocate terabytes (:func:`skslot.wire.read_npy_arrays`), and every
+failure is a :class:`ProtocolError` (defined in :mod:`skslot.wire`, with the
+other decoding errors).
 """
 
 from __future__ import annotations
 
-import io
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
-from ..heads import LinearScores, StatisticsFormatError
-from ..heads._wire import ArrayMessage
+from ..heads import LinearScores
+from ..wire import ProtocolError, StatisticsFormatError
+from ..wire.arrays import ArrayMessage
+from ..wire.npy import read_npy_arrays
 
 __all__ = [
     "ProtocolError",
@@ -76,28 +77,9 @@ HEAD = "head"
 EVALUATION = "evaluation"
 
 
-class ProtocolError(ValueError):
-    """A received message does not follow the protocol (missing or malformed parts)."""
-
-
 def arrays_to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
     """Named NumPy arrays as a Flower ``ArrayRecord`` (``np.save``, no pickle)."""
     return ArrayRecord({name: Array(np.asarray(a, order="C")) for name, a in arrays.items()})
-
-
-def _npy_header(data: bytes) -> tuple[tuple[int, ...], np.dtype, int]:
-    """Shape, dtype and header length of an ``.npy`` buffer, from its header only."""
-    stream = io.BytesIO(data)
-    try:
-        version = np.lib.format.read_magic(stream)
-        read_header = {
-            (1, 0): np.lib.format.read_array_header_1_0,
-            (2, 0): np.lib.format.read_array_header_2_0,
-        }[version]
-        shape, _, dtype = read_header(stream)
-    except Exception as exc:  # NumPy's parser of untrusted bytes may fail in any way
-        raise ProtocolError(f"not a valid .npy array ({type(exc).__name__}: {exc})") from None
-    return shape, dtype, stream.tell()
 
 
 def record_to_arrays(
@@ -105,46 +87,19 @@ def record_to_arrays(
 ) -> dict[str, np.ndarray]:
     """Decode a received ``ArrayRecord`` into NumPy arrays, safely.
 
-    Parameters
-    ----------
-    record : ArrayRecord
-    max_bytes : int
-        Reject the record if its arrays hold more bytes in total.
-    string_keys : tuple of str
-        Arrays that may hold strings (class labels); all others must be
-        numeric.
+    Its arrays' ``.npy`` bytes are read by :func:`skslot.wire.read_npy_arrays`
+    (``max_bytes``, ``string_keys`` and the checks are its own).
 
     Raises
     ------
     ProtocolError
-        If the record is not an ``ArrayRecord``, is too large, or holds an
-        array that is not a plain ``.npy`` of an allowed dtype whose size
-        matches its header.
+        If the record is not an ``ArrayRecord``, or as
+        :func:`~skslot.wire.read_npy_arrays` raises.
     """
     if not isinstance(record, ArrayRecord):
         raise ProtocolError(f"expected an ArrayRecord, got {type(record).__name__}")
-    if any(not isinstance(array.data, bytes) for array in record.values()):
-        raise ProtocolError("an array of the record holds no bytes")
-    total = sum(len(array.data) for array in record.values())
-    if total > max_bytes:
-        raise ProtocolError(f"arrays hold {total} bytes, more than the {max_bytes} allowed")
-    out = {}
-    for name, array in record.items():
-        shape, dtype, header_length = _npy_header(array.data)
-        allowed = "iufU" if name in string_keys else "iuf"
-        if dtype.hasobject or dtype.kind not in allowed:
-            raise ProtocolError(f"array {name!r} has dtype {dtype}, not one of kinds {allowed!r}")
-        if (
-            not isinstance(shape, tuple)
-            or any(type(s) is not int or s < 0 for s in shape)
-            or math.prod(shape) * dtype.itemsize != len(array.data) - header_length
-        ):
-            raise ProtocolError(f"array {name!r}: its header does not match its size")
-        try:
-            out[name] = np.load(io.BytesIO(array.data), allow_pickle=False)
-        except Exception as exc:  # the header was checked; any failure left is the sender's
-            raise ProtocolError(f"array {name!r} cannot be read ({exc})") from None
-    return out
+    buffers = {name: array.data for name, array in record.items()}
+    return read_npy_arrays(buffers, max_bytes=max_bytes, string_keys=string_keys)
 
 
 def content_record(message: Message, name: str, kind: type) -> Any:
@@ -203,18 +158,23 @@ def _split_array_list(arrays: Mapping[str, np.ndarray], n: int) -> list[dict[str
 # -- stage "upload": summary and statistics of unaligned rows ------------------------------
 
 
-def upload_request(summary_dtype: str, client_index: int) -> RecordDict:
-    config = ConfigRecord({"summary-dtype": summary_dtype, "client-index": client_index})
-    return RecordDict({CONFIG: config})
+def upload_request(
+    summary_dtype: str, client_index: int, split_seed: int | None = None
+) -> RecordDict:
+    values: dict[str, Any] = {"summary-dtype": summary_dtype, "client-index": client_index}
+    if split_seed is not None:
+        values["split-seed"] = split_seed
+    return RecordDict({CONFIG: ConfigRecord(values)})
 
 
-def read_upload_request(message: Message) -> tuple[str, int]:
-    """The summary dtype and this client's position among the clients."""
+def read_upload_request(message: Message) -> tuple[str, int, int | None]:
+    """The summary dtype, this client's position, the seed of its validation split (or None)."""
     config = content_record(message, CONFIG, ConfigRecord)
     index = config_value(config, "client-index", int)
     if index < 0:
         raise ProtocolError(f"client-index must be >= 0, got {index}")
-    return config_value(config, "summary-dtype", str), index
+    seed = config_value(config, "split-seed", int) if "split-seed" in config else None
+    return config_value(config, "summary-dtype", str), index, seed
 
 
 def upload_reply(
@@ -366,16 +326,10 @@ def evaluation_reply(request: Message, n_correct: int, n_test: int) -> Message:
     return Message(RecordDict({EVALUATION: metrics}), reply_to=request)
 
 
-def read_evaluation_reply(message: Message, n_test: int) -> int:
-    """Correct predictions of one client, checked against its announced test size."""
+def read_evaluation_reply(message: Message) -> tuple[int, int]:
+    """A client's correct predictions and its test rows (tied to its upload by the server)."""
     record = content_record(message, EVALUATION, MetricRecord)
-    n_correct = config_value(record, "n-correct", int)
-    reported = config_value(record, "n-test", int)
-    if reported != n_test:
-        raise ProtocolError(f"evaluated {reported} test rows, but announced {n_test}")
-    if not 0 <= n_correct <= n_test:
-        raise ProtocolError(f"evaluation counts are inconsistent ({n_correct} of {n_test})")
-    return n_correct
+    return config_value(record, "n-correct", int), config_value(record, "n-test", int)
 
 
 def payload_bytes(content: RecordDict) -> int:

@@ -1,20 +1,22 @@
 """One-shot federated learning heads: each fits in one round of client statistics."""
 
+from ..wire import StatisticsFormatError, message_bytes
 from ._base import OneShotHead
+from ._linear_scores import LinearScores
+from ._mixtures import ClassMixture, ClassMixtures
+from ._registry import HEADS, head_class, make_head
 from ._statistics import ClassStatistics
-from ._wire import LinearScores, StatisticsFormatError, message_bytes
 from .fedavg import LinearHeadUpdate, OneShotFedAvgClassifier
 from .fedcgs import FedCGSClassifier
-from .fedpft import ClassMixture, ClassMixtures, FedPFTClassifier
-from ._registry import HEADS, head_class, make_head
+from .fedpft import FedPFTClassifier
 
 __all__ = [
+    "HEADS",
     "ClassMixture",
     "ClassMixtures",
     "ClassStatistics",
     "FedCGSClassifier",
     "FedPFTClassifier",
-    "HEADS",
     "LinearHeadUpdate",
     "LinearScores",
     "OneShotFedAvgClassifier",

@@ -27,6 +27,7 @@ from .._validation import (
     spawn_seeds,
 )
 from ..gaussian import GaussianMap
+from ._strategy import HeadProtocol, LocalTrainingProtocol, StatisticsProtocol
 from ._wire import LinearScores, message_bytes
 
 __all__ = ["LinearHeadMixin", "OneShotHead"]
@@ -51,6 +52,16 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
     #: Parameters used only by the server step: changing one needs no new
     #: client statistics (what a federated search may tune for free).
     server_params: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def protocol(self) -> HeadProtocol:
+        """The shape of the one-shot protocol this head needs (:mod:`skslot.heads._strategy`).
+
+        Statistics uploaded once and aligned by the server when
+        ``aligns_statistics``; otherwise local heads trained on aligned rows.
+        A head with another shape overrides this property.
+        """
+        return _STATISTICS if self.aligns_statistics else _LOCAL_TRAINING
 
     def fit(self, X: Any, y: Any, *, client: Any = None) -> OneShotHead:
         """Fit the head as one federated round over the clients in ``client``.
@@ -269,6 +280,10 @@ class LinearHeadMixin:
 
     def _linear_parts(self) -> tuple[np.ndarray, np.ndarray]:
         return self.coef_, self.intercept_
+
+
+_STATISTICS = StatisticsProtocol()
+_LOCAL_TRAINING = LocalTrainingProtocol()
 
 
 def _client_seeds(head: Any, n_clients: int) -> list[int | None]:

@@ -94,7 +94,7 @@ def make_head(
     >>> make_head("FedCGS", {"ridge": 1.0})
     Traceback (most recent call last):
     ...
-    ValueError: FedCGSClassifier has no parameter 'ridge'; its parameters are covariance, priors, shrinkage
+    ValueError: FedCGSClassifier has no parameter 'ridge'; its parameters are covariance, ...
     """
     cls = head_class(name)
     params = dict(params or {})

@@ -17,14 +17,9 @@ import numpy as np
 
 from .._linalg import symmetric_from_upper, upper_triangle
 from .._moments import ShiftedMoments
-from ..gaussian import GaussianMap
-from ._wire import (
-    ArrayMessage,
-    StatisticsFormatError,
-    check_psd_up_to_rounding,
-    read_array,
-    read_sample_count,
-)
+from ..maps import GaussianMap
+from ..wire import StatisticsFormatError
+from ..wire.arrays import ArrayMessage, check_psd_up_to_rounding, read_array, read_sample_count
 
 __all__ = ["ClassStatistics", "pooled_covariances"]
 
@@ -109,7 +104,7 @@ class ClassStatistics:
         return int(self.moments.n)
 
     def to_arrays(self) -> ArrayMessage:
-        """The message a client sends (see :mod:`skslot.heads._wire`).
+        """The message a client sends (see :mod:`skslot.wire.arrays`).
 
         The Gram matrix travels as its upper triangle, ``m (m + 1) / 2`` values.
         """
@@ -154,6 +149,15 @@ class ClassStatistics:
             raise StatisticsFormatError("class sums do not add up to the sum of all rows")
         check_psd_up_to_rounding("the Gram matrix", moments.centred().gram, 1e-12)
         return cls(np.asarray(classes), counts.astype(np.float64), sums, moments)
+
+    def implied_moments(self) -> tuple[np.ndarray, float]:
+        """The mean and the total variance ``tr(S)`` of the rows these statistics describe.
+
+        What the server compares with the same client's summary
+        (:func:`skslot.defence.inconsistent_statistics`).
+        """
+        centred = self.moments.centred()
+        return centred.mean, float(np.trace(centred.gram)) / centred.n
 
     @property
     def class_means(self) -> np.ndarray:

@@ -11,8 +11,8 @@ import scipy.optimize
 from scipy.special import log_softmax
 
 from .._validation import check_in_range, check_option, check_positive_int, client_weights
+from ..wire.arrays import ArrayMessage, read_array, read_count, read_sample_count
 from ._base import LinearHeadMixin, OneShotHead
-from ._wire import ArrayMessage, read_array, read_count, read_sample_count
 
 __all__ = ["LinearHeadUpdate", "OneShotFedAvgClassifier", "fit_softmax_regression"]
 
@@ -35,6 +35,10 @@ class LinearHeadUpdate:
     def n_samples(self) -> int:
         return int(self.n)
 
+    def norm(self) -> float:
+        """Frobenius norm of ``[W, b]`` (what the defence compares across clients)."""
+        return float(np.linalg.norm(np.column_stack([self.coef, self.intercept])))
+
     def scaled(self, factor: float) -> LinearHeadUpdate:
         """The update with its averaging weight ``n`` multiplied by ``factor``."""
         return LinearHeadUpdate(
@@ -42,7 +46,7 @@ class LinearHeadUpdate:
         )
 
     def to_arrays(self) -> ArrayMessage:
-        """The message a client sends (see :mod:`skslot.heads._wire`)."""
+        """The message a client sends (see :mod:`skslot.wire.arrays`)."""
         return {
             "coef": self.coef,
             "intercept": self.intercept,

@@ -1,0 +1,66 @@
+"""The global head as the server sends it back: linear decision scores."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..wire.arrays import ArrayMessage, read_array
+
+__all__ = ["LinearScores"]
+
+
+@dataclass(frozen=True, eq=False)
+class LinearScores:
+    """A fitted head as the server sends it back: scores ``X W^T + b``.
+
+    Every head with linear decision scores (FedCGS, O-FedAvg, and FedPFT with
+    a linear server classifier) exports itself in this form with
+    :meth:`~skslot.heads.OneShotHead.linear_scores`; a client predicts with it
+    exactly as the head would.
+
+    Parameters
+    ----------
+    classes : ndarray of shape (C,)
+    coef : ndarray of shape (C, m)
+    intercept : ndarray of shape (C,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot.heads import LinearScores
+    >>> head = LinearScores(np.array([3, 7]), np.array([[1.0, 0.0], [0.0, 1.0]]), np.zeros(2))
+    >>> head.predict(np.array([[2.0, 1.0], [0.0, 5.0]]))
+    array([3, 7])
+    >>> LinearScores.from_arrays(head.to_arrays(), classes=head.classes, n_features=2).coef.shape
+    (2, 2)
+    """
+
+    classes: np.ndarray
+    coef: np.ndarray
+    intercept: np.ndarray
+
+    def decision_scores(self, X: np.ndarray) -> np.ndarray:
+        """Class scores of shape (n_samples, C)."""
+        return X @ self.coef.T.astype(X.dtype, copy=False) + self.intercept
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Class of the largest score of each row."""
+        return self.classes[np.argmax(self.decision_scores(X), axis=1)]
+
+    def to_arrays(self) -> ArrayMessage:
+        return {"coef": self.coef, "intercept": self.intercept}
+
+    @classmethod
+    def from_arrays(
+        cls, arrays: Mapping[str, Any], *, classes: np.ndarray, n_features: int
+    ) -> LinearScores:
+        """Decode and check a received head against the agreed class set and dimension."""
+        C = len(classes)
+        coef = read_array(arrays, "coef", (C, n_features))
+        # a class no client had scores very low but finite, as in the heads
+        intercept = read_array(arrays, "intercept", (C,))
+        return cls(np.asarray(classes), coef, intercept)

@@ -1,0 +1,418 @@
+"""FedPFT's messages: per-class Gaussian mixtures, their maths and their arrays.
+
+A client's :class:`ClassMixtures` holds one :class:`ClassMixture` per class;
+both are exactly pushed forward through an affine map (the server aligns them
+itself), merged over a client's two parts, sampled on the server, and encoded
+to and decoded from named arrays (:meth:`ClassMixtures.to_arrays`,
+:meth:`ClassMixtures.from_arrays`).  The estimator is
+:class:`~skslot.heads.FedPFTClassifier`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from .._linalg import cholesky_factor
+from ..maps import GaussianMap
+from ..wire import StatisticsFormatError
+from ..wire.arrays import ArrayMessage, check_psd_up_to_rounding, read_array
+
+__all__ = ["ClassMixture", "ClassMixtures", "covariance_factor"]
+
+
+@dataclass(frozen=True, eq=False)
+class ClassMixture:
+    """Gaussian mixture of one class at one client, as transmitted.
+
+    ``covariances`` holds, per component, the full matrix (``"full"``, shape
+    ``(m, m)``), the variances (``"diag"``, ``(m,)``), one variance
+    (``"spherical"``, ``(1,)``), or for ``"lowrank"`` a factor and a diagonal
+    side by side, ``[W | d]`` of shape ``(m, r + 1)``, for the covariance
+    ``W W^T + diag(d)``.
+    """
+
+    label: Any
+    n: int
+    weights: np.ndarray
+    means: np.ndarray
+    covariances: np.ndarray
+    covariance_type: str
+
+    @cached_property
+    def scales(self) -> np.ndarray:
+        """Per component, a factor ``L`` with ``L L^T = S`` (full), or standard deviations.
+
+        Computed once per received mixture, however many heads the server
+        samples from it (one per candidate ``tau``).
+        """
+        if self.covariance_type == "full":
+            return np.stack([covariance_factor(cov) for cov in self.covariances])
+        if self.covariance_type == "lowrank":  # [W | sqrt(d)]: W z1 + sqrt(d) * z2, no factoring
+            factors = self.covariances.copy()
+            factors[:, :, -1] = np.sqrt(np.maximum(factors[:, :, -1], 0.0))
+            return factors
+        return np.sqrt(np.maximum(self.covariances, 0.0))  # diag: (k, m); spherical: (k, 1)
+
+    def merge(self, other: ClassMixture) -> ClassMixture:
+        """This class's mixture over the rows of both (see :meth:`ClassMixtures.merge`)."""
+        n = self.n + other.n
+        a, b = self.n / n, other.n / n
+        if self.weights.shape[0] == other.weights.shape[0] == 1:
+            mean = a * self.means[0] + b * other.means[0]
+            d = self.means[0] - other.means[0]
+            if self.covariance_type == "full":
+                between = a * b * np.outer(d, d)
+            elif self.covariance_type == "diag":
+                between = a * b * d * d
+            else:
+                between = np.array([a * b * float(d @ d) / d.shape[0]])
+            cov = a * self.covariances[0] + b * other.covariances[0] + between
+            kind = self.covariance_type
+            return ClassMixture(self.label, n, np.ones(1), mean[None], cov[None], kind)
+        return ClassMixture(
+            self.label,
+            n,
+            np.concatenate([a * self.weights, b * other.weights]),
+            np.concatenate([self.means, other.means]),
+            np.concatenate([self.covariances, other.covariances]),
+            self.covariance_type,
+        )
+
+    def as_full(self) -> ClassMixture:
+        """The same mixture with full covariance matrices."""
+        return ClassMixture(
+            self.label, self.n, self.weights, self.means, self.full_covariances(), "full"
+        )
+
+    def full_covariances(self) -> np.ndarray:
+        """The component covariances as full matrices, of shape (k, m, m)."""
+        if self.covariance_type == "full":
+            return self.covariances
+        if self.covariance_type == "lowrank":
+            W, d = self.covariances[:, :, :-1], self.covariances[:, :, -1]
+            full = W @ W.swapaxes(1, 2)
+            full[:, np.arange(W.shape[1]), np.arange(W.shape[1])] += d
+            return full
+        m = self.means.shape[1]
+        variances = np.broadcast_to(self.covariances, (self.covariances.shape[0], m))
+        return variances[:, :, None] * np.eye(m)
+
+    def aligned(self, transport: GaussianMap) -> ClassMixture:
+        """The exact pushforward through ``T``: each ``N(mu, S)`` becomes ``N(A mu + b, A S A^T)``.
+
+        A diagonal or spherical covariance is no longer one after a general
+        affine map, so the result is a full-covariance mixture in float64.
+        """
+        means, covariances = transport.push_gaussians(self.means, self.full_covariances())
+        return ClassMixture(self.label, self.n, self.weights, means, covariances, "full")
+
+    def sample(
+        self,
+        n: int,
+        rng: np.random.RandomState,
+        transport: GaussianMap | None = None,
+    ) -> np.ndarray:
+        """Draw ``n`` rows from the mixture, or from its pushforward through ``transport``.
+
+        A draw ``x = mu + L z`` mapped by ``T`` is ``(A mu + b) + (A L) z``, a
+        draw from ``N(A mu + b, A S A^T)`` (``A L`` is a factor of ``A S A^T``):
+        sampling the pushforward costs one product with ``A`` on the drawn rows
+        instead of a new factorisation per map.  With the same ``rng`` state the
+        draws for two maps share their ``z`` (common random numbers).
+        """
+        m = self.means.shape[1]
+        counts = rng.multinomial(n, self.weights / self.weights.sum())
+        rows = []
+        for j, count in enumerate(counts):
+            if count == 0:
+                continue
+            z = rng.standard_normal(size=(count, m))
+            if self.covariance_type == "full":
+                z = z @ self.scales[j].T
+            elif self.covariance_type == "lowrank":
+                factor = self.scales[j]
+                rank = factor.shape[1] - 1
+                z = z * factor[:, -1] + rng.standard_normal(size=(count, rank)) @ factor[:, :-1].T
+            else:
+                z = z * self.scales[j]
+            rows.append(self.means[j] + z)
+        X = np.vstack(rows)
+        return X if transport is None else transport.apply(X)
+
+
+@dataclass(frozen=True, eq=False)
+class ClassMixtures:
+    """A client's FedPFT message: one mixture per class it has enough rows of.
+
+    ``skipped`` lists ``(class, count)`` for the classes with fewer than
+    ``min_samples_per_class`` rows: they are not sent (a mixture of one point
+    would reveal that point).
+    """
+
+    classes: np.ndarray
+    mixtures: list[ClassMixture]
+    skipped: list[tuple[Any, int]]
+    n_features: int
+    covariance_type: str = "full"
+    dtype: str = "float64"
+    rank: int = 0
+
+    @property
+    def n_samples(self) -> int:
+        """Rows the mixtures describe, skipped classes included."""
+        return int(sum(mx.n for mx in self.mixtures) + sum(k for _, k in self.skipped))
+
+    def implied_moments(self) -> None:
+        """What these mixtures imply of the client's total mean and variance: not derived yet.
+
+        (The server checks a head's statistics against the client's summary
+        where they determine the rows' moments; see
+        :meth:`ClassStatistics.implied_moments`.)
+        """
+        return None
+
+    def scaled(self, factor: float) -> ClassMixtures:
+        """The message weighted by ``factor``: the server draws that share of its rows."""
+        mixtures = [
+            ClassMixture(
+                mx.label,
+                max(1, round(mx.n * factor)),
+                mx.weights,
+                mx.means,
+                mx.covariances,
+                mx.covariance_type,
+            )
+            for mx in self.mixtures
+        ]
+        return ClassMixtures(
+            self.classes,
+            mixtures,
+            self.skipped,
+            self.n_features,
+            self.covariance_type,
+            self.dtype,
+            self.rank,
+        )
+
+    def merge(self, other: ClassMixtures) -> ClassMixtures:
+        """The message of the union of the two messages' rows (a client's two parts).
+
+        Per class: two single Gaussians are moment-matched into one, the
+        maximum-likelihood Gaussian of the union (``n``-weighted mean;
+        within-part covariances plus the between-part term); mixtures of
+        several components are concatenated, with weights scaled by each
+        part's share of the rows.  Merged parameters are float64.
+        """
+        if other.covariance_type != self.covariance_type:
+            raise ValueError("cannot merge mixtures of different covariance types")
+        if self.covariance_type == "lowrank":  # the union's covariance is not low rank
+            return self._as_full().merge(other._as_full())
+        by_class = {mx.label: mx for mx in self.mixtures}
+        merged = []
+        for mx in other.mixtures:
+            mine = by_class.pop(mx.label, None)
+            merged.append(mx if mine is None else mine.merge(mx))
+        merged.extend(by_class.values())
+        order = {label: i for i, label in enumerate(self.classes.tolist())}
+        merged.sort(key=lambda mx: order[_as_python(mx.label)])
+        sent = {mx.label for mx in merged}
+        skipped: dict = {}
+        for label, count in [*self.skipped, *other.skipped]:
+            skipped[label] = skipped.get(label, 0) + count
+        # a class skipped in one part but sent in the other: its skipped rows are lost
+        skipped_list = [(label, count) for label, count in skipped.items() if label not in sent]
+        return ClassMixtures(
+            self.classes, merged, skipped_list, self.n_features, self.covariance_type, "float64"
+        )
+
+    def _as_full(self) -> ClassMixtures:
+        """The same message with full covariance matrices."""
+        mixtures = [mx.as_full() for mx in self.mixtures]
+        return replace(self, mixtures=mixtures, covariance_type="full", rank=0)
+
+    def aligned(self, transport: GaussianMap) -> ClassMixtures:
+        """Every mixture pushed through ``transport`` (:meth:`ClassMixture.aligned`)."""
+        return ClassMixtures(
+            self.classes,
+            [mx.aligned(transport) for mx in self.mixtures],
+            self.skipped,
+            self.n_features,
+            "full",
+            "float64",
+        )
+
+    def to_arrays(self) -> ArrayMessage:
+        """The message a client sends, mixtures concatenated component-wise.
+
+        Weights, means and covariances travel in ``dtype`` (the head's
+        ``transmit_dtype``, which already rounded them, so the cast is exact).
+        """
+        m = self.n_features
+        mixtures = self.mixtures
+        message = {
+            "index": np.searchsorted(self.classes, [mx.label for mx in mixtures]).astype(np.int64),
+            "n": np.array([mx.n for mx in mixtures], dtype=np.int64),
+            "n_components": np.array([mx.weights.shape[0] for mx in mixtures], dtype=np.int64),
+            "weights": np.concatenate([mx.weights for mx in mixtures] or [np.empty(0)]),
+            "means": np.concatenate([mx.means for mx in mixtures] or [np.empty((0, m))]),
+            "covariances": np.concatenate(
+                [mx.covariances for mx in mixtures]
+                or [np.empty(_covariance_shape(self.covariance_type, 0, m, self.rank))]
+            ),
+            "skipped_index": np.searchsorted(self.classes, [c for c, _ in self.skipped]).astype(
+                np.int64
+            ),
+            "skipped_count": np.array([k for _, k in self.skipped], dtype=np.int64),
+        }
+        for name in ("weights", "means", "covariances"):
+            message[name] = message[name].astype(self.dtype)
+        return message
+
+    @classmethod
+    def from_arrays(
+        cls,
+        arrays: Mapping[str, Any],
+        *,
+        classes: np.ndarray,
+        n_features: int,
+        n_samples: int | None = None,
+        covariance_type: str = "full",
+        rank: int = 0,
+        eps: float = np.finfo(np.float64).eps,
+    ) -> ClassMixtures:
+        """Decode a received message and check every mixture.
+
+        Class indices must be distinct and in range, counts must add up to at
+        most ``n_samples`` (the client's summary), weights must be a
+        distribution, and covariances positive semi-definite up to the
+        rounding ``eps`` of the transmitted dtype (``"lowrank"``: the factor
+        of the configured ``rank`` and a non-negative diagonal, positive
+        semi-definite by construction).
+        """
+        classes = np.asarray(classes)
+        C, m = len(classes), n_features
+        index = read_array(arrays, "index", (None,), integer=True, nonnegative=True)
+        J = index.shape[0]
+        n = read_array(arrays, "n", (J,), integer=True, nonnegative=True)
+        k = read_array(arrays, "n_components", (J,), integer=True, nonnegative=True)
+        skipped_index = read_array(arrays, "skipped_index", (None,), integer=True, nonnegative=True)
+        skipped_count = read_array(
+            arrays, "skipped_count", skipped_index.shape, integer=True, nonnegative=True
+        )
+        both = np.concatenate([index, skipped_index])
+        if np.any(both >= C) or np.unique(both).shape[0] != both.shape[0]:
+            raise StatisticsFormatError("mixture class indices are out of range or repeated")
+        if np.any(k < 1) or np.any(k > n):
+            raise StatisticsFormatError("each mixture needs between 1 and n components")
+        total = int(n.sum() + skipped_count.sum())
+        if n_samples is not None and total > n_samples:
+            raise StatisticsFormatError(
+                f"mixtures describe {total} rows but the client's summary counted {n_samples}"
+            )
+        K = int(k.sum())
+        weights = read_array(arrays, "weights", (K,), nonnegative=True)
+        means = read_array(arrays, "means", (K, m))
+        rank = min(rank, m)  # the client's effective rank (see FedPFTClassifier)
+        covariances = read_array(
+            arrays, "covariances", _covariance_shape(covariance_type, K, m, rank)
+        )
+        if covariance_type == "full":
+            check_psd_up_to_rounding("a mixture covariance", covariances, eps)
+        elif covariance_type == "lowrank":
+            if np.any(covariances[:, :, -1] < 0):
+                raise StatisticsFormatError("a low-rank mixture has negative diagonal variances")
+        elif np.any(covariances < 0):
+            raise StatisticsFormatError("a mixture has negative variances")
+        bounds = np.concatenate([[0], np.cumsum(k)])
+        mixtures = []
+        for j in range(J):
+            part = slice(bounds[j], bounds[j + 1])
+            if abs(weights[part].sum() - 1.0) > (k[j] + 4) * eps + 1e-12:
+                raise StatisticsFormatError("mixture weights do not sum to 1")
+            mixtures.append(
+                ClassMixture(
+                    classes[index[j]],
+                    int(n[j]),
+                    weights[part],
+                    means[part],
+                    covariances[part],
+                    covariance_type,
+                )
+            )
+        skipped = [
+            (classes[i].item(), int(c)) for i, c in zip(skipped_index, skipped_count, strict=True)
+        ]
+        return cls(classes, mixtures, skipped, m, covariance_type, rank=rank)
+
+
+def _as_python(label: Any) -> Any:
+    return label.item() if hasattr(label, "item") else label
+
+
+def _covariance_shape(
+    covariance_type: str, n_components: int, m: int, rank: int = 0
+) -> tuple[int, ...]:
+    """Shape of the stacked covariances of ``n_components`` components."""
+    per_component = {
+        "full": (m, m),
+        "lowrank": (m, rank + 1),
+        "diag": (m,),
+        "spherical": (1,),
+    }[covariance_type]
+    return (n_components, *per_component)
+
+
+def _as_transmitted(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        cast = values.astype(dtype)
+    if not np.all(np.isfinite(cast)):
+        raise ValueError(f"mixture parameters overflow {dtype.name}; use transmit_dtype='float32'")
+    return cast.astype(np.float64)
+
+
+def _low_rank_plus_diagonal(centred: np.ndarray, rank: int, reg_covar: float) -> np.ndarray:
+    """``[W | d]``: the top ``rank`` principal directions and the remaining variances.
+
+    With ``S = X_c^T X_c / n`` the sample covariance of the centred rows and
+    ``S = U diag(lambda) U^T``, ``W = U_r diag(lambda_r)^{1/2}`` keeps the
+    ``rank`` largest eigenpairs exactly and ``d = diag(S) - diag(W W^T) +
+    reg_covar >= reg_covar`` keeps every feature's variance: one step of
+    principal-factor analysis, computed from the thin SVD of the rows
+    (``O(n m min(n, m))``, no ``m x m`` matrix).  Directions beyond the rows'
+    rank get zero columns.
+    """
+    n, m = centred.shape
+    _, singular, Vt = np.linalg.svd(centred, full_matrices=False)
+    r = min(rank, singular.shape[0])
+    W = np.zeros((m, rank))
+    W[:, :r] = Vt[:r].T * (singular[:r] / np.sqrt(n))
+    variances = np.einsum("ij,ij->j", centred, centred) / n
+    d = np.maximum(variances - np.einsum("ij,ij->i", W, W), 0.0) + reg_covar
+    return np.column_stack([W, d])
+
+
+def covariance_factor(cov: np.ndarray) -> np.ndarray:
+    """A Cholesky factor of a received full covariance, with a growing relative jitter if needed.
+
+    A transmitted covariance is positive semi-definite up to the rounding of
+    its dtype (checked on receipt), but float16 rounding usually leaves it
+    slightly indefinite at m = 1280 (every one of 136 real digits class
+    covariances).  Cholesky is retried with a jitter of ``1e-8``, ``1e-7``,
+    ... times the mean variance: 2.2 factorisations per covariance on average
+    there.  A projection onto the positive semi-definite cone (one
+    eigendecomposition) was measured 2.3x slower (``benchmarks/fedpft_bytes.py``);
+    the ``"lowrank"`` form needs no factorisation at all.
+    """
+    scale = max(float(np.trace(cov)) / cov.shape[0], np.finfo(np.float64).tiny)
+    jitter = 0.0
+    for _ in range(12):
+        try:
+            return cholesky_factor(cov + jitter * np.eye(cov.shape[0]))
+        except np.linalg.LinAlgError:
+            jitter = scale * (1e-8 if jitter == 0.0 else 10.0 * jitter / scale)
+    raise ValueError("a transmitted covariance is too far from positive semi-definite")

@@ -1,0 +1,163 @@
+"""What shape of one-shot protocol a head needs: the head decides, the driver asks.
+
+The protocol driver (:mod:`skslot.protocol.driver`) holds the order of the
+stages and never asks what kind of head it drives; it asks the head's
+:class:`HeadProtocol` for what the clients upload with their summary and how
+to fit the candidate and the final heads.  Two shapes exist:
+
+* :class:`StatisticsProtocol` (FedCGS, FedPFT): the statistics are moments an
+  affine map acts on exactly, so each client uploads the statistics of its
+  *unaligned* rows once, with its summary, and the server aligns them itself
+  for every candidate ``tau``;
+* :class:`LocalTrainingProtocol` (O-FedAvg): a client trains on aligned rows,
+  so the server sends the reference and asks for one local head per ``tau``
+  (one more ``updates`` stage, and a ``refit`` stage after a choice).
+
+A new head picks one of these (or implements its own :class:`HeadProtocol`)
+as its ``protocol`` class attribute: nothing outside this package changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ..maps import GaussianMap
+    from ..selection import Candidate
+    from ._base import OneShotHead
+
+__all__ = ["HeadProtocol", "LocalTrainingProtocol", "ServerSide", "StatisticsProtocol"]
+
+
+class ServerSide(Protocol):
+    """What the driver offers a head's protocol on the server (one run's state)."""
+
+    classes: np.ndarray
+
+    def statistics(self) -> list:
+        """Each accepted client's uploaded fitting statistics, in client order."""
+
+    def validation_statistics(self) -> list:
+        """Each accepted client's validation statistics (``None`` where it has none)."""
+
+    def maps(self) -> list[GaussianMap] | None:
+        """Each accepted client's full map onto the reference (``None`` without SLOT)."""
+
+    def local_updates(self, stage: str, taus: Sequence[float], part: str) -> dict[float, list]:
+        """Ask every client for a local head per ``tau`` on its ``part`` ("fit" or "all")."""
+
+    def server_step(self, what: str, step: Callable[[], Any]) -> Any:
+        """Run a server step on client values; a failure fails the run with a report."""
+
+
+class HeadProtocol:
+    """The head-specific part of the one-shot protocol (see the module docstring)."""
+
+    #: Whether a client's upload carries the head's statistics.
+    uploads_statistics: bool = False
+
+    def client_upload(
+        self,
+        head: OneShotHead,
+        X: np.ndarray,
+        y: np.ndarray,
+        classes: np.ndarray,
+        split: tuple[np.ndarray, np.ndarray] | None,
+        *,
+        client_index: int,
+    ) -> tuple[Any, Any]:
+        """Client: what it uploads with its summary, ``(fitting, validation)`` statistics."""
+        return None, None
+
+    def fit_candidates(
+        self, head: OneShotHead, candidates: Sequence[Candidate], server: ServerSide
+    ) -> list[OneShotHead]:
+        """Server: one fitted head per candidate, on the clients' fitting rows."""
+        raise NotImplementedError
+
+    def fit_final(
+        self, head: OneShotHead, candidate: Candidate, server: ServerSide, *, stage: str
+    ) -> OneShotHead:
+        """Server: the head at ``candidate`` on all the clients' rows.
+
+        ``stage`` names the exchange this may need: ``"updates"`` at a fixed
+        ``tau`` (the run's only training round), ``"refit"`` after a choice.
+        """
+        raise NotImplementedError
+
+    def max_upload_bytes(self, head: OneShotHead, n_classes: int, n_features: int) -> int:
+        """Most bytes one part of a client's statistics may take on the wire."""
+        return 0
+
+    def max_update_bytes(self, head: OneShotHead, n_classes: int, n_features: int) -> int:
+        """Most bytes one local head may take on the wire."""
+        return 0
+
+
+class StatisticsProtocol(HeadProtocol):
+    """Statistics of unaligned rows uploaded once; the server aligns them (FedCGS, FedPFT)."""
+
+    uploads_statistics = True
+
+    def client_upload(self, head, X, y, classes, split, *, client_index):
+        from ..selection import client_statistics
+
+        return client_statistics(head, X, y, classes, split, client_index=client_index)
+
+    def fit_candidates(self, head, candidates, server):
+        from ..selection import candidate_heads
+
+        return server.server_step(
+            "the candidate heads",
+            lambda: candidate_heads(
+                head, candidates, server.statistics(), server.classes, server.maps()
+            ),
+        )
+
+    def fit_final(self, head, candidate, server, *, stage):
+        from ..selection import refit_head
+
+        return server.server_step(
+            "the final head",
+            lambda: refit_head(
+                head,
+                candidate,
+                server.classes,
+                server.statistics(),
+                server.validation_statistics(),
+                server.maps(),
+            ),
+        )
+
+    def max_upload_bytes(self, head, n_classes, n_features):
+        components = getattr(head, "n_components", 1)
+        return 8 * (n_classes * components + 2) * (n_features + 2) ** 2 + (1 << 20)
+
+
+class LocalTrainingProtocol(HeadProtocol):
+    """Local heads trained on aligned rows, one per ``tau`` (O-FedAvg)."""
+
+    def max_update_bytes(self, head, n_classes, n_features):
+        return 8 * (n_classes + 1) * (n_features + 2) + 4096
+
+    def fit_candidates(self, head, candidates, server):
+        from ..selection import candidate_heads
+
+        taus = sorted({c.tau for c in candidates})
+        updates = server.local_updates("updates", taus, "fit")
+        return server.server_step(
+            "the candidate heads",
+            lambda: candidate_heads(head, candidates, updates, server.classes),
+        )
+
+    def fit_final(self, head, candidate, server, *, stage):
+        from ..selection import refit_head
+
+        updates: Mapping[float, list] = server.local_updates(stage, [candidate.tau], "all")
+        return server.server_step(
+            "the final head",
+            lambda: refit_head(head, candidate, server.classes, updates[candidate.tau]),
+        )

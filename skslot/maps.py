@@ -1,0 +1,238 @@
+"""Gaussian optimal transport: the W2 distance and affine maps between Gaussians.
+
+Formulas (each written once, here):
+
+* Bures-Wasserstein distance between ``N(mu_1, S_1)`` and ``N(mu_2, S_2)``
+  [1]_::
+
+      W2^2 = ||mu_1 - mu_2||^2 + tr S_1 + tr S_2 - 2 tr (S_2^{1/2} S_1 S_2^{1/2})^{1/2}
+
+* Optimal-transport (Monge) map from ``N(mu_1, S_1)`` to ``N(mu_2, S_2)`` [2]_::
+
+      T(x) = A x + b,   A = S_2^{1/2} (S_2^{1/2} S_1 S_2^{1/2})^{-1/2} S_2^{1/2},
+      b = mu_2 - A mu_1
+
+  ``A`` is the unique symmetric positive definite solution of ``A S_1 A = S_2``,
+  so for *any* factor ``S_2 = F F^T`` (Cholesky, or the square root) also
+  ``A = F (F^T S_1 F)^{-1/2} F^T``, and ``F^T S_1 F`` has the eigenvalues of
+  ``S_2^{1/2} S_1 S_2^{1/2}``.  skslot uses the Cholesky factor: no
+  eigendecomposition of ``S_2`` is needed.
+
+* Its displacement interpolation (McCann geodesic) [3]_::
+
+      T^tau = (1 - tau) Id + tau T,   W2(T^tau # G_1, G_2) = (1 - tau) W2(G_1, G_2)
+
+* An affine map ``T(x) = A x + b`` acting on statistics of rows (what lets the
+  server align a client's head statistics without seeing its rows)::
+
+      Gaussian      N(mu, S)         ->  N(A mu + b, A S A^T)
+      class sums    s_c = sum x      ->  A s_c + n_c b
+      power sums    about shift c    ->  about A c + b:  A s1,  A G A^T
+
+  (with ``z = x - c`` the power sums are ``s1 = sum z`` and ``G = sum z z^T``,
+  and ``T(x) - T(c) = A z``, so no raw second moment is ever formed).
+
+References
+----------
+.. [1] Bhatia, Jain and Lim, "On the Bures-Wasserstein distance between
+   positive definite matrices", Expositiones Mathematicae, 2019.
+.. [2] Knott and Smith, "On the optimal mapping of distributions", Journal of
+   Optimization Theory and Applications, 1984.
+.. [3] McCann, "A convexity principle for interacting gases", Advances in
+   Mathematics, 1997.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ._backend import empty_like_rows, matmul_into, to_backend
+from ._linalg import SymmetricEigh, cholesky_factor, sym_eigh, trace_sqrt
+from ._moments import ShiftedMoments
+
+if TYPE_CHECKING:
+    from .gaussian import GaussianSummary
+
+__all__ = ["GaussianMap", "bures_wasserstein_distance"]
+
+
+def bures_wasserstein_distance(source: GaussianSummary, target: GaussianSummary) -> float:
+    """2-Wasserstein distance between the Gaussians of two summaries.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot import GaussianSummary
+    >>> from skslot.maps import bures_wasserstein_distance
+    >>> a = GaussianSummary(2, np.zeros(2), np.eye(2))
+    >>> b = GaussianSummary(2, np.array([3.0, 4.0]), 4 * np.eye(2))
+    >>> round(bures_wasserstein_distance(a, b), 6)  # sqrt(25 + 2 * (2 - 1)^2)
+    5.196152
+    """
+    _check_same_dimension(source, target)
+    F = cholesky_factor(target.covariance)
+    cross = trace_sqrt(F.T @ source.covariance @ F)
+    diff = source.mean - target.mean
+    sq = diff @ diff + np.trace(source.covariance) + np.trace(target.covariance)
+    return float(np.sqrt(max(sq - 2.0 * cross, 0.0)))
+
+
+def _check_same_dimension(a: GaussianSummary, b: GaussianSummary) -> None:
+    if a.dimension != b.dimension:
+        raise ValueError(f"summaries of different dimensions: {a.dimension} and {b.dimension}")
+
+
+@dataclass(frozen=True, eq=False)
+class GaussianMap:
+    """An affine map ``x -> A x + b`` between Gaussians.
+
+    Parameters
+    ----------
+    linear : ndarray of shape (m, m)
+        ``A`` (symmetric positive definite for an optimal-transport map).
+    offset : ndarray of shape (m,)
+        ``b``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot import GaussianMap, GaussianSummary
+    >>> source = GaussianSummary(10, np.zeros(2), np.diag([1.0, 4.0]))
+    >>> target = GaussianSummary(10, np.ones(2), np.diag([4.0, 1.0]))
+    >>> T = GaussianMap.optimal_transport(source, target)
+    >>> np.round(np.diag(T.linear), 6)  # sqrt(4 / 1), sqrt(1 / 4)
+    array([2. , 0.5])
+    >>> np.round(np.diag(T.geodesic(0.5).linear), 6)  # half way: (1 + 2) / 2, (1 + 0.5) / 2
+    array([1.5 , 0.75])
+    """
+
+    linear: np.ndarray
+    offset: np.ndarray
+
+    @classmethod
+    def identity(cls, dimension: int) -> GaussianMap:
+        return cls(np.eye(dimension), np.zeros(dimension))
+
+    @classmethod
+    def optimal_transport(
+        cls,
+        source: GaussianSummary,
+        target: GaussianSummary,
+        *,
+        target_factor: np.ndarray | None = None,
+    ) -> GaussianMap:
+        """The Monge map pushing ``N(source)`` onto ``N(target)``.
+
+        ``target_factor`` reuses a factor ``F`` of the target covariance
+        (``F F^T = S_t``; one factorisation of the reference serves every
+        client).  Default: its Cholesky factor.
+        """
+        _check_same_dimension(source, target)
+        F = cholesky_factor(target.covariance) if target_factor is None else target_factor
+        inner = sym_eigh(F.T @ source.covariance @ F)
+        return cls.from_factors(F, inner, source.mean, target.mean)
+
+    @classmethod
+    def from_factors(
+        cls,
+        target_factor: np.ndarray,
+        inner_eigh: SymmetricEigh,
+        source_mean: np.ndarray,
+        target_mean: np.ndarray,
+    ) -> GaussianMap:
+        """Map from a factor ``F`` of ``S_t`` and the eigendecomposition of ``F^T S_s F``."""
+        A = target_factor @ inner_eigh.inv_sqrt() @ target_factor.T
+        A = 0.5 * (A + A.T)
+        return cls(A, target_mean - A @ source_mean)
+
+    def geodesic(self, tau: float) -> GaussianMap:
+        """``T^tau = (1 - tau) Id + tau T``, a fraction ``tau`` of the way."""
+        A = tau * self.linear
+        A.flat[:: A.shape[0] + 1] += 1.0 - tau
+        return GaussianMap(A, tau * self.offset)
+
+    def push(self, summary: GaussianSummary) -> GaussianSummary:
+        """Image of a Gaussian: ``N(A mu + b, A S A^T)``."""
+        from .gaussian import GaussianSummary  # here: that module re-exports this one's names
+
+        (mean,), (cov,) = self.push_gaussians(summary.mean[None], summary.covariance[None])
+        return GaussianSummary(summary.n, mean, cov, client=summary.client)
+
+    def push_gaussians(
+        self, means: np.ndarray, covariances: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Images of a stack of Gaussians ``N(mu_j, S_j)``: ``N(A mu_j + b, A S_j A^T)``.
+
+        Parameters
+        ----------
+        means : ndarray of shape (J, m)
+        covariances : ndarray of shape (J, m, m)
+
+        Returns
+        -------
+        means, covariances : ndarrays of the same shapes (covariances exactly symmetric)
+        """
+        A = self.linear
+        cov = A @ covariances @ A.T
+        return means @ A.T + self.offset, 0.5 * (cov + cov.swapaxes(-1, -2))
+
+    def push_sums(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Images of sums of rows: ``sum_i T(x_i) = A s + n b`` for each (count, sum) pair.
+
+        Parameters
+        ----------
+        sums : ndarray of shape (C, m)
+        counts : ndarray of shape (C,)
+        """
+        return sums @ self.linear.T + np.multiply.outer(counts, self.offset)
+
+    def push_moments(self, moments: ShiftedMoments) -> ShiftedMoments:
+        """Power sums of the images ``T(x_i)``, exactly, from those of the ``x_i``.
+
+        About the shift ``T(c)``: ``s1 -> A s1`` and ``G -> A G A^T`` (the
+        module docstring), so precision is kept for features with a large
+        mean.  Fourth-order sums are not affine-equivariant and are refused.
+        """
+        if moments.fourth_order:
+            raise ValueError("fourth-order power sums cannot be pushed through an affine map")
+        A = self.linear
+        gram = A @ moments.gram @ A.T
+        return ShiftedMoments(
+            moments.n,
+            A @ moments.shift + self.offset,
+            A @ moments.s1,
+            0.5 * (gram + gram.T),
+        )
+
+    def apply(
+        self,
+        X: np.ndarray,
+        *,
+        out: np.ndarray | None = None,
+        chunk_size: int | None = None,
+    ) -> np.ndarray:
+        """``X A^T + b`` computed in ``X``'s floating dtype.
+
+        Parameters
+        ----------
+        X : ndarray or torch tensor of shape (n, m)
+            A tensor is transformed in torch on its device, and the result is
+            a tensor there.
+        out : ndarray or tensor of shape (n, m), optional
+            Written in place and returned (it may not overlap ``X``).
+        chunk_size : int, optional
+            Rows per block, to bound temporaries (or stream a memory map).
+        """
+        if out is None:
+            out = empty_like_rows(X, tuple(X.shape))
+        At = to_backend(self.linear.T, X, dtype=out.dtype)
+        b = to_backend(self.offset, X, dtype=out.dtype)
+        step = X.shape[0] if chunk_size is None else max(int(chunk_size), 1)
+        for start in range(0, X.shape[0], max(step, 1)):
+            rows = slice(start, start + step)
+            matmul_into(X[rows], At, out[rows])
+            out[rows] += b
+        return out

@@ -1,0 +1,193 @@
+"""The client's side of the one-shot protocol, written once.
+
+A :class:`ClientParty` holds one client's rows and answers each stage with the
+library's own objects: :class:`~skslot.GaussianSummaryEstimator` for the
+summary, :meth:`~skslot.SLOTTransformer.from_reference` for its map, the
+head's protocol for what it uploads, and :mod:`skslot.selection` for local
+heads and validation counts.  The in-process transport calls these methods
+directly; the Flower ``ClientApp`` rebuilds the party from the node's data and
+the run's state and calls the same methods, so both run the same code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..gaussian import GaussianMap, GaussianSummary
+from ..heads import OneShotHead
+from ..selection import ValidationCounts, local_updates, score_candidates, validation_split
+from ..summary import GaussianSummaryEstimator
+from ..transformer import SLOTTransformer
+from .exchanges import (
+    Evaluation,
+    EvaluationRequest,
+    UpdatesRequest,
+    Upload,
+    UploadRequest,
+    ValidationRequest,
+)
+
+__all__ = ["ClientParty", "ClientState"]
+
+
+@dataclass
+class ClientState:
+    """What a client keeps between the stages of one run.
+
+    ``summary`` is its summary exactly as the server received it, and
+    ``reference`` the server's reference once received, so every stage uses
+    the same map.
+    """
+
+    summary: GaussianSummary | None = None
+    reference: GaussianSummary | None = None
+    client_index: int | None = None
+    split_seed: int | None = None
+
+
+class ClientParty:
+    """One client of the protocol: its rows, its head settings and its run state.
+
+    Parameters
+    ----------
+    X, y : ndarray
+        The client's training rows and labels.
+    head : OneShotHead
+        The run's head (never modified: each stage works on a clone).
+    classes : ndarray
+        The global class set agreed for the run.
+    label : int or str, optional
+        The client's own name (shown in reports; the server identifies a
+        client by its transport address, never by this label).
+    X_test, y_test : ndarray, optional
+        Local test rows, scored at the ``evaluation`` stage.
+    summary_estimator : GaussianSummaryEstimator, optional
+        Settings of the summary (exact Ledoit-Wolf by default, or private).
+    validation_fraction : float, default=0.2
+        Share of each class held out when the server asks for a split.
+    state : ClientState, optional
+        A run's state restored between stages (the Flower ``ClientApp``).
+    """
+
+    def __init__(
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        *,
+        head: OneShotHead,
+        classes: np.ndarray,
+        label: int | str | None = None,
+        X_test: np.ndarray | None = None,
+        y_test: np.ndarray | None = None,
+        summary_estimator: GaussianSummaryEstimator | None = None,
+        validation_fraction: float = 0.2,
+        state: ClientState | None = None,
+    ) -> None:
+        self.X, self.y = X, y
+        self.head = head
+        self.classes = np.asarray(classes)
+        self.label = label
+        self.X_test, self.y_test = X_test, y_test
+        self.summary_estimator = summary_estimator
+        self.validation_fraction = validation_fraction
+        self.state = state if state is not None else ClientState()
+
+    # -- what the stages share ---------------------------------------------------------
+
+    def summarise(self) -> GaussianSummary:
+        """The summary of this client's training rows."""
+        estimator = self.summary_estimator or GaussianSummaryEstimator()
+        return estimator.fit(self.X, client=self.label).summaries_[self.label]
+
+    @property
+    def split(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The (fitting, validation) positions among the rows, or ``None`` without a split."""
+        if self.state.split_seed is None:
+            return None
+        return validation_split(self.y, self.validation_fraction, self.state.split_seed)
+
+    def transport_map(self, reference: GaussianSummary | None = None) -> GaussianMap:
+        """This client's full map onto the reference (stored on first receipt)."""
+        state = self.state
+        if reference is not None:
+            state.reference = reference
+        if state.summary is None:
+            raise RuntimeError("this client has no summary of this run (no upload stage ran)")
+        if state.reference is None:
+            raise RuntimeError("this client has not received the reference of this run")
+        own = state.summary
+        return SLOTTransformer.from_reference(state.reference, own).maps_[own.client]
+
+    # -- the stages --------------------------------------------------------------------
+
+    def upload(self, request: UploadRequest) -> Upload:
+        """Stage "upload": the summary of all its rows and what the head uploads with it.
+
+        The summary is made once per run: a repeated request gets the same one
+        (for a private summary, no fresh noise to average out).
+        """
+        state = self.state
+        if state.summary is None:
+            state.summary = self.summarise()
+        state.client_index, state.split_seed = request.client_index, request.split_seed
+        split = self.split
+        fitting, validation = self.head.protocol.client_upload(
+            self.head, self.X, self.y, self.classes, split, client_index=request.client_index
+        )
+        return Upload(
+            state.summary,
+            n_fit=self.y.shape[0] if split is None else split[0].shape[0],
+            n_test=0 if self.y_test is None else int(self.y_test.shape[0]),
+            statistics=fitting,
+            validation=validation,
+        )
+
+    def updates(self, request: UpdatesRequest) -> list:
+        """Stages "updates" and "refit": one local head per ``tau``, on aligned rows."""
+        transport = self.transport_map(request.reference)
+        split = self.split
+        rows = split[0] if request.part == "fit" and split is not None else slice(None)
+        return local_updates(
+            self.head,
+            self.X[rows],
+            self.y[rows],
+            self.classes,
+            transport,
+            request.taus,
+            client_index=self.state.client_index or 0,
+        )
+
+    def validate(self, request: ValidationRequest) -> ValidationCounts:
+        """Stage "validation": correct predictions of each candidate on its held-out rows."""
+        transport = self.transport_map(request.reference)
+        split = self.split
+        if split is None:
+            raise RuntimeError("validation was requested, but this run has no validation split")
+        rows = split[1]
+        return score_candidates(
+            request.heads, request.taus, transport, self.X[rows], self.y[rows], self.classes
+        )
+
+    def evaluate(self, request: EvaluationRequest) -> Evaluation:
+        """Stage "evaluation": the global head's correct predictions on its test rows."""
+        transport = self.transport_map(request.reference)
+        if self.X_test is None or self.y_test is None or self.y_test.shape[0] == 0:
+            return Evaluation(0, 0)
+        predictions = request.head.predict(transport.geodesic(request.tau).apply(self.X_test))
+        return Evaluation(int(np.sum(predictions == self.y_test)), int(self.y_test.shape[0]))
+
+    def answer(self, stage: str, request: Any) -> Any:
+        """The reply to ``request`` at ``stage`` (what a transport calls)."""
+        handlers = {
+            "upload": self.upload,
+            "updates": self.updates,
+            "refit": self.updates,
+            "validation": self.validate,
+            "evaluation": self.evaluate,
+        }
+        if stage not in handlers:
+            raise ValueError(f"unknown stage {stage!r}; the stages are {list(handlers)}")
+        return handlers[stage](request)

@@ -1,0 +1,551 @@
+"""The one-shot protocol's stage order, written once.
+
+:class:`OneShotProtocol` runs a whole round over any :class:`~skslot.protocol.Transport`:
+
+1. ``upload``: every client sends its summary (and, for statistics heads,
+   the statistics of its unaligned rows; with ``tau = "auto"`` those of its
+   fitting and of its validation rows apart);
+2. the server ties each upload to the others (:mod:`skslot.protocol.intake`),
+   screens the clients against each other (:class:`~skslot.defence.DefenceBounds`),
+   and builds the reference and every client's map (:mod:`skslot.protocol.reference`);
+3. the head's own protocol (:mod:`skslot.heads`) fits one head per candidate
+   ``(tau, server parameters)``, asking the clients for local heads where it
+   trains on aligned rows;
+4. with ``tau = "auto"``, ``validation``: each client counts the candidates'
+   correct predictions on its held-out rows; the server chooses
+   (:func:`~skslot.selection.select_candidate`) and fits the final head;
+5. ``evaluation``: the global head out, each client's test counts back.
+
+:class:`~skslot.FederatedTauSearch` runs it in process
+(:class:`~skslot.protocol.InProcessTransport`) and the Flower ``ServerApp``
+over a ``Grid`` (:mod:`skslot.flower.transport`): the same object, two
+transports.  No step branches on the kind of head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from .._validation import check_in_range, check_option, spawn_seeds
+from ..defence import DefenceBounds
+from ..gaussian import GaussianMap, GaussianSummary
+from ..heads import OneShotHead
+from ..selection import (
+    DEFAULT_TAUS,
+    SELECTION_RULES,
+    Candidate,
+    Selection,
+    ValidationCounts,
+    candidate_grid,
+    check_tau_grid,
+    select_candidate,
+)
+from . import intake
+from .exchanges import (
+    Evaluation,
+    EvaluationRequest,
+    Exchange,
+    UpdatesRequest,
+    Upload,
+    UploadRequest,
+    ValidationRequest,
+)
+from .reference import ReferenceStep
+from .report import ProtocolReport, ProtocolRunError, logger
+
+__all__ = ["OneShotProtocol", "ProtocolResult", "Transport"]
+
+#: Server steps whose failure on the clients' values fails the run with a report.
+SERVER_STEP_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError, MemoryError)
+
+
+class Transport(Protocol):
+    """How the driver reaches the clients.
+
+    ``parties()`` lists the clients' addresses; ``exchange(stage, requests)``
+    delivers one request object per addressed client and returns the decoded,
+    checked replies (:class:`~skslot.protocol.exchanges.Exchange`).
+    """
+
+    def parties(self) -> list[Hashable]: ...
+
+    def exchange(self, stage: str, requests: Mapping[Hashable, Any]) -> Exchange: ...
+
+
+@dataclass(eq=False)
+class ProtocolResult:
+    """The outcome of a run.
+
+    Attributes
+    ----------
+    report : ProtocolReport
+    head : OneShotHead
+        The final global head.
+    tau : float
+    reference : GaussianSummary
+    clients : list
+        The accepted clients' addresses, in the order of ``summaries``.
+    summaries : list of GaussianSummary
+        The accepted clients' summaries as received.
+    selection : Selection or None
+        With ``tau = "auto"``, the choice and its table.
+    candidate_heads : list of OneShotHead
+        With ``tau = "auto"``, the candidates (fitted on the fitting rows).
+    stages : list of str
+    """
+
+    report: ProtocolReport
+    head: OneShotHead
+    tau: float
+    reference: GaussianSummary
+    clients: list
+    summaries: list
+    selection: Selection | None = None
+    candidate_heads: list = field(default_factory=list)
+
+    @property
+    def stages(self) -> list[str]:
+        return self.report.stages
+
+
+@dataclass(eq=False)
+class _Client:
+    """What the server holds about one accepted client."""
+
+    upload: Upload
+    weight: float = 0.0
+    statistics: Any = None
+    validation: Any = None
+
+    @property
+    def summary(self) -> GaussianSummary:
+        return self.upload.summary
+
+
+class OneShotProtocol:
+    """SLOT-Align and a one-shot head, over any transport: the stage order, once.
+
+    Parameters
+    ----------
+    head : OneShotHead
+        The head template (cloned for every fit, never modified); its
+        ``protocol`` attribute decides what the clients upload and whether
+        they train locally.
+    tau : float or "auto", default=0.4
+        Fraction of the transport the clients apply, or ``"auto"``: chosen by
+        the clients' validation over ``taus`` and ``head_grid``.
+    taus : sequence of float, default=(0, 0.2, 0.4, 0.6, 0.8, 1)
+    head_grid : dict of str to list, optional
+        Server-side head parameters searched with ``tau``.
+    validation_fraction : float, default=0.2
+    rule : {"one-standard-error", "best"}, default="one-standard-error"
+    refit : bool, default=True
+        With ``tau = "auto"``, refit the chosen candidate on all rows.
+    reference : ReferenceStep, optional
+        How the server builds the reference and the maps (the default
+        :class:`~skslot.protocol.reference.ReferenceStep`).
+    defence : DefenceBounds or None, default=None
+        Screen the clients against each other and cap their weights; ``None``
+        accepts every client whose messages pass their checks.
+    min_clients : int, default=1
+        Fewest clients that must complete every stage.
+    random_state : int, RandomState or None, default=None
+        Seeds the clients' validation splits (one per client, by position).
+    evaluate : bool, default=True
+        Run the ``evaluation`` stage (clients score the global head on their
+        test rows).
+    config : dict, optional
+        Shown in the report.
+    """
+
+    def __init__(
+        self,
+        head: OneShotHead,
+        *,
+        tau: float | str = 0.4,
+        taus: Sequence[float] = DEFAULT_TAUS,
+        head_grid: Mapping[str, Sequence] | None = None,
+        validation_fraction: float = 0.2,
+        rule: str = "one-standard-error",
+        refit: bool = True,
+        reference: ReferenceStep | None = None,
+        defence: DefenceBounds | None = None,
+        min_clients: int = 1,
+        random_state: int | np.random.RandomState | None = None,
+        evaluate: bool = True,
+        config: dict | None = None,
+    ) -> None:
+        if not isinstance(head, OneShotHead):
+            raise TypeError(
+                f"head must be a skslot one-shot head (skslot.heads), got {type(head).__name__}"
+            )
+        head._check_params()
+        if tau != "auto":
+            if isinstance(tau, str):
+                raise ValueError(f"tau must be a number in [0, 1] or 'auto', got {tau!r}")
+            check_in_range("tau", tau, 0.0, 1.0)
+        check_tau_grid(taus)
+        self.candidates = (
+            candidate_grid(head, taus, head_grid) if tau == "auto" else [Candidate(float(tau))]
+        )
+        check_in_range("validation_fraction", validation_fraction, 0.0, 1.0)
+        if not 0.0 < validation_fraction < 1.0:
+            raise ValueError(f"validation_fraction must be in (0, 1), got {validation_fraction!r}")
+        check_option("rule", rule, SELECTION_RULES)
+        if not isinstance(refit, (bool, np.bool_)):
+            raise ValueError(f"refit must be True or False, got {refit!r}")
+        if defence is not None and not isinstance(defence, DefenceBounds):
+            raise TypeError(f"defence must be DefenceBounds or None, got {type(defence).__name__}")
+        self.head = head
+        self.tau = tau
+        self.validation_fraction = validation_fraction
+        self.rule = rule
+        self.refit = bool(refit)
+        self.reference = reference if reference is not None else ReferenceStep()
+        self.defence = defence
+        self.min_clients = min_clients
+        self.random_state = random_state
+        self.evaluate = evaluate
+        self.config = dict(config or {})
+
+    @property
+    def auto(self) -> bool:
+        """Whether ``tau`` is chosen by the federation."""
+        return self.tau == "auto"
+
+    def run(self, transport: Transport, classes: Sequence) -> ProtocolResult:
+        """Run every stage over ``transport``; the clients agree on the class set ``classes``.
+
+        Raises
+        ------
+        ProtocolRunError
+            When fewer than ``min_clients`` clients complete a stage, or a
+            server step fails on the clients' values; its ``report`` says why.
+        """
+        run = _Run(self, transport, np.asarray(classes))
+        return run.execute()
+
+
+class _Run:
+    """One run's state: the accepted clients, the reference, the report.
+
+    It is what a head's protocol sees of the server (:class:`skslot.heads.ServerSide`).
+    """
+
+    def __init__(self, protocol: OneShotProtocol, transport: Transport, classes: np.ndarray):
+        self.protocol, self.transport, self.classes = protocol, transport, classes
+        self.report = ProtocolReport(config=protocol.config)
+        self.report.classes = classes.tolist()
+        self.clients: dict[Hashable, _Client] = {}
+        self.reference: GaussianSummary | None = None
+        self.full_maps: dict[Hashable, GaussianMap] = {}
+        self.has_reference: set = set()
+
+    # -- the stage order ---------------------------------------------------------------
+
+    def execute(self) -> ProtocolResult:
+        protocol, report = self.protocol, self.report
+        head = protocol.head
+        report.nodes = list(self.transport.parties())
+        self.uploads()
+        self.screen()
+        self.build_reference()
+        selection, candidates = None, []
+        if protocol.auto:
+            candidates = head.protocol.fit_candidates(head, protocol.candidates, self)
+            selection = self.select(candidates)
+            if protocol.refit:
+                final = head.protocol.fit_final(head, selection.candidate, self, stage="refit")
+            else:
+                final = candidates[selection.index]
+            tau = selection.candidate.tau
+        else:
+            (candidate,) = protocol.candidates
+            final = head.protocol.fit_final(head, candidate, self, stage="updates")
+            tau = candidate.tau
+        report.tau = float(tau)
+        if protocol.evaluate:
+            self.evaluation(final, tau)
+        report.status = "completed"
+        order = self.order
+        return ProtocolResult(
+            report,
+            final,
+            float(tau),
+            self.reference,
+            order,
+            [self.clients[c].summary for c in order],
+            selection,
+            list(candidates),
+        )
+
+    # -- what a head's protocol sees ---------------------------------------------------
+
+    def statistics(self) -> list:
+        return [self.clients[c].statistics for c in self.order]
+
+    def validation_statistics(self) -> list:
+        return [self.clients[c].validation for c in self.order]
+
+    def maps(self) -> list[GaussianMap]:
+        return [self.full_maps[c] for c in self.order]
+
+    def server_step(self, what: str, step: Callable[[], Any]) -> Any:
+        """A server step on client values; its failure fails the run with a report."""
+        try:
+            return step()
+        except SERVER_STEP_ERRORS as exc:
+            raise ProtocolRunError(
+                f"{what} failed: {type(exc).__name__}: {exc}", self.report
+            ) from exc
+
+    def local_updates(self, stage: str, taus: Sequence[float], part: str) -> dict[float, list]:
+        """Each client's local heads at ``taus``, tied to its upload and screened."""
+        requests = {c: UpdatesRequest(self.reference_for(c), tuple(taus), part) for c in self.order}
+        exchange = self.exchange(stage, requests)
+        received = {}
+        for c, updates in exchange.replies.items():
+            client = self.clients[c]
+            expected = client.upload.n_fit if part == "fit" else client.summary.n
+            why = intake.local_updates_problem(updates, len(taus), expected)
+            if why:
+                self.report.reject(stage, c, why)
+                continue
+            factor = client.weight / client.summary.n
+            received[c] = [u.scaled(factor) for u in updates]
+        defence = self.protocol.defence
+        if defence is not None:
+            order = list(received)
+            norms = [max(u.norm() for u in received[c]) for c in order]
+            for k, why in defence.implausible_updates(norms).items():
+                self.report.reject(stage, order[k], f"implausible: {why}")
+                del received[order[k]]
+        self.keep(stage, received)
+        return {tau: [received[c][i] for c in self.order] for i, tau in enumerate(taus)}
+
+    # -- the stages --------------------------------------------------------------------
+
+    @property
+    def order(self) -> list:
+        return sorted(self.clients, key=_order_key)
+
+    def exchange(self, stage: str, requests: Mapping[Hashable, Any]) -> Exchange:
+        report = self.report
+        report.stages.append(stage)
+        result = self.transport.exchange(stage, requests)
+        for c, n in result.bytes_sent.items():
+            report.bytes_sent.setdefault(c, {})[stage] = n
+        for c, n in result.bytes_received.items():
+            report.bytes_received.setdefault(c, {})[stage] = n
+        for c, why in result.rejected.items():
+            report.reject(stage, c, why)
+        report.missing[stage] = sorted(result.missing, key=_order_key)
+        for c in report.missing[stage]:
+            logger.warning("%s did not answer the %s stage in time", report.name(c), stage)
+        return result
+
+    def keep(self, stage: str, accepted: Any) -> None:
+        """Drop the clients not in ``accepted``; fail when fewer than ``min_clients`` remain."""
+        accepted = set(accepted)
+        self.clients = {c: client for c, client in self.clients.items() if c in accepted}
+        if len(self.clients) < self.protocol.min_clients:
+            report = self.report
+            problems = [f"{report.name(n)} missing" for n in report.missing.get(stage, [])] + [
+                f"{report.name(n)} rejected: {why}"
+                for n, why in report.rejected.get(stage, {}).items()
+            ]
+            raise ProtocolRunError(
+                f"only {len(self.clients)} client(s) completed the {stage} stage, fewer than "
+                f"min_clients = {self.protocol.min_clients} "
+                f"({'; '.join(problems) or 'no other node'})",
+                report,
+            )
+
+    def reference_for(self, c: Hashable) -> GaussianSummary | None:
+        """The reference the first time a client is sent a message after it was built."""
+        if c in self.has_reference:
+            return None
+        self.has_reference.add(c)
+        return self.reference
+
+    def uploads(self) -> None:
+        """Stage "upload": summaries (and statistics), tied together and to the run."""
+        protocol, report = self.protocol, self.report
+        parties = sorted(report.nodes, key=_order_key)
+        seeds = spawn_seeds(protocol.random_state, len(parties)) if protocol.auto else None
+        requests = {
+            c: UploadRequest(k, None if seeds is None else seeds[k]) for k, c in enumerate(parties)
+        }
+        exchange = self.exchange("upload", requests)
+        for c, upload in exchange.replies.items():
+            report.clients[c] = upload.summary.client
+            if upload.summary_bytes is not None:
+                report.summary_payload_bytes[c] = upload.summary_bytes
+        m = intake.run_dimension(exchange.replies)
+        if m is None:
+            self.keep("upload", [])
+        report.n_features = m
+        report.summary_values = m * (m + 1) // 2 + m + 1
+        head = protocol.head
+        consistency = protocol.defence is not None and protocol.defence.consistency
+        for c in parties:
+            if c not in exchange.replies:
+                continue
+            upload = exchange.replies[c]
+            why = intake.upload_problem(
+                upload,
+                m,
+                auto=protocol.auto,
+                uploads_statistics=head.protocol.uploads_statistics,
+                consistency=consistency,
+            )
+            if why:
+                report.reject("upload", c, why)
+                continue
+            self.clients[c] = _Client(
+                upload, statistics=upload.statistics, validation=upload.validation
+            )
+        self.keep("upload", self.clients)
+
+    def screen(self) -> None:
+        """Reject clients out of line with the others; cap the weight of the rest."""
+        defence = self.protocol.defence
+        order = self.order
+        if defence is None:
+            weights = [float(self.clients[c].summary.n) for c in order]
+        else:
+            reasons, capped = defence.screen([self.clients[c].summary for c in order])
+            for k, why in sorted(reasons.items()):
+                self.report.reject("upload", order[k], f"implausible: {why}")
+            self.keep("upload", [c for k, c in enumerate(order) if k not in reasons])
+            order, weights = self.order, [float(w) for w in capped]
+        for c, weight in zip(order, weights, strict=True):
+            client = self.clients[c]
+            client.weight = weight
+            n = client.summary.n
+            if weight < n:
+                factor = weight / n
+                self.report.capped[c] = round(factor, 6)
+                logger.warning("%s: weight capped to %.3g of its rows", self.report.name(c), factor)
+                if client.statistics is not None:
+                    client.statistics = client.statistics.scaled(factor)
+                if client.validation is not None:
+                    client.validation = client.validation.scaled(factor)
+
+    def build_reference(self) -> None:
+        """The reference and every client's map; a client whose summary breaks it is found."""
+        order = self.order
+        summaries = [self.clients[c].summary for c in order]
+        weights = [self.clients[c].weight for c in order]
+        try:
+            built = self.protocol.reference.build(order, summaries, weights)
+        except SERVER_STEP_ERRORS as exc:
+            culprit = self._culprit(order, summaries, weights, exc)
+            self.report.reject("upload", culprit, f"its summary breaks the reference: {exc}")
+            self.keep("upload", [c for c in order if c != culprit])
+            return self.build_reference()
+        self.reference, self.full_maps = built.reference, built.maps
+        self.report.barycenter_iterations = built.n_iter
+        return None
+
+    def _culprit(self, order: list, summaries: list, weights: list, error: Exception) -> Hashable:
+        """The one client whose removal lets the reference be built, or fail the run."""
+        culprits = []
+        if len(order) > self.protocol.min_clients:
+            for k, c in enumerate(order):
+                rest = [i for i in range(len(order)) if i != k]
+                try:
+                    self.protocol.reference.build(
+                        [order[i] for i in rest],
+                        [summaries[i] for i in rest],
+                        [weights[i] for i in rest],
+                    )
+                except SERVER_STEP_ERRORS:
+                    continue
+                culprits.append(c)
+        if len(culprits) != 1:
+            raise ProtocolRunError(
+                f"the reference could not be built from the clients' summaries: {error}",
+                self.report,
+            ) from error
+        return culprits[0]
+
+    def select(self, heads: list[OneShotHead]) -> Selection:
+        """Stage "validation": candidates out, counts back (tied to the uploads), the choice."""
+        candidates = self.protocol.candidates
+        scores = tuple(h.linear_scores() for h in heads)
+        taus = tuple(c.tau for c in candidates)
+        requests = {
+            c: ValidationRequest(self.reference_for(c), scores, taus)
+            for c in self.order
+            if self.clients[c].upload.n_validation > 0
+        }
+        left_out = {
+            c: "no validation rows (too few rows per class to split)"
+            for c in self.order
+            if c not in requests
+        }
+        exchange = self.exchange("validation", requests)
+        counts: dict[Hashable, ValidationCounts] = {}
+        for c in requests:
+            if c in exchange.rejected:
+                left_out[c] = f"rejected: {exchange.rejected[c]}"
+                continue
+            if c not in exchange.replies:
+                left_out[c] = "did not answer the validation stage"
+                continue
+            reply = exchange.replies[c]
+            why = intake.counts_problem(
+                reply, len(candidates), self.classes.shape[0], self.clients[c].upload.n_validation
+            )
+            if why:
+                self.report.reject("validation", c, why)
+                left_out[c] = f"rejected: {why}"
+                continue
+            counts[c] = reply
+        selection = self.server_step(
+            "the choice of tau", lambda: select_candidate(candidates, counts, self.protocol.rule)
+        )
+        table = selection.table()
+        self.report.selection = {
+            "candidates": table["params"],
+            "clients": selection.clients,
+            "scores": selection.scores.tolist(),
+            "mean_validation_score": table["mean_validation_score"].tolist(),
+            "std_error_validation_score": table["std_error_validation_score"].tolist(),
+            "chosen": selection.candidate.describe(),
+            "left_out": left_out,
+        }
+        logger.info("skslot: validation chose %s", selection.candidate.describe())
+        return selection
+
+    def evaluation(self, final: OneShotHead, tau: float) -> None:
+        """Stage "evaluation": the global head out, local test counts back."""
+        report = self.report
+        scores = final.linear_scores()
+        requests = {c: EvaluationRequest(self.reference_for(c), scores, tau) for c in self.order}
+        exchange = self.exchange("evaluation", requests)
+        for c in self.order:
+            if c not in exchange.replies:
+                continue
+            result: Evaluation = exchange.replies[c]
+            n_test = self.clients[c].upload.n_test
+            why = intake.evaluation_problem(result, n_test)
+            if why:
+                report.reject("evaluation", c, why)
+                continue
+            report.n_test[c] = n_test
+            if n_test:
+                report.accuracy[c] = result.n_correct / n_test
+        self.keep("evaluation", [c for c in self.order if c in report.n_test])
+        if report.accuracy:
+            report.macro_accuracy = float(np.mean(list(report.accuracy.values())))
+
+
+def _order_key(address: Hashable) -> tuple:
+    """Clients in a stable order: by address, integers before strings."""
+    return (isinstance(address, str), address)

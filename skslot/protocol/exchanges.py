@@ -1,0 +1,120 @@
+"""The messages of the one-shot protocol, as library objects.
+
+Each stage is a request from the server and a reply from each client.  A
+transport moves them: in process as the objects themselves, on Flower as
+records (:mod:`skslot.flower.messages` encodes and decodes them, checking
+every value it receives).  The driver and the clients only ever see these
+objects, so the two transports run the same protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..gaussian import GaussianSummary
+from ..heads import LinearScores
+
+__all__ = [
+    "STAGES",
+    "Evaluation",
+    "EvaluationRequest",
+    "Exchange",
+    "UpdatesRequest",
+    "Upload",
+    "UploadRequest",
+    "ValidationRequest",
+]
+
+#: Every stage a run may hold, in the order they can occur.
+STAGES = ("upload", "updates", "validation", "refit", "evaluation")
+
+
+@dataclass(frozen=True)
+class UploadRequest:
+    """Stage "upload": a client's position, and the seed of its validation split.
+
+    ``split_seed`` is ``None`` when the run has no validation round (fixed ``tau``).
+    """
+
+    client_index: int
+    split_seed: int | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Upload:
+    """A client's first reply: its summary and, for statistics heads, their statistics.
+
+    ``statistics`` are those of the fitting rows and ``validation`` those of
+    the validation rows (``None`` when it holds none, or the head uploads
+    none); ``n_fit`` counts the fitting rows and ``n_test`` the test rows it
+    will evaluate on.  ``summary_bytes`` is the summary's length on the wire,
+    where a transport encodes it.
+    """
+
+    summary: GaussianSummary
+    n_fit: int
+    n_test: int
+    statistics: Any = None
+    validation: Any = None
+    summary_bytes: int | None = None
+
+    @property
+    def n_validation(self) -> int:
+        return self.summary.n - self.n_fit
+
+
+@dataclass(frozen=True, eq=False)
+class UpdatesRequest:
+    """Stages "updates" and "refit": one local head per ``tau`` on ``part`` of the rows.
+
+    ``reference`` travels with a client's first request after it was built.
+    """
+
+    reference: GaussianSummary | None
+    taus: tuple[float, ...]
+    part: str
+
+
+@dataclass(frozen=True, eq=False)
+class ValidationRequest:
+    """Stage "validation": the candidate heads and their ``tau``."""
+
+    reference: GaussianSummary | None
+    heads: tuple[LinearScores, ...]
+    taus: tuple[float, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class EvaluationRequest:
+    """Stage "evaluation": the global head and the run's ``tau``."""
+
+    reference: GaussianSummary | None
+    head: LinearScores
+    tau: float
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A client's local test result: correct predictions among its test rows."""
+
+    n_correct: int
+    n_test: int
+
+
+@dataclass
+class Exchange:
+    """What one stage brought back from the clients it asked.
+
+    ``replies`` holds the decoded replies of the clients that answered with
+    valid ones; ``rejected`` says why each other answer was refused (an error
+    raised by the client, or a message that failed its checks); ``missing``
+    lists the clients that did not answer in time.  ``bytes_sent`` and
+    ``bytes_received`` are per client, where the transport counts them.
+    """
+
+    replies: dict = field(default_factory=dict)
+    rejected: dict = field(default_factory=dict)
+    missing: list = field(default_factory=list)
+    bytes_sent: dict = field(default_factory=dict)
+    bytes_received: dict = field(default_factory=dict)

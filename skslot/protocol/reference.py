@@ -1,0 +1,77 @@
+"""The server's reference step: the barycenter of the summaries and every client's map."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from sklearn.base import clone
+
+from ..barycenter import BuresBarycenter
+from ..gaussian import GaussianMap, GaussianSummary
+
+__all__ = ["FixedReference", "Reference", "ReferenceStep"]
+
+
+@dataclass(frozen=True, eq=False)
+class Reference:
+    """A built reference, each client's full map onto it (by address), the iterations."""
+
+    reference: GaussianSummary
+    maps: dict[Hashable, GaussianMap]
+    n_iter: int
+
+
+class ReferenceStep:
+    """Builds the reference with a :class:`~skslot.BuresBarycenter`'s settings.
+
+    Parameters
+    ----------
+    barycenter : BuresBarycenter, optional
+        The settings (cloned per build; its ``weights`` are replaced by the
+        clients' weights as the server accepted them, unless it says
+        ``"uniform"`` or gives explicit weights).
+    wire_dtype : {"float16", "float32", "float64"}, optional
+        The precision the reference travels in: a reference that cannot be
+        sent in it fails the step (so the server looks for the client whose
+        summary broke it).
+    """
+
+    def __init__(
+        self, barycenter: BuresBarycenter | None = None, *, wire_dtype: str | None = None
+    ) -> None:
+        self.barycenter = barycenter if barycenter is not None else BuresBarycenter()
+        self.wire_dtype = wire_dtype
+
+    def build(
+        self, clients: Sequence[Hashable], summaries: Sequence[GaussianSummary], weights: Sequence
+    ) -> Reference:
+        """The barycenter of ``summaries`` (one per client address) with ``weights``."""
+        # a client is its address: the barycenter and the maps are keyed by it
+        labelled = [replace(s, client=c) for c, s in zip(clients, summaries, strict=True)]
+        barycenter = clone(self.barycenter)
+        if isinstance(barycenter.weights, str) and barycenter.weights == "samples":
+            barycenter.set_params(weights=list(weights))
+        barycenter.fit(labelled)
+        if self.wire_dtype is not None:
+            barycenter.reference_.to_bytes(self.wire_dtype)  # raises if it cannot travel
+        maps = barycenter.transport_maps()  # by label, in the order of the summaries
+        by_address = {c: maps[label] for c, label in zip(clients, barycenter.clients_, strict=True)}
+        return Reference(barycenter.reference_, by_address, int(barycenter.n_iter_))
+
+
+class FixedReference(ReferenceStep):
+    """A reference built before the run (a fitted :class:`~skslot.SLOTTransformer`'s)."""
+
+    def __init__(
+        self, reference: GaussianSummary, maps: Mapping[Hashable, GaussianMap], n_iter: int = 0
+    ) -> None:
+        self.fixed = Reference(reference, dict(maps), n_iter)
+
+    def build(self, clients, summaries, weights):
+        missing = [c for c in clients if c not in self.fixed.maps]
+        if missing:
+            raise RuntimeError(f"the fitted reference has no map for clients {missing}")
+        return Reference(
+            self.fixed.reference, {c: self.fixed.maps[c] for c in clients}, self.fixed.n_iter
+        )

@@ -1,0 +1,124 @@
+"""What happened in a run of the protocol, per client and per stage, and how it fails."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ProtocolReport", "ProtocolRunError", "logger"]
+
+#: The protocol's log (the Flower ServerApp forwards it to Flower's console).
+logger = logging.getLogger("skslot.protocol")
+
+
+@dataclass
+class ProtocolReport:
+    """What happened in a run, per client and per stage.
+
+    Clients are keyed by their transport address (a Flower node id; in
+    process, the client's label).
+
+    Attributes
+    ----------
+    config : dict
+        The run configuration.
+    status : {"running", "completed", "failed"}
+    error : str or None
+        Why a failed run stopped.
+    stages : list of str
+        The stages run, in order.
+    nodes : list
+        The clients the server addressed.
+    clients : dict
+        Address to the label its summary declared (informational only: a
+        client *is* its address).
+    missing : dict
+        Per stage, the clients that did not answer in time.
+    rejected : dict
+        Per stage, ``{client: reason}`` for replies that were errors or failed
+        validation.
+    bytes_sent, bytes_received : dict
+        Per client, per stage, bytes of the message contents (as Flower counts
+        them: array data, keys and values), where the transport counts them.
+    summary_payload_bytes : dict
+        Per client, length of the summary payload; ``summary_values`` is the
+        number of values it encodes, ``m (m + 1) / 2 + m + 1``.
+    tau : float or None
+        The ``tau`` of the final head (the chosen one with ``tau = "auto"``).
+    capped : dict
+        Per client whose declared count exceeded ``max-weight-ratio`` times the
+        median, the factor its weight was multiplied by.
+    privacy : str or None
+        With private summaries, what the guarantee covers and what it does not.
+    selection : dict or None
+        With ``tau = "auto"``: the candidates, each client's balanced
+        validation accuracy per candidate, their mean and standard error, the
+        chosen candidate, and the clients left out of the choice.
+    accuracy : dict
+        Per client, accuracy on its local test split.
+    macro_accuracy : float
+        Mean of ``accuracy`` over clients.
+    """
+
+    config: dict
+    status: str = "running"
+    error: str | None = None
+    stages: list = field(default_factory=list)
+    nodes: list = field(default_factory=list)
+    clients: dict = field(default_factory=dict)
+    missing: dict = field(default_factory=dict)
+    rejected: dict = field(default_factory=dict)
+    bytes_sent: dict = field(default_factory=dict)
+    bytes_received: dict = field(default_factory=dict)
+    n_features: int | None = None
+    summary_values: int | None = None
+    summary_payload_bytes: dict = field(default_factory=dict)
+    classes: list = field(default_factory=list)
+    barycenter_iterations: int | None = None
+    tau: float | None = None
+    selection: dict | None = None
+    capped: dict = field(default_factory=dict)
+    privacy: str | None = None
+    accuracy: dict = field(default_factory=dict)
+    n_test: dict = field(default_factory=dict)
+    macro_accuracy: float | None = None
+
+    def name(self, node: Any) -> str:
+        """``node <id> (client <label>)``, or just the node when it declared no label."""
+        if node in self.clients:
+            return f"node {node} (client {self.clients[node]!r})"
+        return f"node {node}"
+
+    def reject(self, stage: str, node: Any, reason: Exception | str) -> None:
+        self.rejected.setdefault(stage, {})[node] = str(reason)
+        logger.warning("rejected %s at the %s stage: %s", self.name(node), stage, reason)
+
+    def to_json(self) -> str:
+        def keys(d: Any) -> Any:
+            if isinstance(d, dict):
+                return {str(k): keys(v) for k, v in d.items()}
+            if isinstance(d, list):
+                return [keys(v) for v in d]
+            return d
+
+        return json.dumps(keys(asdict(self)), indent=2, default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+class ProtocolRunError(RuntimeError):
+    """The run could not complete; ``report`` says who was missing or rejected, and why."""
+
+    def __init__(self, message: str, report: ProtocolReport) -> None:
+        super().__init__(message)
+        self.report = report

@@ -1,0 +1,203 @@
+"""The byte format of a Gaussian summary (never pickle), and its validating decoder.
+
+Layout: a 28-byte little-endian header (magic ``SKSG``, format version, dtype
+code, flags, dimension ``m``, count ``n``, shrinkage), an optional client label
+(an int64, or a uint16 length and UTF-8 bytes), then the ``m`` mean values and
+the ``m (m + 1) / 2`` values of the covariance's upper triangle, row by row, in
+float16, float32 or float64.  For ``m = 512`` in float16 this is about 264 KB.
+
+:meth:`GaussianSummary.to_bytes <skslot.GaussianSummary.to_bytes>`,
+:meth:`~skslot.GaussianSummary.from_bytes` and
+:meth:`~skslot.GaussianSummary.payload_size` call :func:`encode_summary`,
+:func:`decode_summary` and :func:`summary_payload_size`.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .._linalg import is_positive_definite, symmetric_from_upper, upper_triangle
+from ._errors import SummaryFormatError
+
+if TYPE_CHECKING:
+    from ..gaussian import GaussianSummary
+
+__all__ = ["decode_summary", "encode_summary", "summary_payload_size"]
+
+#: Largest sample count a payload may declare (exactly representable in float64).
+MAX_COUNT = 2**53
+#: Default largest dimension accepted by :func:`decode_summary`.
+DEFAULT_MAX_DIMENSION = 16384
+
+_MAGIC = b"SKSG"
+_FORMAT_VERSION = 1
+_HEADER = struct.Struct("<4sBBBxIQd")  # magic, version, dtype, flags, m, n, shrinkage
+_DTYPES = {1: np.dtype("<f2"), 2: np.dtype("<f4"), 3: np.dtype("<f8")}
+_DTYPE_CODES = {dt.name: code for code, dt in _DTYPES.items()}
+_FLAG_SHRINKAGE = 1
+_FLAG_INT_LABEL = 2
+_FLAG_STR_LABEL = 4
+_MAX_LABEL_BYTES = 1024
+
+
+def _wire_dtype(dtype: str | np.dtype) -> np.dtype:
+    """``dtype`` as a NumPy dtype, if the format has a code for it."""
+    dt = np.dtype(dtype)
+    if dt.name not in _DTYPE_CODES:
+        raise ValueError(f"dtype must be float16, float32 or float64, got {dt.name}")
+    return dt
+
+
+def _label_bytes(client: int | str | None) -> tuple[int, bytes]:
+    """The header flag and the encoded client label (empty for no label)."""
+    if isinstance(client, int):
+        if not -(2**63) <= client < 2**63:
+            raise SummaryFormatError("integer client label does not fit in 64 bits")
+        return _FLAG_INT_LABEL, struct.pack("<q", client)
+    if isinstance(client, str):
+        encoded = client.encode("utf-8")
+        if len(encoded) > _MAX_LABEL_BYTES:
+            raise SummaryFormatError(f"client label longer than {_MAX_LABEL_BYTES} bytes")
+        return _FLAG_STR_LABEL, struct.pack("<H", len(encoded)) + encoded
+    return 0, b""
+
+
+def encode_summary(summary: GaussianSummary, dtype: str | np.dtype = "float32") -> bytes:
+    """The payload of ``summary`` with its values in ``dtype`` (the module's layout).
+
+    Raises
+    ------
+    ValueError
+        If ``dtype`` is not float16, float32 or float64.
+    SummaryFormatError
+        If a value overflows ``dtype`` or the rounded covariance is no
+        longer positive definite (use a wider dtype then).
+    """
+    dt = _wire_dtype(dtype)
+    m = summary.dimension
+    values = np.concatenate([summary.mean, upper_triangle(summary.covariance)])
+    with np.errstate(over="ignore"):
+        packed = values.astype(dt.newbyteorder("<"))
+    if not np.all(np.isfinite(packed)):
+        raise SummaryFormatError(f"summary values overflow {dt.name}; send it in a wider dtype")
+    if dt.itemsize < 8:
+        rounded = symmetric_from_upper(packed[m:].astype(np.float64), m)
+        if not is_positive_definite(rounded):
+            raise SummaryFormatError(
+                f"covariance rounded to {dt.name} is not positive definite; "
+                "send it in a wider dtype"
+            )
+    flags = 0 if summary.shrinkage is None else _FLAG_SHRINKAGE
+    label_flag, label = _label_bytes(summary.client)
+    flags |= label_flag
+    header = _HEADER.pack(
+        _MAGIC,
+        _FORMAT_VERSION,
+        _DTYPE_CODES[dt.name],
+        flags,
+        m,
+        summary.n,
+        np.nan if summary.shrinkage is None else summary.shrinkage,
+    )
+    return header + label + packed.tobytes()
+
+
+def summary_payload_size(summary: GaussianSummary, dtype: str | np.dtype = "float32") -> int:
+    """Length of :func:`encode_summary`'s payload in ``dtype``, without encoding the values."""
+    dt = _wire_dtype(dtype)
+    m = summary.dimension
+    label = _label_bytes(summary.client)[1]
+    return _HEADER.size + len(label) + (m * (m + 1) // 2 + m) * dt.itemsize
+
+
+def decode_summary(
+    payload: bytes | bytearray | memoryview,
+    *,
+    expected_dimension: int | None = None,
+    max_dimension: int = DEFAULT_MAX_DIMENSION,
+    summary_type: type[GaussianSummary] | None = None,
+) -> GaussianSummary:
+    """Decode and validate a payload written by :func:`encode_summary`.
+
+    ``payload``, ``expected_dimension``, ``max_dimension`` and the
+    :class:`SummaryFormatError` raised are those of
+    :meth:`GaussianSummary.from_bytes <skslot.GaussianSummary.from_bytes>`.
+    ``summary_type`` is the class built (default
+    :class:`~skslot.GaussianSummary`, whose constructor validates the values).
+    """
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise SummaryFormatError(f"payload must be bytes, got {type(payload).__name__}")
+    data = bytes(payload)
+    if len(data) < _HEADER.size:
+        raise SummaryFormatError(
+            f"payload truncated: {len(data)} bytes, shorter than the {_HEADER.size}-byte header"
+        )
+    magic, version, dtype_code, flags, m, n, shrinkage = _HEADER.unpack_from(data)
+    if magic != _MAGIC:
+        raise SummaryFormatError("payload is not a skslot Gaussian summary (bad magic)")
+    if version != _FORMAT_VERSION:
+        raise SummaryFormatError(
+            f"unsupported summary format version {version} "
+            f"(this skslot reads version {_FORMAT_VERSION})"
+        )
+    if dtype_code not in _DTYPES:
+        raise SummaryFormatError(f"unknown dtype code {dtype_code}")
+    if flags & ~(_FLAG_SHRINKAGE | _FLAG_INT_LABEL | _FLAG_STR_LABEL) or (
+        flags & _FLAG_INT_LABEL and flags & _FLAG_STR_LABEL
+    ):
+        raise SummaryFormatError(f"invalid header flags {flags:#x}")
+    if m < 1 or m > max_dimension:
+        raise SummaryFormatError(f"dimension {m} outside the accepted range [1, {max_dimension}]")
+    if expected_dimension is not None and m != expected_dimension:
+        raise SummaryFormatError(
+            f"dimension mismatch: payload has dimension {m}, expected {expected_dimension}"
+        )
+    if not 2 <= n <= MAX_COUNT:
+        raise SummaryFormatError(f"n must be between 2 and 2**53, payload says {n}")
+    offset = _HEADER.size
+    client: int | str | None = None
+    try:
+        if flags & _FLAG_INT_LABEL:
+            (client,) = struct.unpack_from("<q", data, offset)
+            offset += 8
+        elif flags & _FLAG_STR_LABEL:
+            (length,) = struct.unpack_from("<H", data, offset)
+            offset += 2
+            if length > _MAX_LABEL_BYTES or offset + length > len(data):
+                raise SummaryFormatError("client label length is invalid")
+            client = data[offset : offset + length].decode("utf-8")
+            offset += length
+    except struct.error:
+        raise SummaryFormatError("payload truncated inside the client label") from None
+    except UnicodeDecodeError:
+        raise SummaryFormatError("client label is not valid UTF-8") from None
+    dt = _DTYPES[dtype_code]
+    expected = offset + (m + m * (m + 1) // 2) * dt.itemsize
+    if len(data) != expected:
+        kind = "truncated" if len(data) < expected else "oversized"
+        raise SummaryFormatError(
+            f"payload {kind}: {len(data)} bytes, the header implies {expected}"
+        )
+    values = np.frombuffer(data, dtype=dt, offset=offset).astype(np.float64)
+    if not np.all(np.isfinite(values)):
+        raise SummaryFormatError("payload decodes to NaN or infinite values")
+    if flags & _FLAG_SHRINKAGE:
+        if not np.isfinite(shrinkage):
+            raise SummaryFormatError("shrinkage is not finite")
+        shrink: float | None = float(shrinkage)
+    else:
+        shrink = None
+    if summary_type is None:
+        from ..gaussian import GaussianSummary  # here: the summary's module imports this one
+
+        summary_type = GaussianSummary
+    return summary_type(
+        n=n,
+        mean=values[:m],
+        covariance=symmetric_from_upper(values[m:], m),
+        shrinkage=shrink,
+        client=client,
+    )

@@ -1,0 +1,211 @@
+"""One protocol, two transports: the driver, its client side, the heads' protocols, the registry."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from skslot import FederatedTauSearch
+from skslot.datasets import make_federated_classification
+from skslot.heads import (
+    HEADS,
+    FedCGSClassifier,
+    FedPFTClassifier,
+    OneShotFedAvgClassifier,
+    make_head,
+)
+from skslot.protocol import (
+    ClientParty,
+    InProcessTransport,
+    OneShotProtocol,
+    ProtocolRunError,
+)
+
+CLASSES = np.arange(4)
+
+
+class WithinClassFedCGS(FedCGSClassifier):
+    """A user's own head (here a FedCGS variant), deployable by its import path."""
+
+    def __init__(self, *, shrinkage: float = 1e-2) -> None:
+        super().__init__(covariance="within", shrinkage=shrinkage)
+
+    def get_params(self, deep: bool = True) -> dict:
+        return {"shrinkage": self.shrinkage}
+
+
+@pytest.fixture(scope="module")
+def clients():
+    data = make_federated_classification(
+        n_clients=4,
+        n_samples_per_client=150,
+        n_features=6,
+        alpha=0.5,
+        domain_shift=2.0,
+        random_state=3,
+    )
+    out = {}
+    for k in range(4):
+        rows = np.flatnonzero(data.client == k)
+        train, test = rows[:100], rows[100:]
+        out[k] = (data.X[train], data.y[train], data.X[test], data.y[test])
+    return out
+
+
+def parties(clients, head):
+    return {
+        k: ClientParty(X, y, head=head, classes=CLASSES, label=k, X_test=Xt, y_test=yt)
+        for k, (X, y, Xt, yt) in clients.items()
+    }
+
+
+def test_the_stage_order_depends_on_the_head_s_protocol_only(clients):
+    expected = {
+        ("FedCGS", 0.4): ["upload", "evaluation"],
+        ("FedPFT", 0.4): ["upload", "evaluation"],
+        ("O-FedAvg", 0.4): ["upload", "updates", "evaluation"],
+        ("FedCGS", "auto"): ["upload", "validation", "evaluation"],
+        ("O-FedAvg", "auto"): ["upload", "updates", "validation", "refit", "evaluation"],
+    }
+    for (name, tau), stages in expected.items():
+        head = make_head(name, seed=0)
+        protocol = OneShotProtocol(head, tau=tau, taus=(0.0, 0.5), random_state=0)
+        result = protocol.run(InProcessTransport(parties(clients, head)), CLASSES)
+        assert result.stages == stages, (name, tau)
+        assert result.report.status == "completed"
+        assert sorted(result.report.accuracy) == [0, 1, 2, 3]
+
+
+def test_the_same_protocol_object_runs_over_both_transports(clients, tmp_path):
+    """In process and over Flower (LocalGrid): the same choice, head and accuracies."""
+    pytest.importorskip("flwr", reason="Flower is not installed: pip install '.[flower]'")
+    from skslot.flower import DeploymentConfig
+    from skslot.flower.client_app import app as client_app
+    from skslot.flower.transport import FlowerTransport
+
+    from .flower_harness import LocalGrid
+
+    node_configs = {}
+    for k, (X, y, Xt, yt) in clients.items():
+        path = tmp_path / f"client{k}.npz"
+        np.savez(path, X_train=X, y_train=y, X_test=Xt, y_test=yt)
+        node_configs[11 + k] = {"data": str(path), "client-id": k}
+    config = DeploymentConfig(
+        head="FedPFT",
+        head_params='{"covariance_type": "full"}',
+        tau="auto",
+        taus="0,0.4,1",
+        classes="0,1,2,3",
+        summary_dtype="float64",
+        seed=2,
+        num_clients=4,
+        connect_timeout=0.0,
+    )
+    protocol = config.protocol()
+    assert protocol.head.covariance_type == "full"
+    in_process = protocol.run(InProcessTransport(parties(clients, protocol.head)), CLASSES)
+    grid = LocalGrid(client_app, node_configs, config.to_run_config())
+    transport = FlowerTransport(
+        grid, head=protocol.head, classes=CLASSES, summary_dtype="float64", num_clients=4
+    )
+    flower = protocol.run(transport, CLASSES)
+    assert flower.stages == in_process.stages == ["upload", "validation", "evaluation"]
+    assert flower.tau == in_process.tau
+    assert flower.report.selection["chosen"] == in_process.report.selection["chosen"]
+    np.testing.assert_array_equal(
+        flower.report.selection["scores"], in_process.report.selection["scores"]
+    )
+    np.testing.assert_array_equal(
+        flower.head.linear_scores().coef, in_process.head.linear_scores().coef
+    )
+    assert [flower.report.accuracy[11 + k] for k in range(4)] == [
+        in_process.report.accuracy[k] for k in range(4)
+    ]
+
+
+def test_a_user_head_is_deployable_by_its_import_path(clients):
+    """A fourth head touches nothing outside its own class: registry, driver, search."""
+    pytest.importorskip("flwr", reason="Flower is not installed: pip install '.[flower]'")
+    from skslot.flower import DeploymentConfig
+
+    name = "tests.test_protocol:WithinClassFedCGS"
+    config = DeploymentConfig(head=name, head_params='{"shrinkage": 0.1}', tau="auto")
+    head = config.make_head()
+    assert type(head) is WithinClassFedCGS and head.shrinkage == 0.1
+    X = np.vstack([c[0] for c in clients.values()])
+    y = np.concatenate([c[1] for c in clients.values()])
+    client = np.repeat(list(clients), [c[0].shape[0] for c in clients.values()])
+    search = FederatedTauSearch(head, random_state=0).fit(X, y, client=client)
+    assert search.stages_ == ["upload", "validation"]
+    assert search.best_estimator_.covariance == "within"
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "message"),
+    [
+        ("SVM", {}, r"unknown head 'SVM': choose from \['O-FedAvg', 'FedCGS', 'FedPFT'\]"),
+        ("FedCGS", {"ridge": 1.0}, "has no parameter 'ridge'; its parameters are covariance"),
+        ("FedCGS", {"covariance": "diag"}, "covariance must be one of"),
+        ("FedPFT", {"covariance_type": "lowrank", "n_components": 2}, "fits one component"),
+        ("O-FedAvg", {"C": 0.0}, "C must be"),
+        ("numpy:ndarray", {}, "is not a skslot.heads.OneShotHead subclass"),
+        ("no_such_module:Head", {}, "cannot be imported"),
+    ],
+)
+def test_make_head_checks_names_and_parameters_before_any_work(name, params, message):
+    with pytest.raises(ValueError, match=message):
+        make_head(name, params)
+
+
+def test_make_head_builds_every_registered_head_with_the_run_seed():
+    assert make_head("FedPFT", {"rank": 8}, seed=3).get_params()["random_state"] == 3
+    assert make_head("O-FedAvg", {"random_state": 1}, seed=3).random_state == 1
+    assert isinstance(make_head("FedCGS", seed=3), FedCGSClassifier)
+    assert {name: type(make_head(name)) for name in HEADS} == {
+        "O-FedAvg": OneShotFedAvgClassifier,
+        "FedCGS": FedCGSClassifier,
+        "FedPFT": FedPFTClassifier,
+    }
+
+
+def test_server_side_head_parameters_are_checked_before_any_client_is_contacted():
+    """FedCGS's covariance was once checked only in the server step, after every upload."""
+    with pytest.raises(ValueError, match="covariance must be one of"):
+        OneShotProtocol(FedCGSClassifier(covariance="diag"))
+    with pytest.raises(ValueError, match="covariance must be one of"):
+        FedCGSClassifier(covariance="diag").client_statistics(np.ones((3, 2)), [0, 1, 0], [0, 1])
+
+
+def test_a_failing_client_is_rejected_or_raised_as_the_transport_says(clients):
+    head = FedCGSClassifier()
+    bad = parties(clients, head)
+    bad[2].y = bad[2].y + 10  # labels outside the agreed class set
+    protocol = OneShotProtocol(head, tau=0.4, min_clients=2)
+    with pytest.raises(ValueError, match="not in the global class set"):
+        protocol.run(InProcessTransport(bad), CLASSES)
+    result = protocol.run(InProcessTransport(bad, errors="reject"), CLASSES)
+    assert list(result.report.rejected["upload"]) == [2]
+    assert "not in the global class set" in result.report.rejected["upload"][2]
+    assert sorted(result.report.accuracy) == [0, 1, 3]
+    with pytest.raises(ProtocolRunError, match="fewer than min_clients = 4"):
+        OneShotProtocol(head, min_clients=4).run(InProcessTransport(bad, errors="reject"), CLASSES)
+
+
+def test_no_module_outside_the_heads_branches_on_the_kind_of_head():
+    """The driver asks the head's protocol; only skslot/heads knows the kinds."""
+    root = Path(__file__).resolve().parents[1] / "skslot"
+    offenders = []
+    for path in root.rglob("*.py"):
+        if path.parent.name == "heads":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "aligns_statistics":
+                offenders.append(f"{path.relative_to(root)}:{node.lineno}")
+            if isinstance(node, ast.Name) and node.id in ("ClassStatistics", "LinearHeadUpdate"):
+                if isinstance(node.ctx, ast.Load) and path.name not in ("__init__.py",):
+                    offenders.append(f"{path.relative_to(root)}:{node.lineno} {node.id}")
+    assert not offenders, offenders
