@@ -236,6 +236,7 @@ def _one_run(attack: Attack, head: str, defence: bool, seed: int) -> dict:
             dataset=configs[HONEST[0]]["dataset"],
             num_clients=len(configs),
             connect_timeout=0.0,
+            reply_timeout=1.0,  # LocalGrid answers at once: a missing reply never comes
             defence=defence,
         )
         faults = {ATTACKER: attack.fault()} if attack.fault else {}

@@ -13,10 +13,15 @@ results are merged by moving one to the other's shift and adding.  Keeping the
 shift close to the mean (the first chunk's mean) avoids the cancellation of
 raw moments about zero.  ``s3`` and ``s4`` are what the Ledoit-Wolf shrinkage
 needs: ``sum_i ||x_i - mean||^4`` without a second ``n x m x m`` product.
+
+The same pass also bounds the largest feature magnitude of the rows
+(:class:`RowMagnitude`, from the row norms it computes anyway), so input checks
+on the scale and finiteness of the rows need no second pass over them.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,15 +31,58 @@ from ._backend import (
     as_host,
     empty_like_rows,
     is_tensor,
+    matmul_into,
     row_index,
     row_norms_squared_into,
+    stack,
     subtract_into,
     to_backend,
 )
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "ShiftedMoments"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "RowMagnitude", "ShiftedMoments"]
 
 DEFAULT_CHUNK_SIZE = 4096
+
+
+@dataclass(frozen=True)
+class RowMagnitude:
+    """Bounds on ``max |x_ij|``, the largest feature magnitude of the rows one pass read.
+
+    They come from what the moments pass computes anyway, its shift ``c`` and
+    the squared row norms ``r_i = ||x_i - c||^2`` (before any clipping)::
+
+        max(sqrt(max r / m) - |c|_inf, |c|_inf if c is a mean of the rows)
+            <=  max |x_ij|  <=  |c|_inf + sqrt(max r)
+
+    since ``|x_ij| <= ||x_i - c|| + |c_j|`` and ``|x_ij - c_j| <= |x_ij| + |c_j|``.
+    A non-finite value in the rows makes ``upper`` NaN or infinite (so does a
+    square that overflows float64); ``lower`` is 0 when nothing is known.
+    """
+
+    lower: float
+    upper: float
+
+    @classmethod
+    def of_pass(cls, shift: np.ndarray, largest_r: float, *, shift_is_mean: bool) -> RowMagnitude:
+        """The bounds from a pass's shift and largest squared row norm ``max r``."""
+        c = float(np.max(np.abs(shift)))
+        root = float(np.sqrt(largest_r / shift.shape[0]))
+        lower = max(root - c, c if shift_is_mean else 0.0, 0.0)  # NaN stays NaN
+        return cls(lower, c + float(np.sqrt(largest_r)))
+
+    @classmethod
+    def join(cls, parts: list[RowMagnitude]) -> RowMagnitude:
+        """Bounds for the union of the rows (NaN propagates)."""
+        return cls(float(np.max([p.lower for p in parts])), float(np.max([p.upper for p in parts])))
+
+    def within(self, low: float, high: float) -> bool:
+        """Whether ``low <= max |x_ij| <= high`` for certain, with a factor 2 to spare.
+
+        The margin covers the rounding of the shift and of the row norms; when
+        it is ``False`` the rows may still be in range, and only an exact check
+        (a pass over them) can tell.  ``False`` for NaN bounds.
+        """
+        return bool(self.lower >= 2.0 * low and self.upper <= 0.5 * high)
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,7 +122,8 @@ class ShiftedMoments:
         fourth_order: bool = True,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         clip_norm: float | None = None,
-    ) -> ShiftedMoments:
+        return_magnitude: bool = False,
+    ) -> ShiftedMoments | tuple[ShiftedMoments, RowMagnitude]:
         """Power sums of the rows of ``X`` (or of ``X[rows]``), ``chunk_size`` at a time.
 
         Only one chunk is ever gathered and converted to float64, so a float32
@@ -83,47 +132,29 @@ class ShiftedMoments:
         first chunk.  With ``clip_norm``, each row ``x - shift`` is first
         scaled to Euclidean norm at most ``clip_norm`` (differential privacy
         clips about a data-free shift, zero).
+
+        ``return_magnitude=True`` also returns the :class:`RowMagnitude` of
+        the rows, from the same pass.  It is meant for rows not yet checked for
+        finiteness: a NaN or an infinity then only makes the sums and the
+        bounds non-finite (no floating-point warning), for the caller to check
+        the rows exactly when :meth:`RowMagnitude.within` is ``False``.
         """
-
-        def read(start: int, stop: int) -> Any:
-            if rows is None:
-                return X[start:stop]
-            return X[row_index(rows[start:stop], X)]
-
         n = X.shape[0] if rows is None else rows.shape[0]
         m = X.shape[1]
-        if shift is None:  # summed in float64: a float32 sum of large values overflows
-            first = read(0, chunk_size)
-            total_first = first.double().sum(0) if is_tensor(first) else first.sum(0, np.float64)
-            shift = as_host(total_first) / first.shape[0]
-        shift = np.asarray(shift, dtype=np.float64)
-        # One symmetric product per chunk gives every sum: with B = [Z, 1, r],
-        # r_i = ||z_i||^2, B^T B holds Z^T Z, s1 = Z^T 1, s3 = Z^T r and s4 = r^T r.
-        width = m + (2 if fourth_order else 1)
-        buffer = empty_like_rows(X, (min(chunk_size, n), width), float64=True)
-        buffer[:, m] = 1.0
-        norms = empty_like_rows(X, (min(chunk_size, n),), float64=True)
-        shift_b = to_backend(shift, X)
-        total = to_backend(np.zeros((width, width)), X)
-        for start in range(0, n, chunk_size):
-            chunk = read(start, start + chunk_size)
-            B = buffer[: chunk.shape[0]]
-            Z = B[:, :m]
-            subtract_into(chunk, shift_b, Z)  # cast and centre in one pass
-            r = B[:, m + 1] if fourth_order else norms[: chunk.shape[0]]
-            if fourth_order or clip_norm is not None:
-                row_norms_squared_into(Z, r)
-            if clip_norm is not None:
-                scale = clip_norm / (r**0.5).clip(min=clip_norm)
-                Z *= scale[:, None]
-                r *= scale * scale
-            total += B.T @ B  # NumPy runs A^T A as a symmetric rank-k update
-        total = as_host(total)
+        quiet = np.errstate(over="ignore", invalid="ignore") if return_magnitude else nullcontext()
+        with quiet:
+            total, centre, largest_r = _power_sums(
+                X, rows, shift, fourth_order, chunk_size, clip_norm, return_magnitude
+            )
         gram = total[:m, :m].copy()
         s1 = total[:m, m].copy()
         if not fourth_order:
-            return cls(n, shift, s1, gram)
-        return cls(n, shift, s1, gram, total[:m, m + 1].copy(), float(total[m + 1, m + 1]))
+            moments = cls(n, centre, s1, gram)
+        else:
+            moments = cls(n, centre, s1, gram, total[:m, m + 1].copy(), float(total[m + 1, m + 1]))
+        if not return_magnitude:
+            return moments
+        return moments, RowMagnitude.of_pass(centre, largest_r, shift_is_mean=shift is None)
 
     def recentred(self, shift: np.ndarray) -> ShiftedMoments:
         """The same power sums about another point (exact identities)."""
@@ -178,3 +209,56 @@ class ShiftedMoments:
     def centred(self) -> ShiftedMoments:
         """The power sums about the mean: ``gram`` is then the scatter matrix."""
         return self.recentred(self.mean)
+
+
+def _power_sums(
+    X: Any,
+    rows: np.ndarray | None,
+    shift: np.ndarray | None,
+    fourth_order: bool,
+    chunk_size: int,
+    clip_norm: float | None,
+    magnitude: bool,
+) -> tuple[np.ndarray, np.ndarray, float | None]:
+    """The pass of :meth:`ShiftedMoments.from_rows`: ``B^T B`` summed (on the host), the
+    shift, and with ``magnitude`` the largest squared row norm about it (before clipping)."""
+
+    def read(start: int, stop: int) -> Any:
+        if rows is None:
+            return X[start:stop]
+        return X[row_index(rows[start:stop], X)]
+
+    n = X.shape[0] if rows is None else rows.shape[0]
+    m = X.shape[1]
+    if shift is None:  # summed in float64: a float32 sum of large values overflows
+        first = read(0, chunk_size)
+        total_first = first.double().sum(0) if is_tensor(first) else first.sum(0, np.float64)
+        shift = as_host(total_first) / first.shape[0]
+    shift = np.asarray(shift, dtype=np.float64)
+    # One symmetric product per chunk gives every sum: with B = [Z, 1, r],
+    # r_i = ||z_i||^2, B^T B holds Z^T Z, s1 = Z^T 1, s3 = Z^T r and s4 = r^T r.
+    width = m + (2 if fourth_order else 1)
+    buffer = empty_like_rows(X, (min(chunk_size, n), width), float64=True)
+    buffer[:, m] = 1.0
+    norms = empty_like_rows(X, (min(chunk_size, n),), float64=True)
+    shift_b = to_backend(shift, X)
+    total = to_backend(np.zeros((width, width)), X)
+    product = empty_like_rows(X, (width, width), float64=True)  # reused, not reallocated
+    peaks = []  # each chunk's largest r_i (0-d: no device sync per chunk)
+    for start in range(0, n, chunk_size):
+        chunk = read(start, start + chunk_size)
+        B = buffer[: chunk.shape[0]]
+        Z = B[:, :m]
+        subtract_into(chunk, shift_b, Z)  # cast and centre in one pass
+        r = B[:, m + 1] if fourth_order else norms[: chunk.shape[0]]
+        if fourth_order or clip_norm is not None or magnitude:
+            row_norms_squared_into(Z, r)
+        if magnitude:
+            peaks.append(r.max())
+        if clip_norm is not None:
+            scale = clip_norm / (r**0.5).clip(min=clip_norm)
+            Z *= scale[:, None]
+            r *= scale * scale
+        total += matmul_into(B.T, B, product)  # NumPy runs A^T A as a symmetric rank-k update
+    largest_r = float(as_host(stack(peaks)).max()) if magnitude else None  # NaN propagates
+    return as_host(total), shift, largest_r

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from numbers import Integral, Real
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sklearn.utils import check_random_state
+from sklearn.utils import assert_all_finite, check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
 from ._backend import as_host_rows, is_tensor
+
+if TYPE_CHECKING:
+    from ._moments import RowMagnitude
 
 __all__ = [
     "ROUTING_HINT",
     "check_classification_data",
     "check_client_labels",
     "check_feature_scale",
+    "check_finite_rows",
     "check_host_rows",
     "check_in_range",
     "check_non_negative_int",
@@ -85,15 +89,45 @@ def check_client_labels(client: Any, n_samples: int) -> tuple[list, np.ndarray]:
     return labels, codes
 
 
-def check_rows(estimator: Any, X: Any, *, reset: bool, ensure_min_samples: int = 1) -> Any:
+def check_rows(
+    estimator: Any,
+    X: Any,
+    *,
+    reset: bool,
+    ensure_min_samples: int = 1,
+    ensure_all_finite: bool = True,
+) -> Any:
     """``validate_data`` for NumPy-convertible input; the same checks on a torch tensor.
 
     A tensor stays a tensor on its device (float32 or float64; other numeric
     dtypes become float64), so the kernels run there.  Everything else goes
     through scikit-learn's ``validate_data`` (float64 or float32 kept).
+
+    ``ensure_all_finite=False`` leaves out the finiteness check, a pass over
+    ``X``, for a caller that reads the rows anyway: it must then call
+    :func:`check_finite_rows` (the same messages) unless its own pass proved
+    the rows finite.  Input that fails another check still gets the error the
+    full check gives (a NaN is reported before, say, a wrong number of features).
     """
+    try:
+        return _checked_rows(estimator, X, reset, ensure_min_samples, ensure_all_finite)
+    except ValueError:
+        if not ensure_all_finite:  # the full check, to raise the error it raises first
+            _checked_rows(estimator, X, reset, ensure_min_samples, True)
+        raise
+
+
+def _checked_rows(
+    estimator: Any, X: Any, reset: bool, ensure_min_samples: int, ensure_all_finite: bool
+) -> Any:
     if not is_tensor(X):
-        return check_host_rows(estimator, X, reset=reset, ensure_min_samples=ensure_min_samples)
+        return check_host_rows(
+            estimator,
+            X,
+            reset=reset,
+            ensure_min_samples=ensure_min_samples,
+            ensure_all_finite=ensure_all_finite,
+        )
     import torch
 
     name = type(estimator).__name__
@@ -110,8 +144,8 @@ def check_rows(estimator: Any, X: Any, *, reset: bool, ensure_min_samples: int =
         )
     if X.shape[1] < 1:
         raise ValueError(f"Found array with 0 feature(s) (shape={tuple(X.shape)})")
-    if not bool(torch.isfinite(X).all()):
-        raise ValueError("Input X contains NaN or infinity.")
+    if ensure_all_finite:
+        check_finite_rows(estimator, X)
     if reset:
         estimator.n_features_in_ = int(X.shape[1])
         if hasattr(estimator, "feature_names_in_"):
@@ -124,8 +158,28 @@ def check_rows(estimator: Any, X: Any, *, reset: bool, ensure_min_samples: int =
     return X
 
 
+def check_finite_rows(estimator: Any, X: Any) -> None:
+    """The finiteness check of :func:`check_rows`, with its messages, on checked rows.
+
+    For rows that :func:`check_rows` returned with ``ensure_all_finite=False``:
+    a tensor, or host NumPy rows (scikit-learn's message, naming ``estimator``).
+    """
+    if is_tensor(X):
+        import torch
+
+        if not bool(torch.isfinite(X).all()):
+            raise ValueError("Input X contains NaN or infinity.")
+        return
+    assert_all_finite(X, input_name="X", estimator_name=type(estimator).__name__)
+
+
 def check_host_rows(
-    estimator: Any, X: Any, *, reset: bool, ensure_min_samples: int = 1
+    estimator: Any,
+    X: Any,
+    *,
+    reset: bool,
+    ensure_min_samples: int = 1,
+    ensure_all_finite: bool = True,
 ) -> np.ndarray:
     """``validate_data`` on host NumPy rows, float64 or float32 kept.
 
@@ -138,6 +192,7 @@ def check_host_rows(
         dtype=[np.float64, np.float32],
         reset=reset,
         ensure_min_samples=ensure_min_samples,
+        ensure_all_finite=ensure_all_finite,
     )
 
 
@@ -221,18 +276,23 @@ def spawn_seeds(random_state: Any, n: int) -> list[int]:
 FEATURE_RANGE = (1e-50, 1e50)
 
 
-def check_feature_scale(X: Any) -> None:
+def check_feature_scale(X: Any, magnitude: RowMagnitude | None = None) -> None:
     """Reject features whose squares or products would leave float64's range.
 
     The moments are sums of squares, so features above ``1e50`` overflow and
     non-zero features below ``1e-50`` underflow to a zero covariance.  Both
     raise a :class:`ValueError` that says so, instead of silently producing
     infinities or a wrong "all rows identical" floor.
+
+    ``magnitude``: bounds on ``max |X|`` from a pass that read the rows anyway
+    (:meth:`~skslot._moments.ShiftedMoments.from_rows` with ``return_magnitude``); when
+    they put it inside the range for certain, ``X`` is not read again.
+    Otherwise the largest magnitude is computed exactly, as without them.
     """
-    if X.shape[0] == 0:
+    low, high = FEATURE_RANGE
+    if X.shape[0] == 0 or (magnitude is not None and magnitude.within(low, high)):
         return
     largest = max(float(X.max()), -float(X.min()))  # no temporary of X's size
-    low, high = FEATURE_RANGE
     if largest > high or 0.0 < largest < low:
         raise ValueError(
             f"features reach {largest:.3g} in magnitude, outside [{low:g}, {high:g}]: "

@@ -6,6 +6,12 @@ default), :class:`~skslot.SLOTTransformer` is fitted once on the clients'
 training rows, and for every ``tau`` of the sweep each head is trained on the
 aligned rows; each client's full test set is aligned with its own map and the
 accuracy per domain is recorded.  ``tau = 0`` is the head without SLOT.
+
+One's own table (:func:`~skslot.datasets.load_table`) runs the same way, its
+clients as the domains; with a train/test column (``split=``) the benchmark
+uses that split instead of the random one (``BenchmarkConfig.split``).
+Warnings raised inside the runs (a solver's ``ConvergenceWarning``, ...) are
+collected there and reported once, at the end, as one :class:`BenchmarkWarning`.
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,13 +32,20 @@ from joblib import Parallel, delayed
 from sklearn.frozen import FrozenEstimator
 from threadpoolctl import threadpool_limits
 
-from .datasets import DomainDataset, dirichlet_partition
+from .datasets import DomainDataset, FeatureTable, dirichlet_partition
 from .heads import HEADS, OneShotHead, make_head
 from .selection import NoValidationRowsError
 from .tau_search import FederatedTauSearch
 from .transformer import SLOTTransformer
 
-__all__ = ["DEFAULT_HEADS", "BenchmarkConfig", "run_benchmark", "summarise", "write_outputs"]
+__all__ = [
+    "DEFAULT_HEADS",
+    "BenchmarkConfig",
+    "BenchmarkWarning",
+    "run_benchmark",
+    "summarise",
+    "write_outputs",
+]
 
 #: Head factories by name (the registry's heads, :data:`skslot.heads.HEADS`); each
 #: takes the run's seed as ``random_state`` where the head has one.
@@ -45,8 +60,35 @@ PREPROCESS = {
 }
 
 
+SPLITS = ("random", "given")
+CLIENT_TABLE_TITLE = "Accuracy per client (%), mean +- std over seeds"
+
+
+class BenchmarkWarning(UserWarning):
+    """The warnings raised inside the benchmark's runs, counted, in one message.
+
+    :func:`run_benchmark` records every warning of its runs (in each worker,
+    so none interleaves with the progress lines) and issues one of these at
+    the end, e.g. ``"3 warnings from the runs: ConvergenceWarning x3 (lbfgs
+    failed to converge ...)"``.  Filters set before the call still apply
+    inside the runs: an ignored category is neither shown nor counted.
+    """
+
+
 @dataclass(frozen=True)
 class BenchmarkConfig:
+    """What :func:`run_benchmark` runs; the defaults are the paper's full protocol.
+
+    ``split``: ``"random"`` (the paper's per-domain 70/30 split), ``"given"``
+    (the rows a :class:`~skslot.datasets.FeatureTable`'s ``is_test`` marks
+    are the test rows, the others train), or ``None``: given when the data
+    carry a test mask, random otherwise.  ``alphas=(None,)`` keeps every
+    training row (no label skew: the clients as they are).  ``covariance``:
+    the clients' summaries, of all their rows (``"total"``, the paper's) or of
+    their class-centred rows (``"within"``, label-aware; see
+    :class:`~skslot.GaussianSummaryEstimator`).
+    """
+
     alphas: Sequence[float | None] = (0.1, 0.05, 0.01, None)
     taus: Sequence[float] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     seeds: Sequence[int] = (0, 1, 2, 3, 4)
@@ -57,6 +99,8 @@ class BenchmarkConfig:
     n_jobs: int = 1
     auto: bool = True
     validation_fraction: float = 0.2
+    split: str | None = None
+    covariance: str = "total"
 
 
 def evaluate_run(
@@ -65,12 +109,16 @@ def evaluate_run(
     alpha: float | None,
     seed: int,
     config: BenchmarkConfig,
-    factories: dict[str, Callable[[int], Any]] | None = None,
+    factories: Mapping[str, Callable[[int], Any]] | None = None,
+    *,
+    test_mask: np.ndarray | None = None,
 ) -> list[dict]:
     """Every (tau, head) of one partition; one record per domain.
 
     ``factories`` maps head names to constructors taking the seed (default:
-    :data:`DEFAULT_HEADS`, restricted to ``config.heads``).
+    :data:`DEFAULT_HEADS`, restricted to ``config.heads``).  ``test_mask``:
+    the given split (:func:`~skslot.datasets.dirichlet_partition`'s), else
+    the random one.
     """
     if factories is None:
         factories = {name: DEFAULT_HEADS[name] for name in config.heads}
@@ -79,6 +127,7 @@ def evaluate_run(
         data.domain,
         alpha=alpha,
         clients_per_domain=config.clients_per_domain,
+        test_mask=test_mask,
         random_state=seed,
     )
     keep = ~np.isin(part.train_client, part.empty_clients)
@@ -88,7 +137,8 @@ def evaluate_run(
     test_domain = part.client_domain[part.test_client]
     # clients with < 2 training rows have no map: their test rows stay unaligned
     start = time.process_time()
-    slot = SLOTTransformer(unknown_client="identity").fit(X_train, client=train_client)
+    slot = SLOTTransformer(unknown_client="identity", covariance=config.covariance)
+    slot.fit(X_train, y_train, client=train_client)
     # CPU time of every client's summary, the server's barycenter and the maps, in one
     # process: unlike the wall time, not inflated by other work on the machine
     slot_seconds = time.process_time() - start
@@ -110,11 +160,13 @@ def evaluate_run(
                     "alpha": "none" if alpha is None else alpha,
                     "seed": seed,
                     "tau": tau,
+                    "covariance": config.covariance,
                     "selection": selection,
                     "head": name,
                     "domain": str(data.domains[d]),
                     "accuracy": float(np.mean(pred[rows] == y_test[rows])),
                     "n_train": int(train_rows.shape[0]),
+                    "n_test": int(rows.sum()),
                     "n_clients": len(slot.clients_),
                     "n_empty_clients": len(part.empty_clients),
                     "slot_cpu_seconds": round(slot_seconds, 3),
@@ -155,37 +207,147 @@ def evaluate_run(
     return records
 
 
-def _evaluate_in_worker(*args: Any, threads: int | None) -> list[dict]:
-    with threadpool_limits(threads):
-        return evaluate_run(*args)
+def _pattern(regex: Any) -> str:
+    return "" if regex is None else regex.pattern
+
+
+def _evaluate_in_worker(
+    *args: Any, threads: int | None, filters: list[tuple], **kwargs: Any
+) -> tuple[list[dict], list[tuple[str, str]]]:
+    """One run, its warnings recorded (category name, first line), never printed.
+
+    ``filters`` are the caller's warning filters: ``ignore`` and ``error`` keep
+    their effect; every other action records each occurrence.
+    """
+    with threadpool_limits(threads), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for action, message, category, module, lineno in reversed(filters):
+            if action in ("ignore", "error"):
+                warnings.filterwarnings(
+                    action, _pattern(message), category, _pattern(module), lineno
+                )
+        records = evaluate_run(*args, **kwargs)
+    text = [(w.category.__name__, (str(w.message).strip().splitlines() or [""])[0]) for w in caught]
+    return records, text
+
+
+def describe_warnings(caught: Sequence[tuple[str, str]], width: int = 60) -> str:
+    """One line counting warnings by category, with the first message of each (shortened).
+
+    >>> describe_warnings([("ConvergenceWarning", "lbfgs failed to converge")] * 3)
+    '3 warnings from the runs: ConvergenceWarning x3 (lbfgs failed to converge)'
+    """
+    first: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for category, message in caught:
+        first.setdefault(category, message)
+        counts[category] = counts.get(category, 0) + 1
+    shown = []
+    for category, n in counts.items():
+        message = first[category]
+        if len(message) > width:
+            message = message[: width - 4].rstrip() + " ..."
+        shown.append(f"{category} x{n} ({message})")
+    plural = "" if len(caught) == 1 else "s"
+    return f"{len(caught)} warning{plural} from the runs: " + "; ".join(shown)
+
+
+class _Progress:
+    """Progress of the runs on ``stream``: one "[i/n]" line per finished run, or, in a
+    terminal, one line with a bar that rewrites itself."""
+
+    def __init__(self, total: int, name: str, stream: Any) -> None:
+        self.total, self.name, self.stream = total, name, stream
+        isatty = getattr(stream, "isatty", None)
+        self.terminal = bool(isatty and isatty())
+        self.start = time.perf_counter()
+        self.shown = 0  # characters of the line in place (terminal)
+
+    def update(self, done: int, alpha: Any, seed: int) -> None:
+        elapsed = time.perf_counter() - self.start
+        line = f"[{done}/{self.total}] {self.name} alpha={alpha} seed={seed} ({elapsed:.0f}s"
+        if not self.terminal:
+            print(line + ")", file=self.stream, flush=True)
+            return
+        filled = round(20 * done / self.total)
+        left = elapsed / done * (self.total - done)
+        line = f"{'#' * filled}{'.' * (20 - filled)} {line}, ~{left:.0f}s left)"
+        line = line[: shutil.get_terminal_size().columns - 1]
+        self.stream.write("\r" + line.ljust(self.shown))
+        self.stream.flush()
+        self.shown = len(line)
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.shown = 0
+
+
+def _test_mask(data: DomainDataset | FeatureTable, split: str | None) -> np.ndarray | None:
+    """The given split's test rows, None for the random split."""
+    mask = data.is_test if isinstance(data, FeatureTable) else None
+    if split is None:
+        return mask
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS} or None, got {split!r}")
+    if split == "given" and mask is None:
+        raise ValueError(
+            "split='given' needs the data's own train/test column: load the table with "
+            "load_table(..., split=COLUMN)"
+        )
+    return mask if split == "given" else None
 
 
 def run_benchmark(
-    data: DomainDataset, config: BenchmarkConfig, *, progress: bool = True
+    data: DomainDataset | FeatureTable,
+    config: BenchmarkConfig,
+    *,
+    progress: bool = True,
+    factories: Mapping[str, Callable[[int], Any]] | None = None,
 ) -> list[dict]:
-    """Run every (alpha, seed); returns per-domain accuracy records."""
-    unknown = set(config.heads) - set(DEFAULT_HEADS)
+    """Run every (alpha, seed); returns per-domain accuracy records.
+
+    ``data``: a :class:`~skslot.datasets.DomainDataset` (one client per
+    domain) or a :class:`~skslot.datasets.FeatureTable` (its clients are the
+    domains; its ``is_test``, if any, is the split unless ``config.split`` is
+    ``"random"``).  ``factories``: head constructors by name, taking the seed,
+    for the names of ``config.heads`` that are not in :data:`DEFAULT_HEADS` or
+    to replace one.  ``progress``: "[i/n]" lines on stderr (a self-rewriting
+    bar in a terminal).  Warnings raised in the runs end as one
+    :class:`BenchmarkWarning`, issued after the last run.
+    """
+    heads = {**DEFAULT_HEADS, **(factories or {})}
+    unknown = [name for name in config.heads if name not in heads]
     if unknown:
-        raise ValueError(f"unknown heads {sorted(unknown)}; choose from {list(DEFAULT_HEADS)}")
+        raise ValueError(f"unknown heads {unknown}; choose from {list(heads)}")
+    chosen = {name: heads[name] for name in config.heads}
+    test_mask = _test_mask(data, config.split)
+    if isinstance(data, FeatureTable):
+        data = data.to_domain_dataset()
     X = PREPROCESS[config.preprocess](data.X)
     jobs = [(alpha, seed) for alpha in config.alphas for seed in config.seeds]
     threads = 1 if config.n_jobs != 1 else None
-    start = time.perf_counter()
+    filters = list(warnings.filters)
     records: list[dict] = []
+    caught: list[tuple[str, str]] = []
+    shown = _Progress(len(jobs), data.name, sys.stderr) if progress else None
+    worker = delayed(_evaluate_in_worker)
+    options = {"threads": threads, "filters": filters, "test_mask": test_mask}
     results = Parallel(n_jobs=config.n_jobs, return_as="generator_unordered")(
-        delayed(_evaluate_in_worker)(data, X, alpha, seed, config, threads=threads)
-        for alpha, seed in jobs
+        worker(data, X, alpha, seed, config, chosen, **options) for alpha, seed in jobs
     )
-    for done, run in enumerate(results, 1):
-        records.extend(run)
-        if progress:
-            first = run[0]
-            print(
-                f"[{done}/{len(jobs)}] {data.name} alpha={first['alpha']} seed={first['seed']} "
-                f"({time.perf_counter() - start:.0f}s)",
-                file=sys.stderr,
-                flush=True,
-            )
+    try:
+        for done, (run, run_warnings) in enumerate(results, 1):
+            records.extend(run)
+            caught.extend(run_warnings)
+            if shown is not None:
+                shown.update(done, run[0]["alpha"], run[0]["seed"])
+    finally:
+        if shown is not None:
+            shown.close()
+    if caught:
+        warnings.warn(describe_warnings(caught), BenchmarkWarning, stacklevel=2)
     return records
 
 
@@ -211,7 +373,10 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
     records have it), the spread across domains (standard deviation of the
     seed-averaged per-domain accuracies), and the bytes each client sends at
     ``main_tau``: its head statistics (``head_bytes``, as Flower counts them)
-    and its SLOT summary (``summary_bytes``, float32).
+    and its SLOT summary (``summary_bytes``, float32).  ``per_client``: by
+    client (the records' ``domain``), its test rows (``n_test``) and its
+    accuracy without SLOT and at ``main_tau`` (mean and standard deviation
+    over seeds, in %).
     """
     macro = _macro(records)
     auto_macro = {kind: _macro(records, kind) for kind in ("auto", "auto-norefit")}
@@ -236,11 +401,15 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
                     == (alpha, head, tau, "fixed")
                 ]
 
-            def domain_spread(tau: float) -> float:
-                per_domain: dict[str, list[float]] = {}
+            def per_domain(tau: float) -> dict[str, np.ndarray]:
+                """Accuracy (%) of each domain at ``tau``, one value per seed."""
+                found: dict[str, list[float]] = {}
                 for r in fixed(tau):
-                    per_domain.setdefault(r["domain"], []).append(r["accuracy"])
-                return float(100 * np.std([np.mean(v) for v in per_domain.values()]))
+                    found.setdefault(r["domain"], []).append(100 * r["accuracy"])
+                return {domain: np.array(v) for domain, v in found.items()}
+
+            def domain_spread(tau: float) -> float:
+                return float(np.std([v.mean() for v in per_domain(tau).values()]))
 
             def bytes_at(tau: float, key: str) -> list:
                 return [float(r[key]) for r in fixed(tau) if r.get(key, "") != ""] or [np.nan]
@@ -264,6 +433,7 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
                 "summary_bytes": float(np.mean(bytes_at(main_tau, "summary_bytes"))),
                 "tau_sweep": sweep,
                 "n_seeds": int(base.shape[0]),
+                "per_client": _per_client(fixed(0.0), per_domain(0.0), per_domain(main_tau)),
             }
             for kind, key in (("auto", "auto"), ("auto-norefit", "auto_norefit")):
                 chosen = sorted(
@@ -278,6 +448,44 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
                     row[f"{key}_taus"] = [tau for _, tau, _ in chosen]
             rows.append(row)
     return rows
+
+
+def _per_client(records: list[dict], without: dict, with_slot: dict) -> dict[str, dict]:
+    """Each client's test rows and accuracy without SLOT and at the main tau."""
+    n_test = {r["domain"]: r.get("n_test", "") for r in records}
+    return {
+        client: {
+            "n_test": n_test[client],
+            "without_slot": float(values.mean()),
+            "without_slot_std": float(values.std()),
+            "with_slot": float(with_slot[client].mean()),
+            "with_slot_std": float(with_slot[client].std()),
+            "gain": float(with_slot[client].mean() - values.mean()),
+        }
+        for client, values in without.items()
+        if client in with_slot
+    }
+
+
+def format_client_table(summary: list[dict], main_tau: float) -> str:
+    """A markdown table of the accuracy per client, without SLOT and at ``main_tau``."""
+    lines = [
+        f"| alpha | head | client | test rows | without SLOT | SLOT (tau={main_tau:g}) | gain |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in summary:
+        for client, c in r.get("per_client", {}).items():
+            cells = [
+                str(r["alpha"]),
+                r["head"],
+                client,
+                str(c["n_test"]),
+                f"{c['without_slot']:.2f} +- {c['without_slot_std']:.2f}",
+                f"{c['with_slot']:.2f} +- {c['with_slot_std']:.2f}",
+                f"{c['gain']:+.2f}",
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def format_table(summary: list[dict], main_tau: float) -> str:
@@ -336,7 +544,11 @@ def plot_tau_sweep(summary: list[dict], path: str, name: str) -> None:
 def write_outputs(
     records: list[dict], summary: list[dict], out_dir: str, *, main_tau: float, title: str
 ) -> dict[str, str]:
-    """Write results.csv, summary.json, summary.md (titled ``title``) and tau_sweep.png."""
+    """Write results.csv, summary.json, summary.md (titled ``title``) and tau_sweep.png.
+
+    summary.md holds the table of :func:`format_table`, then the accuracy per
+    client (:func:`format_client_table`).
+    """
     os.makedirs(out_dir, exist_ok=True)
     paths = {
         name: os.path.join(out_dir, name)
@@ -349,6 +561,7 @@ def write_outputs(
     with open(paths["summary.json"], "w") as f:
         json.dump(summary, f, indent=1)
     with open(paths["summary.md"], "w") as f:
-        f.write(f"# {title}\n\n{format_table(summary, main_tau)}\n")
+        f.write(f"# {title}\n\n{format_table(summary, main_tau)}\n\n")
+        f.write(f"## {CLIENT_TABLE_TITLE}\n\n{format_client_table(summary, main_tau)}\n")
     plot_tau_sweep(summary, paths["tau_sweep.png"], records[0]["dataset"])
     return paths

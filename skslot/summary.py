@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -10,13 +11,16 @@ from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from ._backend import is_tensor
+from ._backend import as_host_rows, is_tensor
 from ._doc_link import DocLinkMixin
-from ._moments import DEFAULT_CHUNK_SIZE, ShiftedMoments
+from ._moments import DEFAULT_CHUNK_SIZE, RowMagnitude, ShiftedMoments
 from ._validation import (
+    FEATURE_RANGE,
     check_client_labels,
     check_feature_scale,
+    check_finite_rows,
     check_in_range,
+    check_option,
     check_positive_int,
     check_rows,
 )
@@ -29,7 +33,18 @@ from .privacy import (
     oas_shrinkage,
 )
 
-__all__ = ["GaussianSummaryEstimator", "ledoit_wolf_summary", "shrunk_summary"]
+__all__ = [
+    "GaussianSummaryEstimator",
+    "ledoit_wolf_shrinkage",
+    "ledoit_wolf_summary",
+    "shrunk_summary",
+    "within_class_summary",
+]
+
+#: What a summary's covariance describes: all rows, or class-centred rows.
+COVARIANCES = ("total", "within")
+
+_UNSET = object()
 
 
 def ledoit_wolf_summary(
@@ -63,21 +78,72 @@ def ledoit_wolf_summary(
     """
     n = _check_sample_count(moments.n, client)
     centred = moments.centred()
-    mean = moments.mean
-    m = mean.shape[0]
     S = centred.gram / n
     S = 0.5 * (S + S.T)
+    shrinkage = ledoit_wolf_shrinkage(S, centred.s4, n)
+    return shrunk_summary(
+        n, moments.mean, S, shrinkage, covariance_floor=covariance_floor, client=client
+    )
+
+
+def ledoit_wolf_shrinkage(S: np.ndarray, s4: float, n: int) -> float:
+    """The Ledoit-Wolf shrinkage of centred rows ``z_i``, from their power sums.
+
+    ``S = sum z_i z_i^T / n`` and ``s4 = sum ||z_i||^4``; with ``mu = tr(S) / m``::
+
+        delta = ||S - mu I||_F^2 / m,   beta = min(delta, (s4 / n - ||S||_F^2) / (m n)),
+        s = beta / delta
+
+    (0 for ``m = 1``, a zero ``S`` or ``beta <= 0``), exactly
+    :func:`sklearn.covariance.ledoit_wolf_shrinkage` on the rows ``z_i``.
+    """
+    m = S.shape[0]
     trace = float(np.trace(S))
     mu = trace / m
     if m == 1 or trace == 0.0:
-        shrinkage = 0.0
-    else:
-        delta_ = float(np.sum(S * S))  # ||S||_F^2
-        beta = (centred.s4 / n - delta_) / (m * n)
-        delta = (delta_ - 2.0 * mu * trace + m * mu**2) / m
-        beta = min(beta, delta)
-        shrinkage = 0.0 if beta <= 0.0 else beta / delta
-    return shrunk_summary(n, mean, S, shrinkage, covariance_floor=covariance_floor, client=client)
+        return 0.0
+    delta_ = float(np.sum(S * S))  # ||S||_F^2
+    beta = (s4 / n - delta_) / (m * n)
+    delta = (delta_ - 2.0 * mu * trace + m * mu**2) / m
+    beta = min(beta, delta)
+    return 0.0 if beta <= 0.0 else beta / delta
+
+
+def within_class_summary(
+    class_moments: Sequence[ShiftedMoments],
+    *,
+    covariance_floor: float = 1e-8,
+    client: int | str | None = None,
+) -> GaussianSummary:
+    """Label-aware summary: the rows' mean, the Ledoit-Wolf covariance of class-centred rows.
+
+    With ``mu_c`` each class's mean, the covariance is that of the rows
+    ``z_i = x_i - mu_{c(i)}``::
+
+        S_w = sum_c sum_{i in c} (x_i - mu_c)(x_i - mu_c)^T / n,
+
+    shrunk as in :func:`ledoit_wolf_summary` with the fourth-order sum
+    ``sum_c sum_{i in c} ||x_i - mu_c||^4``; the mean is the mean of all rows.
+    The class mix of the client (its label shift) no longer enters the
+    covariance a map transports.  Each class's power sums are exactly
+    mergeable, so streaming and merging stay exact.
+
+    Parameters
+    ----------
+    class_moments : sequence of ShiftedMoments
+        The power sums of each class of one client (fourth order included).
+    """
+    total = class_moments[0]
+    for part in class_moments[1:]:
+        total = total.merge(part)
+    n = _check_sample_count(total.n, client)
+    centred = [part.centred() for part in class_moments]
+    S = sum(c.gram for c in centred) / n
+    S = 0.5 * (S + S.T)
+    shrinkage = ledoit_wolf_shrinkage(S, float(sum(c.s4 for c in centred)), n)
+    return shrunk_summary(
+        n, total.mean, S, shrinkage, covariance_floor=covariance_floor, client=client
+    )
 
 
 def _check_sample_count(n: int, client: Any) -> int:
@@ -134,6 +200,14 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
 
     Parameters
     ----------
+    covariance : {"total", "within"}, default="total"
+        What each summary's covariance describes: all of the client's rows
+        (the paper's summary), or its *class-centred* rows, ``x - mu_c``
+        (label-aware, :func:`within_class_summary`: a client's class mix then
+        no longer enters the covariance its map transports; the mean stays
+        the mean of all rows).  ``"within"`` needs the class labels ``y`` in
+        ``fit`` and ``partial_fit``, and has no differentially private
+        release (``epsilon`` is refused).
     covariance_floor : float, default=1e-8
         Relative floor on the smallest eigenvalue of each covariance, see
         :func:`ledoit_wolf_summary`.  Only acts on degenerate clients.
@@ -209,6 +283,7 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
     def __init__(
         self,
         *,
+        covariance: str = "total",
         covariance_floor: float = 1e-8,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         n_jobs: int | None = None,
@@ -217,6 +292,7 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
         clip_norm: float | None = None,
         random_state: int | np.random.RandomState | None = None,
     ) -> None:
+        self.covariance = covariance
         self.covariance_floor = covariance_floor
         self.chunk_size = chunk_size
         self.n_jobs = n_jobs
@@ -226,6 +302,12 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
         self.random_state = random_state
 
     def _check_params(self) -> None:
+        check_option("covariance", self.covariance, COVARIANCES)
+        if self.covariance == "within" and self.epsilon is not None:
+            raise ValueError(
+                "covariance='within' has no calibrated differentially private release yet "
+                "(its sensitivity is not derived): use covariance='total' with epsilon"
+            )
         check_in_range("covariance_floor", self.covariance_floor, 0.0, None)
         check_positive_int("chunk_size", self.chunk_size)
         if self.epsilon is None:
@@ -243,11 +325,40 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
             SUMMARY_SENSITIVITY,
         )
 
-    def _client_moments(self, X: np.ndarray, client: Any) -> dict[int | str | None, ShiftedMoments]:
+    def _client_moments(
+        self, X: Any, client: Any, *, reset: bool, ensure_min_samples: int = 1
+    ) -> dict[int | str | None, ShiftedMoments]:
+        """The rows checked and reduced to moments per client, in one pass over them.
+
+        The finiteness and feature-scale checks come out of the moments pass:
+        it bounds the rows' largest magnitude (:class:`~skslot._moments.RowMagnitude`),
+        and only when the bounds leave either question open are the rows
+        checked exactly, with the errors (and the state left behind) of
+        checking them before the pass.
+        """
+        before = getattr(self, "n_features_in_", _UNSET)
+        X = check_rows(
+            self, X, reset=reset, ensure_min_samples=ensure_min_samples, ensure_all_finite=False
+        )
         if is_tensor(X):  # the rows are summarised as data: no gradient flows into a summary
             X = X.detach()
-        check_feature_scale(X)
-        labels, codes = check_client_labels(client, X.shape[0])
+
+        def check_exactly() -> None:
+            try:
+                check_finite_rows(self, X)
+            except ValueError:  # check_rows's own check fails before it records the width
+                if reset and before is _UNSET:
+                    del self.n_features_in_
+                elif reset:
+                    self.n_features_in_ = before
+                raise
+            check_feature_scale(X)
+
+        try:
+            labels, codes = check_client_labels(client, X.shape[0])
+        except ValueError:  # the rows' own errors come first, as when checked before
+            check_exactly()
+            raise
         if len(labels) == 1:
             groups: list[np.ndarray | None] = [None]
         else:
@@ -257,16 +368,37 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
         private = {}
         if self.epsilon is not None:  # clipped sums about zero, no fourth order
             private = {"shift": np.zeros(X.shape[1]), "fourth_order": False}
-        moments = Parallel(n_jobs=self.n_jobs, prefer="threads")(
-            delayed(ShiftedMoments.from_rows)(
-                X, rows=rows, chunk_size=self.chunk_size, clip_norm=self.clip_norm, **private
+
+        def one_pass(rows: np.ndarray | None) -> tuple[ShiftedMoments, RowMagnitude]:
+            return ShiftedMoments.from_rows(
+                X,
+                rows=rows,
+                chunk_size=self.chunk_size,
+                clip_norm=self.clip_norm,
+                return_magnitude=True,
+                **private,
             )
-            for rows in groups
-        )
-        return dict(zip(labels, moments, strict=True))
+
+        if len(groups) == 1:  # no joblib round trip for one client
+            passes = [one_pass(groups[0])]
+        else:
+            passes = Parallel(n_jobs=self.n_jobs, prefer="threads")(
+                delayed(one_pass)(rows) for rows in groups
+            )
+        magnitude = RowMagnitude.join([row_magnitude for _, row_magnitude in passes])
+        if not magnitude.within(*FEATURE_RANGE):
+            check_exactly()
+        return dict(zip(labels, (moments for moments, _ in passes), strict=True))
 
     def _finalise(self, labels: list) -> None:
         for label in labels:
+            if self.covariance == "within":
+                self.summaries_[label] = within_class_summary(
+                    [self._moments[cell] for cell in self._cells_of(label)],
+                    covariance_floor=self.covariance_floor,
+                    client=label,
+                )
+                continue
             moments = self._moments[label]
             if self.epsilon is None:
                 self.summaries_[label] = ledoit_wolf_summary(
@@ -285,7 +417,7 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
                 covariance_floor=self.covariance_floor,
                 client=label,
             )
-        self.clients_ = sorted(self._moments, key=_label_key)
+        self.clients_ = sorted(self._clients_in(self._moments), key=_label_key)
 
     def fit(self, X: Any, y: Any = None, *, client: Any = None) -> GaussianSummaryEstimator:
         """Summarise each client's rows.
@@ -293,7 +425,8 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-        y : ignored
+        y : array-like of shape (n_samples,), default=None
+            Class labels: required with ``covariance="within"``, ignored otherwise.
         client : None, int, str or array-like of shape (n_samples,), default=None
             Client label of each row; ``None`` means one client.
 
@@ -302,12 +435,56 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
         self : object
         """
         self._check_params()
-        X = check_rows(self, X, reset=True, ensure_min_samples=2)
-        self._moments = self._client_moments(X, client)
+        self._cells: dict = {}
+        self._moments = self._client_moments(
+            X, self._groups(X, y, client), reset=True, ensure_min_samples=2
+        )
         self.summaries_: dict = {}
         self.releases_: dict = {}
-        self._finalise(list(self._moments))
+        self._finalise(self._clients_in(self._moments))
         return self
+
+    def _groups(self, X: Any, y: Any, client: Any) -> Any:
+        """The rows' groups: their clients, or with ``covariance="within"`` (client, class) cells.
+
+        A cell is numbered once, in order of appearance, and keeps its number
+        through ``partial_fit`` and :meth:`merge` (``_cells``).
+        """
+        if self.covariance == "total":
+            return client
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__}(covariance='within') summarises class-centred rows: "
+                "pass the class labels, fit(X, y, client=...)"
+            )
+        n = X.shape[0] if hasattr(X, "shape") else len(X)
+        y = np.asarray(as_host_rows(y))
+        if y.ndim != 1 or y.shape[0] != n:
+            raise ValueError(f"y must be 1-D with one label per row ({n}), got shape {y.shape}")
+        if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
+            raise ValueError("y contains NaN or infinite labels")
+        labels, codes = check_client_labels(client, n)
+        classes, class_codes = np.unique(y, return_inverse=True)
+        ids = np.empty(n, dtype=np.int64)
+        for i, label in enumerate(labels):
+            for j, value in enumerate(classes):
+                rows = (codes == i) & (class_codes == j)
+                if rows.any():
+                    ids[rows] = self._cell(label, value.item())
+        return ids
+
+    def _cell(self, client: Any, label: Any) -> int:
+        return self._cells.setdefault((client, label), len(self._cells))
+
+    def _cells_of(self, client: Any) -> list[int]:
+        return [cell for (owner, _), cell in self._cells.items() if owner == client]
+
+    def _clients_in(self, keys: Any) -> list:
+        """The clients the moments under ``keys`` belong to (cells name their client)."""
+        if self.covariance == "total":
+            return list(keys)
+        owner = {cell: client for (client, _), cell in self._cells.items()}
+        return list(dict.fromkeys(owner[key] for key in keys))
 
     def partial_fit(self, X: Any, y: Any = None, *, client: Any = None) -> GaussianSummaryEstimator:
         """Add a chunk of rows; summaries are updated exactly.
@@ -317,21 +494,30 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
         """
         self._check_params()
         first = not hasattr(self, "_moments")
-        X = check_rows(self, X, reset=first)
+        if first:
+            self._cells = {}
+        groups = self._groups(X, y, client)
+        new = self._client_moments(X, groups, reset=first)  # checks X before anything is stored
         if first:
             self._moments = {}
             self.summaries_ = {}
             self.releases_ = {}
-        new = self._client_moments(X, client)
         self._absorb(new)
         return self
 
     def _absorb(self, new: dict) -> None:
-        for label, mom in new.items():
-            old = self._moments.get(label)
-            self._moments[label] = mom if old is None else old.merge(mom)
-        ready = [label for label in new if self._moments[label].n >= 2]
+        for key, mom in new.items():
+            old = self._moments.get(key)
+            self._moments[key] = mom if old is None else old.merge(mom)
+        ready = [
+            label
+            for label in self._clients_in(new)
+            if sum(self._moments[key].n for key in self._keys_of(label)) >= 2
+        ]
         self._finalise(ready)
+
+    def _keys_of(self, client: Any) -> list:
+        return self._cells_of(client) if self.covariance == "within" else [client]
 
     def merge(self, *others: GaussianSummaryEstimator) -> GaussianSummaryEstimator:
         """Combine estimators fitted on disjoint rows into a new fitted one.
@@ -346,6 +532,7 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
             merged.feature_names_in_ = self.feature_names_in_
         merged._check_params()
         merged._moments = dict(self._moments)
+        merged._cells = dict(getattr(self, "_cells", {}))
         merged.summaries_ = dict(self.summaries_)
         merged.releases_ = dict(getattr(self, "releases_", {}))
         for other in others:
@@ -355,7 +542,12 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
                     f"cannot merge an estimator fitted on {other.n_features_in_} "
                     f"features into one fitted on {self.n_features_in_}"
                 )
-            merged._absorb(other._moments)
+            moments = other._moments
+            if self.covariance == "within":  # renumber the other's cells as this one's
+                moments = {
+                    merged._cell(*cell): other._moments[key] for cell, key in other._cells.items()
+                }
+            merged._absorb(moments)
         return merged
 
     def __sklearn_tags__(self):

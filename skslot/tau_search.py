@@ -196,6 +196,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
             reference=self._reference_step(),
             random_state=self.random_state,
             evaluate=False,
+            summary_covariance=self._slot().covariance,
         )
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         X, y, classes = check_classification_data(self, X, y)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the output types, without importing pandas or torch at run 
 __all__ = ["SLOTTransformer"]
 
 UNKNOWN_CLIENT = ("fit", "error", "identity")
+COVARIANCES = ("total", "within")
 
 
 class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
@@ -64,6 +65,12 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         federation, and the held-out clients of grouped cross-validation;
         the fitted state is not changed; it needs at least 2 rows of that
         client in one call), raise, or leave its rows unchanged.
+    covariance : {"total", "within"}, default="total"
+        The covariance each client's summary transports (see
+        :class:`GaussianSummaryEstimator`): of all its rows (the paper's), or
+        of its class-centred rows (label-aware: the client's label mix no
+        longer enters the map; ``fit`` then needs ``y``, and a client unseen
+        in ``fit`` cannot be summarised at ``transform``).
     weights, solver, init, anderson, tol, max_iter, client_batch
         Passed to :class:`BuresBarycenter` (``client_batch``: clients per
         block of the iteration, to bound its memory with many clients).
@@ -115,6 +122,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         tau: float = 0.4,
         *,
         unknown_client: str = "fit",
+        covariance: str = "total",
         weights: Any = "samples",
         solver: str = "fixed-point",
         init: str = "mean",
@@ -128,6 +136,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
     ) -> None:
         self.tau = tau
         self.unknown_client = unknown_client
+        self.covariance = covariance
         self.weights = weights
         self.solver = solver
         self.init = init
@@ -141,6 +150,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
 
     def _summary_estimator(self) -> GaussianSummaryEstimator:
         return GaussianSummaryEstimator(
+            covariance=self.covariance,
             covariance_floor=self.covariance_floor,
             chunk_size=self.chunk_size,
             n_jobs=self.n_jobs,
@@ -170,7 +180,9 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-        y : ignored
+        y : array-like of shape (n_samples,), default=None
+            Class labels: used (and required) with ``covariance="within"``,
+            ignored otherwise.
         client : None, int, str or array-like of shape (n_samples,), default=None
             Client label of each row (``None``: one client).
 
@@ -180,11 +192,16 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         """
         check_in_range("tau", self.tau, 0.0, 1.0)
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
+        check_option("covariance", self.covariance, COVARIANCES)
         X = check_rows(self, X, reset=True, ensure_min_samples=2)
         bary = self.barycenter_estimator()
         with warnings.catch_warnings():  # warned below, in this estimator's name
             warnings.simplefilter("ignore", SingleClientWarning)
-            bary.fit(X, client=client)  # on a tensor's device when X is one
+            if self.covariance == "total":
+                bary.fit(X, client=client)  # on a tensor's device when X is one
+            else:  # label-aware: the clients' within-class summaries
+                summaries = self._summary_estimator().fit(X, y, client=client).summaries_
+                bary.fit(list(summaries.values()))
         if len(bary.clients_) == 1:
             warn_single_client(type(self).__name__)
         self.summaries_ = dict(zip(bary.clients_, bary.summaries_, strict=True))
@@ -266,6 +283,13 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
                     f"{self.clients_}); set unknown_client='fit' to estimate a new "
                     "client's map from its rows, or 'identity' to leave them unchanged"
                 )
+            if self.covariance == "within":
+                raise ValueError(
+                    f"{type(self).__name__}(covariance='within'): client {label!r} was not seen "
+                    "during fit, and its within-class summary needs its labels, which "
+                    "transform does not receive; fit with that client's labelled rows, or set "
+                    "unknown_client='identity' or 'error'"
+                )
             if X.shape[0] < 2:
                 raise ValueError(
                     f"{type(self).__name__}: client {label!r} was not seen during fit and has "
@@ -324,8 +348,8 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
     def fit_transform(
         self, X: Any, y: Any = None, *, client: Any = None
     ) -> np.ndarray | pandas.DataFrame | torch.Tensor:
-        """``fit(X, client=client).transform(X, client=client)``."""
-        return self.fit(X, client=client).transform(X, client=client)
+        """``fit(X, y, client=client).transform(X, client=client)``."""
+        return self.fit(X, y, client=client).transform(X, client=client)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

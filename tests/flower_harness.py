@@ -9,29 +9,42 @@ The faults they share are at the end of this module.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
 from skslot import GaussianSummary
 from skslot.flower import messages
 
-SERVER_NODE_ID = 1
+SERVER_NODE_ID = SUPERLINK_NODE_ID  # the ServerApp's node id, as Flower's runtime sets it
 
-#: fault(request, reply) -> the reply to deliver, or None to drop it
-Fault = Callable[[Message, Message], Message | None]
+#: fault(request, reply) -> the reply to deliver, None to drop it, or a list of replies
+Fault = Callable[[Message, Message], Message | list | None]
 
 
 class LocalGrid(Grid):
+    """Delivers each pushed message to the ClientApp at once; its reply is pulled later.
+
+    Like Flower's ``HttpGrid``, a pushed message gets its object id as message
+    id and replies are pulled by the ids of the messages they answer.
+    ``latency`` (seconds per node) holds a node's replies back that long after
+    the push, so a test can play a slow or hung node; a fault may drop a reply
+    (``None``), replace it, also with the SuperLink's own error message
+    (:func:`lost_reply`), or answer more than once (a list).
+    """
+
     def __init__(
         self,
         client_app: ClientApp,
         node_configs: dict[int, dict],
         run_config: dict,
         faults: dict[int, Fault] | None = None,
+        latency: dict[int, float] | None = None,
     ) -> None:
         self.client_app = client_app
         self.contexts = {
@@ -41,9 +54,10 @@ class LocalGrid(Grid):
             for node, nc in node_configs.items()
         }
         self.faults = faults or {}
+        self.latency = latency or {}
         self.delivered: list[tuple[int, str]] = []
         self.messages: list[Message] = []
-        self._pending: dict[str, Message] = {}
+        self._pending: dict[str, list] = {}  # message id -> [(when, reply)]
         # what Flower's runtime sets in a ServerApp process before calling main()
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SERVER_NODE_ID, 1
 
@@ -76,17 +90,50 @@ class LocalGrid(Grid):
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         ids = []
         for message in messages:
-            reply = self._deliver(message)
-            if reply is not None:
-                ids.append(str(len(self._pending)))
-                self._pending[ids[-1]] = reply
+            message.metadata.__dict__["_message_id"] = message.object_id  # as HttpGrid does
+            ids.append(message.metadata.message_id)
+            replies = self._deliver(message)
+            when = time.monotonic() + self.latency.get(message.metadata.dst_node_id, 0.0)
+            for reply in replies if isinstance(replies, list) else [replies]:
+                if reply is not None:
+                    self._pending.setdefault(ids[-1], []).append((when, reply))
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return [self._pending.pop(i) for i in message_ids if i in self._pending]
+        now = time.monotonic()
+        pulled = []
+        for i in message_ids:
+            pulled += [reply for when, reply in self._pending.get(i, []) if when <= now]
+            self._pending[i] = [(w, r) for w, r in self._pending.get(i, []) if w > now]
+            if not self._pending[i]:
+                del self._pending[i]
+        return pulled
 
-    def send_and_receive(self, messages, *, timeout=None):
-        return self.pull_messages(self.push_messages(messages))
+    def send_and_receive(self, messages, *, timeout=None):  # pragma: no cover - not used
+        raise NotImplementedError("the transport pushes and pulls")
+
+
+def lost_reply(message_type: str, times: int = 1) -> Fault:
+    """The node's first ``times`` replies to ``message_type`` lost on the way.
+
+    The server gets what the SuperLink sends in that case: its own error
+    message (from the SuperLink's node id) saying the reply is unavailable,
+    as after a restart that lost it.
+    """
+    lost = [0]
+
+    def fault(request: Message, reply: Message) -> Message:
+        if request.metadata.message_type != message_type or lost[0] >= times:
+            return reply
+        lost[0] += 1
+        note = Message(
+            Error(code=ErrorCode.REPLY_MESSAGE_UNAVAILABLE, reason="Reply Message Unavailable"),
+            reply_to=request,
+        )
+        note.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+        return note
+
+    return fault
 
 
 # -- faults of a hostile client: every message still valid on the wire --------------------------

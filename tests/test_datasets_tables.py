@@ -169,7 +169,7 @@ ERRORS = {
     "no label=": (
         lambda p: small_frame(),
         {"client": "c"},
-        "label= and client= must name the label and client columns",
+        "label= must name the label column",
     ),
     "missing label column": (
         lambda p: small_frame(),

@@ -11,6 +11,7 @@ import dataclasses
 import io
 import json
 import logging
+import os
 import re
 import struct
 
@@ -39,6 +40,7 @@ from .conftest import assert_close_in_norm  # noqa: E402
 from .flower_harness import (  # noqa: E402
     LocalGrid,
     inflated_count,
+    lost_reply,
     scaled_heads,
     scaled_summary,
     tamper_statistics,
@@ -77,10 +79,16 @@ def node_configs(tmp_path_factory):
     return configs
 
 
-def deploy(node_configs, faults=None, **settings):
-    settings = {"num_clients": N_CLIENTS, "connect_timeout": 0.0, "classes": CLASSES, **settings}
+def deploy(node_configs, faults=None, latency=None, **settings):
+    settings = {
+        "num_clients": N_CLIENTS,
+        "connect_timeout": 0.0,
+        "reply_timeout": 0.5,  # LocalGrid answers at once: a dropped reply never comes
+        "classes": CLASSES,
+        **settings,
+    }
     config = DeploymentConfig(**settings)
-    grid = LocalGrid(client_app, node_configs, config.to_run_config(), faults)
+    grid = LocalGrid(client_app, node_configs, config.to_run_config(), faults, latency)
     return (*run_one_shot(grid, config), grid)
 
 
@@ -645,28 +653,206 @@ def test_head_statistics_reveal_the_exact_moments_the_summary_protects(node_conf
     assert not np.allclose(private.mean, own.X_train.mean(axis=0), rtol=1e-3)
 
 
-def test_a_failed_run_says_so_and_leaves_no_stale_outputs(node_configs, tmp_path):
+def serve(node_configs, config: DeploymentConfig, run_id: int, faults=None, run_config=None):
+    """The ServerApp's entry point, as Flower calls it for run ``run_id``."""
     from flwr.app import Context
 
     from skslot.flower import server_app
 
-    out = tmp_path / "out"
-    ok = DeploymentConfig(classes=CLASSES, num_clients=N_CLIENTS, connect_timeout=0.0)
-    grid = LocalGrid(client_app, node_configs, ok.to_run_config())
-    server_app.write_outputs(out, *run_one_shot(grid, ok))
-    assert json.loads((out / "report.json").read_text())["status"] == "completed"
-    assert (out / "global_head.npz").exists() and (out / "reference.bin").exists()
-
-    failing = dataclasses.replace(ok, min_clients=5, output_dir=str(out))
-    grid = LocalGrid(client_app, node_configs, failing.to_run_config())
+    run_config = config.to_run_config() if run_config is None else run_config
+    grid = LocalGrid(client_app, node_configs, config.to_run_config(), faults)
     context = Context(
-        run_id=2, node_id=1, node_config={}, state=RecordDict(), run_config=failing.to_run_config()
+        run_id=run_id, node_id=1, node_config={}, state=RecordDict(), run_config=run_config
     )
+    server_app.main(grid, context)
+
+
+def test_a_failed_run_says_so_and_leaves_no_stale_outputs(node_configs, tmp_path):
+    """Each run its own folder: running, then completed or failed; earlier runs untouched."""
+    from skslot.flower.outputs import LAST_COMPLETED, LATEST, read_pointer
+
+    out = tmp_path / "out"
+    ok = DeploymentConfig(
+        classes=CLASSES, num_clients=N_CLIENTS, connect_timeout=0.0, output_dir=str(out)
+    )
+    seen = []
+
+    def look(request, reply):  # the report as node 11 is asked to upload: running
+        if request.metadata.message_type == "query.upload":
+            seen.append(json.loads((read_pointer(out) / "report.json").read_text()))
+        return reply
+
+    serve(node_configs, ok, 7, faults={11: look})
+    assert [r["status"] for r in seen] == ["running"] and seen[0]["run_id"] == 7
+    first = out / "run-7"
+    assert read_pointer(out, LATEST) == read_pointer(out, LAST_COMPLETED) == first
+    report = json.loads((first / "report.json").read_text())
+    assert report["status"] == "completed" and report["error"] is None
+    assert report["run_id"] == 7 and report["started_at"] <= report["finished_at"]
+    assert report["waits"]["upload"]["answered"] == N_CLIENTS
+    before = {p.name: p.read_bytes() for p in first.iterdir()}
+    assert sorted(before) == ["global_head.npz", "reference.bin", "report.json"]
+
     with pytest.raises(DeploymentError, match="fewer than min_clients = 5"):
-        server_app.main(grid, context)
-    report = json.loads((out / "report.json").read_text())
+        serve(node_configs, dataclasses.replace(ok, min_clients=5), 8)
+    failed = out / "run-8"
+    report = json.loads((failed / "report.json").read_text())
     assert report["status"] == "failed" and "min_clients = 5" in report["error"]
-    assert sorted(p.name for p in out.iterdir()) == ["report.json"]
+    assert report["finished_at"] and report["waits"]["upload"]["answered"] == N_CLIENTS
+    assert sorted(p.name for p in failed.iterdir()) == ["report.json"]
+    assert read_pointer(out, LATEST) == failed and read_pointer(out, LAST_COMPLETED) == first
+
+    # a run config the server refuses fails the run too, with its own folder
+    with pytest.raises(ValueError, match="unknown head 'SVM'"):
+        serve(node_configs, ok, 9, run_config={**ok.to_run_config(), "head": "SVM"})
+    report = json.loads((out / "run-9" / "report.json").read_text())
+    assert report["status"] == "failed" and "unknown head 'SVM'" in report["error"]
+
+    # the same run id again (a ServerApp started twice), and no run id: new folders
+    serve(node_configs, ok, 7)
+    serve(node_configs, ok, 0)
+    stamp = read_pointer(out, LAST_COMPLETED).name
+    assert re.fullmatch(r"\d{8}T\d{6}Z(-\d+)?", stamp), stamp
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [LAST_COMPLETED, LATEST, "run-7", "run-7-2", "run-8", "run-9", stamp]
+    )
+    assert {p.name: p.read_bytes() for p in first.iterdir()} == before
+    assert not list(out.rglob("*.tmp"))
+
+
+def test_the_launcher_reads_the_outcome_from_flower_and_the_report(tmp_path):
+    """Flower's status says finished; the run's report says why it failed, in one line."""
+    from skslot.flower.launch import COMPLETED, FAILED, _outcome
+
+    folder = tmp_path / "run-5"
+    folder.mkdir()
+    error = "ProtocolRunError: only 1 client(s) completed the upload stage,\n fewer than 2"
+    (folder / "report.json").write_text(json.dumps({"status": "failed", "error": error}))
+    outcome = _outcome(5, "finished:failed", "ServerApp failed with exception: ...", tmp_path)
+    assert outcome.exit_code == FAILED and outcome.folder == folder
+    assert outcome.line == (
+        "skslot: run 5 failed: ProtocolRunError: only 1 client(s) completed the upload "
+        "stage, fewer than 2"
+    )
+    (folder / "report.json").write_text(json.dumps({"status": "running"}))
+    outcome = _outcome(5, "finished:failed", "No heartbeat received", tmp_path, settle=0.0)
+    assert outcome.exit_code == FAILED and "still says 'running'" in outcome.reason
+    report = {"status": "completed", "macro_accuracy": 0.75}
+    (folder / "report.json").write_text(json.dumps(report))
+    outcome = _outcome(5, "finished:completed", "", tmp_path)
+    assert outcome.exit_code == COMPLETED and outcome.report == report
+    assert outcome.line == f"skslot: run 5 completed: macro accuracy 0.7500; outputs in {folder}"
+    # without a readable report, Flower's word alone
+    assert _outcome(6, "finished:stopped", "N/A", tmp_path).reason == "finished:stopped"
+    assert _outcome(6, "finished:completed", "", None).exit_code == COMPLETED
+
+
+def test_the_launcher_shows_a_reattached_log_stream_once(tmp_path):
+    """After a dropped stream the log comes again from its start: only the new lines show."""
+    import io
+    import sys
+
+    from skslot.flower.launch import _Stream
+
+    log = tmp_path / "log.txt"
+    printer = f"import sys; sys.stdout.write(open({str(log)!r}).read())"
+    shown = io.StringIO()
+    stream = _Stream([sys.executable, "-c", printer], os.environ, shown)
+    for text in ("Using SuperLink: local\na\nb\n", "Using SuperLink: local\na\nb\nc\n"):
+        log.write_text(text)
+        stream.attach()
+        assert stream.wait(60) == 0
+    assert shown.getvalue() == "a\nb\nc\n"
+
+
+def test_the_launcher_says_when_a_run_could_not_start(tmp_path):
+    from skslot.flower.launch import NOT_STARTED, launch
+
+    outcome = launch(tmp_path / "no-app", "local", env={**os.environ, "FLWR_HOME": str(tmp_path)})
+    assert outcome.exit_code == NOT_STARTED and outcome.run_id is None
+    assert outcome.line.startswith("skslot: the run was not started: ")
+
+
+def test_a_lost_reply_is_sent_again_and_the_run_is_the_undisturbed_one(node_configs, caplog):
+    """The SuperLink reports node 13's reply lost (as after a restart): asked again, it counts."""
+    expected = deploy(node_configs, summary_dtype="float64")
+    for message_type, stage in (("query.upload", "upload"), ("evaluate.head", "evaluation")):
+        with caplog.at_level(logging.INFO, logger="skslot.protocol"):
+            report, scores, _, grid = deploy(
+                node_configs,
+                faults={13: lost_reply(message_type)},
+                summary_dtype="float64",
+                retry_interval=0.05,
+            )
+        assert report.status == "completed" and not any(report.missing.values())
+        assert report.waits[stage]["resent"] == {13: 1}
+        assert report.accuracy == expected[0].accuracy
+        np.testing.assert_array_equal(scores.coef, expected[1].coef)
+        assert grid.delivered.count((13, message_type)) == 2
+        assert report.bytes_sent[13][stage] == 2 * expected[0].bytes_sent[13][stage]
+    # named by node id and, once its summary is known, by the label it declared
+    assert "the message to node 13 or its reply was lost" in caplog.text
+    assert "the message to node 13 (client 2) or its reply was lost" in caplog.text
+    assert "skslot: stage evaluation: 4 of 4 clients answered" in caplog.text
+
+
+def test_a_reply_lost_every_time_leaves_the_node_missing_when_time_is_up(node_configs):
+    report, _, _, grid = deploy(
+        node_configs,
+        faults={13: lost_reply("query.upload", times=10**6)},
+        min_clients=3,
+        reply_timeout=0.6,
+        retry_interval=0.1,
+    )
+    assert report.missing["upload"] == [13] and sorted(report.accuracy) == [11, 12, 14]
+    why = report.waits["upload"]["missing"][13]
+    assert why.startswith("did not answer within reply-timeout = 0.6 s: hung or disconnected")
+    assert "last lost: Reply Message Unavailable" in why
+    assert 3 <= grid.delivered.count((13, "query.upload")) <= 8  # every 0.1 s, not in a loop
+
+
+def test_a_slow_node_counts_and_a_hung_one_is_missing(node_configs, caplog):
+    """Replies are polled until the stage's reply-timeout, with progress lines meanwhile."""
+    with caplog.at_level(logging.INFO, logger="skslot.protocol"):
+        slow = {"latency": {12: 0.4}, "reply_timeout": 5.0, "progress_interval": 0.1}
+        report = deploy(node_configs, **slow)[0]
+    assert not any(report.missing.values()) and len(report.accuracy) == N_CLIENTS
+    assert 0.3 < report.waits["upload"]["seconds"] < 3.0
+    assert "skslot: stage upload: 3 of 4 clients answered" in caplog.text
+    assert "waiting for node 12" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="skslot.protocol"):
+        report = deploy(node_configs, latency={12: 60.0}, reply_timeout=0.5, min_clients=3)[0]
+    assert report.missing["upload"] == [12] and 12 not in report.accuracy
+    assert 0.5 <= report.waits["upload"]["seconds"] < 3.0
+    assert report.waits["upload"]["missing"] == {
+        12: "did not answer within reply-timeout = 0.5 s: hung or disconnected"
+    }
+    assert re.search(
+        r"stage upload: 3 of 4 clients answered \(\d\.\d s\); node 12 did not answer within "
+        r"reply-timeout = 0.5 s: hung or disconnected",
+        caplog.text,
+    )
+
+
+def test_the_first_reply_of_a_node_counts_and_later_ones_are_ignored(node_configs):
+    """A node answering twice (say, once more after a re-send): only its first reply counts."""
+
+    def twice(first, second):
+        def fault(request, reply):
+            if request.metadata.message_type != "evaluate.head":
+                return reply
+            n_test = messages.read_evaluation_reply(reply)[1]
+            replies = {"honest": reply, "none": messages.evaluation_reply(request, 0, n_test)}
+            return [replies[first], replies[second]]
+
+        return fault
+
+    honest = deploy(node_configs)[0]
+    report = deploy(node_configs, faults={13: twice("honest", "none")})[0]
+    assert report.accuracy == honest.accuracy and not report.rejected
+    report = deploy(node_configs, faults={13: twice("none", "honest")})[0]
+    assert report.accuracy[13] == 0.0
 
 
 @pytest.mark.parametrize(
@@ -699,8 +885,12 @@ def test_implausible_summaries_are_rejected_and_the_run_equals_the_others(
 
 
 def test_with_the_defence_off_an_implausible_summary_counts(node_configs, caplog):
-    """``defence = false`` (for studying attacks): the x1e8 summary is accepted, and it hurts."""
-    settings = {"summary_dtype": "float64", "head": "O-FedAvg"}
+    """``defence = false`` (for studying attacks): the x1e8 summary is accepted, and it hurts.
+
+    (FedCGS: O-FedAvg now trains at any feature scale, so the x1e8 reference no
+    longer stops its local training, and that head shrugs this attack off.)
+    """
+    settings = {"summary_dtype": "float64", "head": "FedCGS"}
     faults = {14: scaled_summary(1e8)}
     with caplog.at_level(logging.WARNING, logger="flwr"):
         report = deploy(node_configs, faults=faults, defence=False, **settings)[0]
@@ -797,3 +987,38 @@ def test_a_summary_that_breaks_the_reference_is_found_and_left_out(node_configs)
     two = {n: c for n, c in node_configs.items() if n in (11, 14)}
     with pytest.raises(DeploymentError, match="the reference could not be built"):
         deploy(two, faults=faults, num_clients=2, **settings)
+
+
+def test_a_node_reads_its_own_table_with_named_columns(node_configs, tmp_path):
+    """A CSV (and a Parquet) node, string class names, a split column: the same run as the .npz."""
+    pd = pytest.importorskip("pandas", reason="pandas is not installed: pip install '.[tables]'")
+    names = ["ant", "bee", "cat", "dog"]
+    tables = {}
+    for k, (node, nc) in enumerate(node_configs.items()):
+        with np.load(nc["data"]) as a:
+            X = np.vstack([a["X_train"], a["X_test"]])
+            y = np.concatenate([a["y_train"], a["y_test"]])
+            part = ["train"] * len(a["y_train"]) + ["test"] * len(a["y_test"])
+        frame = pd.DataFrame({f"f{j}": X[:, j] for j in range(M)})
+        frame["animal"], frame["part"] = [names[c] for c in y], part
+        path = tmp_path / (f"client{k}.parquet" if k == 0 else f"client{k}.csv")
+        if k == 0:
+            frame.to_parquet(path)
+        else:
+            frame.to_csv(path, index=False)
+        tables[node] = {
+            "data": str(path),
+            "label": "animal",
+            "features": "f",
+            "split": "part",
+            "client-id": k,
+        }
+    expected = deploy(node_configs, summary_dtype="float64")
+    report, scores, _, _ = deploy(tables, summary_dtype="float64", classes=",".join(names))
+    assert report.status == "completed" and not report.rejected
+    assert report.accuracy == expected[0].accuracy
+    np.testing.assert_array_equal(scores.coef, expected[1].coef)
+    unsplit = {key: value for key, value in tables[11].items() if key != "split"}
+    bad = {**tables, 11: {**unsplit, "label": "part"}}  # labels "train" and "test"
+    report = deploy(bad, summary_dtype="float64", classes=",".join(names))[0]
+    assert "are not in the run's class set 'ant,bee,cat,dog'" in report.rejected["upload"][11]

@@ -1,16 +1,30 @@
-"""A real Flower deployment on 127.0.0.1: one SuperLink, three SuperNodes, two ``flwr run``.
+"""A real Flower deployment on 127.0.0.1: one SuperLink, SuperNodes, four runs into one ``out``.
 
-Each SuperNode owns one client of the paper's partition of the embedded
-Office-Caltech10 features (real data in every clone; m = 800 keeps the two
-runs and their in-process twins within a minute or two).  The first run uses a
-fixed tau: the global head the ServerApp writes must predict exactly as the
-in-process scikit-learn pipeline fitted on the same partitions and seed.  The
-second run chooses tau by validation (``tau = "auto"``), with a non-default
-head configuration given as ``head-params`` (O-FedAvg, ``C = 0.1``): its choice,
-validation table and predictions must equal those of the in-process
-:class:`~skslot.FederatedTauSearch`.  Every client's reported accuracy must
-equal the in-process one.  Every process is started in its own session and
-stopped by its PID (the whole group), also when the test fails.
+Each SuperNode owns one client of the paper's partition of the embedded digits
+features (``dataset = "digits"``: three domains, 256 dimensions, in every
+clone).  All runs write to one output directory, each into its own
+``run-<id>`` folder:
+
+1. fixed tau, started with skslot's launcher (:func:`skslot.flower.launch.launch`):
+   the global head must predict exactly as the in-process scikit-learn
+   pipeline fitted on the same partitions and seed;
+2. ``tau = "auto"`` with a non-default head configuration (O-FedAvg,
+   ``C = 0.1``), started with the documented ``flwr run --stream`` and read
+   through ``out/latest``: its choice, validation table and predictions must
+   equal those of the in-process :class:`~skslot.FederatedTauSearch`;
+3. a fourth node joins and sends crafted bytes: the run completes without it
+   and equals run 1;
+4. a fifth node whose data file is missing joins, with ``min-clients = 5``:
+   the launcher must say the run failed (exit code 1, the server's reason),
+   and run 3's folder stays as it was, still ``last-completed``.
+
+Every client's reported accuracy must equal the in-process one.  Every process
+is started in its own session and stopped by its PID (the whole group), also
+when the test fails.  A line per run goes to the terminal as it ends, and a
+failure shows the runs' stage lines and the tails of every log.
+
+Waits, and what they took on the 2-core development machine under load
+(other jobs running; see :data:`MEASURED`): each limit is at least twice that.
 """
 
 from __future__ import annotations
@@ -18,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -33,6 +48,9 @@ pytest.importorskip("flwr", reason="the Flower extra is not installed: pip insta
 
 from skslot import FederatedTauSearch
 from skslot.flower import DeploymentConfig, write_flower_app
+from skslot.flower.launch import COMPLETED, FAILED
+from skslot.flower.launch import launch as launch_run
+from skslot.flower.outputs import LAST_COMPLETED, LATEST, read_pointer
 from skslot.heads import LinearScores
 
 from .test_flower import client_rows, in_process
@@ -43,6 +61,14 @@ OFFLINE = {
     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
 }
 N_NODES = 3
+#: Seconds each step took when measured (the most of three runs of this test).
+MEASURED = {"superlink up": 4, "nodes connected": 8, "stage": 20, "run": 60, "stop": 3}
+#: The limits: at least twice the measured time.
+PORT_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 60.0  # the run config's connect-timeout: the nodes of a run connecting
+REPLY_TIMEOUT = 120.0  # the run config's reply-timeout: one stage's replies
+RUN_TIMEOUT = 300.0  # one run, start to finish (the launcher's, and flwr run's)
+STOP_TIMEOUT = 15.0
 
 
 def free_port() -> int:
@@ -51,7 +77,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 60.0) -> None:
+def wait_for_port(port: int, process: subprocess.Popen, timeout: float = PORT_TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -68,7 +94,7 @@ def stop(processes: list[subprocess.Popen]) -> None:
     for p in processes:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + STOP_TIMEOUT
     for p in processes:
         try:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -102,41 +128,46 @@ def launch(logs: Path, name: str, *args: str, env: dict, cwd: Path) -> subproces
 
 
 def tails(logs: Path) -> str:
-    return "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in sorted(logs.glob("*.log")))
+    """The skslot lines of the runs' logs, then the tail of every log."""
+    stages = [
+        line
+        for f in sorted(logs.glob("run-*.log"))
+        for line in f.read_text().splitlines()
+        if "skslot:" in line
+    ]
+    return "\n".join(
+        ["--- skslot lines of the runs", *stages]
+        + [f"--- {f.name}\n{f.read_text()[-3000:]}" for f in sorted(logs.glob("*.log"))]
+    )
 
 
-def test_flower_deployment_on_localhost(tmp_path):
-    dataset = "office-caltech10"
+def test_flower_deployment_on_localhost(tmp_path, capsys):
     bin_dir = Path(sys.executable).parent
     link_port = free_port()
     env = flower_env(tmp_path, link_port)
-    output = tmp_path / "out"
+    out = tmp_path / "out"
     config = DeploymentConfig(
         head="FedCGS",
         tau=0.4,
         alpha=0.1,
         seed=0,
-        dataset=dataset,  # a run-config value: the node configs only give partition-id
+        dataset="digits",  # a run-config value: the node configs only give partition-id
         summary_dtype="float64",
         num_clients=N_NODES,
         min_clients=N_NODES,
-        connect_timeout=120.0,
-        output_dir=str(output),
+        connect_timeout=CONNECT_TIMEOUT,
+        reply_timeout=REPLY_TIMEOUT,
+        progress_interval=5.0,
+        output_dir=str(out),
     )
     app_dir = write_flower_app(tmp_path / "app", config)
     # the second run: a non-default head configuration, through head-params, with tau chosen
     auto = dataclasses.replace(
-        config,
-        head="O-FedAvg",
-        head_params='{"C": 0.1, "max_iter": 50}',
-        tau="auto",
-        output_dir=str(tmp_path / "out-auto"),
+        config, head="O-FedAvg", head_params='{"C": 0.1, "max_iter": 50}', tau="auto"
     )
     auto_dir = write_flower_app(tmp_path / "app-auto", auto)
     # the third run: a fourth node joins and sends crafted bytes; the run completes without it
-    hostile = dataclasses.replace(
-        config, num_clients=N_NODES + 1, output_dir=str(tmp_path / "out-hostile")
-    )
+    hostile = dataclasses.replace(config, num_clients=N_NODES + 1)
     hostile_dir = write_flower_app(tmp_path / "app-hostile", hostile)
     shutil.copytree(Path(__file__).parent / "hostile_app", hostile_dir / "hostile_app")
     toml = hostile_dir / "pyproject.toml"
@@ -145,6 +176,11 @@ def test_flower_deployment_on_localhost(tmp_path):
     logs.mkdir()
 
     processes: list[subprocess.Popen] = []
+    clock = time.monotonic()
+
+    def say(line: str) -> None:
+        with capsys.disabled():
+            print(f"\n[deployment test, {time.monotonic() - clock:.0f} s] {line}", flush=True)
 
     def start(name: str, *args: str) -> subprocess.Popen:
         processes.append(launch(logs, name, *args, env=env, cwd=tmp_path))
@@ -163,6 +199,16 @@ def test_flower_deployment_on_localhost(tmp_path):
             node_config,
         )
 
+    def launched(n: int, directory: Path, *run_config: str):
+        """Run ``directory`` with skslot's launcher; its log goes to ``run-<n>.log``."""
+        began = time.monotonic()
+        with open(logs / f"run-{n}.log", "w") as log:
+            outcome = launch_run(
+                directory, "local", run_config=run_config, env=env, out=log, timeout=RUN_TIMEOUT
+            )
+        say(f"run {n}: {outcome.line} ({time.monotonic() - began:.0f} s)")
+        return outcome
+
     try:
         link = start(
             "superlink",
@@ -176,44 +222,68 @@ def test_flower_deployment_on_localhost(tmp_path):
         wait_for_port(link_port, link)
         for i in range(N_NODES):
             supernode(f"supernode{i}", f"partition-id={i}")
+        say("SuperLink and three SuperNodes started")
 
-        def flwr_run(directory: Path, out: Path) -> None:
-            """``flwr run`` an App; it must exit 0 and its ServerApp write its outputs."""
-            run = subprocess.run(
-                [str(bin_dir / "flwr"), "run", str(directory), "local", "--stream"],
-                env=env,
-                cwd=tmp_path,
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            (logs / f"flwr-run-{directory.name}.log").write_text(run.stdout + run.stderr)
-            assert run.returncode == 0, tails(logs)
-            deadline = time.monotonic() + 120
-            while not (out / "reference.bin").exists() and time.monotonic() < deadline:
-                time.sleep(0.5)
-            assert (out / "reference.bin").exists(), tails(logs)
+        first = launched(1, app_dir)
+        assert first.exit_code == COMPLETED, tails(logs)
 
-        flwr_run(app_dir, output)
-        flwr_run(auto_dir, Path(auto.output_dir))
-        supernode("supernode-hostile", f"partition-id={N_NODES} hostile=1")
-        flwr_run(hostile_dir, Path(hostile.output_dir))
+        began = time.monotonic()
+        run = subprocess.run(
+            [str(bin_dir / "flwr"), "run", str(auto_dir), "local", "--stream"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+        )
+        (logs / "run-2.log").write_text(run.stdout + run.stderr)
+        say(f"run 2: flwr run --stream exited {run.returncode} ({time.monotonic() - began:.0f} s)")
+        assert run.returncode == 0, tails(logs)
+        second = read_pointer(out, LATEST)
+
+        supernode("supernode-hostile", "partition-id=0 hostile=1")
+        third = launched(3, hostile_dir)
+        assert third.exit_code == COMPLETED, tails(logs)
+        kept = {p.name: p.read_bytes() for p in third.folder.iterdir()}
+
+        supernode("supernode-broken", f"data='{tmp_path / 'missing.npz'}'")
+        fourth = launched(4, hostile_dir, "num-clients=5 min-clients=5")
+        assert fourth.exit_code == FAILED, tails(logs)
     finally:
         stop(processes)
     assert all(p.poll() is not None for p in processes)
 
-    report = json.loads((output / "report.json").read_text())
+    # one folder per run; the failed run is the latest, the hostile one the last completed
+    folders = {first.folder, second, third.folder, out / f"run-{fourth.run_id}"}
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [LATEST, LAST_COMPLETED, *(f.name for f in folders)]
+    )
+    assert read_pointer(out, LATEST) == out / f"run-{fourth.run_id}"
+    assert read_pointer(out, LAST_COMPLETED) == third.folder
+    assert {p.name: p.read_bytes() for p in third.folder.iterdir()} == kept
+    failed = json.loads((out / f"run-{fourth.run_id}" / "report.json").read_text())
+    assert sorted(p.name for p in (out / f"run-{fourth.run_id}").iterdir()) == ["report.json"]
+    assert failed["status"] == "failed" and failed["run_id"] == fourth.run_id
+    assert "fewer than min_clients = 5" in failed["error"] and "missing.npz" in failed["error"]
+    assert fourth.reason == re.sub(r"\s+", " ", failed["error"]).strip()
+
+    report = first.report
+    assert report == json.loads((first.folder / "report.json").read_text())
     assert report["status"] == "completed" and report["stages"] == ["upload", "evaluation"]
+    assert report["run_id"] == first.run_id and first.folder.name == f"run-{first.run_id}"
     assert all(not missing for missing in report["missing"].values())
     assert sorted(report["clients"].values()) == list(range(N_NODES))
+    assert set(report["waits"]) == {"connect", "upload", "evaluation"}
+    assert report["waits"]["connect"]["nodes"] == N_NODES
     partition = {int(node): label for node, label in report["clients"].items()}
     node_of = {label: node for node, label in partition.items()}
-    with np.load(output / "global_head.npz", allow_pickle=False) as head:
+    with np.load(first.folder / "global_head.npz", allow_pickle=False) as head:
         deployed = LinearScores(head["classes"], head["coef"], head["intercept"])
 
     node_configs = {i: {"partition-id": i} for i in range(N_NODES)}
     _, expected, tests = in_process(node_configs, config)
     m = deployed.coef.shape[1]
+    assert m == 256
     for client, (Z_test, y_test) in tests.items():
         np.testing.assert_array_equal(deployed.predict(Z_test), expected.predict(Z_test))
         accuracy = report["accuracy"][str(node_of[client])]
@@ -223,17 +293,18 @@ def test_flower_deployment_on_localhost(tmp_path):
     assert set(report["summary_payload_bytes"].values()) == {28 + 8 + (values - 1) * 8}
 
     # a hostile node's crafted bytes: rejected with the protocol's error, the others' run is run 1
-    survived = json.loads((Path(hostile.output_dir) / "report.json").read_text())
+    survived = third.report
     assert survived["status"] == "completed"
     (bad,) = survived["rejected"]["upload"]
     assert "array 'counts'" in survived["rejected"]["upload"][bad]
     assert bad not in survived["clients"] and len(survived["nodes"]) == N_NODES + 1
     assert survived["accuracy"] == report["accuracy"]
-    with np.load(Path(hostile.output_dir) / "global_head.npz", allow_pickle=False) as head:
+    with np.load(third.folder / "global_head.npz", allow_pickle=False) as head:
         np.testing.assert_array_equal(head["coef"], deployed.coef)
 
     # tau = "auto": the in-process search over the same clients, in the server's order
-    chosen = json.loads((Path(auto.output_dir) / "report.json").read_text())
+    chosen = json.loads((second / "report.json").read_text())
+    assert chosen["status"] == "completed"
     assert chosen["stages"] == ["upload", "updates", "validation", "refit", "evaluation"]
     rank = {node: i for i, node in enumerate(sorted(partition))}  # clients ordered by node id
     parts, X, y, client = client_rows(node_configs, auto)

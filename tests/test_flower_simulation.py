@@ -131,10 +131,14 @@ def test_simulation_engine_with_twenty_virtual_clients_equals_in_process(tmp_pat
 
     import json
 
-    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    from skslot.flower.outputs import LAST_COMPLETED, read_pointer
+
+    folder = read_pointer(tmp_path / "out", LAST_COMPLETED)  # the run's own folder
+    assert folder is not None, tails(logs)
+    report = json.loads((folder / "report.json").read_text())
     assert report["status"] == "completed", tails(logs)
     assert len(report["accuracy"]) == n_clients >= 20 and not report["rejected"]
-    with np.load(tmp_path / "out" / "global_head.npz") as head:
+    with np.load(folder / "global_head.npz") as head:
         coef, intercept, classes = head["coef"], head["intercept"], head["classes"]
     node_configs = {k: {"partition-id": k} for k in range(n_clients)}
     _, expected, tests = in_process(node_configs, config)

@@ -1,4 +1,5 @@
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -340,3 +341,38 @@ def test_lowrank_merges_into_full_and_rejects_bad_settings():
     assert decoded.mixtures[0].covariances.shape == (1, 12, 13)
     with pytest.raises(ValueError, match="fits one component"):
         FedPFTClassifier(covariance_type="lowrank", rank=2, n_components=2).fit(rows, y)
+
+
+def test_o_fedavg_trains_at_any_feature_scale_and_says_when_it_did_not_converge():
+    """Features x1e20 (inside the accepted range) train as at scale 1; max_iter warns."""
+    from sklearn.datasets import load_digits
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:600], y[:600]
+    with pytest.warns(ConvergenceWarning, match="reached max_iter=5"):
+        OneShotFedAvgClassifier(max_iter=5).fit(X, y)
+    head = OneShotFedAvgClassifier(max_iter=300, tol=1e-3)
+    reference = head.fit(X, y).predict(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        scaled = OneShotFedAvgClassifier(max_iter=300, tol=1e-3).fit(1e20 * X, y)
+    assert scaled.n_iter_ > 0
+    assert np.mean(scaled.predict(1e20 * X) == reference) > 0.99
+
+
+def test_o_fedavg_warns_when_local_training_takes_no_step(monkeypatch):
+    import scipy.optimize
+    from sklearn.exceptions import ConvergenceWarning
+
+    real = scipy.optimize.minimize
+
+    def stuck(fun, x0, **kwargs):
+        result = real(fun, x0, **kwargs)
+        result.x, result.nit, result.message = x0, 0, "ABNORMAL: LINE SEARCH FAILED"
+        return result
+
+    monkeypatch.setattr(scipy.optimize, "minimize", stuck)
+    X = np.random.default_rng(0).normal(size=(40, 3))
+    with pytest.warns(ConvergenceWarning, match="took no step"):
+        OneShotFedAvgClassifier().fit(X, (X[:, 0] > 0).astype(int))

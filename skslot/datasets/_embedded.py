@@ -190,4 +190,9 @@ def load_dataset(
         if given:
             raise TypeError(f"{' '.join(given)} only apply to a table file, not an .npz")
         return load_npz(name_or_path)
+    if client is None:
+        raise ValueError(
+            f"{os.fspath(name_or_path)}: client= must name the client column (its clients "
+            "become the data set's domains)"
+        )
     return load_table(name_or_path, **options).to_domain_dataset()

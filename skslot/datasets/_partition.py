@@ -54,14 +54,17 @@ def dirichlet_partition(
     alpha: float | None = 0.1,
     clients_per_domain: int = 1,
     test_size: float = 0.3,
+    test_mask: np.ndarray | None = None,
     random_state: int | None = None,
 ) -> FederatedPartition:
     """Partition a multi-domain data set as in the SLOT-Align paper.
 
     1. Per domain, a stratified ``1 - test_size`` / ``test_size`` train/test
        split (rows of each class shuffled, the first ``round(test_size * n)``
-       go to test).  With ``clients_per_domain = J > 1`` both splits are then
-       dealt evenly, class by class, into ``J`` shards, one per client.
+       go to test), or, with ``test_mask``, the given split: the rows it
+       marks are the test rows, all others the training rows.  With
+       ``clients_per_domain = J > 1`` both splits are then dealt evenly,
+       class by class, into ``J`` shards, one per client.
     2. Label skew: for each class ``c``, ``p ~ Dir(alpha * 1_K)`` over all
        ``K`` clients, and client ``k`` keeps ``floor(p_k * n_kc)`` of its own
        ``n_kc`` training rows of class ``c``.  ``alpha=None``: keep all rows
@@ -74,6 +77,12 @@ def dirichlet_partition(
     alpha : float or None, default=0.1
     clients_per_domain : int, default=1
     test_size : float, default=0.3
+        Ignored with ``test_mask``.
+    test_mask : ndarray of bool of shape (n_samples,), optional
+        ``True`` for the test rows (a table's own train/test column,
+        :attr:`FeatureTable.is_test`): the split is then exactly this one,
+        and the sharding and the label skew act on the other rows.  It must
+        mark at least one row as test and one as training.
     random_state : int or None
 
     Returns
@@ -88,6 +97,16 @@ def dirichlet_partition(
     >>> part = dirichlet_partition(y, domain, alpha=None, random_state=0)
     >>> part.n_clients, len(part.train_index), len(part.test_index)  # 8 of each 25 to test
     (2, 136, 64)
+
+    The given split: the test rows are exactly the marked ones, and without
+    label skew every other row trains.
+
+    >>> is_test = np.arange(200) % 4 == 0
+    >>> part = dirichlet_partition(y, domain, alpha=None, test_mask=is_test, random_state=0)
+    >>> bool(np.array_equal(np.sort(part.test_index), np.flatnonzero(is_test)))
+    True
+    >>> bool(np.array_equal(np.sort(part.train_index), np.flatnonzero(~is_test)))
+    True
     """
     y = np.asarray(y)
     domain = np.asarray(domain)
@@ -97,6 +116,16 @@ def dirichlet_partition(
     J = check_positive_int("clients_per_domain", clients_per_domain)
     if alpha is not None:
         check_in_range("alpha", alpha, np.finfo(float).tiny, None)
+    if test_mask is not None:
+        test_mask = np.asarray(test_mask)
+        if test_mask.dtype != bool or test_mask.shape != y.shape:
+            raise ValueError(
+                f"test_mask must be a boolean array with one value per row ({y.shape[0]}), "
+                f"got dtype {test_mask.dtype} and shape {test_mask.shape}"
+            )
+        if test_mask.all() or not test_mask.any():
+            which = "every" if test_mask.all() else "no"
+            raise ValueError(f"test_mask marks {which} row as a test row")
     rng = np.random.default_rng(random_state)
     classes = np.unique(y)
     domains = np.unique(domain)
@@ -107,10 +136,16 @@ def dirichlet_partition(
     test_rows: list[list[np.ndarray]] = [[] for _ in range(K)]
     for d_i, d in enumerate(domains):
         for c in classes:
-            rows = rng.permutation(np.flatnonzero((domain == d) & (y == c)))
-            n_test = round(test_size * rows.shape[0])
-            train_shards = _split_evenly(rows[n_test:], J)
-            test_shards = _split_evenly(rows[:n_test], J)
+            in_cell = (domain == d) & (y == c)
+            if test_mask is None:
+                rows = rng.permutation(np.flatnonzero(in_cell))
+                n_test = round(test_size * rows.shape[0])
+                train, test = rows[n_test:], rows[:n_test]
+            else:
+                train = rng.permutation(np.flatnonzero(in_cell & ~test_mask))
+                test = rng.permutation(np.flatnonzero(in_cell & test_mask))
+            train_shards = _split_evenly(train, J)
+            test_shards = _split_evenly(test, J)
             for j in range(J):
                 own[d_i * J + j].append(rng.permutation(train_shards[j]))
                 test_rows[d_i * J + j].append(test_shards[j])

@@ -143,8 +143,10 @@ def load_table(
         ``domain``, the format of :func:`load_npz`; the domains are the
         clients).  A DataFrame is read, never modified.
     label, client : column name
-        The label column and the client column of a table (required; for an
-        ``.npz`` leave them out, or name its arrays ``"y"`` and ``"domain"``).
+        The label column (required for a table) and the client column (for a
+        table of one client's rows, such as a Flower node's own file, leave
+        ``client`` out: every row is then one client named ``name``).  For an
+        ``.npz`` leave them out, or name its arrays ``"y"`` and ``"domain"``.
         Values may be numbers or strings: they are encoded to codes ``0, 1,
         ...`` in sorted order, the values kept in ``classes`` / ``clients``.
     features : list of column names, str or None, default=None
@@ -252,8 +254,8 @@ def _shown(columns: list, limit: int = 8) -> str:
 
 
 def _from_frame(frame, where, label, client, features, split, name) -> FeatureTable:
-    if label is None or client is None:
-        raise ValueError(f"{where}: label= and client= must name the label and client columns")
+    if label is None:
+        raise ValueError(f"{where}: label= must name the label column")
     columns = list(frame.columns)
     duplicated = list(dict.fromkeys(frame.columns[frame.columns.duplicated()]))
     if duplicated:
@@ -270,7 +272,10 @@ def _from_frame(frame, where, label, client, features, split, name) -> FeatureTa
     names = _feature_columns(frame, where, features, roles)
     X = _feature_matrix(frame, where, names)
     y, classes = _codes(frame[label], where, "label", label)
-    codes, clients = _codes(frame[client], where, "client", client)
+    if client is None:  # one client's own table
+        codes, clients = np.zeros(len(frame), dtype=np.int64), np.array([name])
+    else:
+        codes, clients = _codes(frame[client], where, "client", client)
     is_test = None
     if split is not None:
         column = frame[split]

@@ -9,13 +9,22 @@ again), so every stage uses the same map.
 
 A node's data comes from its *node config* (``flower-supernode --node-config``):
 
-- ``partition-id`` and optionally ``dataset`` (a multi-domain ``.npz`` as in
-  :func:`skslot.datasets.load_npz`, or ``"office-caltech10"``; default: the
-  run config's ``dataset``): this node is client ``partition-id`` of the
-  paper's partition with the run's ``alpha`` and ``seed``; or
-- ``data``: a user's own ``.npz`` with ``X_train``, ``y_train``, ``X_test``,
-  ``y_test``, and optionally ``client-id`` (an int or a string naming this
-  client; default: the Flower node id).
+- ``partition-id`` and optionally ``dataset`` (``"digits"``,
+  ``"office-caltech10"`` or a multi-domain file, as
+  :func:`skslot.datasets.load_dataset` reads; default: the run config's
+  ``dataset``): this node is client ``partition-id`` of the paper's partition
+  with the run's ``alpha`` and ``seed``; or
+- ``data``: the node's own rows, either an ``.npz`` with ``X_train``,
+  ``y_train``, ``X_test``, ``y_test``, or a table (``.csv``, ``.parquet`` or
+  ``.npz`` with ``X``, ``y``, ``domain``) read by
+  :func:`skslot.datasets.load_table` with the node config's ``label`` (the
+  label column, default ``"label"``), ``features`` (comma-separated columns or
+  a prefix; default: every other numeric column) and ``split`` (a train/test
+  column; without one, a stratified ``test-size`` share of each class is
+  held out with the run's ``seed``).  Labels must be in the run's class set
+  (:attr:`~skslot.flower.DeploymentConfig.classes`: class names, or integer
+  labels).  ``client-id`` (an int or a string) names this client; default:
+  the Flower node id.
 """
 
 from __future__ import annotations
@@ -28,7 +37,8 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
-from ..datasets import dirichlet_partition, load_npz, load_office_caltech10
+from ..datasets import dirichlet_partition, load_dataset, load_table
+from ..datasets._loaders import open_npz
 from ..gaussian import GaussianSummary
 from ..protocol import (
     ClientParty,
@@ -38,7 +48,7 @@ from ..protocol import (
     UploadRequest,
     ValidationRequest,
 )
-from ..summary import GaussianSummaryEstimator
+from ..selection import validation_split
 from . import messages
 from .config import DeploymentConfig
 
@@ -73,22 +83,25 @@ def load_client_data(
     Examples
     --------
     >>> from skslot.flower import DeploymentConfig, load_client_data
-    >>> data = load_client_data({"partition-id": 3}, DeploymentConfig(alpha=None))
+    >>> config = DeploymentConfig(alpha=None, dataset="office-caltech10")
+    >>> data = load_client_data({"partition-id": 3}, config)
     >>> data.client, data.X_train.shape[1]  # webcam, the 4th domain of Office-Caltech10
     (3, 800)
     """
     if "data" in node_config:
-        with np.load(_node_value(node_config, "data", str), allow_pickle=False) as archive:
-            X_train, y_train, X_test, y_test = (
-                archive[key] for key in ("X_train", "y_train", "X_test", "y_test")
-            )
+        path = _node_value(node_config, "data", str)
         client = node_config.get("client-id", node_id)
-        return ClientData(
-            client, X_train.astype(np.float64), y_train, X_test.astype(np.float64), y_test
-        )
+        if _is_split_archive(path):
+            with np.load(path, allow_pickle=False) as archive:
+                X_train, y_train, X_test, y_test = (
+                    archive[key] for key in ("X_train", "y_train", "X_test", "y_test")
+                )
+            return ClientData(
+                client, X_train.astype(np.float64), y_train, X_test.astype(np.float64), y_test
+            )
+        return _own_table(path, node_config, config, client)
     pid = _node_value(node_config, "partition-id", int)
-    dataset = node_config.get("dataset", config.dataset)
-    data = load_office_caltech10() if dataset == "office-caltech10" else load_npz(dataset)
+    data = load_dataset(node_config.get("dataset", config.dataset))
     part = dirichlet_partition(
         data.y,
         data.domain,
@@ -105,6 +118,37 @@ def load_client_data(
     test = part.test_index[part.test_client == pid]
     X = data.X.astype(np.float64)
     return ClientData(pid, X[train], data.y[train], X[test], data.y[test])
+
+
+def _is_split_archive(path: str) -> bool:
+    """Whether ``path`` is an ``.npz`` of one client's split (``X_train``, ``y_train``, ...)."""
+    if not path.lower().endswith(".npz"):
+        return False
+    with open_npz(path) as archive:
+        return "X_train" in archive.files
+
+
+def _own_table(
+    path: str, node_config: Mapping[str, Any], config: DeploymentConfig, client: int | str
+) -> ClientData:
+    """A node's own table: its label, features and split columns from the node config."""
+    features = node_config.get("features")
+    if isinstance(features, str) and "," in features:
+        features = [name.strip() for name in features.split(",")]
+    table = load_table(
+        path,
+        label=node_config.get("label", "label"),
+        features=features,
+        split=node_config.get("split"),
+    )
+    y = config.label_codes(table.classes[table.y], where=path)
+    if table.is_test is not None:
+        test = table.is_test
+    else:
+        test = np.zeros(y.shape[0], dtype=bool)
+        _, held_out = validation_split(y, config.test_size, config.seed)
+        test[held_out] = True
+    return ClientData(client, table.X[~test], y[~test], table.X[test], y[test])
 
 
 def _data(context: Context) -> tuple[DeploymentConfig, ClientData]:
@@ -144,7 +188,6 @@ def _party(
             )
     elif reference is not None:
         raise RuntimeError("this node has no summary of this run (no upload stage ran here)")
-    private = config.epsilon is not None
     return ClientParty(
         data.X_train,
         data.y_train,
@@ -153,11 +196,7 @@ def _party(
         label=data.client,
         X_test=data.X_test,
         y_test=data.y_test,
-        summary_estimator=GaussianSummaryEstimator(
-            epsilon=config.epsilon,
-            delta=config.delta,
-            clip_norm=config.clip_norm if private else None,
-        ),
+        summary_estimator=config.summary_estimator(),
         validation_fraction=config.validation_fraction,
         state=state,
     )

@@ -30,6 +30,7 @@ from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class, make_head
 from ..protocol import OneShotProtocol, ReferenceStep
 from ..selection import check_tau_grid
+from ..summary import GaussianSummaryEstimator
 
 __all__ = [
     "DataSettings",
@@ -76,11 +77,16 @@ class ProtocolSettings:
     selection_rule : {"one-standard-error", "best"}, default="one-standard-error"
         How the server chooses from the validation scores.
     classes : str, default="0,1,2,3,4,5,6,7,8,9"
-        The global class set, comma-separated integer labels, agreed in the
-        configuration (a client cannot enlarge it; one whose labels fall
-        outside it fails).
+        The global class set, agreed in the configuration (a client cannot
+        enlarge it; one whose labels fall outside it fails): comma-separated
+        integer labels, or class names (``"cat,dog,bird"``: a node's table
+        labels are matched by name and sent as their position in this list).
     seed : int, default=0
         Seed of the partition and of the head.
+    summary_covariance : {"total", "within"}, default="total"
+        The covariance each client's summary transports: of all its rows (the
+        paper's), or of its class-centred rows (label-aware; see
+        :class:`~skslot.GaussianSummaryEstimator`).
     summary_dtype : {"float16", "float32", "float64"}, default="float32"
         Precision of the summaries and of the reference on the wire.
     server_jobs : int, default=1
@@ -104,6 +110,7 @@ class ProtocolSettings:
     selection_rule: str = "one-standard-error"
     classes: str = "0,1,2,3,4,5,6,7,8,9"
     seed: int = 0
+    summary_covariance: str = "total"
     summary_dtype: str = "float32"
     server_jobs: int = 1
     client_batch: int = 0
@@ -115,6 +122,7 @@ class ProtocolSettings:
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
         self.class_set  # noqa: B018 - validates the class set
+        check_option("summary_covariance", self.summary_covariance, ("total", "within"))
         check_option("summary_dtype", self.summary_dtype, SUMMARY_DTYPES)
         if type(self.server_jobs) is not int or self.server_jobs == 0:
             raise ValueError(f"server_jobs must be a non-zero int, got {self.server_jobs!r}")
@@ -137,6 +145,7 @@ class ProtocolSettings:
             defence=defence,
             min_clients=min_clients,
             random_state=self.seed,
+            summary_covariance=self.summary_covariance,
             config=self.to_run_config() if isinstance(self, DeploymentConfig) else None,
         )
 
@@ -156,12 +165,47 @@ class ProtocolSettings:
         return make_head(self.head, _json_object(self.head_params, "head_params"), seed=seed)
 
     @property
-    def class_set(self) -> np.ndarray:
-        """The agreed classes, sorted integer labels."""
-        labels = _numbers(self.classes, "classes", int)
-        if len(labels) < 2 or len(set(labels)) != len(labels):
+    def class_names(self) -> list[str]:
+        """The agreed classes as listed (names, or integer labels as text)."""
+        names = [part.strip() for part in self.classes.split(",")]
+        if len(names) < 2 or len(set(names)) != len(names) or "" in names:
             raise ValueError(f"classes must list at least 2 distinct labels, got {self.classes!r}")
-        return np.array(sorted(labels), dtype=np.int64)
+        return names
+
+    @property
+    def class_set(self) -> np.ndarray:
+        """The agreed classes as the protocol sends them: sorted integer labels.
+
+        Integer labels as they are; class names as their positions ``0 .. C-1``.
+        """
+        names = self.class_names
+        if not _all_integers(names):
+            return np.arange(len(names), dtype=np.int64)
+        return np.array(sorted(int(name) for name in names), dtype=np.int64)
+
+    def label_codes(self, labels: Any, *, where: str = "the node's data") -> np.ndarray:
+        """A node's labels as the protocol's class set (integer labels, or name positions).
+
+        Raises
+        ------
+        ValueError
+            For a label outside the run's class set, naming it and the set.
+        """
+        names = self.class_names
+        text = [str(v) for v in np.asarray(labels).tolist()]
+        if _all_integers(names):
+            bad = sorted({t for t in text if not _all_integers([t])})
+            codes = np.array([int(t) for t in text] if not bad else [], dtype=np.int64)
+            bad = bad or sorted(set(codes.tolist()) - set(self.class_set.tolist()))
+        else:
+            by_name = {name: code for code, name in enumerate(names)}
+            bad = sorted(set(text) - set(by_name))
+            codes = np.array([by_name.get(t, -1) for t in text], dtype=np.int64)
+        if bad:
+            raise ValueError(
+                f"labels {bad} of {where} are not in the run's class set {self.classes!r}"
+            )
+        return codes
 
     def head_grid_values(self) -> dict[str, list] | None:
         """Server-side head parameters searched with ``tau``, decoded (``None``: none)."""
@@ -324,16 +368,30 @@ class RunSettings:
         Seconds the server waits for ``num_clients`` nodes to connect.
     reply_timeout : float, default=300
         Seconds the server waits for the replies of one stage; a node that
-        has not answered by then is reported missing.
+        has not answered by then is reported missing ("hung or
+        disconnected").
+    progress_interval : float, default=10
+        Seconds between the server's progress lines while it waits for a
+        stage's replies ("stage upload: 2 of 3 clients answered (14 s)");
+        0 logs only the line at each stage's end.
+    retry_interval : float, default=10
+        Seconds after which the server sends a stage's message again to a
+        node whose message or reply the SuperLink reports lost (after a
+        SuperLink restart, say), as long as the stage's ``reply_timeout``
+        has not run out.
     output_dir : str, default=""
-        Where the server writes ``report.json``, ``global_head.npz`` and
-        ``reference.bin`` (nothing is written when empty).
+        Where the server writes each run's folder (``run-<run id>/`` with
+        ``report.json``, ``global_head.npz`` and ``reference.bin``) and the
+        ``latest`` and ``last-completed`` pointers (nothing is written when
+        empty; see :mod:`skslot.flower.outputs`).
     """
 
     num_clients: int = 0
     min_clients: int = 2
     connect_timeout: float = 60.0
     reply_timeout: float = 300.0
+    progress_interval: float = 10.0
+    retry_interval: float = 10.0
     output_dir: str = ""
 
     def _check_run(self) -> None:
@@ -342,6 +400,8 @@ class RunSettings:
             raise ValueError(f"num_clients must be an int >= 0, got {self.num_clients!r}")
         check_in_range("connect_timeout", self.connect_timeout, 0.0, None)
         check_in_range("reply_timeout", self.reply_timeout, 0.0, None)
+        check_in_range("progress_interval", self.progress_interval, 0.0, None)
+        check_in_range("retry_interval", self.retry_interval, 0.0, None)
         if not isinstance(self.output_dir, str):
             raise ValueError(f"output_dir must be a string, got {self.output_dir!r}")
 
@@ -377,6 +437,17 @@ class DeploymentConfig(
         self._check_data()
         self._check_privacy()
         self._check_run()
+        self.summary_estimator()._check_params()  # the summary kind with the privacy settings
+
+    def summary_estimator(self) -> GaussianSummaryEstimator:
+        """How every client summarises its rows: the summary kind and its privacy."""
+        private = self.epsilon is not None
+        return GaussianSummaryEstimator(
+            covariance=self.summary_covariance,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            clip_norm=self.clip_norm if private else None,
+        )
 
     def protocol(self) -> OneShotProtocol:
         """The run's protocol driver (:class:`skslot.protocol.OneShotProtocol`)."""
@@ -433,6 +504,11 @@ class DeploymentConfig(
             key.replace("_", "-"): "none" if value is None else value
             for key, value in asdict(self).items()
         }
+
+
+def _all_integers(texts: list[str]) -> bool:
+    """Whether every text is an integer label (``"3"``, ``"-1"``; not ``"3.0"``)."""
+    return all(t.strip().lstrip("+-").isdigit() for t in texts)
 
 
 def _json_object(text: str, name: str) -> dict[str, Any]:

@@ -1,9 +1,29 @@
-"""What the ServerApp writes to its output directory, atomically and never stale."""
+"""What the ServerApp writes to its output directory: one folder per run, never overwritten.
+
+Layout of ``output_dir``::
+
+    output_dir/
+        run-<flower run id>/        one folder per run (a UTC time stamp without a run id)
+            report.json             "running" from the start, then "completed" or "failed"
+            global_head.npz         completed runs only (classes, coef, intercept)
+            reference.bin           completed runs only (the reference summary)
+        latest                      text: the folder of the most recent run (written at its start)
+        last-completed              text: the folder of the most recent completed run
+
+A run never deletes or rewrites another run's files: its folder is created
+new (a name already taken gets a suffix), and every file is written to a
+temporary name and moved into place, so a reader sees a whole file or none.
+``global_head.npz`` and ``reference.bin`` are written before the final
+``report.json``, and ``last-completed`` after it, so a folder whose report
+says ``completed`` is complete.  A server killed mid-run leaves its folder's
+report at ``"running"``: it never looks completed.
+"""
 
 from __future__ import annotations
 
 import io
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -11,13 +31,28 @@ import numpy as np
 from ..heads import LinearScores
 from ..protocol import ProtocolReport
 
-__all__ = ["OUTPUT_FILES", "write_outputs"]
+__all__ = [
+    "LAST_COMPLETED",
+    "LATEST",
+    "OUTPUT_FILES",
+    "RunOutputs",
+    "read_pointer",
+    "utc_now",
+    "write_outputs",
+]
 
 OUTPUT_FILES = ("report.json", "global_head.npz", "reference.bin")
+#: Pointer files in ``output_dir``: each holds one run folder's name.
+LATEST, LAST_COMPLETED = "latest", "last-completed"
+
+
+def utc_now() -> str:
+    """The current UTC time, ISO 8601 to the second (``2026-01-31T12:00:00Z``)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
 
@@ -28,14 +63,15 @@ def write_outputs(
     scores: LinearScores | None = None,
     reference: bytes | None = None,
 ) -> None:
-    """``report.json``, and for a completed run ``global_head.npz`` and ``reference.bin``.
+    """One run's files in ``directory``: ``report.json``, and with a head its head and reference.
 
-    Files of an earlier run are removed first, and each file is written
-    atomically, so the directory never mixes two runs.
+    Files of :data:`OUTPUT_FILES` already there are removed first and each
+    file is written atomically, the report last, so the folder never mixes
+    two writes.  :class:`RunOutputs` gives each run its own folder.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    for name in OUTPUT_FILES:
+    for name in OUTPUT_FILES[1:]:
         (directory / name).unlink(missing_ok=True)
     if scores is not None:
         buffer = io.BytesIO()
@@ -44,3 +80,70 @@ def write_outputs(
     if reference is not None:
         _write_atomically(directory / "reference.bin", reference)
     _write_atomically(directory / "report.json", report.to_json().encode())
+
+
+def read_pointer(output_dir: str | Path, name: str = LATEST) -> Path | None:
+    """The run folder a pointer file (``latest`` or ``last-completed``) names, or ``None``."""
+    pointer = Path(output_dir) / name
+    try:
+        folder = pointer.read_text().strip()
+    except FileNotFoundError:
+        return None
+    if not folder or "/" in folder or "\\" in folder or folder.startswith("."):
+        raise ValueError(f"{pointer} does not hold a run folder's name: {folder!r}")
+    return Path(output_dir) / folder
+
+
+class RunOutputs:
+    """One run's folder in ``output_dir``, created new at the run's start.
+
+    Parameters
+    ----------
+    output_dir : path
+        The deployment's output directory (created if needed).
+    run_id : int or None
+        The Flower run id: the folder is ``run-<run_id>``; without one (0 or
+        ``None``) it is the start's UTC time stamp.  A name already taken gets
+        ``-2``, ``-3``, ... so no earlier run's folder is ever reused.
+    """
+
+    def __init__(self, output_dir: str | Path, run_id: int | None = None) -> None:
+        self.output_dir = Path(output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        stem = f"run-{run_id}" if run_id else datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        for k in range(1, 10_000):
+            path = self.output_dir / (stem if k == 1 else f"{stem}-{k}")
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            break
+        else:  # pragma: no cover - ten thousand runs with one id
+            raise FileExistsError(f"no free run folder {stem}-<k> in {self.output_dir}")
+        self.path = path
+
+    @property
+    def name(self) -> str:
+        """The run folder's name."""
+        return self.path.name
+
+    def _point(self, pointer: str) -> None:
+        _write_atomically(self.output_dir / pointer, f"{self.name}\n".encode())
+
+    def start(self, report: ProtocolReport) -> None:
+        """``report.json`` saying ``running``, and ``latest`` pointing at this run."""
+        write_outputs(self.path, report)
+        self._point(LATEST)
+
+    def update(self, report: ProtocolReport) -> None:
+        """Rewrite ``report.json`` of a run still going on."""
+        write_outputs(self.path, report)
+
+    def completed(self, report: ProtocolReport, scores: LinearScores, reference: bytes) -> None:
+        """The head, the reference, the final report, then ``last-completed``."""
+        write_outputs(self.path, report, scores, reference)
+        self._point(LAST_COMPLETED)
+
+    def failed(self, report: ProtocolReport) -> None:
+        """The final report of a failed run (no head, no reference; no pointer moves)."""
+        write_outputs(self.path, report)

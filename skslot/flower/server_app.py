@@ -11,9 +11,10 @@ a node that does not answer within ``reply_timeout``, answers with an error,
 or sends a payload that fails a check is left out of the rest of the run and
 named in the report.  The run goes on while at least ``min_clients`` remain,
 and otherwise stops with a :class:`DeploymentError` carrying the report.
-Whatever happens, the run's output directory ends with a ``report.json``
-whose ``status`` says ``"completed"`` or ``"failed"``, and never keeps a
-stale head or reference from an earlier run (:mod:`skslot.flower.outputs`).
+With an ``output-dir``, each run writes to a folder of its own
+(``run-<flower run id>``, :mod:`skslot.flower.outputs`) whose ``report.json``
+says ``"running"`` from the start and ends ``"completed"`` or ``"failed"``;
+no run touches another run's files.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..heads import LinearScores
 from ..protocol import ProtocolReport, ProtocolRunError
 from ..protocol.report import logger as protocol_logger
 from .config import DeploymentConfig
-from .outputs import write_outputs
+from .outputs import RunOutputs, utc_now, write_outputs
 from .transport import FlowerTransport
 
 __all__ = ["DeploymentError", "DeploymentReport", "app", "run_one_shot", "write_outputs"]
@@ -77,6 +78,8 @@ def run_one_shot(
         num_clients=config.num_clients,
         connect_timeout=config.connect_timeout,
         reply_timeout=config.reply_timeout,
+        progress_interval=config.progress_interval,
+        retry_interval=config.retry_interval,
     )
     if not config.defence:
         protocol_logger.warning(
@@ -84,7 +87,12 @@ def run_one_shot(
         )
     if config.epsilon is not None:
         protocol_logger.warning("skslot: %s", PRIVACY_SCOPE)
-    result = protocol.run(transport, config.class_set)
+    try:
+        result = protocol.run(transport, config.class_set)
+    except ProtocolRunError as exc:
+        exc.report.waits = transport.waits
+        raise
+    result.report.waits = transport.waits
     if config.epsilon is not None:
         result.report.privacy = PRIVACY_SCOPE
     protocol_logger.info("skslot: %d node(s) took part", len(result.report.nodes))
@@ -95,6 +103,17 @@ def run_one_shot(
     )
 
 
+def _start_outputs(context: Context, report: ProtocolReport) -> RunOutputs | None:
+    """This run's folder in the run config's ``output-dir``, its report saying "running"."""
+    output_dir = context.run_config.get("output-dir")
+    if not isinstance(output_dir, str) or not output_dir:
+        return None
+    outputs = RunOutputs(output_dir, report.run_id)
+    outputs.start(report)
+    log(logging.INFO, "skslot: this run writes to %s", outputs.path)
+    return outputs
+
+
 app = ServerApp()
 
 
@@ -102,29 +121,47 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Flower entry point: run the protocol with the run config, log and save the report.
 
-    A run that fails writes ``report.json`` with ``status = "failed"`` and the
-    reason, then raises, so the ServerApp exits with an error.
+    With ``output-dir`` set, the run gets its own folder there
+    (:class:`~skslot.flower.outputs.RunOutputs`): its ``report.json`` says
+    ``"running"`` from the start, then ``"completed"`` (with the head and the
+    reference beside it) or ``"failed"`` with the reason.  A failed run
+    (a bad run config included) raises, so Flower marks the run failed.
     """
     _forward_protocol_log()
-    config = DeploymentConfig.from_run_config(context.run_config)
+    started = ProtocolReport(
+        config=dict(context.run_config), run_id=context.run_id or None, started_at=utc_now()
+    )
+    outputs = _start_outputs(context, started)
     try:
+        config = DeploymentConfig.from_run_config(context.run_config)
+        started.config = config.to_run_config()
         report, scores, reference = run_one_shot(grid, config)
-    except Exception as exc:
-        failed = getattr(exc, "report", None) or ProtocolReport(config=config.to_run_config())
+    except BaseException as exc:
+        failed = getattr(exc, "report", None) or started
         failed.status, failed.error = "failed", f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, Exception):  # stopped: SIGINT/SIGTERM from Flower or a user
+            failed.error = f"stopped ({type(exc).__name__})"
+        failed.run_id, failed.started_at = started.run_id, started.started_at
+        failed.finished_at = utc_now()
         log(logging.ERROR, "skslot: the run failed: %s", failed.error)
-        if config.output_dir:
-            write_outputs(config.output_dir, failed)
+        if outputs is not None:
+            outputs.failed(failed)
         raise
+    report.run_id, report.started_at, report.finished_at = (
+        started.run_id,
+        started.started_at,
+        utc_now(),
+    )
     log(
         logging.INFO,
-        "skslot: %s + SLOT (tau=%.2f%s): macro accuracy %.4f over %d clients %s",
+        "skslot: %s + SLOT (tau=%.2f%s): macro accuracy %.4f over %d clients: %s",
         config.head,
         report.tau,
         ", chosen by validation" if config.auto else "",
         report.macro_accuracy,
         len(report.accuracy),
-        report.accuracy,
+        "; ".join(f"{report.name(node)} {value:.4f}" for node, value in report.accuracy.items()),
     )
-    if config.output_dir:
-        write_outputs(config.output_dir, report, scores, reference)
+    if outputs is not None:
+        outputs.completed(report, scores, reference)
+        log(logging.INFO, "skslot: completed; outputs in %s", outputs.path)

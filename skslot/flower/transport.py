@@ -7,7 +7,17 @@ with every check a single message allows (wire format, the configured
 dimension bound and class set, sizes capped before anything is allocated).
 A node that does not answer in time is *missing*; one whose reply is an
 error or fails its checks is *rejected*, with the reason.  Clients are
-addressed by their Flower node id, never by a label they declare.
+addressed by their Flower node id, never by a label they declare (logs show
+the label next to the id once the node's summary is decoded).
+
+While it waits for a stage's replies the transport polls the SuperLink
+(``Grid.push_messages``, then ``Grid.pull_messages`` until every node has
+answered or ``reply_timeout`` is up), logs how many have answered every
+``progress_interval`` seconds, and sends a node's message again when the
+SuperLink reports it or its reply lost (a reply that expired or whose
+contents are unavailable, a node that missed its heartbeats, a push the
+SuperLink refused), ``retry_interval`` seconds later and within the same
+``reply_timeout``.  A node's first reply counts; later ones are ignored.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from typing import Any
 
 import numpy as np
 from flwr.app import Message, RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid
 
 from ..gaussian import GaussianSummary, SummaryFormatError
@@ -32,6 +43,7 @@ from ..protocol import (
     UploadRequest,
     ValidationRequest,
 )
+from ..protocol.report import client_name, logger
 from ..selection import ValidationCounts
 from . import messages
 
@@ -45,6 +57,14 @@ MESSAGE_TYPES = {
     "refit": "train.updates",
     "evaluation": "evaluate.head",
 }
+
+#: Seconds between the first polls for a stage's replies, and at most.
+_FIRST_POLL, _LAST_POLL = 0.05, 1.0
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
+
 
 _DECODE_ERRORS = (messages.ProtocolError, SummaryFormatError, StatisticsFormatError)
 
@@ -69,6 +89,19 @@ class FlowerTransport:
         connected after ``connect_timeout``.
     connect_timeout, reply_timeout : float
         Seconds to wait for nodes to connect, and for the replies of a stage.
+    progress_interval : float, default=10
+        Seconds between the progress lines logged while a stage's replies are
+        awaited (0: only the line at the stage's end).
+    retry_interval : float, default=10
+        Seconds before a message the SuperLink reports lost is sent again to
+        its node (within ``reply_timeout``).
+
+    Attributes
+    ----------
+    waits : dict
+        Per stage: seconds waited, nodes asked and answered, messages re-sent
+        per node, and why each missing node is missing; ``"connect"``: the
+        seconds waited for the nodes, and how many there were.
     """
 
     def __init__(
@@ -83,52 +116,54 @@ class FlowerTransport:
         num_clients: int = 0,
         connect_timeout: float = 60.0,
         reply_timeout: float = 300.0,
+        progress_interval: float = 10.0,
+        retry_interval: float = 10.0,
     ) -> None:
         self.grid, self.head, self.classes = grid, head, np.asarray(classes)
         self.summary_dtype = summary_dtype
         self.n_features, self.max_dimension = n_features, max_dimension
         self.num_clients = num_clients
         self.connect_timeout, self.reply_timeout = connect_timeout, reply_timeout
+        self.progress_interval, self.retry_interval = progress_interval, retry_interval
+        self.waits: dict[str, dict] = {}
         self._dimension: dict[int, int] = {}  # each node's summary dimension, as decoded
+        self._labels: dict[int, Any] = {}  # the label each node's summary declared
 
     def parties(self) -> list[Hashable]:
         """The connected nodes (waiting up to ``connect_timeout`` for ``num_clients``)."""
-        deadline = time.monotonic() + self.connect_timeout
+        start = time.monotonic()
+        deadline = start + self.connect_timeout
         while True:
             nodes = sorted(self.grid.get_node_ids())
             if (self.num_clients and len(nodes) >= self.num_clients) or (
                 time.monotonic() > deadline
             ):
+                self.waits["connect"] = {
+                    "seconds": round(time.monotonic() - start, 3),
+                    "nodes": len(nodes),
+                }
+                logger.info(
+                    "skslot: %d node(s) connected (%s)",
+                    len(nodes),
+                    _seconds(time.monotonic() - start),
+                )
                 return nodes
             time.sleep(0.5)
 
     def exchange(self, stage: str, requests: Mapping[Hashable, Any]) -> Exchange:
         """Send one message per node, wait for the replies, decode and check each."""
         result = Exchange()
-        outgoing = []
-        for node, request in requests.items():
-            content = self._encode(request)
-            result.bytes_sent[node] = messages.payload_bytes(content)
-            outgoing.append(
-                Message(
-                    content,
-                    dst_node_id=node,
-                    message_type=MESSAGE_TYPES[stage],
-                    group_id=stage,
-                )
-            )
-        answered, received = set(), {}
-        for reply in self.grid.send_and_receive(outgoing, timeout=self.reply_timeout):
-            node = reply.metadata.src_node_id
-            if node not in requests or node in answered:
-                continue  # not asked, or a duplicate: ignored
-            answered.add(node)
+        contents = {node: self._encode(request) for node, request in requests.items()}
+        received, sends = self._wait(stage, contents)
+        for node, content in contents.items():
+            result.bytes_sent[node] = messages.payload_bytes(content) * max(sends[node], 1)
+        for node, reply in list(received.items()):
             if reply.has_error():
                 result.rejected[node] = f"client error: {reply.error.reason}"
+                del received[node]
                 continue
             result.bytes_received[node] = messages.payload_bytes(reply.content)
-            received[node] = reply
-        result.missing = sorted(set(requests) - answered)
+        result.missing = sorted(set(requests) - set(received) - set(result.rejected))
         if stage == "upload":
             self._decode_uploads(received, result)
             return result
@@ -138,6 +173,149 @@ class FlowerTransport:
             except _DECODE_ERRORS as exc:
                 result.rejected[node] = str(exc)
         return result
+
+    # -- waiting for a stage's replies -------------------------------------------------
+
+    def name(self, node: Hashable) -> str:
+        """How logs name a node: its id, and the label its summary declared once decoded."""
+        return client_name(node, self._labels.get(node))
+
+    def _names(self, nodes: list, most: int = 3) -> str:
+        shown = ", ".join(self.name(n) for n in nodes[:most])
+        return shown + (f" and {len(nodes) - most} more" if len(nodes) > most else "")
+
+    def _wait(
+        self, stage: str, contents: Mapping[Hashable, RecordDict]
+    ) -> tuple[dict[Hashable, Message], Counter]:
+        """Push the stage's messages, then poll for the replies until all came or time is up.
+
+        Returns each node's first reply (later ones, and replies from nodes
+        not asked, are ignored) and how many times each node was sent its
+        message.  A message the SuperLink reports lost (its reply expired or
+        unavailable, the node unavailable, or the push refused) is sent again
+        to that node after ``retry_interval`` seconds, within the stage's
+        ``reply_timeout``; a node that has not answered by then is missing.
+        A progress line is logged every ``progress_interval`` seconds while
+        the server waits, and one when the stage ends.
+        """
+        due = dict.fromkeys(contents, 0.0)  # nodes to (re)send to, and when
+        pending: dict[str, Hashable] = {}  # message id -> node, sent and not answered
+        answered: dict[Hashable, Message] = {}
+        sends: Counter = Counter()
+        lost: dict[Hashable, str] = {}
+        self._push(stage, list(contents), contents, pending, due, sends, lost)
+        start = time.monotonic()  # as Grid.send_and_receive: the timeout runs from the push
+        deadline = start + self.reply_timeout
+        next_line = start + self.progress_interval
+        pause = _FIRST_POLL
+        while True:
+            now = time.monotonic()
+            ready = [node for node, at in due.items() if at <= now]
+            if ready:
+                self._push(stage, ready, contents, pending, due, sends, lost)
+            if pending:
+                for reply in self.grid.pull_messages(list(pending)):
+                    self._take(stage, reply, contents, pending, due, answered, lost)
+            now = time.monotonic()
+            if len(answered) == len(contents) or now >= deadline:
+                break
+            if self.progress_interval and now >= next_line:
+                self._progress(stage, contents, answered, now - start)
+                next_line = now + self.progress_interval
+            wake = min([deadline, *due.values()] + ([next_line] if self.progress_interval else []))
+            time.sleep(max(0.0, min(pause, wake - now)))
+            pause = min(2 * pause, _LAST_POLL)
+        elapsed = time.monotonic() - start
+        missing = [node for node in contents if node not in answered]
+        why = {
+            node: f"did not answer within reply-timeout = {self.reply_timeout:g} s: "
+            "hung or disconnected"
+            + (f" (sent {sends[node]} times; last lost: {lost[node]})" if node in lost else "")
+            for node in missing
+        }
+        self.waits[stage] = {
+            "seconds": round(elapsed, 3),
+            "asked": len(contents),
+            "answered": len(answered),
+            "resent": {node: sends[node] - 1 for node in contents if sends[node] > 1},
+            "missing": why,
+        }
+        line = f"skslot: stage {stage}: {len(answered)} of {len(contents)} clients answered"
+        line += f" ({_seconds(elapsed)})"
+        if missing:
+            logger.warning(
+                "%s; %s",
+                line,
+                "; ".join(f"{self.name(node)} {why[node]}" for node in missing),
+            )
+        else:
+            logger.info("%s", line)
+        return answered, sends
+
+    def _push(self, stage, ready, contents, pending, due, sends, lost) -> None:
+        outgoing = [
+            Message(
+                contents[node],
+                dst_node_id=node,
+                message_type=MESSAGE_TYPES[stage],
+                group_id=stage,
+            )
+            for node in ready
+        ]
+        ids = list(self.grid.push_messages(outgoing))
+        ids += [None] * (len(ready) - len(ids))
+        now = time.monotonic()
+        for node, message_id in zip(ready, ids, strict=True):
+            if message_id:
+                pending[message_id] = node
+                sends[node] += 1
+                del due[node]
+            else:
+                lost[node] = "the SuperLink did not take the message"
+                due[node] = now + self.retry_interval
+                logger.warning(
+                    "skslot: stage %s: the SuperLink did not take the message to %s; "
+                    "sending it again in %g s",
+                    stage,
+                    self.name(node),
+                    self.retry_interval,
+                )
+
+    def _take(self, stage, reply, contents, pending, due, answered, lost) -> None:
+        meta = reply.metadata
+        if meta.src_node_id == SUPERLINK_NODE_ID:  # the SuperLink's note: lost on the way
+            node = pending.pop(meta.reply_to_message_id, None)
+            if node is None or node in answered or node in pending.values():
+                return
+            lost[node] = reply.error.reason if reply.has_error() else "no reply"
+            due[node] = time.monotonic() + self.retry_interval
+            logger.warning(
+                "skslot: stage %s: the message to %s or its reply was lost (%s); "
+                "sending it again in %g s",
+                stage,
+                self.name(node),
+                lost[node],
+                self.retry_interval,
+            )
+            return
+        node = meta.src_node_id
+        if node not in contents or node in answered:
+            return  # not asked, or a duplicate: ignored
+        answered[node] = reply
+        due.pop(node, None)
+        for message_id in [m for m, n in pending.items() if n == node]:
+            del pending[message_id]
+
+    def _progress(self, stage, contents, answered, elapsed) -> None:
+        waiting = [node for node in contents if node not in answered]
+        logger.info(
+            "skslot: stage %s: %d of %d clients answered (%s); waiting for %s",
+            stage,
+            len(answered),
+            len(contents),
+            _seconds(elapsed),
+            self._names(waiting),
+        )
 
     # -- requests out ------------------------------------------------------------------
 
@@ -203,6 +381,7 @@ class FlowerTransport:
                 result.rejected[node] = str(exc)
                 continue
             summaries[node] = (summary, len(payload), *rest)
+            self._labels[node] = summary.client
         dims = Counter(summary.dimension for summary, *_ in summaries.values())
         m = self.n_features or (max(dims, key=lambda d: (dims[d], -d)) if dims else 0)
         for node, (summary, size, n_fit, n_test, statistics, validation) in summaries.items():

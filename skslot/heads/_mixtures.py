@@ -167,7 +167,7 @@ class ClassMixtures:
         """Rows the mixtures describe, skipped classes included."""
         return int(sum(mx.n for mx in self.mixtures) + sum(k for _, k in self.skipped))
 
-    def implied_moments(self) -> None:
+    def implied_moments(self, covariance: str = "total") -> None:
         """What these mixtures imply of the client's total mean and variance: not derived yet.
 
         (The server checks a head's statistics against the client's summary

@@ -150,14 +150,17 @@ class ClassStatistics:
         check_psd_up_to_rounding("the Gram matrix", moments.centred().gram, 1e-12)
         return cls(np.asarray(classes), counts.astype(np.float64), sums, moments)
 
-    def implied_moments(self) -> tuple[np.ndarray, float]:
-        """The mean and the total variance ``tr(S)`` of the rows these statistics describe.
+    def implied_moments(self, covariance: str = "total") -> tuple[np.ndarray, float]:
+        """The mean and a total variance ``tr(S)`` of the rows these statistics describe.
 
-        What the server compares with the same client's summary
+        ``S`` is the covariance of all rows (``covariance="total"``) or of the
+        class-centred rows (``"within"``): what the server compares with the
+        same client's summary of that kind
         (:func:`skslot.defence.inconsistent_statistics`).
         """
-        centred = self.moments.centred()
-        return centred.mean, float(np.trace(centred.gram)) / centred.n
+        total, within = pooled_covariances(self)
+        S = total if covariance == "total" else within
+        return self.moments.mean, float(np.trace(S))
 
     @property
     def class_means(self) -> np.ndarray:

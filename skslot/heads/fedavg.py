@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import numpy as np
 import scipy.optimize
 from scipy.special import log_softmax
+from sklearn.exceptions import ConvergenceWarning
 
 from .._validation import check_in_range, check_option, check_positive_int, client_weights
 from ..wire.arrays import ArrayMessage, read_array, read_count, read_sample_count
@@ -74,6 +76,10 @@ class LinearHeadUpdate:
         )
 
 
+#: Features whose root-mean-square entry exceeds this are solved in rescaled coordinates.
+RESCALE_ABOVE = 1e3
+
+
 def fit_softmax_regression(
     X: np.ndarray,
     codes: np.ndarray,
@@ -91,11 +97,25 @@ def fit_softmax_regression(
     ``n_classes`` classes, including those absent from ``codes``, starting from
     ``init`` (packed ``[W, b]`` of shape ``(n_classes, m + 1)``).  Stops when
     the largest gradient entry is below ``tol`` (as scikit-learn's ``lbfgs``
-    solver) or after ``max_iter`` iterations.  Returns the
-    packed solution and the number of iterations run.
+    solver) or after ``max_iter`` iterations.  Returns the packed solution and
+    the number of iterations run, and warns (``ConvergenceWarning``) when it
+    stopped at ``max_iter`` or could not take a single step.
+
+    Features of a very large scale (root-mean-square entry above
+    :data:`RESCALE_ABOVE`) are solved in rescaled coordinates ``x / s``,
+    ``W s``, with ``C s^2``: the same objective and optimum, but a first
+    step L-BFGS can take (at ``1e20`` it would otherwise stop at once).
     """
-    n, m = X.shape
     X = np.ascontiguousarray(X, dtype=np.float64)
+    n, m = X.shape
+    scale = float(np.sqrt(np.mean(X * X))) if X.size else 1.0
+    if scale > RESCALE_ABOVE:
+        X = X / scale
+        init = init.copy()
+        init[:, :m] *= scale
+        C = C * scale**2
+    else:
+        scale = 1.0
     rows = np.arange(n)
 
     def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
@@ -117,7 +137,24 @@ def fit_softmax_regression(
         method="L-BFGS-B",
         options={"maxiter": max_iter, "gtol": tol, "ftol": 64 * np.finfo(float).eps},
     )
-    return result.x.reshape(n_classes, m + 1), int(result.nit)
+    n_iter = int(result.nit)
+    if n_iter >= max_iter:
+        warnings.warn(
+            f"local training reached max_iter={max_iter} before its gradient tolerance "
+            f"tol={tol:g}; increase max_iter for a converged local head",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    elif n_iter == 0 and np.max(np.abs(objective(result.x)[1])) > tol:
+        warnings.warn(
+            f"local training took no step ({result.message}): the local head is its "
+            "initialisation; check the features' scale and the data",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    Wb = result.x.reshape(n_classes, m + 1)
+    Wb[:, :m] /= scale
+    return Wb, n_iter
 
 
 class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):

@@ -100,7 +100,7 @@ class ClientParty:
     def summarise(self) -> GaussianSummary:
         """The summary of this client's training rows."""
         estimator = self.summary_estimator or GaussianSummaryEstimator()
-        return estimator.fit(self.X, client=self.label).summaries_[self.label]
+        return estimator.fit(self.X, self.y, client=self.label).summaries_[self.label]
 
     @property
     def split(self) -> tuple[np.ndarray, np.ndarray] | None:

@@ -158,6 +158,10 @@ class OneShotProtocol:
     evaluate : bool, default=True
         Run the ``evaluation`` stage (clients score the global head on their
         test rows).
+    summary_covariance : {"total", "within"}, default="total"
+        What the clients' summaries describe (all rows, or class-centred
+        rows: :class:`~skslot.GaussianSummaryEstimator`), so the server checks
+        each client's statistics against its summary of that kind.
     config : dict, optional
         Shown in the report.
     """
@@ -177,6 +181,7 @@ class OneShotProtocol:
         min_clients: int = 1,
         random_state: int | np.random.RandomState | None = None,
         evaluate: bool = True,
+        summary_covariance: str = "total",
         config: dict | None = None,
     ) -> None:
         if not isinstance(head, OneShotHead):
@@ -210,6 +215,9 @@ class OneShotProtocol:
         self.min_clients = min_clients
         self.random_state = random_state
         self.evaluate = evaluate
+        self.summary_covariance = check_option(
+            "summary_covariance", summary_covariance, ("total", "within")
+        )
         self.config = dict(config or {})
 
     @property
@@ -402,6 +410,7 @@ class _Run:
                 auto=protocol.auto,
                 uploads_statistics=head.protocol.uploads_statistics,
                 consistency=consistency,
+                summary_covariance=protocol.summary_covariance,
             )
             if why:
                 report.reject("upload", c, why)

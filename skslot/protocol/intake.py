@@ -39,7 +39,13 @@ def run_dimension(uploads: Mapping[Any, Upload]) -> int | None:
 
 
 def upload_problem(
-    upload: Upload, n_features: int, *, auto: bool, uploads_statistics: bool, consistency: bool
+    upload: Upload,
+    n_features: int,
+    *,
+    auto: bool,
+    uploads_statistics: bool,
+    consistency: bool,
+    summary_covariance: str = "total",
 ) -> str | None:
     """Why an upload does not fit the run: its parts, statistics and summary must agree."""
     summary = upload.summary
@@ -57,7 +63,7 @@ def upload_problem(
         rows = upload.statistics
         if upload.validation is not None:
             rows = rows.merge(upload.validation)
-        implied = rows.implied_moments()
+        implied = rows.implied_moments(summary_covariance)
         if implied is not None:
             why = inconsistent_statistics(summary, *implied)
             if why:

@@ -9,10 +9,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ProtocolReport", "ProtocolRunError", "logger"]
+__all__ = ["ProtocolReport", "ProtocolRunError", "client_name", "logger"]
 
 #: The protocol's log (the Flower ServerApp forwards it to Flower's console).
 logger = logging.getLogger("skslot.protocol")
+
+
+def client_name(node: Any, label: Any = None) -> str:
+    """``node <id> (client <label>)``, or ``node <id>`` when the client declared no label.
+
+    The one way logs and errors name a client: by its address, which is what
+    identifies it, with the label it declared, which is only informational.
+    """
+    return f"node {node}" if label is None else f"node {node} (client {label!r})"
 
 
 @dataclass
@@ -27,8 +36,16 @@ class ProtocolReport:
     config : dict
         The run configuration.
     status : {"running", "completed", "failed"}
+        ``"running"`` from the start until the run ends (a deployment's
+        ``report.json`` says so while the run goes on, and still says so if
+        its server process was killed).
     error : str or None
         Why a failed run stopped.
+    run_id : int or None
+        The transport's run identifier (the Flower run id), where there is one.
+    started_at, finished_at : str or None
+        UTC times (ISO 8601) of the run's start and end, where the transport
+        records them.
     stages : list of str
         The stages run, in order.
     nodes : list
@@ -38,6 +55,11 @@ class ProtocolReport:
         client *is* its address).
     missing : dict
         Per stage, the clients that did not answer in time.
+    waits : dict
+        Per stage, where the transport measures it: seconds waited, clients
+        asked and answered, messages re-sent per client, and why each missing
+        client is missing (and ``"connect"``: seconds waited for the clients
+        to connect, and how many did).
     rejected : dict
         Per stage, ``{client: reason}`` for replies that were errors or failed
         validation.
@@ -67,10 +89,14 @@ class ProtocolReport:
     config: dict
     status: str = "running"
     error: str | None = None
+    run_id: int | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
     stages: list = field(default_factory=list)
     nodes: list = field(default_factory=list)
     clients: dict = field(default_factory=dict)
     missing: dict = field(default_factory=dict)
+    waits: dict = field(default_factory=dict)
     rejected: dict = field(default_factory=dict)
     bytes_sent: dict = field(default_factory=dict)
     bytes_received: dict = field(default_factory=dict)
@@ -89,9 +115,7 @@ class ProtocolReport:
 
     def name(self, node: Any) -> str:
         """``node <id> (client <label>)``, or just the node when it declared no label."""
-        if node in self.clients:
-            return f"node {node} (client {self.clients[node]!r})"
-        return f"node {node}"
+        return client_name(node, self.clients.get(node))
 
     def reject(self, stage: str, node: Any, reason: Exception | str) -> None:
         self.rejected.setdefault(stage, {})[node] = str(reason)

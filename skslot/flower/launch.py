@@ -1,0 +1,413 @@
+"""Run a Flower App on a SuperLink and wait for its outcome: non-zero when the run failed.
+
+``flwr run APP SUPERLINK --stream`` exits 0 once the log stream ends, whether the
+ServerApp completed or raised (Flower 1.42: ``flwr.cli.run`` starts the run and
+streams its log, and ``flwr.cli.log`` ends the stream when the run is
+finished, whatever its sub-status).  :func:`run_and_wait` starts the run,
+streams its log, then asks the SuperLink how the run ended
+(``flwr ls SUPERLINK --run-id ID --format json``: ``finished:completed``,
+``finished:failed`` or ``finished:stopped``) and reads the run's own
+``report.json`` (``output-dir/run-<id>/``) when it can see that folder.  It
+keeps waiting through a SuperLink restart (the log stream is attached again,
+without repeating what was shown), up to ``reconnect_timeout`` seconds of
+unreachable SuperLink.
+
+Its exit codes: :data:`COMPLETED` (0), :data:`FAILED` (1: the run failed or was
+stopped), :data:`NOT_STARTED` (2: the SuperLink refused or could not be
+reached), :data:`UNKNOWN` (3: the outcome could not be learnt in time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["COMPLETED", "FAILED", "NOT_STARTED", "UNKNOWN", "RunOutcome", "launch", "run_and_wait"]
+
+COMPLETED, FAILED, NOT_STARTED, UNKNOWN = 0, 1, 2, 3
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: Seconds one ``flwr run`` (start only) or ``flwr ls`` call may take.
+_CLI_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a launched run ended.
+
+    Attributes
+    ----------
+    exit_code : int
+        :data:`COMPLETED`, :data:`FAILED`, :data:`NOT_STARTED` or :data:`UNKNOWN`.
+    run_id : int or None
+        The Flower run id (``None`` when the run was not started).
+    status : str
+        Flower's status of the run (``"finished:completed"``, ...), or what
+        went wrong before one was known.
+    reason : str
+        One line: why the run failed, or what it achieved.
+    folder : Path or None
+        The run's output folder, when the launcher could read its report.
+    report : dict or None
+        The run's ``report.json``, when the launcher could read it.
+    """
+
+    exit_code: int
+    run_id: int | None
+    status: str
+    reason: str
+    folder: Path | None = None
+    report: dict | None = None
+
+    @property
+    def line(self) -> str:
+        """The one-line summary :func:`run_and_wait` prints."""
+        run = f"run {self.run_id}" if self.run_id is not None else "the run"
+        word = {COMPLETED: "completed", FAILED: "failed", NOT_STARTED: "was not started"}
+        return f"skslot: {run} {word.get(self.exit_code, 'has no known outcome')}: {self.reason}"
+
+
+def _flwr() -> list[str]:
+    """The ``flwr`` CLI of this environment (beside the interpreter), else the one on PATH."""
+    beside = Path(sys.executable).parent / "flwr"
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("flwr")
+    if found is None:
+        raise FileNotFoundError("the Flower CLI 'flwr' is missing: pip install 'skslot[flower]'")
+    return [found]
+
+
+def _one_line(text: str, most: int = 600) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def _json_of(stdout: str) -> dict | None:
+    """The JSON object a ``flwr ... --format json`` command printed, or ``None``."""
+    start = stdout.find("{")
+    if start < 0:
+        return None
+    try:
+        value = json.loads(stdout[start:])
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _run_config_dir(app_dir: Path, run_config: Sequence[str]) -> Path | None:
+    """The ``output-dir`` the run will use: the App's default with the overrides applied."""
+    from flwr.common.config import get_fused_config_from_dir, parse_config_args
+
+    try:
+        fused = get_fused_config_from_dir(app_dir, parse_config_args(list(run_config)))
+    except Exception:  # an App or override Flower itself will refuse: no folder to read
+        return None
+    value = fused.get("output-dir")
+    return Path(value) if isinstance(value, str) and value else None
+
+
+class _Stream:
+    """``flwr log RUN SUPERLINK --stream`` copied to ``out``, attached again after a drop.
+
+    Flower streams a run's log from its beginning; on a re-attach the part
+    already shown is skipped, so a SuperLink restart does not repeat lines.
+    """
+
+    def __init__(self, command: list[str], env: Mapping[str, str], out: IO[str]) -> None:
+        self.command, self.env, self.out = command, env, out
+        self.shown = ""
+        self.process: subprocess.Popen | None = None
+        self.thread: threading.Thread | None = None
+
+    def attach(self) -> None:
+        self.process = subprocess.Popen(
+            self.command,
+            env=dict(self.env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # the CLI's error box when the link drops: said below
+            text=True,
+            bufsize=1,
+        )
+        self.thread = threading.Thread(target=self._copy, args=(self.process,), daemon=True)
+        self.thread.start()
+
+    def _copy(self, process: subprocess.Popen) -> None:
+        position, replay = 0, True
+        for line in process.stdout:  # type: ignore[union-attr]
+            plain = _ANSI.sub("", line)
+            if "Starting logstream for run_id" in plain or plain.startswith("Using SuperLink:"):
+                continue  # the CLI's own lines, at every attach
+            if replay and self.shown.startswith(line, position):
+                position += len(line)  # shown before the stream dropped
+                continue
+            if replay:  # from here on the log is new (or not the one shown: show it all)
+                self.shown, replay = self.shown[:position], False
+            self.out.write(line)
+            self.out.flush()
+            self.shown += line
+
+    def wait(self, timeout: float | None) -> int | None:
+        """The stream's exit code, or ``None`` if it still runs after ``timeout`` seconds."""
+        assert self.process is not None and self.thread is not None
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self.thread.join(timeout=5)
+        return code
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def launch(
+    app_dir: str | os.PathLike,
+    superlink: str | None = None,
+    *,
+    run_config: Sequence[str] = (),
+    federation_config: Sequence[str] = (),
+    output_dir: str | os.PathLike | None = None,
+    stream: bool = True,
+    timeout: float | None = None,
+    reconnect_timeout: float = 120.0,
+    poll_interval: float = 2.0,
+    env: Mapping[str, str] | None = None,
+    out: IO[str] | None = None,
+) -> RunOutcome:
+    """Start a run of a Flower App, follow its log, and return how it ended.
+
+    Parameters
+    ----------
+    app_dir : path
+        The Flower App directory (``skslot flower-app`` writes one).
+    superlink : str, optional
+        The SuperLink connection's name in ``$FLWR_HOME/config.toml`` (the
+        second argument of ``flwr run``; its ``default`` when omitted).
+    run_config : sequence of str
+        ``flwr run --run-config`` values, such as ``"head='FedPFT' tau=0.6"``.
+    federation_config : sequence of str
+        ``flwr run --federation-config`` values.
+    output_dir : path, optional
+        Where the ServerApp writes its run folders; by default the run
+        config's ``output-dir`` (the App's value, with ``run_config`` applied).
+        When the launcher can read the run's ``report.json`` there, its error
+        is the reason given for a failed run.
+    stream : bool, default=True
+        Copy the run's log to ``out`` while it runs.
+    timeout : float, optional
+        Seconds to wait for the run to finish (no limit by default); past
+        it the outcome is :data:`UNKNOWN` and the run is left running.
+    reconnect_timeout : float, default=120
+        Seconds the SuperLink may stay unreachable (a restart) before the
+        outcome is :data:`UNKNOWN`.
+    poll_interval : float, default=2
+        Seconds between status queries while the log stream is down.
+    env : mapping, optional
+        The environment of the ``flwr`` commands (default: this process's).
+    out : file, optional
+        Where the log goes (default: ``sys.stdout``).
+
+    Returns
+    -------
+    RunOutcome
+    """
+    out = sys.stdout if out is None else out
+    env = dict(os.environ if env is None else env)
+    flwr = _flwr()
+    app_dir = Path(app_dir).expanduser().resolve()
+    connection = [superlink] if superlink else []
+    command = [*flwr, "run", str(app_dir), *connection, "--format", "json"]
+    for value in run_config:
+        command += ["--run-config", value]
+    for value in federation_config:
+        command += ["--federation-config", value]
+    try:
+        started = subprocess.run(
+            command, env=env, capture_output=True, text=True, check=False, timeout=_CLI_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        why = f"flwr run did not answer within {_CLI_TIMEOUT:g} s"
+        return RunOutcome(NOT_STARTED, None, "not started", why)
+    payload = _json_of(started.stdout)
+    if not payload or not payload.get("success") or not payload.get("run-id"):
+        why = (payload or {}).get("error-message") or started.stderr or started.stdout
+        return RunOutcome(NOT_STARTED, None, "not started", _one_line(why or "no reply"))
+    run_id = int(payload["run-id"])
+    folder_root = Path(output_dir) if output_dir else _run_config_dir(app_dir, run_config)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    log = _Stream([*flwr, "log", str(run_id), *connection, "--stream"], env, out)
+
+    def left() -> float | None:
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+    status, details, unreachable_since = "", "", None
+    try:
+        while True:
+            if stream:
+                log.attach()
+                code = log.wait(left())
+                if code not in (0, None) and unreachable_since is None:
+                    print(
+                        "skslot: the log stream dropped; asking the SuperLink", file=out, flush=True
+                    )
+            status, details = _status(flwr, connection, run_id, env)
+            if status.startswith("finished"):
+                break
+            now = time.monotonic()
+            if status == "unreachable":
+                unreachable_since = unreachable_since or now
+                if now - unreachable_since > reconnect_timeout:
+                    return RunOutcome(
+                        UNKNOWN,
+                        run_id,
+                        status,
+                        f"the SuperLink was unreachable for {reconnect_timeout:g} s: {details}",
+                    )
+            else:
+                unreachable_since = None
+            if deadline is not None and now >= deadline:
+                return RunOutcome(
+                    UNKNOWN, run_id, status, f"still {status or 'unknown'} after {timeout:g} s"
+                )
+            time.sleep(poll_interval)
+    finally:
+        log.close()
+    return _outcome(run_id, status, details, folder_root)
+
+
+def _status(flwr: list[str], connection: list[str], run_id: int, env: Mapping) -> tuple[str, str]:
+    """Flower's status of the run and its details, or ``("unreachable", why)``."""
+    command = [*flwr, "ls", *connection, "--run-id", str(run_id), "--format", "json"]
+    try:
+        listed = subprocess.run(
+            command,
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=_CLI_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        return "unreachable", f"flwr ls did not answer within {_CLI_TIMEOUT:g} s"
+    payload = _json_of(listed.stdout)
+    if not payload or not payload.get("success") or not payload.get("runs"):
+        why = (payload or {}).get("error-message") or listed.stderr or listed.stdout
+        return "unreachable", _one_line(why or "no reply")
+    run = payload["runs"][0]
+    return str(run.get("status", "")), str(run.get("status-details", ""))
+
+
+def _read_report(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / "report.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _outcome(
+    run_id: int, status: str, details: str, root: Path | None, settle: float = 15.0
+) -> RunOutcome:
+    folder = None if root is None else root / f"run-{run_id}"
+    report = None if folder is None else _read_report(folder)
+    # Flower may mark the run finished before its stopped ServerApp has written its end
+    deadline = time.monotonic() + settle
+    while report is not None and report.get("status") == "running":
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+        report = _read_report(folder)  # type: ignore[arg-type]
+    if report is None:
+        folder = None
+    if status == "finished:completed" and (report is None or report.get("status") == "completed"):
+        if report is None:
+            return RunOutcome(COMPLETED, run_id, status, "the ServerApp completed")
+        accuracy = report.get("macro_accuracy")
+        what = f"macro accuracy {accuracy:.4f}" if isinstance(accuracy, float) else "completed"
+        return RunOutcome(COMPLETED, run_id, status, f"{what}; outputs in {folder}", folder, report)
+    if report is not None and report.get("status") == "failed" and report.get("error"):
+        why = report["error"]
+        if why.startswith("stopped") and details and details != "N/A":
+            why += f": {details}"  # why Flower stopped it
+    elif report is not None and report.get("status") == "running":
+        why = f"{details} (its report.json still says 'running': the ServerApp was killed)"
+    else:
+        why = details if details and details != "N/A" else status
+    return RunOutcome(FAILED, run_id, status, _one_line(why), folder, report)
+
+
+def run_and_wait(
+    app_dir: str | os.PathLike,
+    superlink: str | None = None,
+    *,
+    run_config: Sequence[str] = (),
+    output_dir: str | os.PathLike | None = None,
+    timeout: float | None = None,
+    **options: Any,
+) -> int:
+    """Run a Flower App, stream its log, print a one-line outcome and return an exit code.
+
+    The outcome line goes to ``sys.stderr``: ``skslot: run <id> completed:
+    macro accuracy 0.5701; outputs in out/run-<id>`` or ``skslot: run <id>
+    failed: DeploymentError: only 2 client(s) completed the upload stage, ...``.
+    Parameters are those of :func:`launch` (``federation_config``,
+    ``stream``, ``reconnect_timeout``, ``poll_interval``, ``env``, ``out``
+    by keyword).
+
+    Returns
+    -------
+    int
+        0 for a completed run; 1 failed or stopped; 2 not started; 3 unknown.
+
+    Examples
+    --------
+    ``skslot flower-app skslot-app --output-dir $PWD/out``, then, in Python::
+
+        import sys
+        from skslot.flower.launch import run_and_wait
+        sys.exit(run_and_wait("skslot-app", "local"))
+    """
+    outcome = launch(
+        app_dir, superlink, run_config=run_config, output_dir=output_dir, timeout=timeout, **options
+    )
+    print(outcome.line, file=sys.stderr, flush=True)
+    return outcome.exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m skslot.flower.launch APP_DIR [SUPERLINK] [options]``: :func:`run_and_wait`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m skslot.flower.launch",
+        description="Run a Flower App, stream its log, and exit 0 only if the run completed "
+        "(1: failed or stopped, 2: not started, 3: outcome unknown).",
+    )
+    parser.add_argument("app_dir", help="the Flower App directory (skslot flower-app writes one)")
+    parser.add_argument("superlink", nargs="?", help="SuperLink connection name (flwr run's)")
+    parser.add_argument("--run-config", action="append", default=[], metavar="VALUES")
+    parser.add_argument("--federation-config", action="append", default=[], metavar="VALUES")
+    parser.add_argument("--output-dir", help="where the run folders are (default: output-dir)")
+    parser.add_argument("--timeout", type=float, help="seconds to wait for the run to finish")
+    args = vars(parser.parse_args(argv))
+    return run_and_wait(args.pop("app_dir"), args.pop("superlink"), **args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,293 @@
+"""``skslot bench`` on one's own tables: options, the given split, per-client results, warnings."""
+
+import csv
+import io
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+
+import skslot.cli
+from skslot.bench import (
+    DEFAULT_HEADS,
+    BenchmarkConfig,
+    BenchmarkWarning,
+    _Progress,
+    run_benchmark,
+)
+from skslot.cli import build_parser, main
+from skslot.datasets import dirichlet_partition, load_table, make_federated_classification
+from skslot.heads import FedCGSClassifier, FedPFTClassifier
+
+SITES = np.array(["north", "south", "east"])
+ANIMALS = np.array(["cat", "dog", "eel", "fox"])
+CLINIC = {"n_clients": 3, "n_samples_per_client": 100, "n_features": 8, "n_classes": 4}
+CLINIC |= {"alpha": None, "domain_shift": 1.5}
+
+
+def clinic_frame(seed: int = 0) -> pd.DataFrame:
+    """300 rows from 3 sites with a domain shift, string labels and clients, a split column."""
+    data = make_federated_classification(**CLINIC, random_state=seed)
+    frame = pd.DataFrame(data.X, columns=[f"f{j}" for j in range(8)])
+    frame["animal"] = ANIMALS[data.y]
+    frame["site"] = SITES[data.client]
+    frame["part"] = np.where(np.random.default_rng(seed).random(len(frame)) < 0.25, "test", "train")
+    frame["note"] = "free text"  # a non-numeric column that is not a feature
+    return frame
+
+
+@pytest.fixture
+def clinic_csv(tmp_path):
+    path = tmp_path / "clinic.csv"
+    clinic_frame().to_csv(path, index=False)
+    return path
+
+
+FAST = ["--heads", "FedCGS", "--taus", "0,0.4", "--n-jobs", "1", "--quiet"]
+
+
+def results(out_dir) -> list[dict]:
+    return list(csv.DictReader(io.StringIO((out_dir / "results.csv").read_text())))
+
+
+def test_a_csv_with_string_labels_and_clients_runs_with_per_client_outputs(
+    clinic_csv, tmp_path, capsys
+):
+    out = tmp_path / "out"
+    args = ["bench", "--data", str(clinic_csv), "--label", "animal", "--client", "site"]
+    args += ["--features", "f", "--alphas", "0.1,none", "--seeds", "2", "--out", str(out)]
+    assert main([*args, *FAST]) == 0
+    printed = capsys.readouterr()
+    assert "| 0.1 | FedCGS |" in printed.out and "auto" in printed.out
+    assert "300 rows x 8 features, 3 clients (domains), 4 classes" in printed.err
+    rows = results(out)
+    assert {r["domain"] for r in rows} == set(SITES)  # the client names, not codes
+    assert {r["n_test"] for r in rows} == {"30"}  # round(0.3 * 25) of each class per site
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(r["alpha"], sorted(r["per_client"])) for r in summary] == [
+        (a, sorted(SITES)) for a in (0.1, "none")
+    ]
+    north = summary[0]["per_client"]["north"]
+    fixed = [
+        r for r in rows if (r["alpha"], r["domain"], r["selection"]) == ("0.1", "north", "fixed")
+    ]
+    for tau, key in (("0.0", "without_slot"), ("0.4", "with_slot")):
+        accuracy = [100 * float(r["accuracy"]) for r in fixed if r["tau"] == tau]
+        assert north[key] == pytest.approx(np.mean(accuracy))
+    assert north["gain"] == pytest.approx(north["with_slot"] - north["without_slot"])
+    markdown = (out / "summary.md").read_text()
+    assert "## Accuracy per client (%), mean +- std over seeds" in markdown
+    assert (
+        "| 0.1 | FedCGS | north | 30 |" in markdown and "| none | FedCGS | east | 30 |" in markdown
+    )
+
+
+@pytest.mark.parametrize(
+    ("column", "split_args"),
+    [("split", ["--split", "given"]), ("part", ["--split-column", "part"])],
+)
+def test_given_split_and_no_skew_use_exactly_the_users_rows(tmp_path, capsys, column, split_args):
+    frame = clinic_frame().rename(columns={"part": column})
+    path = tmp_path / "clinic.csv"
+    frame.to_csv(path, index=False)
+    out = tmp_path / "out"
+    args = ["bench", "--data", str(path), "--label", "animal", "--client", "site"]
+    args += [*split_args, "--skew", "none", "--seeds", "1", "--no-auto", "--out", str(out)]
+    assert main([*args, *FAST]) == 0
+    printed = capsys.readouterr()
+    is_test = (frame[column] == "test").to_numpy()
+    assert f"given split ({is_test.sum()} test rows)" in printed.err
+    assert "Accuracy per client" in printed.out  # one alpha: the client table is printed too
+    rows = results(out)
+    assert {r["alpha"] for r in rows} == {"none"}
+    assert {int(r["n_train"]) for r in rows} == {int((~is_test).sum())}
+    for site in SITES:
+        n_test = int((is_test & (frame["site"] == site)).sum())
+        assert {int(r["n_test"]) for r in rows if r["domain"] == site} == {n_test}
+    # without SLOT, FedCGS (deterministic) trained on the user's training rows, tested on theirs
+    X = frame[[f"f{j}" for j in range(8)]].to_numpy()
+    head = FedCGSClassifier().fit(
+        X[~is_test], frame["animal"][~is_test], client=frame["site"][~is_test]
+    )
+    correct = head.predict(X[is_test]) == frame["animal"][is_test].to_numpy()
+    for site in SITES:
+        expected = correct[(frame["site"][is_test] == site).to_numpy()].mean()
+        (found,) = [r for r in rows if (r["domain"], r["tau"]) == (site, "0.0")]
+        assert float(found["accuracy"]) == pytest.approx(expected)
+
+
+def test_the_partition_keeps_the_given_test_rows_and_skews_only_the_training_rows():
+    table = load_table(clinic_frame(), label="animal", client="site", split="part")
+    mask = table.is_test
+    part = dirichlet_partition(table.y, table.client, alpha=None, test_mask=mask, random_state=0)
+    np.testing.assert_array_equal(np.sort(part.test_index), np.flatnonzero(mask))
+    np.testing.assert_array_equal(np.sort(part.train_index), np.flatnonzero(~mask))
+    np.testing.assert_array_equal(
+        part.client_domain[part.test_client], table.client[part.test_index]
+    )
+    skewed = dirichlet_partition(
+        table.y, table.client, alpha=0.1, clients_per_domain=2, test_mask=mask, random_state=0
+    )
+    np.testing.assert_array_equal(np.sort(skewed.test_index), np.flatnonzero(mask))
+    assert len(skewed.train_index) < (~mask).sum() and not mask[skewed.train_index].any()
+    for bad, message in (
+        (np.zeros(len(mask), dtype=bool), "marks no row as a test row"),
+        (mask.astype(int), "test_mask must be a boolean array"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            dirichlet_partition(table.y, table.client, test_mask=bad)
+
+
+def test_dataframe_and_parquet_give_the_csv_results(clinic_csv, tmp_path, capsys):
+    frame = clinic_frame()
+    config = BenchmarkConfig(
+        alphas=(None,), taus=(0.0, 0.4), seeds=(0,), heads=("FedCGS",), auto=False
+    )
+    table = load_table(frame, label="animal", client="site", split="part")
+    records = run_benchmark(table, config, progress=False)
+    by_frame = {(r["domain"], r["tau"]): r["accuracy"] for r in records}
+    assert {r["n_test"] for r in records if r["domain"] == "north"} == {
+        int(((frame["part"] == "test") & (frame["site"] == "north")).sum())
+    }
+    # config.split: None uses the table's split, "random" the paper's 70/30 split
+    random_split = run_benchmark(table, BenchmarkConfig(**{**config.__dict__, "split": "random"}))
+    assert {r["n_test"] for r in random_split} == {30}
+    with pytest.raises(ValueError, match="split='given' needs the data's own train/test column"):
+        run_benchmark(
+            load_table(frame, label="animal", client="site"),
+            BenchmarkConfig(**{**config.__dict__, "split": "given"}),
+        )
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed")
+    path = tmp_path / "clinic.parquet"
+    frame.to_parquet(path, index=False)
+    out = tmp_path / "out"
+    args = ["bench", "--data", str(path), "--label", "animal", "--client", "site"]
+    args += ["--split-column", "part", "--skew", "none", "--seeds", "1", "--no-auto"]
+    assert main([*args, *FAST, "--out", str(out)]) == 0
+    by_file = {(r["domain"], float(r["tau"])): float(r["accuracy"]) for r in results(out)}
+    assert by_file == pytest.approx(by_frame)
+
+
+def test_features_are_a_prefix_or_a_list():
+    parse = build_parser().parse_args
+    assert parse(["bench", "--features", "f"]).features == "f"
+    assert parse(["bench", "--features", "f0, f3"]).features == ["f0", "f3"]
+    assert parse(["bench", "--features", "age,"]).features == ["age"]
+
+
+def test_usage_errors_come_before_any_work(clinic_csv, tmp_path, capsys, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("the data were read")
+
+    monkeypatch.setattr(skslot.cli, "_load", never)
+    np.savez(tmp_path / "arrays.npz", X=np.eye(3), y=np.arange(3), domain=np.arange(3))
+    table = str(clinic_csv)
+    cases = [
+        ([], f"--data {table} is a table: name its columns with --label COL and --client COL"),
+        (["--label", "animal"], f"--data {table} is a table: name its columns with --client COL"),
+        (["--client", "site"], f"--data {table} is a table: name its columns with --label COL"),
+    ]
+    for extra, message in cases:
+        assert main(["bench", "--data", table, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err == f"skslot bench: {message}\n", err
+    missing = tmp_path / "missing.csv"
+    other = [
+        (["--data", str(missing)], f"skslot bench: --data {missing}: no such file"),
+        (["--data", "notes.txt"], "neither an embedded data set (digits, office-caltech10)"),
+        (["--label", "y"], "--label: only for a .csv or .parquet file, not the embedded 'digits'"),
+        (["--data", "office-caltech10", "--split", "given"], "has no train/test column"),
+        (["--data", str(tmp_path / "arrays.npz"), "--client", "c"], "an .npz holds arrays X"),
+        (["--skew", "none", "--alphas", "0.1"], "--skew none keeps the clients as they are"),
+        (["--data", table, "--split", "random", "--split-column", "part"], "leave out --split"),
+        (["--taus", "0.4,1"], "--taus must include 0"),
+    ]
+    for args, message in other:
+        assert main(["bench", *args]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+
+
+def test_content_errors_are_one_line_naming_the_file(clinic_csv, capsys):
+    args = ["bench", "--data", str(clinic_csv), "--label", "animal", "--client", "site"]
+    assert main([*args, "--split", "given", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"skslot bench: cannot read --data {clinic_csv}: {clinic_csv}: ")
+    assert "no split column 'split'" in err and err.count("\n") == 1
+    assert main([*args, "--features", "note,", "--quiet"]) == 2
+    assert "feature column 'note' is not numeric" in capsys.readouterr().err
+
+
+def slow_fedpft(seed: int) -> FedPFTClassifier:
+    """FedPFT whose server classifier stops after one L-BFGS step: a ConvergenceWarning each fit."""
+    return FedPFTClassifier(estimator=LogisticRegression(max_iter=1), random_state=seed)
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_warnings_of_the_runs_are_reported_once_after_the_progress(n_jobs, capsys):
+    data = make_federated_classification(
+        n_clients=3, n_samples_per_client=80, n_features=6, n_classes=3, random_state=0
+    )
+    frame = pd.DataFrame(data.X).add_prefix("f").assign(y=data.y, c=data.client)
+    table = load_table(frame, label="y", client="c")
+    config = BenchmarkConfig(
+        alphas=(None,), taus=(0.0, 0.4), seeds=(0, 1), heads=("slow",), auto=False, n_jobs=n_jobs
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = run_benchmark(table, config, factories={"slow": slow_fedpft})
+    assert {r["head"] for r in records} == {"slow"}
+    (summary,) = caught  # one warning, not one per fit
+    assert summary.category is BenchmarkWarning
+    assert str(summary.message).startswith(
+        "4 warnings from the runs: ConvergenceWarning x4 (lbfgs failed to converge"
+    )
+    err = capsys.readouterr().err
+    assert "[1/2]" in err and "[2/2]" in err and "Warning" not in err
+    with warnings.catch_warnings(record=True) as caught:  # the caller's filters still apply
+        warnings.simplefilter("always")
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        run_benchmark(table, config, factories={"slow": slow_fedpft}, progress=False)
+    assert caught == []
+
+
+def test_the_cli_prints_one_warning_line_at_the_end(clinic_csv, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(DEFAULT_HEADS, "FedPFT", slow_fedpft)
+    args = ["bench", "--data", str(clinic_csv), "--label", "animal", "--client", "site"]
+    args += ["--skew", "none", "--seeds", "2", "--taus", "0,0.4", "--heads", "FedPFT"]
+    assert main([*args, "--no-auto", "--n-jobs", "1", "--out", str(tmp_path / "out")]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" (")[0] for line in lines[1:3]] == [
+        "[1/2] clinic alpha=none seed=0",
+        "[2/2] clinic alpha=none seed=1",
+    ]
+    assert lines[-1].startswith(
+        "skslot bench: 4 warnings from the runs: ConvergenceWarning x4 (lbfgs failed"
+    )
+    assert sum("ConvergenceWarning" in line for line in lines) == 1 and len(lines) == 4
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_rewrites_one_line_in_a_terminal_and_prints_lines_elsewhere():
+    terminal, log = Terminal(), io.StringIO()
+    for stream in (terminal, log):
+        progress = _Progress(3, "clinic", stream)
+        for done in (1, 2, 3):
+            progress.update(done, 0.1, done - 1)
+        progress.close()
+    shown = terminal.getvalue()
+    assert shown.count("\r") == 3 and shown.count("\n") == 1 and shown.endswith("\n")
+    assert "#######....." in shown and "[2/3] clinic alpha=0.1 seed=1" in shown
+    assert "s left)" in shown
+    lines = log.getvalue().splitlines()
+    assert [line.split(" (")[0] for line in lines] == [
+        f"[{i}/3] clinic alpha=0.1 seed={i - 1}" for i in (1, 2, 3)
+    ]

@@ -1,0 +1,194 @@
+"""Label-aware alignment: summaries of class-centred rows, end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sklearn
+from sklearn.covariance import LedoitWolf
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+
+from skslot import FederatedTauSearch, GaussianSummaryEstimator, SLOTTransformer
+from skslot.datasets import make_federated_classification
+from skslot.heads import FedCGSClassifier
+from skslot.summary import within_class_summary
+
+from .conftest import assert_close_in_norm
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_federated_classification(
+        n_clients=3,
+        n_samples_per_client=200,
+        n_features=5,
+        alpha=0.3,
+        domain_shift=2.0,
+        random_state=1,
+    )
+
+
+def class_centred(X, y):
+    Z = X.astype(np.float64).copy()
+    for label in np.unique(y):
+        Z[y == label] -= X[y == label].mean(axis=0)
+    return Z
+
+
+def test_within_class_summary_is_ledoit_wolf_of_the_class_centred_rows(data):
+    est = GaussianSummaryEstimator(covariance="within").fit(data.X, data.y, client=data.client)
+    for k in np.unique(data.client):
+        X, y = data.X[data.client == k], data.y[data.client == k]
+        lw = LedoitWolf().fit(class_centred(X, y))
+        summary = est.summaries_[k]
+        assert_close_in_norm(summary.covariance, lw.covariance_, rtol=1e-12)
+        assert summary.shrinkage == pytest.approx(lw.shrinkage_, rel=1e-10, abs=1e-14)
+        np.testing.assert_allclose(summary.mean, X.mean(axis=0), rtol=1e-12)
+        assert summary.n == X.shape[0]
+    total = GaussianSummaryEstimator().fit(data.X, client=data.client).summaries_
+    # the label mix no longer enters: the within-class covariance has less variance
+    assert all(
+        np.trace(est.summaries_[k].covariance) < np.trace(total[k].covariance) for k in total
+    )
+
+
+def test_within_class_moments_stream_and_merge_exactly(data):
+    X, y, client = data.X, data.y, data.client
+    full = GaussianSummaryEstimator(covariance="within").fit(X, y, client=client)
+    stream = GaussianSummaryEstimator(covariance="within")
+    for start in range(0, X.shape[0], 37):
+        rows = slice(start, start + 37)
+        stream.partial_fit(X[rows], y[rows], client=client[rows])
+    half = X.shape[0] // 2
+    merged = (
+        GaussianSummaryEstimator(covariance="within")
+        .fit(X[:half], y[:half], client=client[:half])
+        .merge(
+            GaussianSummaryEstimator(covariance="within").fit(
+                X[half:], y[half:], client=client[half:]
+            )
+        )
+    )
+    for other in (stream, merged):
+        assert other.clients_ == full.clients_
+        for k in full.clients_:
+            assert_close_in_norm(
+                other.summaries_[k].covariance, full.summaries_[k].covariance, rtol=1e-12
+            )
+            np.testing.assert_allclose(other.summaries_[k].mean, full.summaries_[k].mean)
+
+
+def test_one_class_per_client_and_singleton_classes():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(7, 3))
+    y = np.array([0, 0, 0, 1, 1, 2, 3])  # two singleton classes: their centred rows are 0
+    summary = GaussianSummaryEstimator(covariance="within").fit(X, y).summaries_[None]
+    lw = LedoitWolf().fit(class_centred(X, y))
+    assert_close_in_norm(summary.covariance, lw.covariance_, rtol=1e-12)
+    assert within_class_summary.__name__ in GaussianSummaryEstimator.__doc__
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda X, y, c: GaussianSummaryEstimator(covariance="within").fit(X, client=c),
+            "pass the class labels",
+        ),
+        (
+            lambda X, y, c: GaussianSummaryEstimator(
+                covariance="within", epsilon=1.0, clip_norm=1.0
+            ).fit(X, y, client=c),
+            "no calibrated differentially private release",
+        ),
+        (
+            lambda X, y, c: GaussianSummaryEstimator(covariance="pooled").fit(X, y, client=c),
+            "covariance must be one of",
+        ),
+        (
+            lambda X, y, c: SLOTTransformer(covariance="within").fit(X, client=c),
+            "pass the class labels",
+        ),
+        (
+            lambda X, y, c: GaussianSummaryEstimator(covariance="within").fit(X, y[:-1]),
+            "y must be 1-D with one label per row",
+        ),
+    ],
+)
+def test_label_aware_errors_name_the_problem(data, make, message):
+    with pytest.raises(ValueError, match=message):
+        make(data.X, data.y, data.client)
+
+
+def test_a_supervised_pipeline_passes_the_labels_to_slot(data):
+    X, y, client = data.X, data.y, data.client
+    with sklearn.config_context(enable_metadata_routing=True):
+        pipe = make_pipeline(
+            SLOTTransformer(tau=1.0, covariance="within"), LogisticRegression(max_iter=500)
+        )
+        pipe.fit(X, y, client=client)
+        slot = pipe[0]
+        direct = GaussianSummaryEstimator(covariance="within").fit(X, y, client=client)
+        for k in slot.clients_:
+            np.testing.assert_array_equal(
+                slot.summaries_[k].covariance, direct.summaries_[k].covariance
+            )
+        assert pipe.score(X, y, client=client) > 0.5
+    # a client unseen in fit cannot be summarised without its labels
+    with pytest.raises(ValueError, match="needs its labels"):
+        slot.transform(X[:5], client=np.full(5, 99))
+
+
+def test_the_federated_search_runs_label_aware_summaries(data):
+    slot = SLOTTransformer(covariance="within")
+    search = FederatedTauSearch(FedCGSClassifier(), slot=slot, random_state=0)
+    search.fit(data.X, data.y, client=data.client)
+    direct = GaussianSummaryEstimator(covariance="within").fit(data.X, data.y, client=data.client)
+    for k in search.clients_:
+        np.testing.assert_array_equal(
+            search.slot_.summaries_[k].covariance, direct.summaries_[k].covariance
+        )
+
+
+def test_flower_runs_label_aware_summaries_as_in_process(tmp_path, data):
+    pytest.importorskip("flwr", reason="Flower is not installed: pip install '.[flower]'")
+    from skslot.flower import DeploymentConfig, run_one_shot
+    from skslot.flower.client_app import app as client_app
+
+    from .flower_harness import LocalGrid
+
+    node_configs = {}
+    for k in range(3):
+        rows = np.flatnonzero(data.client == k)
+        path = tmp_path / f"client{k}.npz"
+        train, test = rows[:150], rows[150:]
+        np.savez(
+            path,
+            X_train=data.X[train],
+            y_train=data.y[train],
+            X_test=data.X[test],
+            y_test=data.y[test],
+        )
+        node_configs[21 + k] = {"data": str(path), "client-id": k}
+    classes = ",".join(str(c) for c in np.unique(data.y))
+    config = DeploymentConfig(
+        summary_covariance="within",
+        tau="auto",
+        summary_dtype="float64",
+        classes=classes,
+        num_clients=3,
+        connect_timeout=0.0,
+    )
+    grid = LocalGrid(client_app, node_configs, config.to_run_config())
+    report, scores, _ = run_one_shot(grid, config)
+    X = np.vstack([np.load(node_configs[21 + k]["data"])["X_train"] for k in range(3)])
+    y = np.concatenate([np.load(node_configs[21 + k]["data"])["y_train"] for k in range(3)])
+    client = np.repeat([0, 1, 2], 150)
+    search = FederatedTauSearch(
+        FedCGSClassifier(), slot=SLOTTransformer(covariance="within"), random_state=config.seed
+    ).fit(X, y, client=client)
+    assert report.tau == search.best_tau_
+    np.testing.assert_array_equal(scores.coef, search.best_estimator_.linear_scores().coef)
+    with pytest.raises(ValueError, match="no calibrated differentially private release"):
+        DeploymentConfig(summary_covariance="within", epsilon=1.0)
