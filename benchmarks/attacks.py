@@ -41,7 +41,7 @@ from joblib import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
 from skslot import GaussianSummary
-from skslot.datasets import dirichlet_partition, load_npz
+from skslot.datasets import digits_projection, dirichlet_partition, load_npz
 from skslot.flower import DeploymentConfig, DeploymentError, run_one_shot
 from skslot.flower import client_app as client_module
 
@@ -172,8 +172,7 @@ ATTACKS = [
 def write_clients(folder: Path, seed: int) -> dict[int, dict]:
     """The projected data set for the honest nodes, and the attacker's own ``.npz``."""
     data = load_npz(DIGITS)
-    P, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(data.X.shape[1], DIMENSION)))
-    X = data.X.astype(np.float64) @ P
+    X = data.X.astype(np.float64) @ digits_projection(data.X.shape[1], DIMENSION)
     dataset = folder / "digits256.npz"
     np.savez(dataset, X=X, y=data.y, domain=data.domain, domains=data.domains, classes=data.classes)
     part = dirichlet_partition(data.y, data.domain, alpha=ALPHA, random_state=seed)

@@ -28,7 +28,7 @@ import numpy as np
 
 from skslot import GaussianSummaryEstimator
 from skslot.bench import PREPROCESS, BenchmarkConfig, _macro, run_benchmark
-from skslot.datasets import dirichlet_partition, load_npz, load_office_caltech10
+from skslot.datasets import digits_projection, dirichlet_partition, load_npz, load_office_caltech10
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT.parent / "shared" / "data" / "digits_effnet_lite0.npz"
@@ -50,9 +50,7 @@ def datasets() -> list:
     found = [load_office_caltech10()]
     if DIGITS.exists():
         digits = load_npz(DIGITS)
-        P, _ = np.linalg.qr(
-            np.random.default_rng(0).normal(size=(digits.X.shape[1], DIGITS_DIMENSION))
-        )
+        P = digits_projection(digits.X.shape[1], DIGITS_DIMENSION)
         found.append(
             replace(
                 digits,

@@ -256,6 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--quiet", action="store_true", help="no progress lines (a bar in a terminal)"
     )
+    launch = sub.add_parser(
+        "flower-run",
+        help="run a Flower App and exit 0 only if the run completed (1: failed)",
+        description="flwr run APP_DIR [SUPERLINK], its log streamed, then the run's status "
+        "from the SuperLink and its report.json (skslot.flower.launch; needs skslot[flower]).",
+        add_help=False,
+    )
+    launch.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     flower = sub.add_parser(
         "flower-app",
         help="write a Flower App directory running skslot's ServerApp and ClientApp",
@@ -317,6 +325,14 @@ def _flower_app(args: argparse.Namespace) -> int:
         config = DeploymentConfig.from_run_config(settings)
     except (TypeError, ValueError) as exc:
         print(f"skslot flower-app: {exc}", file=sys.stderr)
+        return 2
+    if config.dataset not in EMBEDDED_DATASETS and not os.path.isfile(config.dataset):
+        print(
+            f"skslot flower-app: --dataset {config.dataset}: no such file here; give "
+            f"{' or '.join(map(repr, EMBEDDED_DATASETS))} or the path of a file every node "
+            "can read (a node's own node-config 'dataset' or 'data' overrides it)",
+            file=sys.stderr,
+        )
         return 2
     path = write_flower_app(args.directory, config)
     print(f"wrote {path / 'pyproject.toml'}; run it with: flwr run {path} <superlink>")
@@ -427,6 +443,11 @@ def _warning_lines(caught: list[warnings.WarningMessage]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["flower-run"]:  # its options are the launcher's own
+        from .flower.launch import main as launch_main
+
+        return launch_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "flower-app":
         return _flower_app(args)

@@ -9,7 +9,7 @@ import pytest
 from skslot import FederatedTauSearch
 from skslot.bench import BenchmarkConfig, evaluate_run, run_benchmark, summarise
 from skslot.cli import main
-from skslot.datasets import load_npz, make_federated_classification
+from skslot.datasets import digits_projection, load_npz, make_federated_classification
 from skslot.heads import FedCGSClassifier
 from skslot.selection import NoValidationRowsError
 
@@ -115,8 +115,7 @@ def digits_runs():
     docs/results.md's.
     """
     data = load_npz(shared_npz("digits_effnet_lite0.npz"))
-    P, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(data.X.shape[1], 256)))
-    data = dataclasses.replace(data, X=data.X.astype(np.float64) @ P)
+    data = dataclasses.replace(data, X=data.X.astype(np.float64) @ digits_projection())
     config = BenchmarkConfig(alphas=(0.1, None), taus=(0.0, 0.4), seeds=(0, 1, 2), n_jobs=2)
     return summarise(run_benchmark(data, config, progress=False), main_tau=0.4)
 

@@ -6,9 +6,8 @@ machine's 2 cores; each virtual SuperNode is client ``partition-id`` of the
 paper's partition with several clients per domain (Flower gives every virtual
 node its ``partition-id``).  The global head's predictions must equal the
 in-process protocol's on every client's test rows, and no Ray process may
-outlive the run.  Real digits features (three domains, 7 clients each, after
-the fixed 256-d projection of ``tests/test_bench.py``) when ``../shared`` is
-there, else the embedded Office-Caltech10 (four domains, 5 clients each).
+outlive the run.  The embedded digits features (three domains, 7 clients
+each, 256-d: :func:`skslot.datasets.load_digits_effnet`), in every clone.
 """
 
 from __future__ import annotations
@@ -24,10 +23,8 @@ pytest.importorskip(
     "ray", reason="the simulation extra is not installed: pip install '.[simulation]'"
 )
 
-from skslot.datasets import load_npz
 from skslot.flower import DeploymentConfig, write_flower_app
 
-from .conftest import SHARED_DATA
 from .test_flower import in_process
 from .test_flower_deployment import flower_env, free_port, launch, stop, tails, wait_for_port
 
@@ -48,30 +45,10 @@ def ray_processes() -> set[int]:
     return found
 
 
-def simulation_data(tmp_path: Path) -> tuple[str, int]:
-    """The data set path for the run config and its number of clients."""
-    digits = SHARED_DATA / "digits_effnet_lite0.npz"
-    if not digits.exists():
-        return "office-caltech10", 5
-    data = load_npz(digits)
-    P, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(data.X.shape[1], 256)))
-    path = tmp_path / "digits256.npz"
-    np.savez(
-        path,
-        X=data.X.astype(np.float64) @ P,
-        y=data.y,
-        domain=data.domain,
-        domains=data.domains,
-        classes=data.classes,
-    )
-    return str(path), 7
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find Ray")
 def test_simulation_engine_with_twenty_virtual_clients_equals_in_process(tmp_path):
-    dataset, per_domain = simulation_data(tmp_path)
-    n_domains = 3 if dataset.endswith(".npz") else 4
-    n_clients = n_domains * per_domain
+    dataset, per_domain = "digits", 7  # the embedded deep features: 3 domains
+    n_clients = 3 * per_domain
     config = DeploymentConfig(
         head="FedCGS",
         tau=0.4,

@@ -295,11 +295,12 @@ class DataSettings:
         Dirichlet label-skew of the paper's partition (``None`` or the run
         config string ``"none"``: no skew).  Used by clients whose node config
         names a multi-domain data set.
-    dataset : str, default="office-caltech10"
-        The multi-domain data set partitioned among the clients (a path to an
-        ``.npz``, or ``"office-caltech10"``, the embedded one); a node's own
-        ``dataset`` node config takes precedence (see
-        :func:`~skslot.flower.load_client_data`).
+    dataset : str, default="digits"
+        The multi-domain data set partitioned among the clients: an embedded
+        one (``"digits"``, deep features where SLOT's gain shows, or
+        ``"office-caltech10"``) or a file every node can read
+        (:func:`skslot.datasets.load_dataset`); a node's own ``dataset`` node
+        config takes precedence (see :func:`~skslot.flower.load_client_data`).
     clients_per_domain : int, default=1
         Clients each domain's rows are dealt into before the Dirichlet step
         (see :func:`skslot.datasets.dirichlet_partition`).
@@ -308,7 +309,7 @@ class DataSettings:
     """
 
     alpha: float | None = 0.1
-    dataset: str = "office-caltech10"
+    dataset: str = "digits"
     clients_per_domain: int = 1
     test_size: float = 0.3
 

@@ -395,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m skslot.flower.launch",
+        prog="skslot flower-run",
         description="Run a Flower App, stream its log, and exit 0 only if the run completed "
         "(1: failed or stopped, 2: not started, 3: outcome unknown).",
     )
