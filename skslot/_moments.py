@@ -261,4 +261,4 @@ def _power_sums(
             r *= scale * scale
         total += matmul_into(B.T, B, product)  # NumPy runs A^T A as a symmetric rank-k update
     largest_r = float(as_host(stack(peaks)).max()) if magnitude else None  # NaN propagates
-    return as_host(total), shift, largest_r
+    return (as_host(total) if is_tensor(total) else total), shift, largest_r
