@@ -1,17 +1,25 @@
-"""Label-aware alignment: the paper's summary against the within-class summary.
+"""Label-aware alignment: the paper's summary, the within-class summary, the label-shift rule.
 
 For each data set, the paper's protocol (4 alphas, seeds, 3 heads, the tau
-sweep {0, 0.2, ..., 1}) runs twice through ``skslot.bench.run_benchmark``:
-with the clients' summaries of all their rows (``covariance="total"``, the
-paper's) and of their class-centred rows (``covariance="within"``).  It prints
-one markdown table per data set: macro accuracy (%) without SLOT, at
-tau = 0.4, at the best fixed tau, and over the whole sweep, for both kinds.
-The records are written next to the table as CSV.
+sweep {0, 0.2, ..., 1}) runs through ``skslot.bench.run_benchmark`` three
+ways: with the clients' summaries of all their rows (``covariance="total"``,
+the paper's), of their class-centred rows (``covariance="within"``), and
+with the paper's summaries but each client moving ``tau`` times the
+total-variation distance between its class proportions and the
+federation's (``client_tau="label-shift"``; at ``tau = 1`` the rule itself),
+the last also with the federation's choice of ``tau`` by validation.  It
+prints one markdown table per data set: macro accuracy (%) without SLOT, at
+tau = 0.4, of the rule, of the federated choice, at the best fixed tau, and
+over the whole sweep.  The records are written next to the table as CSV; a
+kind whose records for these seeds are already there is read back, not run
+again (``--fresh`` runs everything).
 
-Run: python benchmarks/label_aware.py [n_seeds] [data sets...] > docs/results/label_aware.md
+Run: python benchmarks/label_aware.py [n_seeds] [--fresh] [data sets...]
+    > docs/results/label_aware.md
 (data sets: digits (the embedded 256-d features), office-caltech10, and
 digits-1280 (the full features from ../shared/data, skipped without them);
-about 5 CPU minutes per kind for digits, 11 for Office-Caltech10 on 2 cores).
+about 5 CPU minutes per kind for digits, 11 for Office-Caltech10 on 2 cores,
+twice that for the label-shift kind with its federated choice).
 """
 
 from __future__ import annotations
@@ -26,8 +34,14 @@ from skslot.datasets import load_dataset
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "label_aware"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effnet_lite0.npz"
-KINDS = ("total", "within")
+#: name -> (BenchmarkConfig settings, whether the federated choice of tau runs too)
+KINDS = {
+    "total": ({"covariance": "total"}, False),
+    "within": ({"covariance": "within"}, False),
+    "label-shift": ({"covariance": "total", "client_tau": "label-shift"}, True),
+}
 MAIN_TAU = 0.4
+INTEGERS = ("seed", "n_train", "n_test", "n_clients", "n_empty_clients", "barycenter_iterations")
 
 
 def load(name: str):
@@ -36,54 +50,96 @@ def load(name: str):
     return load_dataset(name)
 
 
+def kind_of(record: dict) -> str:
+    if record.get("client_tau", "uniform") == "label-shift":
+        return "label-shift"
+    return record["covariance"]
+
+
+def read_records(path: Path) -> list[dict]:
+    """Records written by an earlier run, with their numbers as numbers."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        records = list(csv.DictReader(f))
+    for r in records:
+        r["alpha"] = r["alpha"] if r["alpha"] == "none" else float(r["alpha"])
+        r["tau"], r["accuracy"] = float(r["tau"]), float(r["accuracy"])
+        for key in INTEGERS:
+            r[key] = int(r[key])
+    return records
+
+
+def cell(r: dict, value: float) -> str:
+    return f"{value:.2f} ({value - r['without_slot']:+.2f})"
+
+
 def table(summaries: dict[str, list[dict]]) -> str:
     lines = [
-        "| alpha | head | without SLOT | tau 0.4: total | tau 0.4: within | best total (tau) "
-        "| best within (tau) | sweep total (tau 0 / 0.2 / ... / 1) | sweep within |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| alpha | head | without SLOT | tau 0.4: total | tau 0.4: within | label-shift rule "
+        "| label-shift, federated choice (taus) | best total (tau) | best within (tau) "
+        "| sweep total (tau 0 / 0.2 / ... / 1) | sweep within | sweep label-shift |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    within = {(r["alpha"], r["head"]): r for r in summaries["within"]}
+    by_kind = {k: {(r["alpha"], r["head"]): r for r in rows} for k, rows in summaries.items()}
     for r in summaries["total"]:
-        w = within[(r["alpha"], r["head"])]
-        sweep = " / ".join(f"{v:.1f}" for v in r["tau_sweep"].values())
-        sweep_w = " / ".join(f"{v:.1f}" for v in w["tau_sweep"].values())
+        key = (r["alpha"], r["head"])
+        w, ls = by_kind["within"][key], by_kind["label-shift"][key]
+
+        def sweep(row: dict) -> str:
+            return " / ".join(f"{v:.1f}" for v in row["tau_sweep"].values())
+
+        chosen = ",".join(f"{t:g}" for t in ls.get("auto_taus", []))
+        auto = f"{cell(r, ls['auto'])} ({chosen})" if "auto" in ls else "n/a"
         lines.append(
             f"| {r['alpha']} | {r['head']} | {r['without_slot']:.2f} | "
-            f"{r['with_slot']:.2f} ({r['gain']:+.2f}) | {w['with_slot']:.2f} ({w['gain']:+.2f}) | "
+            f"{cell(r, r['with_slot'])} | {cell(r, w['with_slot'])} | "
+            f"{cell(r, ls['tau_sweep'][1.0])} | {auto} | "
             f"{r['best_fixed']:.2f} ({r['best_tau']:g}) | {w['best_fixed']:.2f} "
-            f"({w['best_tau']:g}) | {sweep} | {sweep_w} |"
+            f"({w['best_tau']:g}) | {sweep(r)} | {sweep(w)} | {sweep(ls)} |"
         )
     return "\n".join(lines)
 
 
-def main(n_seeds: int, names: list[str]) -> None:
+def main(n_seeds: int, names: list[str], fresh: bool = False) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    print("# Label-aware alignment: the paper's summary and the within-class summary\n")
+    print(
+        "# Label-aware alignment: the paper's summary, the within-class summary, "
+        "the label-shift rule\n"
+    )
     print(
         f"`python benchmarks/label_aware.py {n_seeds} {' '.join(names)}`: the paper's protocol "
         f"(one client per domain, 70/30 split per domain, Dirichlet alpha, {n_seeds} seeds), "
-        "each head on rows aligned with the paper's summaries (`covariance=\"total\"`) and "
-        "with within-class summaries (`covariance=\"within\"`); macro accuracy over domains "
-        "(%), mean over seeds; gains against no SLOT in brackets.\n"
+        'each head on rows aligned with the paper\'s summaries (`covariance="total"`), '
+        'with within-class summaries (`covariance="within"`), and with the paper\'s summaries '
+        "where each client moves tau times the total-variation distance between its class "
+        'proportions and the federation\'s (`client_tau="label-shift"`; the *rule* is '
+        "tau = 1, the *federated choice* picks tau by the clients' validation); macro accuracy "
+        "over domains (%), mean over seeds; gains against no SLOT in brackets.\n"
     )
+    seeds = set(range(n_seeds))
     for name in names:
         data = load(name)
         if data is None:
             print(f"## {name}\n\nskipped: {SHARED} is absent\n")
             continue
+        path = OUT / f"{data.name}.csv"
+        earlier = [] if fresh else read_records(path)
         summaries, records = {}, []
-        for kind in KINDS:
-            config = BenchmarkConfig(
-                seeds=tuple(range(n_seeds)), auto=False, n_jobs=2, covariance=kind
-            )
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", BenchmarkWarning)
-                run = run_benchmark(data, config, progress=False)
+        for kind, (settings, auto) in KINDS.items():
+            run = [r for r in earlier if kind_of(r) == kind]
+            if {r["seed"] for r in run} != seeds:
+                config = BenchmarkConfig(
+                    seeds=tuple(range(n_seeds)), auto=auto, n_jobs=2, **settings
+                )
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", BenchmarkWarning)
+                    run = run_benchmark(data, config, progress=False)
             records += run
             summaries[kind] = summarise(run, MAIN_TAU)
-        path = OUT / f"{data.name}.csv"
+        fieldnames = list(dict.fromkeys(key for r in records for key in r))
         with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(records[0]))
+            writer = csv.DictWriter(f, fieldnames=fieldnames, restval="uniform")
             writer.writeheader()
             writer.writerows(records)
         print(f"## {data.name} ({data.X.shape[1]} features)\n")
@@ -92,5 +148,8 @@ def main(n_seeds: int, names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    seeds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    main(seeds, sys.argv[2:] or ["digits", "office-caltech10"])
+    arguments = sys.argv[1:]
+    fresh = "--fresh" in arguments
+    arguments = [a for a in arguments if a != "--fresh"]
+    seeds = int(arguments[0]) if arguments else 5
+    main(seeds, arguments[1:] or ["digits", "office-caltech10"], fresh)

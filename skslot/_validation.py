@@ -27,6 +27,7 @@ __all__ = [
     "check_non_negative_int",
     "check_option",
     "check_positive_int",
+    "check_row_labels",
     "client_weights",
     "spawn_seeds",
 ]
@@ -48,6 +49,16 @@ def _as_label(value: Any) -> int | str:
             f"of type {type(value).__name__}"
         )
     return value
+
+
+def check_row_labels(y: Any, n_samples: int) -> np.ndarray:
+    """Class labels ``y`` as a 1-D host array of one finite label per row."""
+    y = np.asarray(as_host_rows(y))
+    if y.ndim != 1 or y.shape[0] != n_samples:
+        raise ValueError(f"y must be 1-D with one label per row ({n_samples}), got shape {y.shape}")
+    if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
+        raise ValueError("y contains NaN or infinite labels")
+    return y
 
 
 def check_client_labels(client: Any, n_samples: int) -> tuple[list, np.ndarray]:

@@ -86,7 +86,9 @@ class BenchmarkConfig:
     training row (no label skew: the clients as they are).  ``covariance``:
     the clients' summaries, of all their rows (``"total"``, the paper's) or of
     their class-centred rows (``"within"``, label-aware; see
-    :class:`~skslot.GaussianSummaryEstimator`).
+    :class:`~skslot.GaussianSummaryEstimator`).  ``client_tau``: every
+    client moves ``tau`` (``"uniform"``, the paper's) or ``tau`` times its
+    label-shift distance (``"label-shift"``, :mod:`skslot.label_shift`).
     """
 
     alphas: Sequence[float | None] = (0.1, 0.05, 0.01, None)
@@ -101,6 +103,7 @@ class BenchmarkConfig:
     validation_fraction: float = 0.2
     split: str | None = None
     covariance: str = "total"
+    client_tau: str = "uniform"
 
 
 def evaluate_run(
@@ -137,7 +140,9 @@ def evaluate_run(
     test_domain = part.client_domain[part.test_client]
     # clients with < 2 training rows have no map: their test rows stay unaligned
     start = time.process_time()
-    slot = SLOTTransformer(unknown_client="identity", covariance=config.covariance)
+    slot = SLOTTransformer(
+        unknown_client="identity", covariance=config.covariance, client_tau=config.client_tau
+    )
     slot.fit(X_train, y_train, client=train_client)
     # CPU time of every client's summary, the server's barycenter and the maps, in one
     # process: unlike the wall time, not inflated by other work on the machine
@@ -161,6 +166,7 @@ def evaluate_run(
                     "seed": seed,
                     "tau": tau,
                     "covariance": config.covariance,
+                    "client_tau": config.client_tau,
                     "selection": selection,
                     "head": name,
                     "domain": str(data.domains[d]),

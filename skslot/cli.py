@@ -191,6 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
         "class-centred rows ('within', label-aware alignment) (default: total)",
     )
     bench.add_argument(
+        "--client-tau",
+        choices=("uniform", "label-shift"),
+        default="uniform",
+        help="each client's fraction of the transport: tau for all ('uniform', the paper's) "
+        "or tau times the distance of its class proportions to the federation's "
+        "('label-shift') (default: uniform)",
+    )
+    bench.add_argument(
         "--alphas",
         type=_alphas,
         default=None,
@@ -477,6 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         validation_fraction=args.validation_fraction,
         split=args.split,
         covariance=args.covariance,
+        client_tau=args.client_tau,
     )
     print(_describe(data, config), file=sys.stderr)
     try:
@@ -490,6 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{data.name}: macro accuracy over domains (%), mean +- std over {len(config.seeds)} seeds"
     )
     kind = "" if args.covariance == "total" else f"-{args.covariance}"
+    kind += "" if args.client_tau == "uniform" else f"-{args.client_tau}"
     out = args.out or os.path.join("skslot-results", data.name + kind)
     paths = write_outputs(records, summary, out, main_tau=config.main_tau, title=title)
     print(title)

@@ -132,7 +132,9 @@ def implausible_summaries(
     return reasons
 
 
-def implausible_counts(counts: Sequence[int], *, max_count_ratio: float = 100.0) -> dict[int, str]:
+def implausible_counts(
+    counts: Sequence[int], *, max_count_ratio: float = 100.0, what: str = "rows"
+) -> dict[int, str]:
     """Positions of clients declaring more than ``max_count_ratio`` times the median count.
 
     Examples
@@ -145,7 +147,7 @@ def implausible_counts(counts: Sequence[int], *, max_count_ratio: float = 100.0)
     if ratios is None:
         return {}
     return {
-        k: f"declares {counts[k]:.3g} rows, {r:.3g} times the clients' median "
+        k: f"declares {counts[k]:.3g} {what}, {r:.3g} times the clients' median "
         f"(max-count-ratio = {max_count_ratio:g})"
         for k, r in enumerate(ratios)
         if r > max_count_ratio
@@ -196,15 +198,26 @@ def implausible_norms(
 
 
 def inconsistent_statistics(
-    summary: GaussianSummary, mean: np.ndarray, covariance_trace: float, *, rtol: float = 1e-2
+    summary: GaussianSummary,
+    mean: np.ndarray,
+    covariance_trace: float,
+    n_described: int | None = None,
+    *,
+    covariance: str = "total",
+    rtol: float = 1e-2,
 ) -> str | None:
     """Why a client's head statistics disagree with its own summary, or None.
 
-    Both describe the same rows: the statistics' mean must equal the
+    When both describe the same rows, the statistics' mean must equal the
     summary's, and the trace of their sample covariance the summary's
     (Ledoit-Wolf shrinkage keeps the trace: ``tr((1 - s) S + s (tr S / m) I) =
     tr S``), up to ``rtol`` relative to the summary's scale (its transmit
-    rounding).  Not for private summaries, whose noise is meant to differ.
+    rounding).  When the statistics describe ``n_described = n_s`` of the
+    summary's ``N`` rows (FedPFT does not send classes with too few rows), the
+    rest cannot be less spread than nothing: ``n_s tr S_s <= N tr S`` for
+    either kind of covariance, and for the total covariance
+    ``||mu_s - mu||^2 <= (N - n_s) / n_s tr S``, each up to ``rtol``.  Not
+    for private summaries, whose noise is meant to differ.
 
     Examples
     --------
@@ -216,13 +229,32 @@ def inconsistent_statistics(
     True
     >>> inconsistent_statistics(s, np.zeros(2), 2e8)
     "the statistics imply a total variance 1e+08 times the summary's"
+    >>> inconsistent_statistics(s, np.ones(2), 2.0, n_described=8)  # 2 rows unseen
+    "the statistics' mean lies 1 standard deviations from the summary's"
     """
     trace = float(np.trace(summary.covariance))
-    if not abs(covariance_trace - trace) <= rtol * trace:
-        ratio = covariance_trace / trace
-        return f"the statistics imply a total variance {ratio:.3g} times the summary's"
+    N = summary.n
+    n_s = N if n_described is None else int(n_described)
     offset = float(np.linalg.norm(mean - summary.mean))
-    if not offset <= rtol * (np.sqrt(trace) + float(np.linalg.norm(summary.mean))):
+    slack = rtol * (np.sqrt(trace) + float(np.linalg.norm(summary.mean)))
+    if n_s >= N:
+        if not abs(covariance_trace - trace) <= rtol * trace:
+            ratio = covariance_trace / trace
+            return f"the statistics imply a total variance {ratio:.3g} times the summary's"
+        bound = 0.0
+    else:
+        if n_s <= 0:
+            return None if n_s == 0 else "the statistics describe a negative number of rows"
+        if not covariance_trace <= (1 + rtol) * trace * N / n_s:
+            ratio = covariance_trace / trace
+            return (
+                f"the statistics imply a total variance {ratio:.3g} times the summary's, "
+                f"more than its {n_s} of {N} rows can have"
+            )
+        if covariance != "total":  # the within-class spread does not bound the means
+            return None
+        bound = float(np.sqrt((N - n_s) / n_s * trace))
+    if not offset <= (1 + rtol) * bound + slack:
         return (
             f"the statistics' mean lies {offset / np.sqrt(trace):.3g} standard deviations from "
             "the summary's"
@@ -277,10 +309,14 @@ class DefenceBounds:
         if not isinstance(self.consistency, bool):
             raise ValueError(f"consistency must be True or False, got {self.consistency!r}")
 
-    def screen(self, summaries: Sequence[GaussianSummary]) -> tuple[dict[int, str], np.ndarray]:
+    def screen(
+        self, summaries: Sequence[GaussianSummary], test_sizes: Sequence[int] | None = None
+    ) -> tuple[dict[int, str], np.ndarray]:
         """Positions of implausible clients with the reason, and the others' capped weights.
 
-        The weights are in the order of the clients that remain.
+        ``test_sizes``: the test rows each client announced, screened like
+        its training rows (:meth:`implausible_test_sizes`).  The weights are
+        in the order of the clients that remain.
         """
         reasons = implausible_summaries(
             summaries,
@@ -290,11 +326,24 @@ class DefenceBounds:
         counts = [s.n for s in summaries]
         for k, why in implausible_counts(counts, max_count_ratio=self.max_count_ratio).items():
             reasons.setdefault(k, why)
+        if test_sizes is not None:
+            for k, why in self.implausible_test_sizes(test_sizes).items():
+                reasons.setdefault(k, why)
         kept = [n for k, n in enumerate(counts) if k not in reasons]
         return reasons, capped_counts(kept, max_weight_ratio=self.max_weight_ratio)
 
+    def implausible_test_sizes(self, sizes: Sequence[int]) -> dict[int, str]:
+        """Positions of clients announcing far more test rows than the others (``max_count_ratio``).
+
+        Clients without test rows neither vote nor count: the median is that
+        of the others' sizes.
+        """
+        positions = [k for k, n in enumerate(sizes) if n > 0]
+        found = implausible_counts(
+            [sizes[k] for k in positions], max_count_ratio=self.max_count_ratio, what="test rows"
+        )
+        return {positions[k]: why for k, why in found.items()}
+
     def implausible_updates(self, norms: Sequence[float]) -> dict[int, str]:
         """Positions of local heads whose norm is out of line with the others'."""
-        return implausible_norms(
-            norms, max_norm_ratio=self.max_norm_ratio, what="local head norm"
-        )
+        return implausible_norms(norms, max_norm_ratio=self.max_norm_ratio, what="local head norm")

@@ -11,7 +11,7 @@ from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from ._backend import as_host_rows, is_tensor
+from ._backend import is_tensor
 from ._doc_link import DocLinkMixin
 from ._moments import DEFAULT_CHUNK_SIZE, RowMagnitude, ShiftedMoments
 from ._validation import (
@@ -22,6 +22,7 @@ from ._validation import (
     check_in_range,
     check_option,
     check_positive_int,
+    check_row_labels,
     check_rows,
 )
 from .gaussian import GaussianSummary
@@ -455,14 +456,11 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
         if y is None:
             raise ValueError(
                 f"{type(self).__name__}(covariance='within') summarises class-centred rows: "
-                "pass the class labels, fit(X, y, client=...)"
+                "pass the class labels, fit(X, y, client=...) (it requires y to be passed, "
+                "but the target y is None)"
             )
         n = X.shape[0] if hasattr(X, "shape") else len(X)
-        y = np.asarray(as_host_rows(y))
-        if y.ndim != 1 or y.shape[0] != n:
-            raise ValueError(f"y must be 1-D with one label per row ({n}), got shape {y.shape}")
-        if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
-            raise ValueError("y contains NaN or infinite labels")
+        y = check_row_labels(y, n)
         labels, codes = check_client_labels(client, n)
         classes, class_codes = np.unique(y, return_inverse=True)
         ids = np.empty(n, dtype=np.int64)

@@ -196,15 +196,13 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
             reference=self._reference_step(),
             random_state=self.random_state,
             evaluate=False,
+            client_tau=self._slot().client_tau,
             summary_covariance=self._slot().covariance,
         )
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         X, y, classes = check_classification_data(self, X, y)
         labels, codes = check_client_labels(client, X.shape[0])
-        if isinstance(protocol.reference, FixedReference):
-            missing = [label for label in labels if label not in protocol.reference.fixed.maps]
-            if missing:
-                raise ValueError(f"the slot transformer has no map for clients {missing}")
+        protocol.reference.check_clients(labels)
         slot = self._slot()
         parties = {
             label: ClientParty(
@@ -222,6 +220,9 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
             result = protocol.run(InProcessTransport(parties), classes)
         except ProtocolRunError as exc:  # in process, the server step's own error
             raise exc.__cause__ or exc from None
+        rejected = result.report.rejected.get("upload", {})
+        if rejected:  # in process, the clients' own uploads: a bug, never expected
+            raise RuntimeError(f"the protocol rejected clients' uploads: {rejected}")
         selection = result.selection
         self.left_out_ = selection_left_out(result.report)
         self.candidate_heads_ = result.candidate_heads
@@ -230,6 +231,8 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
         own = SLOTTransformer.from_reference(
             result.reference,
             {label: parties[label].state.summary for label in labels},
+            tau_scales=result.tau_scales,
+            client_tau=self._slot().client_tau,
             unknown_client=self.unknown_client,
         )
         self._store(selection, result.head, own, labels, classes)

@@ -18,6 +18,7 @@ from ._validation import (
     check_client_labels,
     check_in_range,
     check_option,
+    check_row_labels,
     check_rows,
 )
 from .barycenter import (
@@ -27,6 +28,7 @@ from .barycenter import (
     warn_single_client,
 )
 from .gaussian import GaussianMap, GaussianSummary
+from .label_shift import CLIENT_TAU_RULES, class_counts, label_shift_distances
 from .summary import GaussianSummaryEstimator
 
 if TYPE_CHECKING:  # the output types, without importing pandas or torch at run time
@@ -58,6 +60,13 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         Fraction of the transport, in ``[0, 1]``: 0 is the identity, 1 maps
         every client's Gaussian onto the reference.  Changing it after ``fit``
         needs no refit.
+    client_tau : {"uniform", "label-shift"}, default="uniform"
+        How each client's fraction follows from ``tau``: the same for every
+        client (the paper's), or ``tau * d_k`` with ``d_k`` the
+        total-variation distance between client ``k``'s class proportions
+        and the federation's (:mod:`skslot.label_shift`: a client with the
+        federation's label mix is not moved; ``fit`` then needs ``y``, and a
+        client unseen in ``fit`` cannot be mapped at ``transform``).
     unknown_client : {"fit", "error", "identity"}, default="fit"
         What ``transform`` does with a client label not seen in ``fit``:
         estimate that client's Gaussian from the rows given to ``transform``
@@ -88,6 +97,9 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         The barycenter reference.
     maps_ : dict
         Client label to its full (``tau = 1``) :class:`~skslot.gaussian.GaussianMap`.
+    tau_scales_ : dict
+        Client label to the factor of ``tau`` its rows move by: 1 with
+        ``client_tau="uniform"``, ``d_k`` with ``"label-shift"``.
     clients_ : list
         Client labels seen in ``fit``.
     barycenter_ : BuresBarycenter or None
@@ -121,6 +133,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         self,
         tau: float = 0.4,
         *,
+        client_tau: str = "uniform",
         unknown_client: str = "fit",
         covariance: str = "total",
         weights: Any = "samples",
@@ -135,6 +148,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         n_jobs: int | None = None,
     ) -> None:
         self.tau = tau
+        self.client_tau = client_tau
         self.unknown_client = unknown_client
         self.covariance = covariance
         self.weights = weights
@@ -181,8 +195,8 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,), default=None
-            Class labels: used (and required) with ``covariance="within"``,
-            ignored otherwise.
+            Class labels: used (and required) with ``covariance="within"``
+            or ``client_tau="label-shift"``, ignored otherwise.
         client : None, int, str or array-like of shape (n_samples,), default=None
             Client label of each row (``None``: one client).
 
@@ -193,6 +207,13 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         check_in_range("tau", self.tau, 0.0, 1.0)
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         check_option("covariance", self.covariance, COVARIANCES)
+        check_option("client_tau", self.client_tau, CLIENT_TAU_RULES)
+        if self.client_tau == "label-shift" and y is None:
+            raise ValueError(
+                f"{type(self).__name__}(client_tau='label-shift') requires y to be passed, but "
+                "the target y is None: each client's tau is scaled by how far its class "
+                "proportions are from the federation's"
+            )
         X = check_rows(self, X, reset=True, ensure_min_samples=2)
         bary = self.barycenter_estimator()
         with warnings.catch_warnings():  # warned below, in this estimator's name
@@ -208,10 +229,44 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         self.reference_ = bary.reference_
         self.maps_ = bary.transport_maps()
         self.clients_ = bary.clients_
+        self.tau_scales_ = self._tau_scales(X, y, client)
         self.barycenter_ = bary
         self.n_iter_ = bary.n_iter_
         self._reference_factor = bary._result.factor
         return self
+
+    def _tau_scales(self, X: Any, y: Any, client: Any) -> dict:
+        """Each fitted client's factor of ``tau`` (see ``client_tau``)."""
+        if self.client_tau == "uniform":
+            return dict.fromkeys(self.clients_, 1.0)
+        y = check_row_labels(y, X.shape[0])
+        labels, codes = check_client_labels(client, X.shape[0])
+        classes = np.unique(y)
+        fitted = set(self.clients_)
+        counts = {
+            label: class_counts(y[codes == k], classes)
+            for k, label in enumerate(labels)
+            if label in fitted
+        }
+        distances = label_shift_distances(counts)
+        return {label: distances[label] for label in self.clients_}
+
+    def _given_scales(self, tau_scales: Mapping[Any, float] | None) -> dict:
+        check_option("client_tau", self.client_tau, CLIENT_TAU_RULES)
+        if tau_scales is None:
+            if self.client_tau == "label-shift":
+                raise ValueError(
+                    "from_reference(client_tau='label-shift') needs tau_scales: each client's "
+                    "factor of tau, from the federation's class counts"
+                )
+            return dict.fromkeys(self.clients_, 1.0)
+        missing = [label for label in self.clients_ if label not in tau_scales]
+        if missing:
+            raise ValueError(f"tau_scales has no factor for clients {missing}")
+        scales = {label: float(tau_scales[label]) for label in self.clients_}
+        for label, value in scales.items():
+            check_in_range(f"tau_scales[{label!r}]", value, 0.0, 1.0)
+        return scales
 
     @classmethod
     def from_reference(
@@ -220,6 +275,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         summaries: GaussianSummary | list | Mapping,
         *,
         tau: float = 0.4,
+        tau_scales: Mapping[Any, float] | None = None,
         **params: Any,
     ) -> SLOTTransformer:
         """A fitted transformer from the protocol objects of a deployment.
@@ -234,6 +290,10 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         summaries : GaussianSummary, list or dict of GaussianSummary
             This party's own summary (or several, keyed by client label).
         tau : float, default=0.4
+        tau_scales : dict, optional
+            Client label to the factor of ``tau`` its rows move by (what the
+            server computed from the class counts, with
+            ``client_tau="label-shift"``); default 1 for every client.
         **params
             Other constructor parameters.
 
@@ -266,6 +326,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         }
         self.reference_ = reference
         self.clients_ = list(self.summaries_)
+        self.tau_scales_ = self._given_scales(tau_scales)
         self.barycenter_ = None
         self.n_iter_ = 0
         self._reference_factor = factor
@@ -282,6 +343,13 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
                     f"client {label!r} was not seen during fit (fitted clients: "
                     f"{self.clients_}); set unknown_client='fit' to estimate a new "
                     "client's map from its rows, or 'identity' to leave them unchanged"
+                )
+            if self.client_tau == "label-shift":
+                raise ValueError(
+                    f"{type(self).__name__}(client_tau='label-shift'): client {label!r} was not "
+                    "seen during fit, and its tau needs its class counts, which transform does "
+                    "not receive; fit with that client's labelled rows, or set "
+                    "unknown_client='identity' or 'error'"
                 )
             if self.covariance == "within":
                 raise ValueError(
@@ -301,7 +369,8 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
             full = GaussianMap.optimal_transport(
                 summary, self.reference_, target_factor=self._reference_factor
             )
-        return full.geodesic(self.tau)
+            return full.geodesic(self.tau)
+        return full.geodesic(self.tau * self.tau_scales_[label])
 
     def transform(
         self, X: Any, *, client: Any = None
@@ -353,6 +422,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.target_tags.required = False
+        # the label-aware options read the class labels in fit
+        tags.target_tags.required = self.covariance == "within" or self.client_tau == "label-shift"
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags

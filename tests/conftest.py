@@ -46,6 +46,19 @@ def federated():
     )
 
 
+@pytest.fixture(scope="module")
+def labelled_clients():
+    """Three clients of 5 features, label shift Dirichlet(0.3): the label-aware tests' data."""
+    return make_federated_classification(
+        n_clients=3,
+        n_samples_per_client=200,
+        n_features=5,
+        alpha=0.3,
+        domain_shift=2.0,
+        random_state=1,
+    )
+
+
 def shared_npz(name: str) -> Path:
     """Path to a real data set in ../shared/data, or skip with the reason."""
     path = SHARED_DATA / name

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
+import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
@@ -22,6 +24,37 @@ from skslot import GaussianSummary
 from skslot.flower import messages
 
 SERVER_NODE_ID = SUPERLINK_NODE_ID  # the ServerApp's node id, as Flower's runtime sets it
+
+
+def as_server_app() -> None:
+    """What Flower's runtime sets in a ServerApp process before calling main()."""
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SERVER_NODE_ID, 1
+
+
+def write_node_files(
+    folder: Path,
+    X: np.ndarray,
+    y: np.ndarray,
+    client: np.ndarray,
+    *,
+    first_node: int,
+    train_fraction: float,
+) -> dict[int, dict]:
+    """Each client's rows in its own ``.npz`` (the user's-own-data mode), by node id.
+
+    The first ``train_fraction`` of a client's rows train, the rest test;
+    node ids count from ``first_node``; returns each node's node config.
+    """
+    configs = {}
+    for k in np.unique(client):
+        rows = np.flatnonzero(client == k)
+        n_train = round(len(rows) * train_fraction)
+        train, test = rows[:n_train], rows[n_train:]
+        path = folder / f"client{k}.npz"
+        np.savez(path, X_train=X[train], y_train=y[train], X_test=X[test], y_test=y[test])
+        configs[first_node + int(k)] = {"data": str(path), "client-id": int(k)}
+    return configs
+
 
 #: fault(request, reply) -> the reply to deliver, None to drop it, or a list of replies
 Fault = Callable[[Message, Message], Message | list | None]
@@ -58,8 +91,7 @@ class LocalGrid(Grid):
         self.delivered: list[tuple[int, str]] = []
         self.messages: list[Message] = []
         self._pending: dict[str, list] = {}  # message id -> [(when, reply)]
-        # what Flower's runtime sets in a ServerApp process before calling main()
-        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SERVER_NODE_ID, 1
+        as_server_app()
 
     def set_run(self, run_id: int) -> None:  # pragma: no cover - not used by the apps
         pass

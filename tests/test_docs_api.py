@@ -17,6 +17,7 @@ MODULES = [
     "skslot.flower",
     "skslot.gaussian",
     "skslot.heads",
+    "skslot.label_shift",
     "skslot.maps",
     "skslot.privacy",
     "skslot.protocol",

@@ -41,9 +41,11 @@ from .flower_harness import (  # noqa: E402
     LocalGrid,
     inflated_count,
     lost_reply,
+    rewrite_upload,
     scaled_heads,
     scaled_summary,
     tamper_statistics,
+    write_node_files,
 )
 
 N_CLIENTS = 4
@@ -62,21 +64,14 @@ def node_configs(tmp_path_factory):
         domain_shift=2.0,
         random_state=3,
     )
-    folder = tmp_path_factory.mktemp("clients")
-    configs = {}
-    for k in range(N_CLIENTS):
-        rows = np.flatnonzero(data.client == k)
-        train, test = rows[: 2 * len(rows) // 3], rows[2 * len(rows) // 3 :]
-        path = folder / f"client{k}.npz"
-        np.savez(
-            path,
-            X_train=data.X[train],
-            y_train=data.y[train],
-            X_test=data.X[test],
-            y_test=data.y[test],
-        )
-        configs[11 + k] = {"data": str(path), "client-id": k}
-    return configs
+    return write_node_files(
+        tmp_path_factory.mktemp("clients"),
+        data.X,
+        data.y,
+        data.client,
+        first_node=11,
+        train_fraction=2 / 3,
+    )
 
 
 def deploy(node_configs, faults=None, latency=None, **settings):
@@ -508,6 +503,27 @@ def test_inconsistent_evaluation_is_rejected(node_configs, n_correct, n_test, re
     assert sorted(report.accuracy) == [12, 13, 14]
 
 
+@pytest.mark.parametrize("n_test", [2**62, 100 * 80 + 80])
+def test_a_test_size_out_of_line_with_the_others_is_rejected_at_upload(node_configs, n_test):
+    """Announced alike in the upload and the evaluation, to report a perfect accuracy."""
+
+    def fault(request, reply):
+        if request.metadata.message_type == "query.upload":
+            return rewrite_upload(request, reply, config={"n-test": n_test})
+        if request.metadata.message_type == "evaluate.head":
+            return messages.evaluation_reply(request, n_correct=n_test, n_test=n_test)
+        return reply
+
+    report = deploy(node_configs, faults={11: fault}, min_clients=3)[0]
+    why = report.rejected["upload"][11]
+    if n_test > 2**53:
+        assert "n-test must be at most 2**53 rows" in why
+    else:
+        assert "declares 8.08e+03 test rows" in why and "max-count-ratio = 100" in why
+    assert sorted(report.accuracy) == [12, 13, 14]  # its claimed accuracy of 1 counts nowhere
+    assert report.macro_accuracy == pytest.approx(np.mean(list(report.accuracy.values())))
+
+
 @pytest.mark.parametrize(
     ("shape", "descr"),
     [
@@ -628,7 +644,7 @@ def test_private_summaries_are_released_once_per_run(node_configs):
         messages.upload_request("float64", 0), dst_node_id=11, message_type="query.upload"
     )
     first, second = (grid._deliver(request) for _ in range(2))
-    payload = [messages.read_upload_reply(r)[0] for r in (first, second)]
+    payload = [messages.read_upload_reply(r, n_classes=4)[0] for r in (first, second)]
     assert payload[0] == payload[1]
 
 
@@ -640,7 +656,8 @@ def test_head_statistics_reveal_the_exact_moments_the_summary_protects(node_conf
         messages.upload_request("float64", 0), dst_node_id=11, message_type="query.upload"
     )
     reply = grid._deliver(request)
-    payload, n_fit, _, record, _ = messages.read_upload_reply(reply)
+    payload, n_fit, _, record, _, counts = messages.read_upload_reply(reply, n_classes=4)
+    assert counts is None  # not asked for
     stats = FedCGSClassifier().decode_statistics(
         messages.record_to_arrays(record, max_bytes=1 << 20),
         classes=config.class_set,
@@ -828,11 +845,10 @@ def test_a_slow_node_counts_and_a_hung_one_is_missing(node_configs, caplog):
     assert report.waits["upload"]["missing"] == {
         12: "did not answer within reply-timeout = 0.5 s: hung or disconnected"
     }
-    assert re.search(
-        r"stage upload: 3 of 4 clients answered \(\d\.\d s\); node 12 did not answer within "
-        r"reply-timeout = 0.5 s: hung or disconnected",
-        caplog.text,
-    )
+    assert re.search(r"stage upload: 3 of 4 clients answered \(\d\.\d s\)", caplog.text)
+    # said once, by the driver, with the transport's reason
+    said = "node 12 missing at the upload stage: did not answer within reply-timeout = 0.5 s"
+    assert caplog.text.count(said) == 1 and caplog.text.count("did not answer within") == 1
 
 
 def test_the_first_reply_of_a_node_counts_and_later_ones_are_ignored(node_configs):
@@ -940,6 +956,39 @@ def test_statistics_inconsistent_with_the_summary_are_rejected(node_configs, edi
         return {**arrays, "gram_upper": arrays["gram_upper"] * 1e8}
 
     report, _, _, _ = deploy(node_configs, faults={14: tamper_statistics(tamper)})
+    assert reason in report.rejected["upload"][14], report.rejected
+    assert sorted(report.accuracy) == [11, 12, 13]
+
+
+@pytest.mark.parametrize("covariance_type", ["lowrank", "full", "diag", "spherical"])
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        ("covariances", "the statistics imply a total variance"),
+        ("means", "standard deviations from the summary's"),
+    ],
+)
+def test_mixtures_inconsistent_with_the_summary_are_rejected(
+    node_configs, covariance_type, edit, reason
+):
+    """FedPFT's mixtures imply the client's mean and total variance: they must match its summary."""
+    settings = {"head": "FedPFT", "head_params": json.dumps({"covariance_type": covariance_type})}
+    honest = deploy(node_configs, **settings)[0]
+    assert not honest.rejected  # the honest mixtures agree with the summaries (float16 on the wire)
+
+    def tamper(arrays):
+        if edit == "covariances":  # covariances x 100, inside float16's range
+            covariances = arrays["covariances"].astype(np.float64)
+            if covariance_type == "lowrank":  # [W | d]: W x 10, d x 100
+                covariances[..., :-1] *= 10.0
+                covariances[..., -1] *= 100.0
+            else:
+                covariances *= 100.0
+            return {**arrays, "covariances": covariances.astype(arrays["covariances"].dtype)}
+        spread = np.sqrt(np.abs(arrays["covariances"].astype(np.float64)).max())
+        return {**arrays, "means": arrays["means"] + 50 * spread}
+
+    report = deploy(node_configs, faults={14: tamper_statistics(tamper)}, **settings)[0]
     assert reason in report.rejected["upload"][14], report.rejected
     assert sorted(report.accuracy) == [11, 12, 13]
 

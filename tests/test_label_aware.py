@@ -10,7 +10,6 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
 from skslot import FederatedTauSearch, GaussianSummaryEstimator, SLOTTransformer
-from skslot.datasets import make_federated_classification
 from skslot.heads import FedCGSClassifier
 from skslot.summary import within_class_summary
 
@@ -18,15 +17,8 @@ from .conftest import assert_close_in_norm
 
 
 @pytest.fixture(scope="module")
-def data():
-    return make_federated_classification(
-        n_clients=3,
-        n_samples_per_client=200,
-        n_features=5,
-        alpha=0.3,
-        domain_shift=2.0,
-        random_state=1,
-    )
+def data(labelled_clients):
+    return labelled_clients
 
 
 def class_centred(X, y):
@@ -156,21 +148,11 @@ def test_flower_runs_label_aware_summaries_as_in_process(tmp_path, data):
     from skslot.flower import DeploymentConfig, run_one_shot
     from skslot.flower.client_app import app as client_app
 
-    from .flower_harness import LocalGrid
+    from .flower_harness import LocalGrid, write_node_files
 
-    node_configs = {}
-    for k in range(3):
-        rows = np.flatnonzero(data.client == k)
-        path = tmp_path / f"client{k}.npz"
-        train, test = rows[:150], rows[150:]
-        np.savez(
-            path,
-            X_train=data.X[train],
-            y_train=data.y[train],
-            X_test=data.X[test],
-            y_test=data.y[test],
-        )
-        node_configs[21 + k] = {"data": str(path), "client-id": k}
+    node_configs = write_node_files(
+        tmp_path, data.X, data.y, data.client, first_node=21, train_fraction=0.75
+    )
     classes = ",".join(str(c) for c in np.unique(data.y))
     config = DeploymentConfig(
         summary_covariance="within",

@@ -157,8 +157,10 @@ def test_private_summaries_merge_before_the_noise():
     X = rng.normal(size=(100, 3))
     params = {"epsilon": 1e12, "clip_norm": 10.0, "random_state": 0}
     whole = GaussianSummaryEstimator(**params).fit(X)
-    parts = GaussianSummaryEstimator(**params).fit(X[:40]).merge(
-        GaussianSummaryEstimator(**params).fit(X[40:])
+    parts = (
+        GaussianSummaryEstimator(**params)
+        .fit(X[:40])
+        .merge(GaussianSummaryEstimator(**params).fit(X[40:]))
     )
     np.testing.assert_allclose(
         parts.summaries_[None].covariance, whole.summaries_[None].covariance, rtol=1e-4

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from skslot import FederatedTauSearch
+from skslot import FederatedTauSearch, GaussianSummary
 from skslot.datasets import make_federated_classification
 from skslot.heads import (
     HEADS,
@@ -17,11 +17,13 @@ from skslot.heads import (
     OneShotFedAvgClassifier,
     make_head,
 )
+from skslot.label_shift import label_shift_distances
 from skslot.protocol import (
     ClientParty,
     InProcessTransport,
     OneShotProtocol,
     ProtocolRunError,
+    ReferenceStep,
 )
 
 CLASSES = np.arange(4)
@@ -79,7 +81,30 @@ def test_the_stage_order_depends_on_the_head_s_protocol_only(clients):
         assert sorted(result.report.accuracy) == [0, 1, 2, 3]
 
 
-def test_the_same_protocol_object_runs_over_both_transports(clients, tmp_path):
+@pytest.mark.parametrize(
+    ("settings", "stages"),
+    [
+        (
+            {"head": "FedPFT", "head_params": '{"covariance_type": "full"}', "tau": "auto"},
+            ["upload", "validation", "evaluation"],
+        ),
+        (
+            {"head": "FedCGS", "tau": "auto", "client_tau": "label-shift"},
+            ["upload", "validation", "evaluation"],
+        ),
+        (
+            {
+                "head": "O-FedAvg",
+                "head_params": '{"max_iter": 50}',
+                "tau": 1.0,
+                "client_tau": "label-shift",
+            },
+            ["upload", "updates", "evaluation"],
+        ),
+    ],
+    ids=["FedPFT-full-auto", "FedCGS-label-shift-auto", "O-FedAvg-label-shift-rule"],
+)
+def test_the_same_protocol_object_runs_over_both_transports(clients, tmp_path, settings, stages):
     """In process and over Flower (LocalGrid): the same choice, head and accuracies."""
     pytest.importorskip("flwr", reason="Flower is not installed: pip install '.[flower]'")
     from skslot.flower import DeploymentConfig
@@ -94,36 +119,40 @@ def test_the_same_protocol_object_runs_over_both_transports(clients, tmp_path):
         np.savez(path, X_train=X, y_train=y, X_test=Xt, y_test=yt)
         node_configs[11 + k] = {"data": str(path), "client-id": k}
     config = DeploymentConfig(
-        head="FedPFT",
-        head_params='{"covariance_type": "full"}',
-        tau="auto",
         taus="0,0.4,1",
         classes="0,1,2,3",
         summary_dtype="float64",
         seed=2,
         num_clients=4,
         connect_timeout=0.0,
+        **settings,
     )
     protocol = config.protocol()
-    assert protocol.head.covariance_type == "full"
     in_process = protocol.run(InProcessTransport(parties(clients, protocol.head)), CLASSES)
     grid = LocalGrid(client_app, node_configs, config.to_run_config())
     transport = FlowerTransport(
         grid, head=protocol.head, classes=CLASSES, summary_dtype="float64", num_clients=4
     )
     flower = protocol.run(transport, CLASSES)
-    assert flower.stages == in_process.stages == ["upload", "validation", "evaluation"]
+    assert flower.stages == in_process.stages == stages
     assert flower.tau == in_process.tau
-    assert flower.report.selection["chosen"] == in_process.report.selection["chosen"]
-    np.testing.assert_array_equal(
-        flower.report.selection["scores"], in_process.report.selection["scores"]
-    )
+    if config.auto:
+        assert flower.report.selection["chosen"] == in_process.report.selection["chosen"]
+        np.testing.assert_array_equal(
+            flower.report.selection["scores"], in_process.report.selection["scores"]
+        )
     np.testing.assert_array_equal(
         flower.head.linear_scores().coef, in_process.head.linear_scores().coef
     )
     assert [flower.report.accuracy[11 + k] for k in range(4)] == [
         in_process.report.accuracy[k] for k in range(4)
     ]
+    if config.client_tau == "label-shift":  # each client's factor, from the counts it sent
+        counts = {k: np.bincount(y, minlength=4) for k, (_, y, _, _) in clients.items()}
+        distances = label_shift_distances(counts)
+        assert in_process.tau_scales == pytest.approx(distances, rel=1e-12)
+        assert flower.report.tau_scales == {11 + k: round(d, 6) for k, d in distances.items()}
+        assert len(set(distances.values())) == 4 and 0 < min(distances.values())
 
 
 def test_a_user_head_is_deployable_by_its_import_path(clients):
@@ -209,3 +238,46 @@ def test_no_module_outside_the_heads_branches_on_the_kind_of_head():
                 if isinstance(node.ctx, ast.Load) and path.name not in ("__init__.py",):
                     offenders.append(f"{path.relative_to(root)}:{node.lineno} {node.id}")
     assert not offenders, offenders
+
+
+class ScaledSummaryParty(ClientParty):
+    """A client whose summary's covariance is scaled (valid, but it breaks a float32 reference)."""
+
+    def summarise(self):
+        own = super().summarise()
+        return GaussianSummary(own.n, own.mean, own.covariance * 1e60, client=own.client)
+
+
+def test_the_culprit_search_costs_a_few_barycenter_iterations_per_client(monkeypatch):
+    """K = 12, one summary breaking the float32 reference: about K iterations, not K barycenters."""
+    import skslot.barycenter as barycenter_module
+
+    data = make_federated_classification(
+        n_clients=12, n_samples_per_client=80, n_features=6, random_state=0
+    )
+    iterations = []
+    kernel = barycenter_module.bures_wasserstein_barycenter
+
+    def counting(*args, **kwargs):
+        result = kernel(*args, **kwargs)
+        iterations.append(result.n_iter)
+        return result
+
+    monkeypatch.setattr(barycenter_module, "bures_wasserstein_barycenter", counting)
+    head = FedCGSClassifier()
+    classes = np.unique(data.y)
+    parties = {
+        k: (ScaledSummaryParty if k == 7 else ClientParty)(
+            data.X[data.client == k], data.y[data.client == k], head=head, classes=classes, label=k
+        )
+        for k in range(12)
+    }
+    protocol = OneShotProtocol(head, reference=ReferenceStep(wire_dtype="float32"))
+    result = protocol.run(InProcessTransport(parties), classes)
+    assert list(result.report.rejected["upload"]) == [7]
+    assert "its summary breaks the reference" in result.report.rejected["upload"][7]
+    full = iterations[-1]  # the final reference, without client 7
+    # the failed build, one iteration per client alone, the final build
+    assert len(iterations) == 1 + 12 + 1
+    assert iterations[1:-1] == [1] * 12
+    assert sum(iterations) <= 12 + 3 * full

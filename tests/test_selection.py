@@ -273,9 +273,7 @@ def test_sklearn_compatible(estimator, check):
 @pytest.mark.parametrize("head", HEADS, ids=lambda h: type(h).__name__)
 def test_refit_equals_the_head_on_all_rows_aligned_at_the_chosen_tau(federated, head):
     X, y, client = federated.X, federated.y, federated.client
-    search = FederatedTauSearch(head, taus=(0.0, 0.5, 1.0), random_state=0).fit(
-        X, y, client=client
-    )
+    search = FederatedTauSearch(head, taus=(0.0, 0.5, 1.0), random_state=0).fit(X, y, client=client)
     assert search.best_params_ == {"tau": search.best_tau_}
     Z = search.slot_.transform(X, client=client)
     if isinstance(head, FedPFTClassifier):  # sampled from the two parts' mixtures: close only
@@ -310,10 +308,14 @@ def test_a_frozen_slot_transformer_is_reused(federated):
     X, y, client = federated.X, federated.y, federated.client
     slot = SLOTTransformer().fit(X, client=client)
     fresh = FederatedTauSearch(FedCGSClassifier(), random_state=0).fit(X, y, client=client)
-    frozen = FederatedTauSearch(
-        FedCGSClassifier(), slot=FrozenEstimator(slot), random_state=0
-    ).fit(X, y, client=client)
+    frozen = FederatedTauSearch(FedCGSClassifier(), slot=FrozenEstimator(slot), random_state=0).fit(
+        X, y, client=client
+    )
     np.testing.assert_array_equal(fresh.best_estimator_.coef_, frozen.best_estimator_.coef_)
+    # a client the frozen transformer has no map for: refused before any work
+    others = np.where(client == 3, 7, client)
+    with pytest.raises(ValueError, match=r"the fitted reference has no map for clients \[7\]"):
+        FederatedTauSearch(FedCGSClassifier(), slot=FrozenEstimator(slot)).fit(X, y, client=others)
 
 
 def test_small_clients_are_left_out_of_the_choice(federated):

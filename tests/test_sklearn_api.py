@@ -19,7 +19,12 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skslot import BuresBarycenter, GaussianSummaryEstimator, SLOTTransformer
 
-ESTIMATORS = [GaussianSummaryEstimator(), BuresBarycenter(), SLOTTransformer()]
+ESTIMATORS = [
+    GaussianSummaryEstimator(),
+    BuresBarycenter(),
+    SLOTTransformer(),
+    SLOTTransformer(client_tau="label-shift"),
+]
 PRIVATE = GaussianSummaryEstimator(epsilon=4.0, clip_norm=10.0, random_state=0)
 
 

@@ -80,8 +80,23 @@ def test_npy_header_fuzz_raises_only_the_protocol_error():
     np.save(buffer, np.arange(12, dtype=np.int64).reshape(3, 4))
     valid = buffer.getvalue()
     header_end = valid.index(b"\n") + 1
-    tokens = [b"True", b"-1", b"1.5", b"2**64", b"18446744073709551616", b"()", b"None",
-              b"'|O'", b"'<V8'", b"'<U3'", b"[", b"{", b"9" * 30, b"\x00", b"\xff"]
+    tokens = [
+        b"True",
+        b"-1",
+        b"1.5",
+        b"2**64",
+        b"18446744073709551616",
+        b"()",
+        b"None",
+        b"'|O'",
+        b"'<V8'",
+        b"'<U3'",
+        b"[",
+        b"{",
+        b"9" * 30,
+        b"\x00",
+        b"\xff",
+    ]
     outcomes = {"decoded": 0, "rejected": 0}
     for trial in range(3000):
         data = bytearray(valid)

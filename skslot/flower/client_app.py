@@ -212,9 +212,11 @@ def upload(message: Message, context: Context) -> Message:
     The summary is released once per run: a repeated request gets the same
     bytes (for a private summary, no fresh noise to average out).
     """
-    dtype, index, split_seed = messages.read_upload_request(message)
+    dtype, index, split_seed, counts = messages.read_upload_request(message)
     config, data = _data(context)
-    reply = _party(context, config, data).upload(UploadRequest(index, split_seed))
+    reply = _party(context, config, data).upload(
+        UploadRequest(index, split_seed, class_counts=counts)
+    )
     if STATE in context.state.config_records:
         payload = context.state.config_records[STATE]["summary"]
     else:
@@ -233,6 +235,7 @@ def upload(message: Message, context: Context) -> Message:
         n_test=reply.n_test,
         statistics=None if reply.statistics is None else reply.statistics.to_arrays(),
         validation=None if reply.validation is None else reply.validation.to_arrays(),
+        class_counts=reply.class_counts,
     )
 
 

@@ -83,6 +83,11 @@ class ProtocolSettings:
         labels are matched by name and sent as their position in this list).
     seed : int, default=0
         Seed of the partition and of the head.
+    client_tau : {"uniform", "label-shift"}, default="uniform"
+        Each client's fraction of the transport: ``tau`` for all (the
+        paper's), or ``tau`` times the total-variation distance between its
+        class proportions and the federation's (the clients then upload their
+        class counts; see :mod:`skslot.label_shift`).
     summary_covariance : {"total", "within"}, default="total"
         The covariance each client's summary transports: of all its rows (the
         paper's), or of its class-centred rows (label-aware; see
@@ -110,6 +115,7 @@ class ProtocolSettings:
     selection_rule: str = "one-standard-error"
     classes: str = "0,1,2,3,4,5,6,7,8,9"
     seed: int = 0
+    client_tau: str = "uniform"
     summary_covariance: str = "total"
     summary_dtype: str = "float32"
     server_jobs: int = 1
@@ -145,6 +151,7 @@ class ProtocolSettings:
             defence=defence,
             min_clients=min_clients,
             random_state=self.seed,
+            client_tau=self.client_tau,
             summary_covariance=self.summary_covariance,
             config=self.to_run_config() if isinstance(self, DeploymentConfig) else None,
         )

@@ -42,6 +42,7 @@ from ..heads import LinearScores
 from ..wire import ProtocolError, StatisticsFormatError
 from ..wire.arrays import ArrayMessage
 from ..wire.npy import read_npy_arrays
+from ..wire.summary_codec import MAX_COUNT
 
 __all__ = [
     "ProtocolError",
@@ -159,22 +160,32 @@ def _split_array_list(arrays: Mapping[str, np.ndarray], n: int) -> list[dict[str
 
 
 def upload_request(
-    summary_dtype: str, client_index: int, split_seed: int | None = None
+    summary_dtype: str,
+    client_index: int,
+    split_seed: int | None = None,
+    *,
+    class_counts: bool = False,
 ) -> RecordDict:
     values: dict[str, Any] = {"summary-dtype": summary_dtype, "client-index": client_index}
     if split_seed is not None:
         values["split-seed"] = split_seed
+    if class_counts:
+        values["class-counts"] = 1  # a flag (ConfigRecord values here are never bools)
     return RecordDict({CONFIG: ConfigRecord(values)})
 
 
-def read_upload_request(message: Message) -> tuple[str, int, int | None]:
-    """The summary dtype, this client's position, the seed of its validation split (or None)."""
+def read_upload_request(message: Message) -> tuple[str, int, int | None, bool]:
+    """The summary dtype, this client's position, the seed of its validation split (or None),
+    and whether the server asks for its class counts."""
     config = content_record(message, CONFIG, ConfigRecord)
     index = config_value(config, "client-index", int)
     if index < 0:
         raise ProtocolError(f"client-index must be >= 0, got {index}")
     seed = config_value(config, "split-seed", int) if "split-seed" in config else None
-    return config_value(config, "summary-dtype", str), index, seed
+    counts = config_value(config, "class-counts", int) if "class-counts" in config else 0
+    if counts not in (0, 1):
+        raise ProtocolError(f"class-counts must be 0 or 1, got {counts}")
+    return config_value(config, "summary-dtype", str), index, seed, counts == 1
 
 
 def upload_reply(
@@ -185,10 +196,12 @@ def upload_reply(
     n_test: int,
     statistics: ArrayMessage | None = None,
     validation: ArrayMessage | None = None,
+    class_counts: np.ndarray | None = None,
 ) -> Message:
-    content = RecordDict(
-        {CONFIG: ConfigRecord({"summary": summary, "n-fit": n_fit, "n-test": n_test})}
-    )
+    values: dict[str, Any] = {"summary": summary, "n-fit": n_fit, "n-test": n_test}
+    if class_counts is not None:
+        values["class-counts"] = [int(c) for c in class_counts]
+    content = RecordDict({CONFIG: ConfigRecord(values)})
     if statistics is not None:
         content[STATISTICS] = arrays_to_record(statistics)
     if validation is not None:
@@ -196,8 +209,10 @@ def upload_reply(
     return Message(content, reply_to=request)
 
 
-def read_upload_reply(message: Message) -> tuple[bytes, int, int, Any, Any]:
-    """Summary bytes, fitting and test row counts, and the statistics' records (or None).
+def read_upload_reply(
+    message: Message, *, n_classes: int
+) -> tuple[bytes, int, int, Any, Any, np.ndarray | None]:
+    """Summary bytes, row counts, the statistics' records (or None), the class counts (or None).
 
     The records are decoded by the caller with :func:`record_to_arrays`, once
     the summary told it the dimension (and so the largest size to accept).
@@ -209,6 +224,18 @@ def read_upload_reply(message: Message) -> tuple[bytes, int, int, Any, Any]:
     n_fit, n_test = config_value(config, "n-fit", int), config_value(config, "n-test", int)
     if n_fit < 0 or n_test < 0:
         raise ProtocolError(f"row counts must be >= 0, got n-fit {n_fit}, n-test {n_test}")
+    if n_test > MAX_COUNT:
+        raise ProtocolError(f"n-test must be at most 2**53 rows, got {n_test}")
+    counts = None
+    if "class-counts" in config:
+        values = config["class-counts"]
+        if (
+            not isinstance(values, list)
+            or len(values) != n_classes
+            or not all(type(v) is int and v >= 0 for v in values)
+        ):
+            raise ProtocolError(f"class-counts must be a list of {n_classes} integers >= 0")
+        counts = np.array(values, dtype=np.int64)
     records = message.content.array_records
     return (
         summary,
@@ -216,6 +243,7 @@ def read_upload_reply(message: Message) -> tuple[bytes, int, int, Any, Any]:
         n_test,
         records.get(STATISTICS),
         records.get(VALIDATION_STATISTICS),
+        counts,
     )
 
 

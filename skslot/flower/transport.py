@@ -154,7 +154,7 @@ class FlowerTransport:
         """Send one message per node, wait for the replies, decode and check each."""
         result = Exchange()
         contents = {node: self._encode(request) for node, request in requests.items()}
-        received, sends = self._wait(stage, contents)
+        received, sends, why_missing = self._wait(stage, contents)
         for node, content in contents.items():
             result.bytes_sent[node] = messages.payload_bytes(content) * max(sends[node], 1)
         for node, reply in list(received.items()):
@@ -163,7 +163,11 @@ class FlowerTransport:
                 del received[node]
                 continue
             result.bytes_received[node] = messages.payload_bytes(reply.content)
-        result.missing = sorted(set(requests) - set(received) - set(result.rejected))
+        result.missing = {
+            node: why_missing.get(node, "did not answer in time")
+            for node in requests
+            if node not in received and node not in result.rejected
+        }
         if stage == "upload":
             self._decode_uploads(received, result)
             return result
@@ -240,17 +244,15 @@ class FlowerTransport:
             "resent": {node: sends[node] - 1 for node in contents if sends[node] > 1},
             "missing": why,
         }
-        line = f"skslot: stage {stage}: {len(answered)} of {len(contents)} clients answered"
-        line += f" ({_seconds(elapsed)})"
-        if missing:
-            logger.warning(
-                "%s; %s",
-                line,
-                "; ".join(f"{self.name(node)} {why[node]}" for node in missing),
-            )
-        else:
-            logger.info("%s", line)
-        return answered, sends
+        # the driver warns about each missing node, with the reason given here
+        logger.info(
+            "skslot: stage %s: %d of %d clients answered (%s)",
+            stage,
+            len(answered),
+            len(contents),
+            _seconds(elapsed),
+        )
+        return answered, sends, why
 
     def _push(self, stage, ready, contents, pending, due, sends, lost) -> None:
         outgoing = [
@@ -325,7 +327,10 @@ class FlowerTransport:
     def _encode(self, request: Any) -> RecordDict:
         if isinstance(request, UploadRequest):
             return messages.upload_request(
-                self.summary_dtype, request.client_index, request.split_seed
+                self.summary_dtype,
+                request.client_index,
+                request.split_seed,
+                class_counts=request.class_counts,
             )
         if isinstance(request, UpdatesRequest):
             return messages.updates_request(
@@ -371,7 +376,7 @@ class FlowerTransport:
         summaries = {}
         for node, reply in received.items():
             try:
-                payload, *rest = messages.read_upload_reply(reply)
+                payload, *rest = messages.read_upload_reply(reply, n_classes=self.classes.shape[0])
                 summary = GaussianSummary.from_bytes(
                     payload,
                     expected_dimension=self.n_features or None,
@@ -384,7 +389,15 @@ class FlowerTransport:
             self._labels[node] = summary.client
         dims = Counter(summary.dimension for summary, *_ in summaries.values())
         m = self.n_features or (max(dims, key=lambda d: (dims[d], -d)) if dims else 0)
-        for node, (summary, size, n_fit, n_test, statistics, validation) in summaries.items():
+        for node, (
+            summary,
+            size,
+            n_fit,
+            n_test,
+            statistics,
+            validation,
+            counts,
+        ) in summaries.items():
             try:
                 if summary.dimension != m:
                     raise StatisticsFormatError(f"dimension {summary.dimension}, expected {m}")
@@ -408,4 +421,6 @@ class FlowerTransport:
                 result.rejected[node] = str(exc)
                 continue
             self._dimension[node] = m
-            result.replies[node] = Upload(summary, n_fit, n_test, *parts, summary_bytes=size)
+            result.replies[node] = Upload(
+                summary, n_fit, n_test, *parts, summary_bytes=size, class_counts=counts
+            )

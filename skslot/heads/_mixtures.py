@@ -167,14 +167,49 @@ class ClassMixtures:
         """Rows the mixtures describe, skipped classes included."""
         return int(sum(mx.n for mx in self.mixtures) + sum(k for _, k in self.skipped))
 
-    def implied_moments(self, covariance: str = "total") -> None:
-        """What these mixtures imply of the client's total mean and variance: not derived yet.
+    def class_counts(self) -> np.ndarray:
+        """Rows of each class (int64, skipped classes included), in the order of ``classes``."""
+        counts = dict(self.skipped)
+        counts.update((mx.label, mx.n) for mx in self.mixtures)
+        return np.array([counts.get(c, 0) for c in self.classes.tolist()], dtype=np.int64)
 
-        (The server checks a head's statistics against the client's summary
-        where they determine the rows' moments; see
-        :meth:`ClassStatistics.implied_moments`.)
+    def implied_moments(self, covariance: str = "total") -> tuple[np.ndarray, float, int]:
+        """The mean, a total variance ``tr(S)`` and the count of the rows the mixtures describe.
+
+        Exact for the sent classes: each component's trace (a low-rank
+        component's ``||W||_F^2 + sum(d)`` keeps every variance), its mean and
+        weight give each class's mean and second moment, and those the total
+        (``covariance="total"``) or class-centred (``"within"``) variance.
+        Skipped classes are not described: the count says how many rows are,
+        and the server compares with the client's summary accordingly
+        (:func:`skslot.defence.inconsistent_statistics`).
         """
-        return None
+        m = self.n_features
+        counts, means, second = [], [], []
+        for mx in self.mixtures:
+            cov = mx.covariances
+            if mx.covariance_type == "full":
+                traces = np.trace(cov, axis1=1, axis2=2)
+            elif mx.covariance_type == "lowrank":
+                traces = (cov[:, :, :-1] ** 2).sum(axis=(1, 2)) + cov[:, :, -1].sum(axis=1)
+            elif mx.covariance_type == "diag":
+                traces = cov.sum(axis=1)
+            else:
+                traces = m * cov[:, 0]
+            counts.append(mx.n)
+            means.append(mx.weights @ mx.means)
+            second.append(float(mx.weights @ (traces + (mx.means**2).sum(axis=1))))
+        if not counts:
+            return np.zeros(m), 0.0, 0
+        n = np.array(counts, dtype=np.float64)
+        means_ = np.array(means)
+        second_ = np.array(second)
+        mean = n @ means_ / n.sum()
+        if covariance == "total":
+            trace = float(n @ second_ / n.sum() - mean @ mean)
+        else:
+            trace = float(n @ (second_ - (means_**2).sum(axis=1)) / n.sum())
+        return mean, trace, int(n.sum())
 
     def scaled(self, factor: float) -> ClassMixtures:
         """The message weighted by ``factor``: the server draws that share of its rows."""
@@ -283,6 +318,7 @@ class ClassMixtures:
         n_samples: int | None = None,
         covariance_type: str = "full",
         rank: int = 0,
+        n_components: int | None = None,
         eps: float = np.finfo(np.float64).eps,
     ) -> ClassMixtures:
         """Decode a received message and check every mixture.
@@ -292,7 +328,10 @@ class ClassMixtures:
         distribution, and covariances positive semi-definite up to the
         rounding ``eps`` of the transmitted dtype (``"lowrank"``: the factor
         of the configured ``rank`` and a non-negative diagonal, positive
-        semi-definite by construction).
+        semi-definite by construction).  With ``n_components`` (the head's
+        setting), each class has exactly ``min(n_components, n)`` components,
+        what a client builds: the decoded shapes, and so what the server
+        builds from them, are bounded by the configuration, not by the bytes.
         """
         classes = np.asarray(classes)
         C, m = len(classes), n_features
@@ -309,6 +348,11 @@ class ClassMixtures:
             raise StatisticsFormatError("mixture class indices are out of range or repeated")
         if np.any(k < 1) or np.any(k > n):
             raise StatisticsFormatError("each mixture needs between 1 and n components")
+        if n_components is not None and np.any(k != np.minimum(n_components, n)):
+            raise StatisticsFormatError(
+                f"mixtures of {sorted(set(k.tolist()))} components, but the head fits "
+                f"min(n_components = {n_components}, rows of the class) per class"
+            )
         total = int(n.sum() + skipped_count.sum())
         if n_samples is not None and total > n_samples:
             raise StatisticsFormatError(

@@ -48,6 +48,10 @@ class ClassStatistics:
     def n_features(self) -> int:
         return self.sums.shape[1]
 
+    def class_counts(self) -> np.ndarray:
+        """Rows of each class (int64), in the order of ``classes``."""
+        return np.rint(self.counts).astype(np.int64)
+
     @classmethod
     def from_rows(cls, X: np.ndarray, y: np.ndarray, classes: np.ndarray) -> ClassStatistics:
         onehot = (np.searchsorted(classes, y)[:, None] == np.arange(classes.shape[0])).astype(
@@ -138,6 +142,8 @@ class ClassStatistics:
         if counts.sum() != n:
             raise StatisticsFormatError(f"class counts add up to {counts.sum()}, not n = {n}")
         sums = read_array(arrays, "sums", (C, m))
+        if np.any(sums[counts == 0] != 0):
+            raise StatisticsFormatError("a class with no rows has a non-zero class sum")
         moments = ShiftedMoments(
             n,
             read_array(arrays, "shift", (m,)),
@@ -147,11 +153,22 @@ class ClassStatistics:
         total = moments.s1 + n * moments.shift
         if not np.allclose(sums.sum(axis=0), total, rtol=1e-8, atol=1e-8 * np.abs(total).max()):
             raise StatisticsFormatError("class sums do not add up to the sum of all rows")
-        check_psd_up_to_rounding("the Gram matrix", moments.centred().gram, 1e-12)
+        scatter = moments.centred().gram
+        check_psd_up_to_rounding("the Gram matrix", scatter, 1e-12)
+        # the class sums' between-class scatter is part of the Gram's total scatter:
+        # sum_c n_c (mu_c - mu)(mu_c - mu)^T <= sum_i (x_i - mu)(x_i - mu)^T
+        present = counts > 0
+        offsets = sums[present] - np.outer(counts[present], moments.mean)
+        between = (offsets.T / counts[present]) @ offsets
+        check_psd_up_to_rounding(
+            "the within-class scatter (the Gram's scatter less the class sums')",
+            scatter - between,
+            1e-10,
+        )
         return cls(np.asarray(classes), counts.astype(np.float64), sums, moments)
 
-    def implied_moments(self, covariance: str = "total") -> tuple[np.ndarray, float]:
-        """The mean and a total variance ``tr(S)`` of the rows these statistics describe.
+    def implied_moments(self, covariance: str = "total") -> tuple[np.ndarray, float, int]:
+        """The mean, a total variance ``tr(S)`` and the count of the rows these describe (all).
 
         ``S`` is the covariance of all rows (``covariance="total"``) or of the
         class-centred rows (``"within"``): what the server compares with the
@@ -160,7 +177,7 @@ class ClassStatistics:
         """
         total, within = pooled_covariances(self)
         S = total if covariance == "total" else within
-        return self.moments.mean, float(np.trace(S))
+        return self.moments.mean, float(np.trace(S)), int(self.moments.n)
 
     @property
     def class_means(self) -> np.ndarray:

@@ -269,6 +269,7 @@ class FedPFTClassifier(OneShotHead):
         return {
             "covariance_type": self.covariance_type,
             "rank": self._rank(),
+            "n_components": self.n_components,
             "eps": float(np.finfo(self.transmit_dtype).eps),
         }
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..gaussian import GaussianMap, GaussianSummary
 from ..heads import OneShotHead
+from ..label_shift import class_counts
 from ..selection import ValidationCounts, local_updates, score_candidates, validation_split
 from ..summary import GaussianSummaryEstimator
 from ..transformer import SLOTTransformer
@@ -143,6 +144,7 @@ class ClientParty:
             n_test=0 if self.y_test is None else int(self.y_test.shape[0]),
             statistics=fitting,
             validation=validation,
+            class_counts=class_counts(self.y, self.classes) if request.class_counts else None,
         )
 
     def updates(self, request: UpdatesRequest) -> list:

@@ -34,6 +34,7 @@ from .._validation import check_in_range, check_option, spawn_seeds
 from ..defence import DefenceBounds
 from ..gaussian import GaussianMap, GaussianSummary
 from ..heads import OneShotHead
+from ..label_shift import CLIENT_TAU_RULES, label_shift_distances
 from ..selection import (
     DEFAULT_TAUS,
     SELECTION_RULES,
@@ -61,6 +62,8 @@ __all__ = ["OneShotProtocol", "ProtocolResult", "Transport"]
 
 #: Server steps whose failure on the clients' values fails the run with a report.
 SERVER_STEP_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError, MemoryError)
+#: Barycenter iterations of each leave-one-out probe of the culprit search.
+PROBE_ITERATIONS = 2
 
 
 class Transport(Protocol):
@@ -95,6 +98,8 @@ class ProtocolResult:
         With ``tau = "auto"``, the choice and its table.
     candidate_heads : list of OneShotHead
         With ``tau = "auto"``, the candidates (fitted on the fitting rows).
+    tau_scales : dict
+        Each accepted client's factor of ``tau`` (``client_tau``), by address.
     stages : list of str
     """
 
@@ -106,6 +111,7 @@ class ProtocolResult:
     summaries: list
     selection: Selection | None = None
     candidate_heads: list = field(default_factory=list)
+    tau_scales: dict = field(default_factory=dict)
 
     @property
     def stages(self) -> list[str]:
@@ -120,6 +126,7 @@ class _Client:
     weight: float = 0.0
     statistics: Any = None
     validation: Any = None
+    tau_scale: float = 1.0
 
     @property
     def summary(self) -> GaussianSummary:
@@ -158,6 +165,11 @@ class OneShotProtocol:
     evaluate : bool, default=True
         Run the ``evaluation`` stage (clients score the global head on their
         test rows).
+    client_tau : {"uniform", "label-shift"}, default="uniform"
+        Each client's fraction of the transport: ``tau`` for all, or ``tau``
+        times the total-variation distance between its class proportions and
+        the federation's (:mod:`skslot.label_shift`; the clients then upload
+        their class counts, checked against their summary and statistics).
     summary_covariance : {"total", "within"}, default="total"
         What the clients' summaries describe (all rows, or class-centred
         rows: :class:`~skslot.GaussianSummaryEstimator`), so the server checks
@@ -181,6 +193,7 @@ class OneShotProtocol:
         min_clients: int = 1,
         random_state: int | np.random.RandomState | None = None,
         evaluate: bool = True,
+        client_tau: str = "uniform",
         summary_covariance: str = "total",
         config: dict | None = None,
     ) -> None:
@@ -215,6 +228,7 @@ class OneShotProtocol:
         self.min_clients = min_clients
         self.random_state = random_state
         self.evaluate = evaluate
+        self.client_tau = check_option("client_tau", client_tau, CLIENT_TAU_RULES)
         self.summary_covariance = check_option(
             "summary_covariance", summary_covariance, ("total", "within")
         )
@@ -261,6 +275,7 @@ class _Run:
         report.nodes = list(self.transport.parties())
         self.uploads()
         self.screen()
+        self.scale_taus()
         self.build_reference()
         selection, candidates = None, []
         if protocol.auto:
@@ -289,6 +304,7 @@ class _Run:
             [self.clients[c].summary for c in order],
             selection,
             list(candidates),
+            {c: self.clients[c].tau_scale for c in order},
         )
 
     # -- what a head's protocol sees ---------------------------------------------------
@@ -300,7 +316,17 @@ class _Run:
         return [self.clients[c].validation for c in self.order]
 
     def maps(self) -> list[GaussianMap]:
-        return [self.full_maps[c] for c in self.order]
+        """Each client's map at ``tau = 1``: its full map, or that scaled by its ``tau_scale``."""
+        scaled = []
+        for c in self.order:
+            full, scale = self.full_maps[c], self.clients[c].tau_scale
+            scaled.append(full if scale == 1.0 else full.geodesic(scale))
+        return scaled
+
+    def client_taus(self, c: Hashable, taus: Sequence[float]) -> tuple[float, ...]:
+        """The fractions client ``c`` moves by at the run's ``taus`` (``client_tau``)."""
+        scale = self.clients[c].tau_scale
+        return tuple(float(t) * scale for t in taus)
 
     def server_step(self, what: str, step: Callable[[], Any]) -> Any:
         """A server step on client values; its failure fails the run with a report."""
@@ -313,7 +339,10 @@ class _Run:
 
     def local_updates(self, stage: str, taus: Sequence[float], part: str) -> dict[float, list]:
         """Each client's local heads at ``taus``, tied to its upload and screened."""
-        requests = {c: UpdatesRequest(self.reference_for(c), tuple(taus), part) for c in self.order}
+        requests = {
+            c: UpdatesRequest(self.reference_for(c), self.client_taus(c, taus), part)
+            for c in self.order
+        }
         exchange = self.exchange(stage, requests)
         received = {}
         for c, updates in exchange.replies.items():
@@ -353,7 +382,9 @@ class _Run:
             report.reject(stage, c, why)
         report.missing[stage] = sorted(result.missing, key=_order_key)
         for c in report.missing[stage]:
-            logger.warning("%s did not answer the %s stage in time", report.name(c), stage)
+            logger.warning(
+                "%s missing at the %s stage: %s", report.name(c), stage, result.missing[c]
+            )
         return result
 
     def keep(self, stage: str, accepted: Any) -> None:
@@ -385,8 +416,10 @@ class _Run:
         protocol, report = self.protocol, self.report
         parties = sorted(report.nodes, key=_order_key)
         seeds = spawn_seeds(protocol.random_state, len(parties)) if protocol.auto else None
+        counting = protocol.client_tau == "label-shift"
         requests = {
-            c: UploadRequest(k, None if seeds is None else seeds[k]) for k, c in enumerate(parties)
+            c: UploadRequest(k, None if seeds is None else seeds[k], class_counts=counting)
+            for k, c in enumerate(parties)
         }
         exchange = self.exchange("upload", requests)
         for c, upload in exchange.replies.items():
@@ -411,6 +444,7 @@ class _Run:
                 uploads_statistics=head.protocol.uploads_statistics,
                 consistency=consistency,
                 summary_covariance=protocol.summary_covariance,
+                n_classes=self.classes.shape[0] if counting else None,
             )
             if why:
                 report.reject("upload", c, why)
@@ -427,7 +461,10 @@ class _Run:
         if defence is None:
             weights = [float(self.clients[c].summary.n) for c in order]
         else:
-            reasons, capped = defence.screen([self.clients[c].summary for c in order])
+            reasons, capped = defence.screen(
+                [self.clients[c].summary for c in order],
+                test_sizes=[self.clients[c].upload.n_test for c in order],
+            )
             for k, why in sorted(reasons.items()):
                 self.report.reject("upload", order[k], f"implausible: {why}")
             self.keep("upload", [c for k, c in enumerate(order) if k not in reasons])
@@ -445,43 +482,72 @@ class _Run:
                 if client.validation is not None:
                     client.validation = client.validation.scaled(factor)
 
+    def scale_taus(self) -> None:
+        """Each accepted client's factor of ``tau``, from the accepted clients' class counts."""
+        if self.protocol.client_tau == "uniform":
+            return
+        order = self.order
+        distances = label_shift_distances({c: self.clients[c].upload.class_counts for c in order})
+        for c in order:
+            self.clients[c].tau_scale = distances[c]
+        self.report.tau_scales = {c: round(distances[c], 6) for c in order}
+
     def build_reference(self) -> None:
-        """The reference and every client's map; a client whose summary breaks it is found."""
+        """The reference and every client's map; clients whose summaries break it are found."""
         order = self.order
         summaries = [self.clients[c].summary for c in order]
         weights = [self.clients[c].weight for c in order]
         try:
             built = self.protocol.reference.build(order, summaries, weights)
         except SERVER_STEP_ERRORS as exc:
-            culprit = self._culprit(order, summaries, weights, exc)
-            self.report.reject("upload", culprit, f"its summary breaks the reference: {exc}")
-            self.keep("upload", [c for c in order if c != culprit])
+            culprits = self._culprits(order, summaries, weights, exc)
+            for c in culprits:
+                self.report.reject("upload", c, f"its summary breaks the reference: {exc}")
+            self.keep("upload", [c for c in order if c not in culprits])
             return self.build_reference()
         self.reference, self.full_maps = built.reference, built.maps
         self.report.barycenter_iterations = built.n_iter
         return None
 
-    def _culprit(self, order: list, summaries: list, weights: list, error: Exception) -> Hashable:
-        """The one client whose removal lets the reference be built, or fail the run."""
-        culprits = []
-        if len(order) > self.protocol.min_clients:
-            for k, c in enumerate(order):
-                rest = [i for i in range(len(order)) if i != k]
-                try:
-                    self.protocol.reference.build(
-                        [order[i] for i in rest],
-                        [summaries[i] for i in rest],
-                        [weights[i] for i in rest],
-                    )
-                except SERVER_STEP_ERRORS:
-                    continue
-                culprits.append(c)
-        if len(culprits) != 1:
+    def _culprits(
+        self, order: list, summaries: list, weights: list, error: Exception
+    ) -> list[Hashable]:
+        """The clients whose summaries break the reference, in O(K) barycenter iterations.
+
+        First each summary alone (a one-client reference: one iteration each):
+        those that break the step by themselves.  If none does, each
+        leave-one-out set, probed with ``PROBE_ITERATIONS`` iterations: the
+        one client whose removal lets the step through.  Otherwise the run
+        fails.  The caller rebuilds the reference in full without them.
+        """
+
+        def breaks(kept: list[int], max_iter: int) -> bool:
+            try:
+                self.protocol.reference.build(
+                    [order[i] for i in kept],
+                    [summaries[i] for i in kept],
+                    [weights[i] for i in kept],
+                    max_iter=max_iter,
+                )
+            except SERVER_STEP_ERRORS:
+                return True
+            return False
+
+        K = len(order)
+        culprits = [c for k, c in enumerate(order) if breaks([k], 1)]
+        if not culprits and K > self.protocol.min_clients:
+            culprits = [
+                c
+                for k, c in enumerate(order)
+                if not breaks([i for i in range(K) if i != k], PROBE_ITERATIONS)
+            ]
+            culprits = culprits if len(culprits) == 1 else []
+        if not culprits or K - len(culprits) < self.protocol.min_clients:
             raise ProtocolRunError(
                 f"the reference could not be built from the clients' summaries: {error}",
                 self.report,
             ) from error
-        return culprits[0]
+        return culprits
 
     def select(self, heads: list[OneShotHead]) -> Selection:
         """Stage "validation": candidates out, counts back (tied to the uploads), the choice."""
@@ -489,7 +555,7 @@ class _Run:
         scores = tuple(h.linear_scores() for h in heads)
         taus = tuple(c.tau for c in candidates)
         requests = {
-            c: ValidationRequest(self.reference_for(c), scores, taus)
+            c: ValidationRequest(self.reference_for(c), scores, self.client_taus(c, taus))
             for c in self.order
             if self.clients[c].upload.n_validation > 0
         }
@@ -536,7 +602,10 @@ class _Run:
         """Stage "evaluation": the global head out, local test counts back."""
         report = self.report
         scores = final.linear_scores()
-        requests = {c: EvaluationRequest(self.reference_for(c), scores, tau) for c in self.order}
+        requests = {
+            c: EvaluationRequest(self.reference_for(c), scores, self.client_taus(c, [tau])[0])
+            for c in self.order
+        }
         exchange = self.exchange("evaluation", requests)
         for c in self.order:
             if c not in exchange.replies:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..gaussian import GaussianSummary
 from ..heads import LinearScores
 
@@ -34,11 +36,14 @@ STAGES = ("upload", "updates", "validation", "refit", "evaluation")
 class UploadRequest:
     """Stage "upload": a client's position, and the seed of its validation split.
 
-    ``split_seed`` is ``None`` when the run has no validation round (fixed ``tau``).
+    ``split_seed`` is ``None`` when the run has no validation round (fixed
+    ``tau``); ``class_counts`` asks for the client's class counts (the
+    label-shift rule's input).
     """
 
     client_index: int
     split_seed: int | None = None
+    class_counts: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,8 +53,9 @@ class Upload:
     ``statistics`` are those of the fitting rows and ``validation`` those of
     the validation rows (``None`` when it holds none, or the head uploads
     none); ``n_fit`` counts the fitting rows and ``n_test`` the test rows it
-    will evaluate on.  ``summary_bytes`` is the summary's length on the wire,
-    where a transport encodes it.
+    will evaluate on; ``class_counts``, when asked for, the rows of each of
+    the run's classes among all its training rows.  ``summary_bytes`` is the
+    summary's length on the wire, where a transport encodes it.
     """
 
     summary: GaussianSummary
@@ -58,6 +64,7 @@ class Upload:
     statistics: Any = None
     validation: Any = None
     summary_bytes: int | None = None
+    class_counts: np.ndarray | None = None
 
     @property
     def n_validation(self) -> int:
@@ -109,12 +116,13 @@ class Exchange:
     ``replies`` holds the decoded replies of the clients that answered with
     valid ones; ``rejected`` says why each other answer was refused (an error
     raised by the client, or a message that failed its checks); ``missing``
-    lists the clients that did not answer in time.  ``bytes_sent`` and
+    says, for each client that did not answer in time, what the transport
+    knows of why.  ``bytes_sent`` and
     ``bytes_received`` are per client, where the transport counts them.
     """
 
     replies: dict = field(default_factory=dict)
     rejected: dict = field(default_factory=dict)
-    missing: list = field(default_factory=list)
+    missing: dict = field(default_factory=dict)
     bytes_sent: dict = field(default_factory=dict)
     bytes_received: dict = field(default_factory=dict)

@@ -16,9 +16,11 @@ import numpy as np
 
 from ..defence import inconsistent_statistics
 from ..selection import ValidationCounts
+from ..wire.arrays import sample_count_problem
 from .exchanges import Evaluation, Upload
 
 __all__ = [
+    "class_counts_problem",
     "counts_problem",
     "evaluation_problem",
     "local_updates_problem",
@@ -46,11 +48,20 @@ def upload_problem(
     uploads_statistics: bool,
     consistency: bool,
     summary_covariance: str = "total",
+    n_classes: int | None = None,
 ) -> str | None:
-    """Why an upload does not fit the run: its parts, statistics and summary must agree."""
+    """Why an upload does not fit the run: its parts, statistics and summary must agree.
+
+    ``n_classes``: the run asked for the client's class counts (over its
+    ``n_classes`` classes), which must add up to its summary's rows and equal
+    those of its statistics.
+    """
     summary = upload.summary
     if not auto and upload.n_fit != summary.n:
         return "a fixed-tau run has no validation part"
+    why = class_counts_problem(upload, n_classes)
+    if why:
+        return why
     if not uploads_statistics:
         if upload.statistics is not None or upload.validation is not None:
             return "the head trains locally: its upload carries no statistics"
@@ -64,10 +75,34 @@ def upload_problem(
         if upload.validation is not None:
             rows = rows.merge(upload.validation)
         implied = rows.implied_moments(summary_covariance)
-        if implied is not None:
-            why = inconsistent_statistics(summary, *implied)
-            if why:
-                return f"inconsistent with its summary: {why}"
+        why = inconsistent_statistics(summary, *implied, covariance=summary_covariance)
+        if why:
+            return f"inconsistent with its summary: {why}"
+    return None
+
+
+def class_counts_problem(upload: Upload, n_classes: int | None) -> str | None:
+    """Why an upload's class counts are not the ones asked for, or disagree with the rest."""
+    counts = upload.class_counts
+    if n_classes is None:
+        return None if counts is None else "class counts were not asked for"
+    if counts is None:
+        return "the upload lacks the class counts the run asked for"
+    counts = np.asarray(counts)
+    if counts.shape != (n_classes,) or counts.dtype.kind not in "iu" or np.any(counts < 0):
+        return (
+            f"class counts must be {n_classes} non-negative integers, got an array of dtype "
+            f"{counts.dtype} and shape {counts.shape}"
+        )
+    if int(counts.sum()) != upload.summary.n:
+        return (
+            f"class counts add up to {int(counts.sum())} rows but the client's summary "
+            f"counted {upload.summary.n}"
+        )
+    if upload.statistics is not None:
+        parts = [p for p in (upload.statistics, upload.validation) if p is not None]
+        if not np.array_equal(sum(p.class_counts() for p in parts), counts):
+            return "class counts differ from those of the client's statistics"
     return None
 
 
@@ -76,11 +111,9 @@ def local_updates_problem(updates: Sequence, n_updates: int, n_samples: int) -> 
     if len(updates) != n_updates:
         return f"{len(updates)} local heads, but {n_updates} were requested"
     for update in updates:
-        if update.n_samples != n_samples:
-            return (
-                f"local head trained on {update.n_samples} rows but the client's summary "
-                f"counted {n_samples}"
-            )
+        why = sample_count_problem(update.n_samples, n_samples, "local head trained on")
+        if why is not None:
+            return why
     return None
 
 

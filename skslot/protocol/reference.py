@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
 
 from ..barycenter import BuresBarycenter
+from ..exceptions import SingleClientWarning
 from ..gaussian import GaussianMap, GaussianSummary
 
 __all__ = ["FixedReference", "Reference", "ReferenceStep"]
@@ -43,16 +46,34 @@ class ReferenceStep:
         self.barycenter = barycenter if barycenter is not None else BuresBarycenter()
         self.wire_dtype = wire_dtype
 
+    def check_clients(self, clients: Sequence[Hashable]) -> None:
+        """Raise ``ValueError`` if the step cannot serve these clients (any can be served here)."""
+
     def build(
-        self, clients: Sequence[Hashable], summaries: Sequence[GaussianSummary], weights: Sequence
+        self,
+        clients: Sequence[Hashable],
+        summaries: Sequence[GaussianSummary],
+        weights: Sequence,
+        *,
+        max_iter: int | None = None,
     ) -> Reference:
-        """The barycenter of ``summaries`` (one per client address) with ``weights``."""
+        """The barycenter of ``summaries`` (one per client address) with ``weights``.
+
+        ``max_iter`` caps the barycenter's iterations (a probe: does the step
+        break on these summaries?), without warning that it did not converge.
+        """
         # a client is its address: the barycenter and the maps are keyed by it
         labelled = [replace(s, client=c) for c, s in zip(clients, summaries, strict=True)]
         barycenter = clone(self.barycenter)
         if isinstance(barycenter.weights, str) and barycenter.weights == "samples":
             barycenter.set_params(weights=list(weights))
-        barycenter.fit(labelled)
+        with warnings.catch_warnings():
+            if max_iter is not None:
+                barycenter.set_params(max_iter=max_iter)
+                warnings.simplefilter("ignore", ConvergenceWarning)
+            if len(clients) == 1:  # a probe of one client's summary
+                warnings.simplefilter("ignore", SingleClientWarning)
+            barycenter.fit(labelled)
         if self.wire_dtype is not None:
             barycenter.reference_.to_bytes(self.wire_dtype)  # raises if it cannot travel
         maps = barycenter.transport_maps()  # by label, in the order of the summaries
@@ -68,10 +89,14 @@ class FixedReference(ReferenceStep):
     ) -> None:
         self.fixed = Reference(reference, dict(maps), n_iter)
 
-    def build(self, clients, summaries, weights):
+    def check_clients(self, clients: Sequence[Hashable]) -> None:
+        """Raise ``ValueError`` naming the clients the fitted reference has no map for."""
         missing = [c for c in clients if c not in self.fixed.maps]
         if missing:
-            raise RuntimeError(f"the fitted reference has no map for clients {missing}")
+            raise ValueError(f"the fitted reference has no map for clients {missing}")
+
+    def build(self, clients, summaries, weights, *, max_iter=None):
+        self.check_clients(clients)
         return Reference(
             self.fixed.reference, {c: self.fixed.maps[c] for c in clients}, self.fixed.n_iter
         )

@@ -71,6 +71,10 @@ class ProtocolReport:
         number of values it encodes, ``m (m + 1) / 2 + m + 1``.
     tau : float or None
         The ``tau`` of the final head (the chosen one with ``tau = "auto"``).
+    tau_scales : dict
+        With ``client-tau = label-shift``: per client, the factor of ``tau``
+        it moved by (the total-variation distance between its class
+        proportions and the federation's).
     capped : dict
         Per client whose declared count exceeded ``max-weight-ratio`` times the
         median, the factor its weight was multiplied by.
@@ -106,6 +110,7 @@ class ProtocolReport:
     classes: list = field(default_factory=list)
     barycenter_iterations: int | None = None
     tau: float | None = None
+    tau_scales: dict = field(default_factory=dict)
     selection: dict | None = None
     capped: dict = field(default_factory=dict)
     privacy: str | None = None

@@ -20,6 +20,7 @@ from .arrays import (
     read_array,
     read_count,
     read_sample_count,
+    sample_count_problem,
 )
 from .npy import npy_header, read_npy_arrays
 from .summary_codec import decode_summary, encode_summary, summary_payload_size
@@ -38,5 +39,6 @@ __all__ = [
     "read_count",
     "read_npy_arrays",
     "read_sample_count",
+    "sample_count_problem",
     "summary_payload_size",
 ]

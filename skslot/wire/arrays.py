@@ -30,6 +30,7 @@ __all__ = [
     "read_array",
     "read_count",
     "read_sample_count",
+    "sample_count_problem",
 ]
 
 ArrayMessage = dict[str, np.ndarray]
@@ -129,11 +130,19 @@ def read_count(arrays: Mapping[str, Any], name: str, low: int, high: int | None 
     return value
 
 
+def sample_count_problem(n: int, n_samples: int | None, what: str) -> str | None:
+    """Why a message's row count ``n`` disagrees with the summary's ``n_samples`` (if it does)."""
+    if n_samples is not None and n != n_samples:
+        return f"{what} {n} rows but the client's summary counted {n_samples}"
+    return None
+
+
 def read_sample_count(arrays: Mapping[str, Any], n_samples: int | None, what: str) -> int:
     """The message's row count ``n``, equal to ``n_samples`` (the summary's) when given."""
     n = read_count(arrays, "n", 1)
-    if n_samples is not None and n != n_samples:
-        raise StatisticsFormatError(f"{what} {n} rows but the client's summary counted {n_samples}")
+    why = sample_count_problem(n, n_samples, what)
+    if why is not None:
+        raise StatisticsFormatError(why)
     return n
 
 

@@ -1,0 +1,86 @@
+"""How far each client's label mix is from the federation's, from class counts alone.
+
+SLOT's map moves a client's features towards the reference.  Under label
+shift part of what separates a client's Gaussian from the reference is its
+label mix, which the map should leave alone; a client whose classes are
+distributed like the federation's has only domain shift to remove.  The
+*label-shift rule* scales each client's ``tau`` by the total-variation
+distance between its class proportions ``p_k`` and the federation's ``p``
+(the pooled counts over all clients)::
+
+    d_k = TV(p_k, p) = 1/2 sum_c |p_kc - p_c|,     tau_k = tau * d_k,
+
+so that a client holding the federation's mix is not moved and one holding
+a single class (of a federation balanced over many) moves almost ``tau``.
+Only class counts are needed, which statistics heads (FedCGS, FedPFT)
+upload anyway; measured in ``benchmarks/label_aware.py``
+(docs/results/label_aware.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+
+import numpy as np
+
+__all__ = ["class_counts", "label_shift_distances"]
+
+#: How each client's tau follows from the run's: the same for all, or scaled by label shift.
+CLIENT_TAU_RULES = ("uniform", "label-shift")
+
+
+def class_counts(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Rows of each of ``classes`` among the labels ``y`` (int64, zero for absent classes).
+
+    Raises ``ValueError`` naming labels that are not in ``classes``.
+    """
+    y, classes = np.asarray(y), np.asarray(classes)
+    position = np.searchsorted(classes, y)
+    position = np.clip(position, 0, max(classes.shape[0] - 1, 0))
+    unknown = classes.shape[0] == 0 or np.any(classes[position] != y)
+    if unknown:
+        extra = np.setdiff1d(np.unique(y), classes)
+        raise ValueError(f"labels {extra.tolist()} are not among the classes {classes.tolist()}")
+    return np.bincount(position, minlength=classes.shape[0]).astype(np.int64)
+
+
+def label_shift_distances(counts: Mapping[Hashable, np.ndarray]) -> dict[Hashable, float]:
+    """Each client's total-variation distance to the federation's class proportions.
+
+    Parameters
+    ----------
+    counts : mapping of client to ndarray of shape (n_classes,)
+        Each client's class counts, over one shared class order.
+
+    Returns
+    -------
+    distances : dict
+        Client to ``1/2 sum_c |p_kc - p_c|`` in ``[0, 1)``, with ``p`` the
+        proportions of the summed counts (0 when there is one client).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot.label_shift import label_shift_distances
+    >>> d = label_shift_distances({"a": np.array([10, 0]), "b": np.array([0, 10])})
+    >>> {k: float(v) for k, v in d.items()}
+    {'a': 0.5, 'b': 0.5}
+    """
+    if not counts:
+        raise ValueError("label_shift_distances needs the class counts of at least one client")
+    table = np.stack([np.asarray(c) for c in counts.values()])
+    if table.ndim != 2 or not np.issubdtype(table.dtype, np.integer):
+        raise ValueError(
+            "class counts must be integer arrays of one length per client, got "
+            f"an array of dtype {table.dtype} and shape {table.shape}"
+        )
+    if np.any(table < 0):
+        raise ValueError("class counts must be >= 0")
+    sizes = table.sum(axis=1)
+    if np.any(sizes == 0):
+        empty = [k for k, n in zip(counts, sizes, strict=True) if n == 0]
+        raise ValueError(f"clients {empty} have no rows, so no class proportions")
+    own = table / sizes[:, None]
+    federation = table.sum(axis=0) / sizes.sum()
+    distances = 0.5 * np.abs(own - federation).sum(axis=1)
+    return {k: float(d) for k, d in zip(counts, distances, strict=True)}
