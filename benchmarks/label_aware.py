@@ -29,8 +29,11 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 from skslot.bench import BenchmarkConfig, BenchmarkWarning, run_benchmark, summarise
-from skslot.datasets import load_dataset
+from skslot.datasets import dirichlet_partition, load_dataset
+from skslot.label_shift import class_counts, label_shift_distances
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "label_aware"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effnet_lite0.npz"
@@ -68,6 +71,25 @@ def read_records(path: Path) -> list[dict]:
         for key in INTEGERS:
             r[key] = int(r[key])
     return records
+
+
+def distances(data, n_seeds: int) -> str:
+    """The label-shift factors d_k of the clients, per alpha, over the seeds' partitions."""
+    classes = np.unique(data.y)
+    lines = ["| alpha | d_k: min / median / max over clients and seeds |", "| --- | --- |"]
+    for alpha in (0.1, 0.05, 0.01, None):
+        found = []
+        for seed in range(n_seeds):
+            part = dirichlet_partition(
+                data.y, data.domain, alpha=alpha, clients_per_domain=1, random_state=seed
+            )
+            keep = ~np.isin(part.train_client, part.empty_clients)
+            client, y = part.train_client[keep], data.y[part.train_index[keep]]
+            counts = {k: class_counts(y[client == k], classes) for k in np.unique(client)}
+            found += list(label_shift_distances(counts).values())
+        shown = "none" if alpha is None else alpha
+        lines.append(f"| {shown} | {min(found):.2f} / {np.median(found):.2f} / {max(found):.2f} |")
+    return "\n".join(lines)
 
 
 def cell(r: dict, value: float) -> str:
@@ -144,6 +166,8 @@ def main(n_seeds: int, names: list[str], fresh: bool = False) -> None:
             writer.writerows(records)
         print(f"## {data.name} ({data.X.shape[1]} features)\n")
         print(table(summaries))
+        print("\nEach client's label-shift factor (the rule's tau_k at tau = 1):\n")
+        print(distances(data, n_seeds))
         print(f"\nRecords: `docs/results/label_aware/{path.name}`.\n")
 
 

@@ -202,6 +202,7 @@ def inconsistent_statistics(
     mean: np.ndarray,
     covariance_trace: float,
     n_described: int | None = None,
+    trace_error: float = 0.0,
     *,
     covariance: str = "total",
     rtol: float = 1e-2,
@@ -216,8 +217,10 @@ def inconsistent_statistics(
     summary's ``N`` rows (FedPFT does not send classes with too few rows), the
     rest cannot be less spread than nothing: ``n_s tr S_s <= N tr S`` for
     either kind of covariance, and for the total covariance
-    ``||mu_s - mu||^2 <= (N - n_s) / n_s tr S``, each up to ``rtol``.  Not
-    for private summaries, whose noise is meant to differ.
+    ``||mu_s - mu||^2 <= (N - n_s) / n_s tr S``, each up to ``rtol``.
+    ``trace_error`` widens the trace comparison by what the statistics' own
+    rounding allows (absolute).  Not for private summaries, whose noise is
+    meant to differ.
 
     Examples
     --------
@@ -238,14 +241,14 @@ def inconsistent_statistics(
     offset = float(np.linalg.norm(mean - summary.mean))
     slack = rtol * (np.sqrt(trace) + float(np.linalg.norm(summary.mean)))
     if n_s >= N:
-        if not abs(covariance_trace - trace) <= rtol * trace:
+        if not abs(covariance_trace - trace) <= rtol * trace + trace_error:
             ratio = covariance_trace / trace
             return f"the statistics imply a total variance {ratio:.3g} times the summary's"
         bound = 0.0
     else:
         if n_s <= 0:
             return None if n_s == 0 else "the statistics describe a negative number of rows"
-        if not covariance_trace <= (1 + rtol) * trace * N / n_s:
+        if not covariance_trace <= (1 + rtol) * trace * N / n_s + trace_error:
             ratio = covariance_trace / trace
             return (
                 f"the statistics imply a total variance {ratio:.3g} times the summary's, "
@@ -309,14 +312,10 @@ class DefenceBounds:
         if not isinstance(self.consistency, bool):
             raise ValueError(f"consistency must be True or False, got {self.consistency!r}")
 
-    def screen(
-        self, summaries: Sequence[GaussianSummary], test_sizes: Sequence[int] | None = None
-    ) -> tuple[dict[int, str], np.ndarray]:
+    def screen(self, summaries: Sequence[GaussianSummary]) -> tuple[dict[int, str], np.ndarray]:
         """Positions of implausible clients with the reason, and the others' capped weights.
 
-        ``test_sizes``: the test rows each client announced, screened like
-        its training rows (:meth:`implausible_test_sizes`).  The weights are
-        in the order of the clients that remain.
+        The weights are in the order of the clients that remain.
         """
         reasons = implausible_summaries(
             summaries,
@@ -326,9 +325,6 @@ class DefenceBounds:
         counts = [s.n for s in summaries]
         for k, why in implausible_counts(counts, max_count_ratio=self.max_count_ratio).items():
             reasons.setdefault(k, why)
-        if test_sizes is not None:
-            for k, why in self.implausible_test_sizes(test_sizes).items():
-                reasons.setdefault(k, why)
         kept = [n for k, n in enumerate(counts) if k not in reasons]
         return reasons, capped_counts(kept, max_weight_ratio=self.max_weight_ratio)
 

@@ -44,13 +44,19 @@ def class_counts(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
     return np.bincount(position, minlength=classes.shape[0]).astype(np.int64)
 
 
-def label_shift_distances(counts: Mapping[Hashable, np.ndarray]) -> dict[Hashable, float]:
+def label_shift_distances(
+    counts: Mapping[Hashable, np.ndarray], weights: Mapping[Hashable, float] | None = None
+) -> dict[Hashable, float]:
     """Each client's total-variation distance to the federation's class proportions.
 
     Parameters
     ----------
     counts : mapping of client to ndarray of shape (n_classes,)
         Each client's class counts, over one shared class order.
+    weights : mapping of client to float, optional
+        Each client's weight in the federation's proportions ``p = sum_k w_k
+        p_k / sum_k w_k`` (default: its row count, so ``p`` is the pooled
+        proportions); the server passes the weights it capped.
 
     Returns
     -------
@@ -76,11 +82,20 @@ def label_shift_distances(counts: Mapping[Hashable, np.ndarray]) -> dict[Hashabl
         )
     if np.any(table < 0):
         raise ValueError("class counts must be >= 0")
+    if np.any(table > 2**53):
+        raise ValueError("class counts must be at most 2**53")
+    table = table.astype(np.float64)  # exact up to 2**53: no integer wrap-around in the sums
     sizes = table.sum(axis=1)
     if np.any(sizes == 0):
         empty = [k for k, n in zip(counts, sizes, strict=True) if n == 0]
         raise ValueError(f"clients {empty} have no rows, so no class proportions")
     own = table / sizes[:, None]
-    federation = table.sum(axis=0) / sizes.sum()
-    distances = 0.5 * np.abs(own - federation).sum(axis=1)
+    if weights is None:
+        federation = table.sum(axis=0) / sizes.sum()
+    else:
+        w = np.array([float(weights[k]) for k in counts])
+        if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+            raise ValueError("weights must be finite, >= 0 and not all zero")
+        federation = w @ own / w.sum()
+    distances = np.clip(0.5 * np.abs(own - federation).sum(axis=1), 0.0, 1.0)
     return {k: float(d) for k, d in zip(counts, distances, strict=True)}

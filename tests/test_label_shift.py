@@ -165,10 +165,16 @@ def test_class_counts_are_tied_to_the_summary_and_the_statistics(data):
     moved[1] -= 1  # the same total, a different mix than the statistics
     assert problem(moved) == "class counts differ from those of the client's statistics"
     assert problem(moved, statistics=None) is None  # a local-training head: only the sum
+    # counts whose int64 sum wraps around to the summary's n
+    wrapped = np.array([2**63 - 1, 2**63 - 1, summary.n + 2, 0][: classes.shape[0]])
+    assert int(wrapped.sum()) == summary.n  # what a careless sum would accept
+    assert "exceeds the" in problem(wrapped, statistics=None)
 
 
 @pytest.mark.parametrize(
-    "values", [[1, 2], [1, 2, -3], [1.0, 2.0, 3.0], [True, True, False], "1,2,3"], ids=repr
+    "values",
+    [[1, 2], [1, 2, -3], [1.0, 2.0, 3.0], [True, True, False], "1,2,3", [2**62, 0, 0]],
+    ids=repr,
 )
 def test_a_malformed_class_count_list_is_a_protocol_error(values):
     pytest.importorskip("flwr", reason="Flower is not installed: pip install '.[flower]'")
@@ -191,7 +197,8 @@ def test_a_malformed_class_count_list_is_a_protocol_error(values):
     config = dict(reply.content.config_records[messages.CONFIG])
     config["class-counts"] = values
     reply.content.config_records[messages.CONFIG] = ConfigRecord(config)
-    with pytest.raises(WireFormatError, match="class-counts must be a list of 3 integers >= 0"):
+    expected = r"class-counts must be a list of 3 integers in \[0, 2\*\*53\]"
+    with pytest.raises(WireFormatError, match=expected):
         messages.read_upload_reply(reply, n_classes=3)
 
 
@@ -211,3 +218,14 @@ def test_fedpft_counts_agree_with_a_class_skipped_in_one_part_only():
     summary = GaussianSummaryEstimator().fit(X).summaries_[None]
     upload = Upload(summary, 18, 0, fitting, validation, class_counts=class_counts(y, classes))
     assert intake.class_counts_problem(upload, 3) is None
+
+
+def test_weights_set_the_federation_s_proportions():
+    counts = {"big": np.array([900, 0]), "a": np.array([5, 5]), "b": np.array([5, 5])}
+    pooled = label_shift_distances(counts)
+    assert pooled["a"] == pytest.approx(910 / 920 - 0.5)  # the big client's mix dominates
+    capped = label_shift_distances(counts, {"big": 20.0, "a": 10.0, "b": 10.0})
+    assert capped["a"] == pytest.approx(0.25)  # p = (20 * [1, 0] + 20 * [.5, .5]) / 40
+    assert capped["big"] == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="weights must be finite"):
+        label_shift_distances(counts, {"big": -1.0, "a": 1.0, "b": 1.0})

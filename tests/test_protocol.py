@@ -25,6 +25,7 @@ from skslot.protocol import (
     ProtocolRunError,
     ReferenceStep,
 )
+from skslot.protocol.driver import PROBE_ITERATIONS
 
 CLASSES = np.arange(4)
 
@@ -281,3 +282,61 @@ def test_the_culprit_search_costs_a_few_barycenter_iterations_per_client(monkeyp
     assert len(iterations) == 1 + 12 + 1
     assert iterations[1:-1] == [1] * 12
     assert sum(iterations) <= 12 + 3 * full
+
+
+def test_label_shift_factors_count_only_the_clients_the_reference_kept():
+    data = make_federated_classification(
+        n_clients=5, n_samples_per_client=80, n_features=6, alpha=0.3, random_state=0
+    )
+    head = FedCGSClassifier()
+    classes = np.unique(data.y)
+    parties = {
+        k: (ScaledSummaryParty if k == 2 else ClientParty)(
+            data.X[data.client == k], data.y[data.client == k], head=head, classes=classes, label=k
+        )
+        for k in range(5)
+    }
+    protocol = OneShotProtocol(
+        head, client_tau="label-shift", reference=ReferenceStep(wire_dtype="float32")
+    )
+    result = protocol.run(InProcessTransport(parties), classes)
+    assert list(result.report.rejected["upload"]) == [2]
+    kept = {
+        k: np.bincount(data.y[data.client == k], minlength=classes.shape[0]) for k in (0, 1, 3, 4)
+    }
+    assert result.tau_scales == pytest.approx(label_shift_distances(kept), rel=1e-12)
+
+
+class FailsWith(ReferenceStep):
+    """A reference step that breaks whenever ``client`` is among two or more clients."""
+
+    def __init__(self, client, together=None):
+        super().__init__()
+        self.client, self.together = client, together
+        self.probes = []
+
+    def build(self, clients, summaries, weights, *, max_iter=None):
+        self.probes.append((tuple(clients), max_iter))
+        others = [c for c in clients if c != self.client]
+        if self.client in clients and others and (self.together is None or self.together in others):
+            raise np.linalg.LinAlgError("the barycenter broke")
+        return super().build(clients, summaries, weights, max_iter=max_iter)
+
+
+@pytest.mark.parametrize("together", [None, 1])
+def test_the_culprit_search_probes_leave_one_out_sets_when_no_summary_breaks_alone(
+    clients, together
+):
+    head = FedCGSClassifier()
+    step = FailsWith(3, together)
+    protocol = OneShotProtocol(head, reference=step, evaluate=False)
+    if together is None:  # only leaving out client 3 lets the step through
+        result = protocol.run(InProcessTransport(parties(clients, head)), CLASSES)
+        assert list(result.report.rejected["upload"]) == [3]
+    else:  # clients 1 and 3 break it only together: no single culprit, the run fails
+        with pytest.raises(ProtocolRunError, match="could not be built"):
+            protocol.run(InProcessTransport(parties(clients, head)), CLASSES)
+    alone = [p for p in step.probes if len(p[0]) == 1]
+    leave_one_out = [p[0] for p in step.probes if p[1] == PROBE_ITERATIONS]
+    assert [p[1] for p in alone] == [1] * 4
+    assert sorted(leave_one_out) == [(0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3)]

@@ -134,3 +134,69 @@ def test_the_fedpft_memory_case_is_rejected_before_allocation():
     finally:
         tracemalloc.stop()
     assert peak < message_bytes  # nothing of the size of the message, let alone m x m per part
+
+
+@pytest.mark.parametrize("shift", [0.0, 1e4])
+def test_honest_parts_with_one_row_per_class_or_far_apart_classes_pass(shift):
+    """A validation part of one row per class has no within-class scatter at all."""
+    rng = np.random.default_rng(3)
+    for n_per_class in (1, 2):
+        y = np.repeat(CLASSES, n_per_class)
+        X = rng.normal(size=(y.shape[0], 8)) + shift * y[:, None] * rng.normal(size=8)
+        arrays = FedCGSClassifier().client_statistics(X, y, CLASSES).to_arrays()
+        decode_fedcgs(arrays, y.shape[0])
+
+
+def fedpft_upload_problem(head, X, y):
+    from skslot import GaussianSummaryEstimator
+    from skslot.protocol import intake
+    from skslot.protocol.exchanges import Upload
+
+    arrays = head.client_statistics(X, y, CLASSES).to_arrays()
+    stats = head.decode_statistics(arrays, classes=CLASSES, n_features=X.shape[1], n_samples=len(y))
+    summary = GaussianSummaryEstimator().fit(X).summaries_[None]
+    upload = Upload(summary, summary.n, 0, statistics=stats)
+    return intake.upload_problem(
+        upload, X.shape[1], auto=False, uploads_statistics=True, consistency=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("scale", "offset", "transmit"),
+    [
+        (1e-3, 0.0, "float32"),
+        (1e-4, 0.0, "float32"),
+        (0.1, 0.0, "float16"),
+        (0.1, 300.0, "float16"),
+    ],
+)
+@pytest.mark.parametrize("covariance_type", ["lowrank", "full", "diag", "spherical"])
+def test_honest_mixtures_agree_with_the_summary_at_any_scale(
+    rows, scale, offset, transmit, covariance_type
+):
+    """reg_covar on tiny features and float16 means far from the origin are accounted for."""
+    X, y = rows
+    X = (X - X.mean(axis=0)) / X.std() * scale + offset
+    head = FedPFTClassifier(covariance_type=covariance_type, transmit_dtype=transmit)
+    assert fedpft_upload_problem(head, X, y) is None
+
+
+def test_skipped_classes_cannot_loosen_the_check(rows):
+    """A class declared skipped must have fewer rows than min_samples_per_class."""
+    X, y = rows
+    head = FedPFTClassifier(covariance_type="diag")
+    arrays = dict(head.client_statistics(X, y, CLASSES).to_arrays())
+    # classes 1..3 declared skipped with their true counts; only class 0 is sent
+    counts = np.bincount(y, minlength=4)
+    arrays.update(
+        index=arrays["index"][:1],
+        n=arrays["n"][:1],
+        n_components=arrays["n_components"][:1],
+        weights=arrays["weights"][:1],
+        means=arrays["means"][:1],
+        covariances=arrays["covariances"][:1],
+        skipped_index=np.arange(1, 4),
+        skipped_count=counts[1:],
+    )
+    with pytest.raises(StatisticsFormatError, match="skipped with fewer"):
+        head.decode_statistics(arrays, classes=CLASSES, n_features=8, n_samples=X.shape[0])

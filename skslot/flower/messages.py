@@ -232,9 +232,11 @@ def read_upload_reply(
         if (
             not isinstance(values, list)
             or len(values) != n_classes
-            or not all(type(v) is int and v >= 0 for v in values)
+            or not all(type(v) is int and 0 <= v <= MAX_COUNT for v in values)
         ):
-            raise ProtocolError(f"class-counts must be a list of {n_classes} integers >= 0")
+            raise ProtocolError(
+                f"class-counts must be a list of {n_classes} integers in [0, 2**53]"
+            )
         counts = np.array(values, dtype=np.int64)
     records = message.content.array_records
     return (

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,7 +22,21 @@ from ..maps import GaussianMap
 from ..wire import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, check_psd_up_to_rounding, read_array
 
-__all__ = ["ClassMixture", "ClassMixtures", "covariance_factor"]
+__all__ = ["ClassMixture", "ClassMixtures", "ImpliedMoments", "covariance_factor"]
+
+
+class ImpliedMoments(NamedTuple):
+    """What a head's statistics imply of the client's rows, to check against its summary.
+
+    ``mean`` and ``trace`` (of the total or the class-centred covariance) of
+    the ``n`` rows described; ``error`` bounds the trace's uncertainty from
+    the transmit rounding (absolute).
+    """
+
+    mean: np.ndarray
+    trace: float
+    n: int
+    error: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,7 +165,10 @@ class ClassMixtures:
 
     ``skipped`` lists ``(class, count)`` for the classes with fewer than
     ``min_samples_per_class`` rows: they are not sent (a mixture of one point
-    would reveal that point).
+    would reveal that point).  ``reg_covar`` is the variance the client added
+    to every covariance's diagonal, and ``rounding`` the relative precision
+    the parameters were transmitted in (set by the decoder; they bound what
+    :meth:`implied_moments` can say).
     """
 
     classes: np.ndarray
@@ -161,6 +178,8 @@ class ClassMixtures:
     covariance_type: str = "full"
     dtype: str = "float64"
     rank: int = 0
+    reg_covar: float = 0.0
+    rounding: float = 0.0
 
     @property
     def n_samples(self) -> int:
@@ -173,10 +192,12 @@ class ClassMixtures:
         counts.update((mx.label, mx.n) for mx in self.mixtures)
         return np.array([counts.get(c, 0) for c in self.classes.tolist()], dtype=np.int64)
 
-    def implied_moments(self, covariance: str = "total") -> tuple[np.ndarray, float, int]:
+    def implied_moments(self, covariance: str = "total") -> ImpliedMoments:
         """The mean, a total variance ``tr(S)`` and the count of the rows the mixtures describe.
 
-        Exact for the sent classes: each component's trace (a low-rank
+        Exact for the sent classes, up to the transmit rounding (``error``)
+        and less the ``reg_covar`` every component's diagonal carries: each
+        component's trace (a low-rank
         component's ``||W||_F^2 + sum(d)`` keeps every variance), its mean and
         weight give each class's mean and second moment, and those the total
         (``covariance="total"``) or class-centred (``"within"``) variance.
@@ -185,7 +206,7 @@ class ClassMixtures:
         (:func:`skslot.defence.inconsistent_statistics`).
         """
         m = self.n_features
-        counts, means, second = [], [], []
+        counts, means, second, spread = [], [], [], []
         for mx in self.mixtures:
             cov = mx.covariances
             if mx.covariance_type == "full":
@@ -196,11 +217,14 @@ class ClassMixtures:
                 traces = cov.sum(axis=1)
             else:
                 traces = m * cov[:, 0]
+            squares = (mx.means**2).sum(axis=1)
             counts.append(mx.n)
             means.append(mx.weights @ mx.means)
-            second.append(float(mx.weights @ (traces + (mx.means**2).sum(axis=1))))
+            # every component's diagonal carries the client's reg_covar
+            second.append(float(mx.weights @ (traces + squares)) - m * self.reg_covar)
+            spread.append(float(mx.weights @ (np.abs(traces) + 2 * squares)))
         if not counts:
-            return np.zeros(m), 0.0, 0
+            return ImpliedMoments(np.zeros(m), 0.0, 0)
         n = np.array(counts, dtype=np.float64)
         means_ = np.array(means)
         second_ = np.array(second)
@@ -209,7 +233,10 @@ class ClassMixtures:
             trace = float(n @ second_ / n.sum() - mean @ mean)
         else:
             trace = float(n @ (second_ - (means_**2).sum(axis=1)) / n.sum())
-        return mean, trace, int(n.sum())
+        # the parameters' rounding moves each trace by at most rounding * |tr| and each
+        # squared mean norm by 2 rounding ||mu||^2 (to first order)
+        error = 2 * self.rounding * float(n @ np.array(spread)) / n.sum()
+        return ImpliedMoments(mean, trace, int(n.sum()), error)
 
     def scaled(self, factor: float) -> ClassMixtures:
         """The message weighted by ``factor``: the server draws that share of its rows."""
@@ -224,15 +251,7 @@ class ClassMixtures:
             )
             for mx in self.mixtures
         ]
-        return ClassMixtures(
-            self.classes,
-            mixtures,
-            self.skipped,
-            self.n_features,
-            self.covariance_type,
-            self.dtype,
-            self.rank,
-        )
+        return replace(self, mixtures=mixtures)
 
     def merge(self, other: ClassMixtures) -> ClassMixtures:
         """The message of the union of the two messages' rows (a client's two parts).
@@ -262,7 +281,14 @@ class ClassMixtures:
         # a class skipped in one part but sent in the other: its skipped rows are lost
         skipped_list = [(label, count) for label, count in skipped.items() if label not in sent]
         return ClassMixtures(
-            self.classes, merged, skipped_list, self.n_features, self.covariance_type, "float64"
+            self.classes,
+            merged,
+            skipped_list,
+            self.n_features,
+            self.covariance_type,
+            "float64",
+            reg_covar=max(self.reg_covar, other.reg_covar),
+            rounding=max(self.rounding, other.rounding),
         )
 
     def _as_full(self) -> ClassMixtures:
@@ -319,6 +345,8 @@ class ClassMixtures:
         covariance_type: str = "full",
         rank: int = 0,
         n_components: int | None = None,
+        min_samples_per_class: int | None = None,
+        reg_covar: float = 0.0,
         eps: float = np.finfo(np.float64).eps,
     ) -> ClassMixtures:
         """Decode a received message and check every mixture.
@@ -332,6 +360,9 @@ class ClassMixtures:
         setting), each class has exactly ``min(n_components, n)`` components,
         what a client builds: the decoded shapes, and so what the server
         builds from them, are bounded by the configuration, not by the bytes.
+        With ``min_samples_per_class``, a skipped class has fewer rows than
+        that and a sent one at least that many (at least 2 either way), and
+        the counts add up to exactly ``n_samples``.
         """
         classes = np.asarray(classes)
         C, m = len(classes), n_features
@@ -353,8 +384,16 @@ class ClassMixtures:
                 f"mixtures of {sorted(set(k.tolist()))} components, but the head fits "
                 f"min(n_components = {n_components}, rows of the class) per class"
             )
-        total = int(n.sum() + skipped_count.sum())
-        if n_samples is not None and total > n_samples:
+        if min_samples_per_class is not None:
+            least = max(int(min_samples_per_class), 2)
+            if np.any(skipped_count >= least) or np.any(skipped_count < 1) or np.any(n < least):
+                raise StatisticsFormatError(
+                    f"classes are sent with at least min_samples_per_class = {least} rows and "
+                    "skipped with fewer (and at least 1)"
+                )
+        total = sum(int(c) for c in n) + sum(int(c) for c in skipped_count)
+        exact = min_samples_per_class is not None
+        if n_samples is not None and (total > n_samples or (exact and total != n_samples)):
             raise StatisticsFormatError(
                 f"mixtures describe {total} rows but the client's summary counted {n_samples}"
             )
@@ -391,7 +430,16 @@ class ClassMixtures:
         skipped = [
             (classes[i].item(), int(c)) for i, c in zip(skipped_index, skipped_count, strict=True)
         ]
-        return cls(classes, mixtures, skipped, m, covariance_type, rank=rank)
+        return cls(
+            classes,
+            mixtures,
+            skipped,
+            m,
+            covariance_type,
+            rank=rank,
+            reg_covar=float(reg_covar),
+            rounding=float(eps),
+        )
 
 
 def _as_python(label: Any) -> Any:

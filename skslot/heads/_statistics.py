@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from .._linalg import symmetric_from_upper, upper_triangle
+from .._linalg import is_positive_definite, symmetric_from_upper, symmetrize, upper_triangle
 from .._moments import ShiftedMoments
 from ..maps import GaussianMap
 from ..wire import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, check_psd_up_to_rounding, read_array, read_sample_count
+from ._mixtures import ImpliedMoments
 
 __all__ = ["ClassStatistics", "pooled_covariances"]
 
@@ -156,18 +157,22 @@ class ClassStatistics:
         scatter = moments.centred().gram
         check_psd_up_to_rounding("the Gram matrix", scatter, 1e-12)
         # the class sums' between-class scatter is part of the Gram's total scatter:
-        # sum_c n_c (mu_c - mu)(mu_c - mu)^T <= sum_i (x_i - mu)(x_i - mu)^T
-        present = counts > 0
-        offsets = sums[present] - np.outer(counts[present], moments.mean)
-        between = (offsets.T / counts[present]) @ offsets
-        check_psd_up_to_rounding(
-            "the within-class scatter (the Gram's scatter less the class sums')",
-            scatter - between,
-            1e-10,
-        )
+        # sum_c n_c (mu_c - mu)(mu_c - mu)^T <= sum_i (x_i - mu)(x_i - mu)^T, up to the
+        # rounding of both at the scale of the total scatter (the within part may be 0)
+        counts_ = counts.astype(np.float64)
+        means = sums / np.maximum(counts_, 1.0)[:, None]
+        within = symmetrize(scatter - between_class_scatter(counts_, means, moments.mean))
+        ridge = m * 1e-10 * float(np.max(np.diagonal(scatter), initial=0.0))
+        if np.any(np.diagonal(within) < -ridge) or not is_positive_definite(
+            within + (ridge + np.finfo(np.float64).tiny) * np.eye(m)
+        ):
+            raise StatisticsFormatError(
+                "the class sums imply more spread between the classes than the Gram matrix "
+                "holds in all (its within-class scatter is not positive semi-definite)"
+            )
         return cls(np.asarray(classes), counts.astype(np.float64), sums, moments)
 
-    def implied_moments(self, covariance: str = "total") -> tuple[np.ndarray, float, int]:
+    def implied_moments(self, covariance: str = "total") -> ImpliedMoments:
         """The mean, a total variance ``tr(S)`` and the count of the rows these describe (all).
 
         ``S`` is the covariance of all rows (``covariance="total"``) or of the
@@ -177,13 +182,22 @@ class ClassStatistics:
         """
         total, within = pooled_covariances(self)
         S = total if covariance == "total" else within
-        return self.moments.mean, float(np.trace(S)), int(self.moments.n)
+        return ImpliedMoments(self.moments.mean, float(np.trace(S)), int(self.moments.n))
 
     @property
     def class_means(self) -> np.ndarray:
         """Means of the classes with at least one row (others are NaN-free zeros)."""
         safe = np.maximum(self.counts, 1.0)
         return self.sums / safe[:, None]
+
+
+def between_class_scatter(
+    counts: np.ndarray, class_means: np.ndarray, mean: np.ndarray
+) -> np.ndarray:
+    """``sum_c n_c (mu_c - mu)(mu_c - mu)^T`` over the classes with rows."""
+    present = counts > 0
+    diff = class_means[present] - mean
+    return (diff * counts[present, None]).T @ diff
 
 
 def pooled_covariances(stats: ClassStatistics) -> tuple[np.ndarray, np.ndarray]:
@@ -197,8 +211,6 @@ def pooled_covariances(stats: ClassStatistics) -> tuple[np.ndarray, np.ndarray]:
     N = stats.moments.n
     mu = stats.moments.mean
     total = centred.gram / N
-    present = stats.counts > 0
-    diff = stats.class_means[present] - mu
-    between = (diff * stats.counts[present, None]).T @ diff / N
+    between = between_class_scatter(stats.counts, stats.class_means, mu) / N
     within = total - between
     return 0.5 * (total + total.T), 0.5 * (within + within.T)

@@ -270,6 +270,8 @@ class FedPFTClassifier(OneShotHead):
             "covariance_type": self.covariance_type,
             "rank": self._rank(),
             "n_components": self.n_components,
+            "min_samples_per_class": self.min_samples_per_class,
+            "reg_covar": self.reg_covar,
             "eps": float(np.finfo(self.transmit_dtype).eps),
         }
 

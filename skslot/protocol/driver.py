@@ -275,8 +275,8 @@ class _Run:
         report.nodes = list(self.transport.parties())
         self.uploads()
         self.screen()
-        self.scale_taus()
         self.build_reference()
+        self.scale_taus()  # over the clients the reference kept, with their capped weights
         selection, candidates = None, []
         if protocol.auto:
             candidates = head.protocol.fit_candidates(head, protocol.candidates, self)
@@ -461,10 +461,7 @@ class _Run:
         if defence is None:
             weights = [float(self.clients[c].summary.n) for c in order]
         else:
-            reasons, capped = defence.screen(
-                [self.clients[c].summary for c in order],
-                test_sizes=[self.clients[c].upload.n_test for c in order],
-            )
+            reasons, capped = defence.screen([self.clients[c].summary for c in order])
             for k, why in sorted(reasons.items()):
                 self.report.reject("upload", order[k], f"implausible: {why}")
             self.keep("upload", [c for k, c in enumerate(order) if k not in reasons])
@@ -487,7 +484,11 @@ class _Run:
         if self.protocol.client_tau == "uniform":
             return
         order = self.order
-        distances = label_shift_distances({c: self.clients[c].upload.class_counts for c in order})
+        capped = any(c in self.report.capped for c in order)
+        distances = label_shift_distances(
+            {c: self.clients[c].upload.class_counts for c in order},
+            {c: self.clients[c].weight for c in order} if capped else None,  # else pooled
+        )
         for c in order:
             self.clients[c].tau_scale = distances[c]
         self.report.tau_scales = {c: round(distances[c], 6) for c in order}
@@ -602,9 +603,17 @@ class _Run:
         """Stage "evaluation": the global head out, local test counts back."""
         report = self.report
         scores = final.linear_scores()
+        implausible = {}
+        if self.protocol.defence is not None:  # a test size out of line: not evaluated
+            sizes = [self.clients[c].upload.n_test for c in self.order]
+            found = self.protocol.defence.implausible_test_sizes(sizes)
+            implausible = {self.order[k]: why for k, why in found.items()}
+            for c, why in implausible.items():
+                report.reject("evaluation", c, f"implausible: {why}")
         requests = {
             c: EvaluationRequest(self.reference_for(c), scores, self.client_taus(c, [tau])[0])
             for c in self.order
+            if c not in implausible
         }
         exchange = self.exchange("evaluation", requests)
         for c in self.order:

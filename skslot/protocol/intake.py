@@ -94,9 +94,12 @@ def class_counts_problem(upload: Upload, n_classes: int | None) -> str | None:
             f"class counts must be {n_classes} non-negative integers, got an array of dtype "
             f"{counts.dtype} and shape {counts.shape}"
         )
-    if int(counts.sum()) != upload.summary.n:
+    if np.any(counts > upload.summary.n):
+        return f"a class count exceeds the {upload.summary.n} rows of the client's summary"
+    total = sum(int(c) for c in counts)  # Python integers: no wrap-around
+    if total != upload.summary.n:
         return (
-            f"class counts add up to {int(counts.sum())} rows but the client's summary "
+            f"class counts add up to {total} rows but the client's summary "
             f"counted {upload.summary.n}"
         )
     if upload.statistics is not None:
