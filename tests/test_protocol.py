@@ -249,6 +249,16 @@ class ScaledSummaryParty(ClientParty):
         return GaussianSummary(own.n, own.mean, own.covariance * 1e60, client=own.client)
 
 
+def with_a_broken_summary(data, head, classes, *, broken):
+    """One party per client of ``data``; client ``broken``'s summary breaks a float32 reference."""
+    return {
+        k: (ScaledSummaryParty if k == broken else ClientParty)(
+            data.X[data.client == k], data.y[data.client == k], head=head, classes=classes, label=k
+        )
+        for k in np.unique(data.client).tolist()
+    }
+
+
 def test_the_culprit_search_costs_a_few_barycenter_iterations_per_client(monkeypatch):
     """K = 12, one summary breaking the float32 reference: about K iterations, not K barycenters."""
     import skslot.barycenter as barycenter_module
@@ -267,12 +277,7 @@ def test_the_culprit_search_costs_a_few_barycenter_iterations_per_client(monkeyp
     monkeypatch.setattr(barycenter_module, "bures_wasserstein_barycenter", counting)
     head = FedCGSClassifier()
     classes = np.unique(data.y)
-    parties = {
-        k: (ScaledSummaryParty if k == 7 else ClientParty)(
-            data.X[data.client == k], data.y[data.client == k], head=head, classes=classes, label=k
-        )
-        for k in range(12)
-    }
+    parties = with_a_broken_summary(data, head, classes, broken=7)
     protocol = OneShotProtocol(head, reference=ReferenceStep(wire_dtype="float32"))
     result = protocol.run(InProcessTransport(parties), classes)
     assert list(result.report.rejected["upload"]) == [7]
@@ -290,12 +295,7 @@ def test_label_shift_factors_count_only_the_clients_the_reference_kept():
     )
     head = FedCGSClassifier()
     classes = np.unique(data.y)
-    parties = {
-        k: (ScaledSummaryParty if k == 2 else ClientParty)(
-            data.X[data.client == k], data.y[data.client == k], head=head, classes=classes, label=k
-        )
-        for k in range(5)
-    }
+    parties = with_a_broken_summary(data, head, classes, broken=2)
     protocol = OneShotProtocol(
         head, client_tau="label-shift", reference=ReferenceStep(wire_dtype="float32")
     )
