@@ -27,6 +27,8 @@ from .bench import (
 from .datasets import EMBEDDED_DATASETS, FeatureTable, load_dataset, load_table
 from .datasets._tables import table_kind
 from .flower.config import DeploymentConfig, write_flower_app
+from .label_shift import CLIENT_TAU_RULES
+from .summary import COVARIANCES
 
 __all__ = ["main"]
 
@@ -185,14 +187,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--covariance",
-        choices=("total", "within"),
+        choices=COVARIANCES,
         default="total",
         help="the clients' summaries: of all their rows ('total', the paper's) or of their "
         "class-centred rows ('within', label-aware alignment) (default: total)",
     )
     bench.add_argument(
         "--client-tau",
-        choices=("uniform", "label-shift"),
+        choices=CLIENT_TAU_RULES,
         default="uniform",
         help="each client's fraction of the transport: tau for all ('uniform', the paper's) "
         "or tau times the distance of its class proportions to the federation's "

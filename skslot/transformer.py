@@ -29,7 +29,7 @@ from .barycenter import (
 )
 from .gaussian import GaussianMap, GaussianSummary
 from .label_shift import CLIENT_TAU_RULES, class_counts, label_shift_distances
-from .summary import GaussianSummaryEstimator
+from .summary import COVARIANCES, GaussianSummaryEstimator
 
 if TYPE_CHECKING:  # the output types, without importing pandas or torch at run time
     import pandas
@@ -38,7 +38,6 @@ if TYPE_CHECKING:  # the output types, without importing pandas or torch at run 
 __all__ = ["SLOTTransformer"]
 
 UNKNOWN_CLIENT = ("fit", "error", "identity")
-COVARIANCES = ("total", "within")
 
 
 class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
@@ -344,20 +343,24 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
                     f"{self.clients_}); set unknown_client='fit' to estimate a new "
                     "client's map from its rows, or 'identity' to leave them unchanged"
                 )
-            if self.client_tau == "label-shift":
-                raise ValueError(
-                    f"{type(self).__name__}(client_tau='label-shift'): client {label!r} was not "
-                    "seen during fit, and its tau needs its class counts, which transform does "
-                    "not receive; fit with that client's labelled rows, or set "
-                    "unknown_client='identity' or 'error'"
-                )
-            if self.covariance == "within":
-                raise ValueError(
-                    f"{type(self).__name__}(covariance='within'): client {label!r} was not seen "
-                    "during fit, and its within-class summary needs its labels, which "
-                    "transform does not receive; fit with that client's labelled rows, or set "
-                    "unknown_client='identity' or 'error'"
-                )
+            for applies, option, what in (  # the label-aware options need the client's labels
+                (
+                    self.client_tau == "label-shift",
+                    "client_tau='label-shift'",
+                    "its tau needs its class counts",
+                ),
+                (
+                    self.covariance == "within",
+                    "covariance='within'",
+                    "its within-class summary needs its labels",
+                ),
+            ):
+                if applies:
+                    raise ValueError(
+                        f"{type(self).__name__}({option}): client {label!r} was not seen during "
+                        f"fit, and {what}, which transform does not receive; fit with that "
+                        "client's labelled rows, or set unknown_client='identity' or 'error'"
+                    )
             if X.shape[0] < 2:
                 raise ValueError(
                     f"{type(self).__name__}: client {label!r} was not seen during fit and has "

@@ -30,7 +30,7 @@ from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class, make_head
 from ..protocol import OneShotProtocol, ReferenceStep
 from ..selection import check_tau_grid
-from ..summary import GaussianSummaryEstimator
+from ..summary import COVARIANCES, GaussianSummaryEstimator
 
 __all__ = [
     "DataSettings",
@@ -128,7 +128,7 @@ class ProtocolSettings:
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
         self.class_set  # noqa: B018 - validates the class set
-        check_option("summary_covariance", self.summary_covariance, ("total", "within"))
+        check_option("summary_covariance", self.summary_covariance, COVARIANCES)
         check_option("summary_dtype", self.summary_dtype, SUMMARY_DTYPES)
         if type(self.server_jobs) is not int or self.server_jobs == 0:
             raise ValueError(f"server_jobs must be a non-zero int, got {self.server_jobs!r}")

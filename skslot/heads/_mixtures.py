@@ -116,6 +116,16 @@ class ClassMixture:
         variances = np.broadcast_to(self.covariances, (self.covariances.shape[0], m))
         return variances[:, :, None] * np.eye(m)
 
+    def traces(self) -> np.ndarray:
+        """Each component covariance's trace, of shape (k,), without building it in full."""
+        cov = self.covariances
+        if self.covariance_type == "full":
+            return np.trace(cov, axis1=1, axis2=2)
+        if self.covariance_type == "lowrank":  # tr(W W^T + diag(d)) = ||W||_F^2 + sum(d)
+            return (cov[:, :, :-1] ** 2).sum(axis=(1, 2)) + cov[:, :, -1].sum(axis=1)
+        m = self.means.shape[1]
+        return np.broadcast_to(cov, (cov.shape[0], m)).sum(axis=1)  # diag, or m * spherical
+
     def aligned(self, transport: GaussianMap) -> ClassMixture:
         """The exact pushforward through ``T``: each ``N(mu, S)`` becomes ``N(A mu + b, A S A^T)``.
 
@@ -197,9 +207,9 @@ class ClassMixtures:
 
         Exact for the sent classes, up to the transmit rounding (``error``)
         and less the ``reg_covar`` every component's diagonal carries: each
-        component's trace (a low-rank
-        component's ``||W||_F^2 + sum(d)`` keeps every variance), its mean and
-        weight give each class's mean and second moment, and those the total
+        component's trace (:meth:`ClassMixture.traces`; a low-rank one keeps
+        every variance), its mean and weight give each class's mean and
+        second moment, and those the total
         (``covariance="total"``) or class-centred (``"within"``) variance.
         Skipped classes are not described: the count says how many rows are,
         and the server compares with the client's summary accordingly
@@ -208,15 +218,7 @@ class ClassMixtures:
         m = self.n_features
         counts, means, second, spread = [], [], [], []
         for mx in self.mixtures:
-            cov = mx.covariances
-            if mx.covariance_type == "full":
-                traces = np.trace(cov, axis1=1, axis2=2)
-            elif mx.covariance_type == "lowrank":
-                traces = (cov[:, :, :-1] ** 2).sum(axis=(1, 2)) + cov[:, :, -1].sum(axis=1)
-            elif mx.covariance_type == "diag":
-                traces = cov.sum(axis=1)
-            else:
-                traces = m * cov[:, 0]
+            traces = mx.traces()
             squares = (mx.means**2).sum(axis=1)
             counts.append(mx.n)
             means.append(mx.weights @ mx.means)

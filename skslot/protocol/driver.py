@@ -45,6 +45,7 @@ from ..selection import (
     check_tau_grid,
     select_candidate,
 )
+from ..summary import COVARIANCES
 from . import intake
 from .exchanges import (
     Evaluation,
@@ -230,7 +231,7 @@ class OneShotProtocol:
         self.evaluate = evaluate
         self.client_tau = check_option("client_tau", client_tau, CLIENT_TAU_RULES)
         self.summary_covariance = check_option(
-            "summary_covariance", summary_covariance, ("total", "within")
+            "summary_covariance", summary_covariance, COVARIANCES
         )
         self.config = dict(config or {})
 

@@ -75,7 +75,14 @@ def upload_problem(
         if upload.validation is not None:
             rows = rows.merge(upload.validation)
         implied = rows.implied_moments(summary_covariance)
-        why = inconsistent_statistics(summary, *implied, covariance=summary_covariance)
+        why = inconsistent_statistics(
+            summary,
+            implied.mean,
+            implied.trace,
+            n_described=implied.n,
+            trace_error=implied.error,
+            covariance=summary_covariance,
+        )
         if why:
             return f"inconsistent with its summary: {why}"
     return None
