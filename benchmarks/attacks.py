@@ -9,11 +9,14 @@ training rows the Dirichlet partition left unused), then lies, either in its
 messages (a fault rewriting its replies, every message valid on the wire) or
 in its data (it trains on poisoned rows, so its messages are consistent).
 
-The attacks of issue #12's table, then adaptive ones, built to sit inside the
-defence's default bounds (:mod:`skslot.defence`).  Each is run with the
-defence on (``defence = true``, the default) and off, and the table gives the
-honest clients' macro accuracy (mean over the three honest domains of the
-test accuracy), mean and range over seeds, and what the server did with the
+The attacks of issues #12 and #22, then adaptive ones, built to sit inside
+the defence's default bounds (:mod:`skslot.defence`) or to slip past its
+screening (:mod:`skslot.screening`).  Each is run three ways: with the
+defence's bounds and the leave-one-client-out screening (``screen = "on"``:
+at this fixed tau the clients hold out validation rows), with the bounds
+alone (``screen = "off"``), and with no defence; the table gives the honest
+clients' macro accuracy (mean over the three honest domains of the test
+accuracy), mean and range over seeds, and what the server did with the
 attacker.  The no-attack row is the attacker sending its genuine rows.
 
 The 1280-d features go through a fixed, data-independent orthonormal
@@ -41,6 +44,7 @@ from joblib import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
 from skslot import GaussianSummary
+from skslot._linalg import symmetric_from_upper
 from skslot.datasets import digits_projection, dirichlet_partition, load_npz
 from skslot.flower import DeploymentConfig, DeploymentError, run_one_shot
 from skslot.flower import client_app as client_module
@@ -70,6 +74,55 @@ def scaled_gram(factor: float) -> Fault:
     return tamper_statistics(lambda a: {**a, "gram_upper": a["gram_upper"] * factor})
 
 
+def collapsed_summary(k: int, factor: float) -> Fault:
+    """The summary's ``k`` largest eigenvalues set to ``factor`` x the mean variance, trace kept;
+    the statistics are the client's real ones (issue #22's first attack)."""
+
+    def fault(request: Message, reply: Message) -> Message | None:
+        if request.metadata.message_type != "query.upload":
+            return reply
+        own = own_summary(reply)
+        values, vectors = np.linalg.eigh(own.covariance)
+        trace = values.sum()
+        values[-k:] = factor * values.mean()
+        values *= trace / values.sum()
+        covariance = (vectors * values) @ vectors.T
+        summary = GaussianSummary(own.n, own.mean, covariance, client=own.client)
+        return rewrite_upload(request, reply, summary)
+
+    return fault
+
+
+def scaled_mixture_covariances(factor: float) -> Fault:
+    """FedPFT mixtures with every covariance factor times ``factor`` (the low-rank default
+    sends ``W`` with ``C = W W^T + D``: the covariance grows about ``factor**2``)."""
+    return tamper_statistics(
+        lambda a: {**a, "covariances": (a["covariances"] * factor).astype(a["covariances"].dtype)}
+    )
+
+
+def moved_class_sums(shift: float) -> Fault:
+    """FedCGS class sums moved between the classes the client holds: its largest class's mean
+    moves ``shift`` standard deviations, the others make up for it; totals, Gram matrix and
+    counts unchanged (issue #22)."""
+
+    def edit(arrays):
+        counts, sums = arrays["counts"], arrays["sums"].copy()
+        held = np.flatnonzero(counts > 0)
+        c = held[np.argmax(counts[held])]
+        others = held[held != c]
+        n = counts.sum()
+        mean = sums.sum(axis=0) / n
+        gram = symmetric_from_upper(arrays["gram_upper"], sums.shape[1])
+        spread = np.sqrt(max(np.trace(gram) / n - mean @ mean, 0.0))  # sqrt(tr S / n)
+        d = shift * spread * counts[c] * np.ones(sums.shape[1]) / np.sqrt(sums.shape[1])
+        sums[c] += d
+        sums[others] -= d / max(len(others), 1)
+        return {**arrays, "sums": sums}
+
+    return tamper_statistics(edit)
+
+
 def poisoned_reference(n: int, shift: float) -> Fault:
     """Sends a summary with ``n`` rows and its mean shifted by ``shift``, then drops out."""
 
@@ -86,12 +139,31 @@ def poisoned_reference(n: int, shift: float) -> Fault:
 # -- what the attacker does to its rows --------------------------------------------------------
 
 
-def flipped_labels(X, y, rng):
+def flipped_labels(X, y, rng, honest_classes):
     return X, (y + 1) % 10
 
 
+def repeated(rows, times: int):
+    """The attacker's rows (after ``rows``) ``times`` over: a count inflated consistently, in
+    its summary, class counts and statistics alike."""
+
+    def repeated_rows(X, y, rng, honest_classes):
+        X, y = rows(X, y, rng, honest_classes)
+        return np.tile(X, (times, 1)), np.tile(y, times)
+
+    return repeated_rows
+
+
+def flipped_own_classes(X, y, rng, honest_classes):
+    """Labels flipped only on the classes of which no honest client holds a validation row:
+    none of the others' validation rows can show the harm, which lands on their test rows of
+    those classes."""
+    own = ~np.isin(y, honest_classes)
+    return X, np.where(own, (y + 1) % 10, y)
+
+
 def scaled_rows(variance_ratio: float):
-    def rows(X, y, rng):
+    def rows(X, y, rng, honest_classes):
         mean = X.mean(axis=0)
         return mean + np.sqrt(variance_ratio) * (X - mean), y
 
@@ -101,7 +173,7 @@ def scaled_rows(variance_ratio: float):
 def shifted_rows(offset: float):
     """Rows moved ``offset`` of their own standard deviations (sqrt(tr S)) in a random direction."""
 
-    def rows(X, y, rng):
+    def rows(X, y, rng, honest_classes):
         u = rng.normal(size=X.shape[1])
         return X + offset * np.sqrt(np.trace(np.cov(X.T))) * u / np.linalg.norm(u), y
 
@@ -116,6 +188,7 @@ class Attack:
     rows: Callable | None = None
     adaptive: bool = False
     present: bool = True
+    settings: tuple = ()  # run config overrides, as (name, value) pairs
 
 
 BOUNDS = DeploymentConfig()  # the defaults the adaptive attacks stay inside
@@ -124,11 +197,42 @@ VARIANCE = 0.5 * BOUNDS.max_variance_ratio
 OFFSET = 0.8 * BOUNDS.max_mean_offset
 NORM = 0.9 * BOUNDS.max_norm_ratio
 BOTH = ("FedCGS", "O-FedAvg")
+ALL = ("FedCGS", "FedPFT", "O-FedAvg")
+STATISTICS = ("FedCGS", "FedPFT")
+PRIVATE = (("epsilon", 16.0), ("clip_norm", 20.0))
+#: The defence's three ways: bounds and screening, bounds alone, none.
+MODES = {
+    "screened": {"defence": True, "screen": "on"},
+    "bounds": {"defence": True, "screen": "off"},
+    "off": {"defence": False, "screen": "off"},
+}
 
 ATTACKS = [
-    Attack("none (the attacker sends its genuine rows)", BOTH),
-    Attack("none, attacker absent (the three honest clients alone)", BOTH, present=False),
+    Attack("none (the attacker sends its genuine rows)", ALL),
+    Attack("none, attacker absent (the three honest clients alone)", ALL, present=False),
+    Attack("none, DP summaries and statistics (epsilon 16)", ("FedCGS",), settings=PRIVATE),
     Attack("Gram matrix x1e8, honest n", ("FedCGS",), lambda: scaled_gram(1e8)),
+    Attack(
+        "Gram matrix x1e8, honest n, DP on (epsilon 16)",
+        ("FedCGS",),
+        lambda: scaled_gram(1e8),
+        settings=PRIVATE,
+    ),
+    Attack(
+        "summary's 10 largest eigenvalues x1e-9 (trace kept), real statistics",
+        STATISTICS,
+        lambda: collapsed_summary(10, 1e-9),
+    ),
+    Attack(
+        "mixture covariances x1e8 (covariance factors x1e4)",
+        ("FedPFT",),
+        lambda: scaled_mixture_covariances(1e4),
+    ),
+    Attack(
+        "class sums moved 5 sd between its classes (totals, Gram, counts kept)",
+        ("FedCGS",),
+        lambda: moved_class_sums(5.0),
+    ),
     Attack("n x1e6 and flipped labels", BOTH, lambda: inflated_count(10**6), flipped_labels),
     Attack("coefficients x1e3, honest n", ("O-FedAvg",), lambda: scaled_heads(1e3)),
     Attack(
@@ -137,12 +241,11 @@ ATTACKS = [
         lambda: poisoned_reference(2**53 - 10**5, 1e3),
     ),
     Attack("summary covariance x1e8", ("FedCGS",), lambda: scaled_summary(1e8)),
-    Attack("flipped labels, honest n", BOTH, None, flipped_labels, adaptive=True),
+    Attack("flipped labels, honest n", ALL, None, flipped_labels, adaptive=True),
     Attack(
-        f"flipped labels, n x{COUNT} (inside the weight cap)",
-        BOTH,
-        lambda: inflated_count(COUNT),
-        flipped_labels,
+        f"flipped labels, rows x{COUNT} (inside the weight cap)",
+        ALL,
+        rows=repeated(flipped_labels, COUNT),
         adaptive=True,
     ),
     Attack(
@@ -161,6 +264,12 @@ ATTACKS = [
         f"coefficients x{NORM:g} (inside the norm bound)",
         ("O-FedAvg",),
         lambda: scaled_heads(NORM),
+        adaptive=True,
+    ),
+    Attack(
+        f"against the screening: labels flipped on the classes only it holds, rows x{COUNT}",
+        ALL,
+        rows=repeated(flipped_own_classes, COUNT),
         adaptive=True,
     ),
 ]
@@ -192,6 +301,8 @@ def write_clients(folder: Path, seed: int) -> dict[int, dict]:
         X_test=X[test],
         y_test=data.y[test],
     )
+    # the classes an honest client holds validation rows of (5 rows or more at a 0.2 split)
+    np.save(folder / "honest-classes.npy", np.flatnonzero((part.class_counts >= 5).any(axis=0)))
     configs = {node: {"partition-id": k, "dataset": str(dataset)} for k, node in enumerate(HONEST)}
     configs[ATTACKER] = {"data": str(folder / "attacker.npz"), "client-id": 3}
     return configs
@@ -204,23 +315,26 @@ def poison(folder: Path, attack: Attack, seed: int) -> dict:
         return {"data": str(source), "client-id": 3}
     with np.load(source) as archive:
         arrays = dict(archive)
-    X, y = attack.rows(arrays["X_train"], arrays["y_train"], np.random.default_rng(seed))
+    honest_classes = np.load(folder / "honest-classes.npy")
+    X, y = attack.rows(
+        arrays["X_train"], arrays["y_train"], np.random.default_rng(seed), honest_classes
+    )
     path = folder / "attacker-poisoned.npz"
     np.savez(path, **{**arrays, "X_train": X, "y_train": y})
     return {"data": str(path), "client-id": 3}
 
 
-def one_run(attack: Attack, head: str, defence: bool, seed: int) -> dict:
+def one_run(attack: Attack, head: str, mode: str, seed: int) -> dict:
     flwr_logger = logging.getLogger("flwr")
     level = flwr_logger.level
     flwr_logger.setLevel(logging.ERROR)  # the rejections are in the report
     try:
-        return _one_run(attack, head, defence, seed)
+        return _one_run(attack, head, mode, seed)
     finally:
         flwr_logger.setLevel(level)
 
 
-def _one_run(attack: Attack, head: str, defence: bool, seed: int) -> dict:
+def _one_run(attack: Attack, head: str, mode: str, seed: int) -> dict:
     with threadpool_limits(1), tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         configs = write_clients(folder, seed)
@@ -236,7 +350,8 @@ def _one_run(attack: Attack, head: str, defence: bool, seed: int) -> dict:
             num_clients=len(configs),
             connect_timeout=0.0,
             reply_timeout=1.0,  # LocalGrid answers at once: a missing reply never comes
-            defence=defence,
+            **MODES[mode],
+            **dict(attack.settings),
         )
         faults = {ATTACKER: attack.fault()} if attack.fault else {}
         grid = LocalGrid(client_module.app, configs, config.to_run_config(), faults)
@@ -262,7 +377,7 @@ def _one_run(attack: Attack, head: str, defence: bool, seed: int) -> dict:
         return {
             "attack": attack.name,
             "head": head,
-            "defence": defence,
+            "mode": mode,
             "seed": seed,
             "macro": float(np.mean(accuracy)),
             "fate": fate,
@@ -275,29 +390,32 @@ def main(n_seeds: int = 3) -> None:
     if not DIGITS.exists():
         sys.exit(f"{DIGITS} not found: this benchmark needs ../shared/data")
     jobs = [
-        (attack, head, defence, seed)
+        (attack, head, mode, seed)
         for attack in ATTACKS
         for head in attack.heads
-        for defence in (True, False)
+        for mode in MODES
         for seed in range(n_seeds)
     ]
     start = time.perf_counter()
     records = Parallel(n_jobs=2)(delayed(one_run)(*job) for job in jobs)
     wall = time.perf_counter() - start
 
-    def macro(attack: Attack, head: str, defence: bool) -> np.ndarray:
-        """Honest macro accuracy (%) of each seed, in seed order."""
-        runs = [
+    def runs(attack: Attack, head: str, mode: str) -> list[dict]:
+        found = [
             r
             for r in records
-            if r["attack"] == attack.name and r["head"] == head and r["defence"] == defence
+            if r["attack"] == attack.name and r["head"] == head and r["mode"] == mode
         ]
-        return np.array([r["macro"] for r in sorted(runs, key=lambda r: r["seed"])]) * 100
+        return sorted(found, key=lambda r: r["seed"])
 
-    def fate(attack: Attack, head: str) -> str:
-        runs = [r for r in records if r["attack"] == attack.name and r["head"] == head]
-        fates = ", ".join(sorted({r["fate"] for r in runs if r["defence"]}))
-        out = sum(r["honest_out"] for r in runs if r["defence"])
+    def macro(attack: Attack, head: str, mode: str) -> np.ndarray:
+        """Honest macro accuracy (%) of each seed, in seed order."""
+        return np.array([r["macro"] for r in runs(attack, head, mode)]) * 100
+
+    def fate(attack: Attack, head: str, mode: str) -> str:
+        found = runs(attack, head, mode)
+        fates = ", ".join(sorted({r["fate"] for r in found}))
+        out = sum(r["honest_out"] for r in found)
         return fates + (f" ({out} honest out)" if out else "")
 
     def shown(values: np.ndarray) -> str:
@@ -307,33 +425,39 @@ def main(n_seeds: int = 3) -> None:
     print(f"# One hostile client among four (digits, {DIMENSION}-d, alpha {ALPHA}, tau {TAU})\n")
     print(
         f"Honest clients' macro accuracy (%), mean over {n_seeds} seeds [min, max], with the "
-        "defence on (the default) and off; vs none and vs absent: mean difference, seed by seed, "
-        "to the defence-on runs without an attack (the attacker sending its genuine rows) and "
+        'defence\'s bounds and screening (`screen = "on"`), the bounds alone (the default at '
+        "a fixed tau) and no defence; vs none and vs absent: mean difference, seed by seed, to "
+        "the screened runs without an attack (the attacker sending its genuine rows) and "
         "without the attacker (the three honest clients alone); what the server did with the "
-        "attacker (defence on).  Generated by benchmarks/attacks.py "
+        "attacker.  Generated by benchmarks/attacks.py "
         f"({len(records)} runs, {wall:.0f} s wall on 2 workers, 1 BLAS thread each).\n"
     )
-    print("| attack | head | defence on | vs none | vs absent | attacker | defence off | vs none |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        "| attack | head | screened | vs none | vs absent | attacker (screened) | bounds only "
+        "| attacker (bounds) | no defence |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for attack in ATTACKS:
         if attack.adaptive and attack is next(a for a in ATTACKS if a.adaptive):
-            print(f"| *adaptive, inside the default bounds* |{' |' * 7}")
+            print(f"| *adaptive, inside the default bounds* |{' |' * 8}")
         for head in attack.heads:
-            on, off = macro(attack, head, True), macro(attack, head, False)
-            base, alone = macro(none, head, True), macro(absent, head, True)
+            on = macro(attack, head, "screened")
+            base, alone = macro(none, head, "screened"), macro(absent, head, "screened")
             print(
                 f"| {attack.name} | {head} | {shown(on)} | {np.mean(on - base):+.1f} | "
-                f"{np.mean(on - alone):+.1f} | {fate(attack, head)} | {shown(off)} | "
-                f"{np.mean(off - base):+.1f} |"
+                f"{np.mean(on - alone):+.1f} | {fate(attack, head, 'screened')} | "
+                f"{shown(macro(attack, head, 'bounds'))} | {fate(attack, head, 'bounds')} | "
+                f"{shown(macro(attack, head, 'off'))} |"
             )
-    same = all(
-        np.array_equal(macro(a, head, True), macro(a, head, False))
+    changes = [
+        float(np.max(np.abs(macro(a, head, mode) - macro(a, head, "off"))))
         for a in (none, absent)
         for head in a.heads
-    )
+        for mode in ("screened", "bounds")
+    ]
     print(
-        f"\nWithout an attack, defence on and off give {'identical' if same else 'DIFFERENT'} "
-        "accuracies in every seed."
+        "\nWithout an attack, the defence (bounds, or bounds and screening) changes the honest "
+        f"clients' accuracy by at most {max(changes):.2f} points in any seed."
     )
 
 

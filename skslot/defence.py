@@ -26,13 +26,14 @@ is indistinguishable from an honest client with unusual data
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ._validation import check_in_range
 from .gaussian import GaussianSummary
+from .screening import ScreeningEvidence, strongest_case
 
 __all__ = [
     "DefenceBounds",
@@ -285,6 +286,12 @@ class DefenceBounds:
         Check each client's head statistics against its own summary
         (:func:`inconsistent_statistics`); off for private summaries, whose
         noise is meant to differ.
+    screen_significance : float, default=0.001
+        Family-wise level of the leave-one-client-out screening's sign test
+        (:mod:`skslot.screening`; Bonferroni over the clients tested).
+    screen_min_gain : float, default=0.02
+        Smallest gain of the other clients' validation accuracy (a fraction of
+        their rows) without a client that can exclude it.
 
     Examples
     --------
@@ -303,14 +310,29 @@ class DefenceBounds:
     max_variance_ratio: float = 100.0
     max_mean_offset: float = 10.0
     consistency: bool = True
+    screen_significance: float = 0.001
+    screen_min_gain: float = 0.02
 
     def __post_init__(self) -> None:
         for name in ("max_count_ratio", "max_weight_ratio", "max_norm_ratio"):
             check_in_range(name, getattr(self, name), 1.0, None)
         check_in_range("max_variance_ratio", self.max_variance_ratio, 1.0, None)
         check_in_range("max_mean_offset", self.max_mean_offset, 0.0, None)
+        check_in_range("screen_significance", self.screen_significance, 0.0, 1.0)
+        check_in_range("screen_min_gain", self.screen_min_gain, 0.0, 1.0)
         if not isinstance(self.consistency, bool):
             raise ValueError(f"consistency must be True or False, got {self.consistency!r}")
+
+    def strongest_case(
+        self, votes: Mapping[Hashable, Mapping[Hashable, tuple[int, int, int]]]
+    ) -> tuple[Hashable | None, dict[Hashable, ScreeningEvidence]]:
+        """The client the others' paired counts exclude, if any, by this defence's thresholds.
+
+        See :func:`skslot.screening.strongest_case`.
+        """
+        return strongest_case(
+            votes, significance=self.screen_significance, min_gain=self.screen_min_gain
+        )
 
     def screen(self, summaries: Sequence[GaussianSummary]) -> tuple[dict[int, str], np.ndarray]:
         """Positions of implausible clients with the reason, and the others' capped weights.

@@ -53,10 +53,12 @@ __all__ = [
     "candidate_heads",
     "check_tau_grid",
     "client_statistics",
+    "head_without",
     "local_updates",
     "refit_head",
     "score_candidates",
     "select_candidate",
+    "validation_sizes",
     "validation_split",
 ]
 
@@ -156,21 +158,36 @@ def validation_split(y: Any, fraction: float, seed: int | None) -> tuple[np.ndar
     >>> len(fit), len(val)  # 2 of class 0 and 1 of class 1 held out
     (11, 3)
     """
-    fraction = check_in_range("validation_fraction", fraction, 0.0, 1.0)
-    if not 0.0 < fraction < 1.0:
-        raise ValueError(f"validation_fraction must be in (0, 1), got {fraction!r}")
     y = np.asarray(y)
+    labels, counts = np.unique(y, return_counts=True)
+    sizes = validation_sizes(counts, fraction)
     rng = np.random.RandomState(seed)
     held = []
-    for label in np.unique(y):
+    for label, k in zip(labels, sizes, strict=True):
         rows = np.flatnonzero(y == label)
-        k = int(np.floor(fraction * rows.shape[0]))
         if k:
             held.append(rng.permutation(rows)[:k])
     val = np.sort(np.concatenate(held)) if held else np.empty(0, dtype=np.intp)
     mask = np.ones(y.shape[0], dtype=bool)
     mask[val] = False
     return np.flatnonzero(mask), val
+
+
+def validation_sizes(class_counts: Any, fraction: float) -> np.ndarray:
+    """Rows :func:`validation_split` holds out of each class: ``floor(fraction * n_c)``.
+
+    What the server derives from a client's class counts, to tie its
+    validation part and its counts to them.
+
+    >>> from skslot.selection import validation_sizes
+    >>> validation_sizes([10, 4, 1], 0.25).tolist()
+    [2, 1, 0]
+    """
+    fraction = check_in_range("validation_fraction", fraction, 0.0, 1.0)
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"validation_fraction must be in (0, 1), got {fraction!r}")
+    counts = np.asarray(class_counts, dtype=np.int64)
+    return np.floor(fraction * counts).astype(np.int64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -447,6 +464,31 @@ def candidate_heads(
             model.fit_from_statistics(statistics, classes, maps=_at(maps, candidate.tau))
         fitted.append(model)
     return fitted
+
+
+def head_without(
+    head: OneShotHead,
+    candidate: Candidate,
+    statistics: Sequence | Mapping[float, Sequence],
+    classes: np.ndarray,
+    k: int,
+    maps: Sequence[GaussianMap] | None = None,
+) -> OneShotHead:
+    """Server step: the head at ``candidate`` on every client's statistics but the ``k``-th.
+
+    ``statistics`` and ``maps`` as in :func:`candidate_heads` (for O-FedAvg,
+    the local heads at ``candidate.tau``): the screening's heads
+    (:mod:`skslot.screening`).
+    """
+    if isinstance(statistics, Mapping):
+        kept = {candidate.tau: _without(statistics[candidate.tau], k)}
+        return candidate_heads(head, [candidate], kept, classes)[0]
+    rest = None if maps is None else _without(maps, k)
+    return candidate_heads(head, [candidate], _without(statistics, k), classes, rest)[0]
+
+
+def _without(values: Sequence, k: int) -> list:
+    return [v for i, v in enumerate(values) if i != k]
 
 
 def refit_head(

@@ -205,12 +205,10 @@ def tamper_statistics(edit: Callable) -> Fault:
         record = ArrayRecord(
             {name: a if isinstance(a, Array) else Array(a) for name, a in raw.items()}
         )
-        content = RecordDict(
-            {
-                messages.CONFIG: reply.content.config_records[messages.CONFIG],
-                messages.STATISTICS: record,
-            }
-        )
+        content = RecordDict({messages.CONFIG: reply.content.config_records[messages.CONFIG]})
+        for name, kept in reply.content.array_records.items():  # the validation part stays
+            content[name] = kept
+        content[messages.STATISTICS] = record
         return Message(content, reply_to=request)
 
     return fault

@@ -190,8 +190,12 @@ def test_auto_tau_equals_the_in_process_search(node_configs, head):
         ("FedCGS", 0.4, ["upload", "evaluation"]),
         ("FedPFT", 0.4, ["upload", "evaluation"]),
         ("O-FedAvg", 0.4, ["upload", "updates", "evaluation"]),
-        ("FedCGS", "auto", ["upload", "validation", "evaluation"]),
-        ("O-FedAvg", "auto", ["upload", "updates", "validation", "refit", "evaluation"]),
+        ("FedCGS", "auto", ["upload", "validation", "screening", "evaluation"]),
+        (
+            "O-FedAvg",
+            "auto",
+            ["upload", "updates", "validation", "screening", "refit", "evaluation"],
+        ),
     ],
 )
 def test_stages_and_bytes_per_client(node_configs, head, tau, stages):

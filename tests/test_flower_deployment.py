@@ -28,7 +28,7 @@ of this test on the 2-core development machine, shared with other jobs: 6 min
 and 4 min 20 s in all, 114 to 155 s of CPU): the SuperLink listening 4 s
 (limit 30 s); the nodes connected 0.1 s (connect-timeout 60 s); the longest
 stage 44 s (O-FedAvg's ``updates``, six local heads per client; reply-timeout
-120 s); the longest run 125 s (run 2, five stages; 300 s); stopping every
+120 s); the longest run 125 s (run 2, six stages; 300 s); stopping every
 process 3 s (15 s).  Each stage takes 10 to 20 s however small its work: a
 SuperNode starts one ClientApp process per message.
 """
@@ -319,7 +319,10 @@ def test_flower_deployment_on_localhost(tmp_path, capsys):
     # tau = "auto": the in-process search over the same clients, in the server's order
     chosen = json.loads((second / "report.json").read_text())
     assert chosen["status"] == "completed"
-    assert chosen["stages"] == ["upload", "updates", "validation", "refit", "evaluation"]
+    assert chosen["stages"] == [
+        "upload", "updates", "validation", "screening", "refit", "evaluation"
+    ]  # fmt: skip
+    assert chosen["screening"]["excluded"] == []
     rank = {node: i for i, node in enumerate(sorted(partition))}  # clients ordered by node id
     parts, X, y, client = client_rows(node_configs, auto)
     by_rank = np.array([rank[node_of[c]] for c in client])

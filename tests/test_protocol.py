@@ -27,6 +27,8 @@ from skslot.protocol import (
 )
 from skslot.protocol.driver import PROBE_ITERATIONS
 
+from ._clients import train_test_by_client
+
 CLASSES = np.arange(4)
 
 
@@ -50,12 +52,7 @@ def clients():
         domain_shift=2.0,
         random_state=3,
     )
-    out = {}
-    for k in range(4):
-        rows = np.flatnonzero(data.client == k)
-        train, test = rows[:100], rows[100:]
-        out[k] = (data.X[train], data.y[train], data.X[test], data.y[test])
-    return out
+    return train_test_by_client(data, 100)
 
 
 def parties(clients, head):
@@ -87,11 +84,11 @@ def test_the_stage_order_depends_on_the_head_s_protocol_only(clients):
     [
         (
             {"head": "FedPFT", "head_params": '{"covariance_type": "full"}', "tau": "auto"},
-            ["upload", "validation", "evaluation"],
+            ["upload", "validation", "screening", "evaluation"],
         ),
         (
             {"head": "FedCGS", "tau": "auto", "client_tau": "label-shift"},
-            ["upload", "validation", "evaluation"],
+            ["upload", "validation", "screening", "evaluation"],
         ),
         (
             {
@@ -142,6 +139,10 @@ def test_the_same_protocol_object_runs_over_both_transports(clients, tmp_path, s
         np.testing.assert_array_equal(
             flower.report.selection["scores"], in_process.report.selection["scores"]
         )
+        assert {c - 11: e for c, e in flower.report.screening["clients"].items()} == {
+            c: {**e, "discounted": e["discounted"] + 11}
+            for c, e in in_process.report.screening["clients"].items()
+        }
     np.testing.assert_array_equal(
         flower.head.linear_scores().coef, in_process.head.linear_scores().coef
     )

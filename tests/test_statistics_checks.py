@@ -157,7 +157,7 @@ def fedpft_upload_problem(head, X, y):
     summary = GaussianSummaryEstimator().fit(X).summaries_[None]
     upload = Upload(summary, summary.n, 0, statistics=stats)
     return intake.upload_problem(
-        upload, X.shape[1], auto=False, uploads_statistics=True, consistency=True
+        upload, X.shape[1], split=False, uploads_statistics=True, consistency=True
     )
 
 

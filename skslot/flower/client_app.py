@@ -44,6 +44,7 @@ from ..protocol import (
     ClientParty,
     ClientState,
     EvaluationRequest,
+    ScreeningRequest,
     UpdatesRequest,
     UploadRequest,
     ValidationRequest,
@@ -259,6 +260,18 @@ def validation(message: Message, context: Context) -> Message:
     party = _party(context, config, data, reference)
     counts = party.validate(ValidationRequest(None, tuple(heads), tuple(taus)))
     return messages.validation_reply(message, counts.to_arrays())
+
+
+@app.query("screening")
+def screening(message: Message, context: Context) -> Message:
+    """Compare the chosen head with each head without one other client, on the validation rows."""
+    config, data = _data(context)
+    reference, full, left_out, masks, tau = messages.read_screening_request(
+        message, config.class_set, data.X_train.shape[1]
+    )
+    party = _party(context, config, data, reference)
+    counts = party.compare(ScreeningRequest(None, full, tuple(left_out), masks, tau))
+    return messages.screening_reply(message, counts.to_arrays())
 
 
 @app.evaluate("head")

@@ -29,6 +29,7 @@ from ..barycenter import BuresBarycenter
 from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class, make_head
 from ..protocol import OneShotProtocol, ReferenceStep
+from ..screening import SCREENING
 from ..selection import check_tau_grid
 from ..summary import COVARIANCES, GaussianSummaryEstimator
 
@@ -136,7 +137,9 @@ class ProtocolSettings:
         # the head, its parameters, tau, the grid and the selection: the driver checks them
         self._driver(defence=None, min_clients=1)
 
-    def _driver(self, *, defence: DefenceBounds | None, min_clients: int) -> OneShotProtocol:
+    def _driver(
+        self, *, defence: DefenceBounds | None, min_clients: int, screen: str = "off"
+    ) -> OneShotProtocol:
         barycenter = BuresBarycenter(
             client_batch=self.client_batch or None, n_jobs=self.server_jobs
         )
@@ -153,6 +156,7 @@ class ProtocolSettings:
             random_state=self.seed,
             client_tau=self.client_tau,
             summary_covariance=self.summary_covariance,
+            screen=screen,
             config=self.to_run_config() if isinstance(self, DeploymentConfig) else None,
         )
 
@@ -260,6 +264,16 @@ class DefenceSettings:
         A summary whose mean lies more than this many median standard
         deviations (``sqrt(m * median variance)``) from the clients'
         coordinate-wise median mean is rejected (honest clients: within 2.0).
+    screen : {"auto", "on", "off"}, default="auto"
+        Screen each client's contribution by the other clients' validation
+        (:mod:`skslot.screening`): ``"auto"`` with ``tau = "auto"``, ``"on"``
+        at a fixed ``tau`` too (one more exchange, and the clients hold out
+        validation rows), ``"off"`` never.  Needs ``defence``.
+    screen_significance : float, default=0.001
+        Family-wise level of the screening's sign test.
+    screen_min_gain : float, default=0.02
+        Smallest gain of the other clients' validation accuracy without a
+        client that excludes it.
     """
 
     defence: bool = True
@@ -270,10 +284,18 @@ class DefenceSettings:
     max_norm_ratio: float = 10.0
     max_variance_ratio: float = 100.0
     max_mean_offset: float = 10.0
+    screen: str = "auto"
+    screen_significance: float = 0.001
+    screen_min_gain: float = 0.02
 
     def _check_defence(self) -> None:
         if not isinstance(self.defence, bool):
             raise ValueError(f"defence must be true or false, got {self.defence!r}")
+        check_option("screen", self.screen, SCREENING)
+        if self.screen == "on" and not self.defence:
+            raise ValueError(
+                "screen = 'on' needs defence = true (its thresholds are the defence's)"
+            )
         check_positive_int("max_dimension", self.max_dimension)
         if not isinstance(self.n_features, int) or not 0 <= self.n_features <= self.max_dimension:
             raise ValueError(
@@ -289,6 +311,8 @@ class DefenceSettings:
             max_variance_ratio=self.max_variance_ratio,
             max_mean_offset=self.max_mean_offset,
             consistency=consistency,
+            screen_significance=self.screen_significance,
+            screen_min_gain=self.screen_min_gain,
         )
 
 
@@ -459,7 +483,9 @@ class DeploymentConfig(
 
     def protocol(self) -> OneShotProtocol:
         """The run's protocol driver (:class:`skslot.protocol.OneShotProtocol`)."""
-        return self._driver(defence=self.defence_bounds(), min_clients=self.min_clients)
+        return self._driver(
+            defence=self.defence_bounds(), min_clients=self.min_clients, screen=self.screen
+        )
 
     def defence_bounds(self) -> DefenceBounds | None:
         """The defence's bounds (``None`` with the defence off).
@@ -500,6 +526,8 @@ class DeploymentConfig(
             "max_norm_ratio",
             "max_variance_ratio",
             "max_mean_offset",
+            "screen_significance",
+            "screen_min_gain",
         )
         for name in (*floats, "epsilon"):
             if isinstance(values.get(name), int) and not isinstance(values[name], bool):

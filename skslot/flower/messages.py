@@ -14,6 +14,10 @@ message type               server sends                         client replies
 ``query.validation``       (the reference), candidate heads     correct predictions per class
                            and their taus                       and candidate on its validation
                                                                 rows
+``query.screening``        (the reference), the chosen head,    per left-out head: rows only it
+                           the heads without one other client   gets right, rows only the chosen
+                           each, the classes each comparison    head gets right, rows scored
+                           predicts among, its tau
 ``evaluate.head``          (the reference), the head and tau    accuracy on its local test split
 =========================  ===================================  =================================
 
@@ -52,6 +56,8 @@ __all__ = [
     "payload_bytes",
     "read_evaluation_reply",
     "read_head_request",
+    "read_screening_reply",
+    "read_screening_request",
     "read_updates_reply",
     "read_updates_request",
     "read_upload_reply",
@@ -59,6 +65,8 @@ __all__ = [
     "read_validation_reply",
     "read_validation_request",
     "record_to_arrays",
+    "screening_reply",
+    "screening_request",
     "updates_reply",
     "updates_request",
     "upload_reply",
@@ -76,6 +84,8 @@ CANDIDATES = "candidates"
 COUNTS = "counts"
 HEAD = "head"
 EVALUATION = "evaluation"
+LEFT_OUT = "left-out"
+PAIRED = "paired-counts"
 
 
 def arrays_to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
@@ -317,6 +327,69 @@ def validation_reply(request: Message, counts: ArrayMessage) -> Message:
 
 def read_validation_reply(message: Message, *, max_bytes: int) -> dict[str, np.ndarray]:
     return record_to_arrays(content_record(message, COUNTS, ArrayRecord), max_bytes=max_bytes)
+
+
+# -- stage "screening": the chosen head and the left-out heads out, paired counts back ----
+
+
+def screening_request(
+    reference: bytes | None,
+    full: LinearScores,
+    left_out: list[LinearScores],
+    masks: np.ndarray,
+    tau: float,
+) -> RecordDict:
+    values: dict[str, Any] = {"tau": float(tau), "n-heads": len(left_out)}
+    if reference is not None:
+        values["reference"] = reference
+    heads = [
+        {**h.to_arrays(), "mask": np.asarray(m, dtype=np.uint8)}
+        for h, m in zip(left_out, masks, strict=True)
+    ]
+    return RecordDict(
+        {
+            CONFIG: ConfigRecord(values),
+            HEAD: arrays_to_record(full.to_arrays()),
+            LEFT_OUT: _array_list(heads),
+        }
+    )
+
+
+def read_screening_request(
+    message: Message, classes: np.ndarray, n_features: int
+) -> tuple[bytes | None, LinearScores, list[LinearScores], np.ndarray, float]:
+    config = content_record(message, CONFIG, ConfigRecord)
+    tau = float(config_value(config, "tau", (float, int)))
+    n = config_value(config, "n-heads", int)
+    size = _head_bytes(classes, n_features)
+    if not 1 <= n <= MAX_COUNT:
+        raise ProtocolError(f"'n-heads' must be a positive count, got {n}")
+    full = _linear_scores(
+        record_to_arrays(content_record(message, HEAD, ArrayRecord), max_bytes=size),
+        classes,
+        n_features,
+    )
+    parts = _split_array_list(
+        record_to_arrays(content_record(message, LEFT_OUT, ArrayRecord), max_bytes=n * size), n
+    )
+    masks = []
+    for arrays in parts:
+        mask = arrays.pop("mask", None)
+        if mask is None or mask.shape != classes.shape or not np.isin(mask, (0, 1)).all():
+            raise ProtocolError(
+                f"each left-out head needs a 0/1 mask over the {classes.shape[0]} classes"
+            )
+        masks.append(mask.astype(bool))
+    heads = [_linear_scores(arrays, classes, n_features) for arrays in parts]
+    return _optional_reference(config), full, heads, np.array(masks), tau
+
+
+def screening_reply(request: Message, counts: ArrayMessage) -> Message:
+    return Message(RecordDict({PAIRED: arrays_to_record(counts)}), reply_to=request)
+
+
+def read_screening_reply(message: Message, *, max_bytes: int) -> dict[str, np.ndarray]:
+    return record_to_arrays(content_record(message, PAIRED, ArrayRecord), max_bytes=max_bytes)
 
 
 # -- stage "evaluation": the global head out, local accuracy back -------------------------

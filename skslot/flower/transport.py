@@ -38,12 +38,14 @@ from ..protocol import (
     Evaluation,
     EvaluationRequest,
     Exchange,
+    ScreeningRequest,
     UpdatesRequest,
     Upload,
     UploadRequest,
     ValidationRequest,
 )
 from ..protocol.report import client_name, logger
+from ..screening import PairedCounts
 from ..selection import ValidationCounts
 from . import messages
 
@@ -54,6 +56,7 @@ MESSAGE_TYPES = {
     "upload": "query.upload",
     "updates": "train.updates",
     "validation": "query.validation",
+    "screening": "query.screening",
     "refit": "train.updates",
     "evaluation": "evaluate.head",
 }
@@ -340,6 +343,14 @@ class FlowerTransport:
             return messages.validation_request(
                 self._reference(request.reference), list(request.heads), list(request.taus)
             )
+        if isinstance(request, ScreeningRequest):
+            return messages.screening_request(
+                self._reference(request.reference),
+                request.full,
+                list(request.left_out),
+                request.masks,
+                request.tau,
+            )
         if isinstance(request, EvaluationRequest):
             return messages.head_request(
                 self._reference(request.reference), request.head, request.tau
@@ -364,6 +375,10 @@ class FlowerTransport:
             n = len(request.taus)
             arrays = messages.read_validation_reply(reply, max_bytes=8 * (n + 1) * C + 4096)
             return ValidationCounts.from_arrays(arrays, n_candidates=n, n_classes=C)
+        if isinstance(request, ScreeningRequest):
+            n = len(request.left_out)
+            arrays = messages.read_screening_reply(reply, max_bytes=3 * 8 * n + 4096)
+            return PairedCounts.from_arrays(arrays, n_heads=n)
         n_correct, n_test = messages.read_evaluation_reply(reply)
         return Evaluation(n_correct, n_test)
 

@@ -78,6 +78,12 @@ class HeadProtocol:
         """Server: one fitted head per candidate, on the clients' fitting rows."""
         raise NotImplementedError
 
+    def leave_one_out(
+        self, head: OneShotHead, candidate: Candidate, server: ServerSide, k: int
+    ) -> OneShotHead:
+        """Server: the head at ``candidate`` on the fitting rows of all clients but the k-th."""
+        raise NotImplementedError
+
     def fit_final(
         self, head: OneShotHead, candidate: Candidate, server: ServerSide, *, stage: str
     ) -> OneShotHead:
@@ -117,6 +123,11 @@ class StatisticsProtocol(HeadProtocol):
             ),
         )
 
+    def leave_one_out(self, head, candidate, server, k):
+        from ..selection import head_without
+
+        return head_without(head, candidate, server.statistics(), server.classes, k, server.maps())
+
     def fit_final(self, head, candidate, server, *, stage):
         from ..selection import refit_head
 
@@ -152,6 +163,12 @@ class LocalTrainingProtocol(HeadProtocol):
             "the candidate heads",
             lambda: candidate_heads(head, candidates, updates, server.classes),
         )
+
+    def leave_one_out(self, head, candidate, server, k):
+        from ..selection import head_without
+
+        updates = server.local_updates("updates", [candidate.tau], "fit")  # already received
+        return head_without(head, candidate, updates, server.classes, k)
 
     def fit_final(self, head, candidate, server, *, stage):
         from ..selection import refit_head

@@ -5,6 +5,7 @@ The mixtures a client sends, and their arrays, are in :mod:`skslot.heads._mixtur
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -240,9 +241,10 @@ class FedPFTClassifier(OneShotHead):
         self, statistics: list, classes: np.ndarray, maps: list | None
     ) -> None:
         cap = self.max_synthetic_per_client
-        rng = check_random_state(self.random_state)
+        root = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
         X_parts, y_parts = [], []
         for k, message in enumerate(statistics):
+            rng = np.random.RandomState(_message_seed(root, message))
             transport = None if maps is None else maps[k]
             declared = sum(mixture.n for mixture in message.mixtures)
             scale = min(1.0, cap / declared) if declared else 1.0
@@ -304,3 +306,17 @@ class FedPFTClassifier(OneShotHead):
         scores = np.full((X.shape[0], self.classes_.shape[0]), np.finfo(np.float64).min / 4)
         scores[:, self._columns] = d
         return scores
+
+
+def _message_seed(root: int, message: ClassMixtures) -> int:
+    """The seed of one client's synthetic rows: the head's seed and that client's message only.
+
+    Each client's draws depend on nothing else, so leaving a client out (the
+    protocol's screening) or reordering the clients redraws no other client's rows.
+    """
+    digest = hashlib.sha256(root.to_bytes(8, "little"))
+    for name, array in sorted(message.to_arrays().items()):  # values, whatever their dtype
+        canonical = np.float64 if array.dtype.kind == "f" else np.int64
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(array, dtype=canonical).tobytes())
+    return int.from_bytes(digest.digest()[:4], "little")

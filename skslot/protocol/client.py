@@ -19,12 +19,14 @@ import numpy as np
 from ..gaussian import GaussianMap, GaussianSummary
 from ..heads import OneShotHead
 from ..label_shift import class_counts
+from ..screening import PairedCounts, paired_counts
 from ..selection import ValidationCounts, local_updates, score_candidates, validation_split
 from ..summary import GaussianSummaryEstimator
 from ..transformer import SLOTTransformer
 from .exchanges import (
     Evaluation,
     EvaluationRequest,
+    ScreeningRequest,
     UpdatesRequest,
     Upload,
     UploadRequest,
@@ -162,16 +164,27 @@ class ClientParty:
             client_index=self.state.client_index or 0,
         )
 
+    def held_out(self, stage: str) -> tuple[np.ndarray, np.ndarray]:
+        """This client's validation rows and labels, for ``stage``."""
+        split = self.split
+        if split is None:
+            raise RuntimeError(f"{stage} was requested, but this run has no validation split")
+        return self.X[split[1]], self.y[split[1]]
+
     def validate(self, request: ValidationRequest) -> ValidationCounts:
         """Stage "validation": correct predictions of each candidate on its held-out rows."""
         transport = self.transport_map(request.reference)
-        split = self.split
-        if split is None:
-            raise RuntimeError("validation was requested, but this run has no validation split")
-        rows = split[1]
-        return score_candidates(
-            request.heads, request.taus, transport, self.X[rows], self.y[rows], self.classes
-        )
+        X, y = self.held_out("validation")
+        return score_candidates(request.heads, request.taus, transport, X, y, self.classes)
+
+    def compare(self, request: ScreeningRequest) -> PairedCounts:
+        """Stage "screening": the full head against each left-out head, on its held-out rows."""
+        transport = self.transport_map(request.reference)
+        X, y = self.held_out("screening")
+        return paired_counts(
+            request.full, request.left_out, request.masks, transport, request.tau, X, y,
+            self.classes,
+        )  # fmt: skip
 
     def evaluate(self, request: EvaluationRequest) -> Evaluation:
         """Stage "evaluation": the global head's correct predictions on its test rows."""
@@ -188,6 +201,7 @@ class ClientParty:
             "updates": self.updates,
             "refit": self.updates,
             "validation": self.validate,
+            "screening": self.compare,
             "evaluation": self.evaluate,
         }
         if stage not in handlers:

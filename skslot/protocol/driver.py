@@ -13,8 +13,14 @@
    trains on aligned rows;
 4. with ``tau = "auto"``, ``validation``: each client counts the candidates'
    correct predictions on its held-out rows; the server chooses
-   (:func:`~skslot.selection.select_candidate`) and fits the final head;
-5. ``evaluation``: the global head out, each client's test counts back.
+   (:func:`~skslot.selection.select_candidate`);
+5. ``screening`` (on by default with ``tau = "auto"`` and a defence): each
+   client compares the chosen head with the heads without one other client
+   each on its held-out rows; a client whose exclusion makes the others
+   significantly better is left out (:mod:`skslot.screening`), the choice
+   is made again without it and the rest screened again; then the final
+   head is fitted;
+6. ``evaluation``: the global head out, each client's test counts back.
 
 :class:`~skslot.FederatedTauSearch` runs it in process
 (:class:`~skslot.protocol.InProcessTransport`) and the Flower ``ServerApp``
@@ -33,8 +39,9 @@ import numpy as np
 from .._validation import check_in_range, check_option, spawn_seeds
 from ..defence import DefenceBounds
 from ..gaussian import GaussianMap, GaussianSummary
-from ..heads import OneShotHead
+from ..heads import LinearScores, OneShotHead
 from ..label_shift import CLIENT_TAU_RULES, label_shift_distances
+from ..screening import MIN_VOTERS, SCREENING, PairedCounts, comparable_classes
 from ..selection import (
     DEFAULT_TAUS,
     SELECTION_RULES,
@@ -44,6 +51,7 @@ from ..selection import (
     candidate_grid,
     check_tau_grid,
     select_candidate,
+    validation_sizes,
 )
 from ..summary import COVARIANCES
 from . import intake
@@ -51,6 +59,7 @@ from .exchanges import (
     Evaluation,
     EvaluationRequest,
     Exchange,
+    ScreeningRequest,
     UpdatesRequest,
     Upload,
     UploadRequest,
@@ -98,7 +107,8 @@ class ProtocolResult:
     selection : Selection or None
         With ``tau = "auto"``, the choice and its table.
     candidate_heads : list of OneShotHead
-        With ``tau = "auto"``, the candidates (fitted on the fitting rows).
+        With ``tau = "auto"`` (or a screening), the candidates, fitted on the
+        fitting rows of the clients that completed the screening.
     tau_scales : dict
         Each accepted client's factor of ``tau`` (``client_tau``), by address.
     stages : list of str
@@ -175,6 +185,13 @@ class OneShotProtocol:
         What the clients' summaries describe (all rows, or class-centred
         rows: :class:`~skslot.GaussianSummaryEstimator`), so the server checks
         each client's statistics against its summary of that kind.
+    screen : {"auto", "on", "off"}, default="auto"
+        Screen each client's contribution by the others' validation
+        (:mod:`skslot.screening`, thresholds from ``defence``): ``"auto"``
+        where the run has a validation round (``tau = "auto"``) and a
+        defence; ``"on"`` also at a fixed ``tau`` (the clients then hold out
+        validation rows, and the final head is refitted on all rows: one more
+        exchange, two for O-FedAvg); ``"off"`` never.
     config : dict, optional
         Shown in the report.
     """
@@ -196,6 +213,7 @@ class OneShotProtocol:
         evaluate: bool = True,
         client_tau: str = "uniform",
         summary_covariance: str = "total",
+        screen: str = "auto",
         config: dict | None = None,
     ) -> None:
         if not isinstance(head, OneShotHead):
@@ -233,12 +251,30 @@ class OneShotProtocol:
         self.summary_covariance = check_option(
             "summary_covariance", summary_covariance, COVARIANCES
         )
+        self.screen = check_option("screen", screen, SCREENING)
+        if screen == "on" and defence is None:
+            raise ValueError(
+                "screen='on' needs a defence: its thresholds are the DefenceBounds' "
+                "screen_significance and screen_min_gain"
+            )
         self.config = dict(config or {})
 
     @property
     def auto(self) -> bool:
         """Whether ``tau`` is chosen by the federation."""
         return self.tau == "auto"
+
+    @property
+    def screening(self) -> bool:
+        """Whether the clients' contributions are screened by the others' validation."""
+        if self.defence is None or self.screen == "off":
+            return False
+        return self.screen == "on" or self.auto
+
+    @property
+    def split(self) -> bool:
+        """Whether the clients hold out validation rows (to choose ``tau``, or to screen)."""
+        return self.auto or self.screening
 
     def run(self, transport: Transport, classes: Sequence) -> ProtocolResult:
         """Run every stage over ``transport``; the clients agree on the class set ``classes``.
@@ -267,6 +303,8 @@ class _Run:
         self.reference: GaussianSummary | None = None
         self.full_maps: dict[Hashable, GaussianMap] = {}
         self.has_reference: set = set()
+        #: Per part of the rows ("fit", "all"), each client's local heads by its fraction.
+        self.updates: dict[str, dict[Hashable, dict[float, Any]]] = {}
 
     # -- the stage order ---------------------------------------------------------------
 
@@ -275,22 +313,23 @@ class _Run:
         head = protocol.head
         report.nodes = list(self.transport.parties())
         self.uploads()
-        self.screen()
+        self.screen_summaries()
         self.build_reference()
         self.scale_taus()  # over the clients the reference kept, with their capped weights
         selection, candidates = None, []
-        if protocol.auto:
-            candidates = head.protocol.fit_candidates(head, protocol.candidates, self)
-            selection = self.select(candidates)
-            if protocol.refit:
-                final = head.protocol.fit_final(head, selection.candidate, self, stage="refit")
+        if protocol.split:
+            candidates, selection, chosen = self.choose()
+            while protocol.screening and self.screen_contributions(chosen, candidates):
+                self.scale_taus()  # without the removed clients' counts
+                candidates, selection, chosen = self.choose()  # and screened again
+            if protocol.refit or not protocol.auto:
+                final = head.protocol.fit_final(head, chosen, self, stage="refit")
             else:
                 final = candidates[selection.index]
-            tau = selection.candidate.tau
         else:
-            (candidate,) = protocol.candidates
-            final = head.protocol.fit_final(head, candidate, self, stage="updates")
-            tau = candidate.tau
+            (chosen,) = protocol.candidates
+            final = head.protocol.fit_final(head, chosen, self, stage="updates")
+        tau = chosen.tau
         report.tau = float(tau)
         if protocol.evaluate:
             self.evaluation(final, tau)
@@ -307,6 +346,15 @@ class _Run:
             list(candidates),
             {c: self.clients[c].tau_scale for c in order},
         )
+
+    def choose(self) -> tuple[list[OneShotHead], Selection | None, Candidate]:
+        """The candidate heads on the fitting rows, and the one chosen (by validation)."""
+        protocol, head = self.protocol, self.protocol.head
+        candidates = head.protocol.fit_candidates(head, protocol.candidates, self)
+        if not protocol.auto:
+            return candidates, None, protocol.candidates[0]
+        selection = self.select(candidates)
+        return candidates, selection, selection.candidate
 
     # -- what a head's protocol sees ---------------------------------------------------
 
@@ -339,31 +387,47 @@ class _Run:
             ) from exc
 
     def local_updates(self, stage: str, taus: Sequence[float], part: str) -> dict[float, list]:
-        """Each client's local heads at ``taus``, tied to its upload and screened."""
-        requests = {
-            c: UpdatesRequest(self.reference_for(c), self.client_taus(c, taus), part)
+        """Each client's local heads at ``taus``, tied to its upload and screened.
+
+        A client is asked only for the heads it has not sent in this run (the
+        same rows at the same fraction of the same map give the same head; the
+        reference is built once per run), so a choice made again after the
+        screening costs no new training, unless the clients' fractions changed
+        with it (``client_tau = "label-shift"``).
+        """
+        cache = self.updates.setdefault(part, {})
+        wanted = {
+            c: [t for t in self.client_taus(c, taus) if t not in cache.get(c, {})]
             for c in self.order
         }
-        exchange = self.exchange(stage, requests)
-        received = {}
-        for c, updates in exchange.replies.items():
-            client = self.clients[c]
-            expected = client.upload.n_fit if part == "fit" else client.summary.n
-            why = intake.local_updates_problem(updates, len(taus), expected)
-            if why:
-                self.report.reject(stage, c, why)
-                continue
-            factor = client.weight / client.summary.n
-            received[c] = [u.scaled(factor) for u in updates]
-        defence = self.protocol.defence
-        if defence is not None:
-            order = list(received)
-            norms = [max(u.norm() for u in received[c]) for c in order]
-            for k, why in defence.implausible_updates(norms).items():
-                self.report.reject(stage, order[k], f"implausible: {why}")
-                del received[order[k]]
-        self.keep(stage, received)
-        return {tau: [received[c][i] for c in self.order] for i, tau in enumerate(taus)}
+        requests = {
+            c: UpdatesRequest(self.reference_for(c), tuple(ts), part)
+            for c, ts in wanted.items()
+            if ts
+        }
+        if requests:
+            exchange = self.exchange(stage, requests)
+            received = {}
+            for c, updates in exchange.replies.items():
+                client = self.clients[c]
+                expected = client.upload.n_fit if part == "fit" else client.summary.n
+                why = intake.local_updates_problem(updates, len(wanted[c]), expected)
+                if why:
+                    self.report.reject(stage, c, why)
+                    continue
+                factor = client.weight / client.summary.n
+                received[c] = [u.scaled(factor) for u in updates]
+            defence = self.protocol.defence
+            if defence is not None:
+                order = list(received)
+                norms = [max(u.norm() for u in received[c]) for c in order]
+                for k, why in defence.implausible_updates(norms).items():
+                    self.report.reject(stage, order[k], f"implausible: {why}")
+                    del received[order[k]]
+            self.keep(stage, [c for c in self.order if c in received or c not in requests])
+            for c, updates in received.items():
+                cache.setdefault(c, {}).update(zip(wanted[c], updates, strict=True))
+        return {tau: [cache[c][self.client_taus(c, [tau])[0]] for c in self.order] for tau in taus}
 
     # -- the stages --------------------------------------------------------------------
 
@@ -375,14 +439,18 @@ class _Run:
         report = self.report
         report.stages.append(stage)
         result = self.transport.exchange(stage, requests)
-        for c, n in result.bytes_sent.items():
-            report.bytes_sent.setdefault(c, {})[stage] = n
-        for c, n in result.bytes_received.items():
-            report.bytes_received.setdefault(c, {})[stage] = n
+        for counted, found in (
+            (report.bytes_sent, result.bytes_sent),
+            (report.bytes_received, result.bytes_received),
+        ):
+            for c, n in found.items():  # a stage run twice (a choice made again) adds up
+                per_stage = counted.setdefault(c, {})
+                per_stage[stage] = per_stage.get(stage, 0) + n
         for c, why in result.rejected.items():
             report.reject(stage, c, why)
-        report.missing[stage] = sorted(result.missing, key=_order_key)
-        for c in report.missing[stage]:
+        missing = sorted(result.missing, key=_order_key)
+        report.missing[stage] = sorted({*report.missing.get(stage, []), *missing}, key=_order_key)
+        for c in missing:
             logger.warning(
                 "%s missing at the %s stage: %s", report.name(c), stage, result.missing[c]
             )
@@ -416,8 +484,8 @@ class _Run:
         """Stage "upload": summaries (and statistics), tied together and to the run."""
         protocol, report = self.protocol, self.report
         parties = sorted(report.nodes, key=_order_key)
-        seeds = spawn_seeds(protocol.random_state, len(parties)) if protocol.auto else None
-        counting = protocol.client_tau == "label-shift"
+        seeds = spawn_seeds(protocol.random_state, len(parties)) if protocol.split else None
+        counting = protocol.client_tau == "label-shift" or protocol.screening
         requests = {
             c: UploadRequest(k, None if seeds is None else seeds[k], class_counts=counting)
             for k, c in enumerate(parties)
@@ -441,11 +509,12 @@ class _Run:
             why = intake.upload_problem(
                 upload,
                 m,
-                auto=protocol.auto,
+                split=protocol.split,
                 uploads_statistics=head.protocol.uploads_statistics,
                 consistency=consistency,
                 summary_covariance=protocol.summary_covariance,
                 n_classes=self.classes.shape[0] if counting else None,
+                validation_fraction=protocol.validation_fraction,
             )
             if why:
                 report.reject("upload", c, why)
@@ -455,7 +524,7 @@ class _Run:
             )
         self.keep("upload", self.clients)
 
-    def screen(self) -> None:
+    def screen_summaries(self) -> None:
         """Reject clients out of line with the others; cap the weight of the rest."""
         defence = self.protocol.defence
         order = self.order
@@ -576,8 +645,14 @@ class _Run:
                 left_out[c] = "did not answer the validation stage"
                 continue
             reply = exchange.replies[c]
+            upload = self.clients[c].upload
+            totals = (
+                None
+                if upload.class_counts is None
+                else validation_sizes(upload.class_counts, self.protocol.validation_fraction)
+            )
             why = intake.counts_problem(
-                reply, len(candidates), self.classes.shape[0], self.clients[c].upload.n_validation
+                reply, len(candidates), self.classes.shape[0], upload.n_validation, totals
             )
             if why:
                 self.report.reject("validation", c, why)
@@ -599,6 +674,94 @@ class _Run:
         }
         logger.info("skslot: validation chose %s", selection.candidate.describe())
         return selection
+
+    def screen_contributions(self, candidate: Candidate, heads: list[OneShotHead]) -> list:
+        """Stage "screening": each client's contribution judged by the others' validation.
+
+        ``heads`` are the candidate heads on every client's fitting rows; the
+        one at ``candidate`` is compared, on each client's held-out rows, with
+        the head without each other client (:mod:`skslot.screening`).  The
+        client with the strongest case against it is rejected with the
+        evidence (unless fewer than ``min_clients`` would remain), and so are
+        voters whose counts fail their checks; returns every client it
+        removed (the run then chooses and screens again).  The reference and
+        the weight caps stay those of the upload stage.
+        """
+        protocol, report = self.protocol, self.report
+        order = self.order
+        earlier = (report.screening or {}).get("excluded", [])  # by an earlier round
+        voters = [c for c in order if self.clients[c].upload.n_validation > 0]
+        if len(order) <= MIN_VOTERS or len(voters) < MIN_VOTERS:
+            report.screening = {
+                "skipped": f"{len(order)} clients, {len(voters)} with validation rows: the "
+                f"screening needs {MIN_VOTERS + 1} clients and {MIN_VOTERS} with validation rows",
+                "excluded": earlier,
+            }
+            return []
+        counts = [self.clients[c].upload.class_counts for c in order]
+        masks = comparable_classes(counts)
+        sizes = [validation_sizes(n, protocol.validation_fraction) for n in counts]
+        position = {c: k for k, c in enumerate(order)}
+        head = protocol.head
+        without: dict[int, LinearScores] = {}
+        unfit: dict[Hashable, str] = {}
+        for k, c in enumerate(order):  # only where some voter has something to compare
+            if not masks[k].any() or not any(v != c for v in voters):
+                continue
+            try:
+                without[k] = head.protocol.leave_one_out(head, candidate, self, k).linear_scores()
+            except SERVER_STEP_ERRORS as exc:  # e.g. too few classes left: not screenable
+                unfit[c] = f"the head without it could not be fitted: {type(exc).__name__}: {exc}"
+        full = heads[protocol.candidates.index(candidate)].linear_scores()
+        targets = {c: [k for k in without if order[k] != c] for c in voters}
+        requests = {
+            c: ScreeningRequest(
+                self.reference_for(c),
+                full,
+                tuple(without[k] for k in targets[c]),
+                masks[targets[c]],
+                self.client_taus(c, [candidate.tau])[0],
+            )
+            for c in voters
+            if targets[c]
+        }
+        exchange = self.exchange("screening", requests) if requests else Exchange()
+        votes: dict[Hashable, dict[Hashable, tuple[int, int, int]]] = {c: {} for c in order}
+        refused = [c for c in exchange.rejected if c in requests]
+        for c in requests:
+            if c not in exchange.replies:
+                continue  # missing (the transport said why), or refused on the wire
+            reply: PairedCounts = exchange.replies[c]
+            expected = [int(sizes[position[c]][masks[k]].sum()) for k in targets[c]]
+            why = intake.paired_counts_problem(reply, np.array(expected, dtype=np.int64))
+            if why:
+                report.reject("screening", c, why)
+                refused.append(c)
+                continue
+            for i, k in enumerate(targets[c]):
+                votes[order[k]][c] = (int(reply.better[i]), int(reply.worse[i]), int(reply.rows[i]))
+        flagged, evidence = protocol.defence.strongest_case(votes)
+        room = len(order) - len(refused) - protocol.min_clients > 0
+        excluded = [flagged] if flagged is not None and room else []
+        kept = [flagged] if flagged is not None and not room else []
+        report.screening = {
+            "candidate": candidate.describe(),
+            "clients": {c: e.describe() for c, e in evidence.items()},
+            "excluded": [*earlier, *excluded],
+            "unscreenable": {
+                **{
+                    c: "the other clients hold fewer than two classes"
+                    for c in order
+                    if c not in unfit and evidence[c].voters == 0
+                },
+                **unfit,
+            },
+            "kept": {c: "excluding it would leave fewer than min_clients" for c in kept},
+        }
+        for c in excluded:
+            report.reject("screening", c, evidence[c].reason())
+        self.keep("screening", [c for c in order if c not in excluded and c not in refused])
+        return excluded + refused
 
     def evaluation(self, final: OneShotHead, tau: float) -> None:
         """Stage "evaluation": the global head out, local test counts back."""

@@ -22,14 +22,16 @@ __all__ = [
     "Evaluation",
     "EvaluationRequest",
     "Exchange",
+    "ScreeningRequest",
     "UpdatesRequest",
     "Upload",
     "UploadRequest",
     "ValidationRequest",
 ]
 
-#: Every stage a run may hold, in the order they can occur.
-STAGES = ("upload", "updates", "validation", "refit", "evaluation")
+#: Every stage a run may hold, in the order they first occur (after a screening excludes a
+#: client, "updates" and "validation" may run again).
+STAGES = ("upload", "updates", "validation", "screening", "refit", "evaluation")
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,23 @@ class ValidationRequest:
     reference: GaussianSummary | None
     heads: tuple[LinearScores, ...]
     taus: tuple[float, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class ScreeningRequest:
+    """Stage "screening": the head of all clients and those without one other client each.
+
+    ``masks[k]`` holds the classes the comparison with ``left_out[k]``
+    predicts among (those clients other than the left-out one hold);
+    ``tau`` is this client's fraction of its map.  A client is never sent the
+    head without itself.
+    """
+
+    reference: GaussianSummary | None
+    full: LinearScores
+    left_out: tuple[LinearScores, ...]
+    masks: np.ndarray
+    tau: float
 
 
 @dataclass(frozen=True, eq=False)

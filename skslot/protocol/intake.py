@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from ..defence import inconsistent_statistics
-from ..selection import ValidationCounts
+from ..screening import PairedCounts
+from ..selection import ValidationCounts, validation_sizes
 from ..wire.arrays import sample_count_problem
 from .exchanges import Evaluation, Upload
 
@@ -24,6 +25,7 @@ __all__ = [
     "counts_problem",
     "evaluation_problem",
     "local_updates_problem",
+    "paired_counts_problem",
     "run_dimension",
     "upload_problem",
 ]
@@ -44,22 +46,24 @@ def upload_problem(
     upload: Upload,
     n_features: int,
     *,
-    auto: bool,
+    split: bool,
     uploads_statistics: bool,
     consistency: bool,
     summary_covariance: str = "total",
     n_classes: int | None = None,
+    validation_fraction: float | None = None,
 ) -> str | None:
     """Why an upload does not fit the run: its parts, statistics and summary must agree.
 
     ``n_classes``: the run asked for the client's class counts (over its
     ``n_classes`` classes), which must add up to its summary's rows and equal
-    those of its statistics.
+    those of its statistics; with a validation split (``validation_fraction``)
+    they also fix the size of its validation part.
     """
     summary = upload.summary
-    if not auto and upload.n_fit != summary.n:
-        return "a fixed-tau run has no validation part"
-    why = class_counts_problem(upload, n_classes)
+    if not split and upload.n_fit != summary.n:
+        return "this run has no validation part (a fixed tau, without screening)"
+    why = class_counts_problem(upload, n_classes, validation_fraction if split else None)
     if why:
         return why
     if not uploads_statistics:
@@ -88,8 +92,14 @@ def upload_problem(
     return None
 
 
-def class_counts_problem(upload: Upload, n_classes: int | None) -> str | None:
-    """Why an upload's class counts are not the ones asked for, or disagree with the rest."""
+def class_counts_problem(
+    upload: Upload, n_classes: int | None, validation_fraction: float | None = None
+) -> str | None:
+    """Why an upload's class counts are not the ones asked for, or disagree with the rest.
+
+    With ``validation_fraction``, the validation part must be the one
+    :func:`~skslot.selection.validation_split` holds out of those counts.
+    """
     counts = upload.class_counts
     if n_classes is None:
         return None if counts is None else "class counts were not asked for"
@@ -109,6 +119,13 @@ def class_counts_problem(upload: Upload, n_classes: int | None) -> str | None:
             f"class counts add up to {total} rows but the client's summary "
             f"counted {upload.summary.n}"
         )
+    if validation_fraction is not None:
+        held = sum(int(k) for k in validation_sizes(counts, validation_fraction))
+        if held != upload.n_validation:
+            return (
+                f"a validation part of {upload.n_validation} rows, but its class counts make "
+                f"{held} at validation_fraction = {validation_fraction}"
+            )
     if upload.statistics is not None:
         parts = [p for p in (upload.statistics, upload.validation) if p is not None]
         if not np.array_equal(sum(p.class_counts() for p in parts), counts):
@@ -128,9 +145,18 @@ def local_updates_problem(updates: Sequence, n_updates: int, n_samples: int) -> 
 
 
 def counts_problem(
-    counts: ValidationCounts, n_candidates: int, n_classes: int, n_samples: int
+    counts: ValidationCounts,
+    n_candidates: int,
+    n_classes: int,
+    n_samples: int,
+    class_totals: np.ndarray | None = None,
 ) -> str | None:
-    """Why validation counts do not match the candidates and the client's validation part."""
+    """Why validation counts do not match the candidates and the client's validation part.
+
+    ``class_totals``, where the server derived them from the client's class
+    counts (:func:`~skslot.selection.validation_sizes`), are its validation
+    rows of each class.
+    """
     if counts.correct.shape != (n_candidates, n_classes) or counts.total.shape != (n_classes,):
         return (
             f"validation counts of shape {counts.correct.shape}, expected "
@@ -143,6 +169,35 @@ def counts_problem(
         )
     if np.any(counts.correct > counts.total) or np.any(counts.correct < 0):
         return "more correct predictions than validation rows of a class"
+    if class_totals is not None and not np.array_equal(counts.total, class_totals):
+        return "validation rows per class differ from those its class counts make"
+    return None
+
+
+def paired_counts_problem(counts: PairedCounts, expected_rows: np.ndarray) -> str | None:
+    """Why screening counts do not match the comparisons asked for.
+
+    ``expected_rows`` are the rows each comparison must score: the client's
+    validation rows of the comparison's classes, derived from its class
+    counts (:func:`~skslot.selection.validation_sizes`).
+    """
+    expected_rows = np.asarray(expected_rows)
+    arrays = (counts.better, counts.worse, counts.rows)
+    if any(np.shape(a) != expected_rows.shape for a in arrays):
+        shapes = [np.shape(a) for a in arrays]
+        return f"screening counts of shapes {shapes}, expected {expected_rows.shape}"
+    if any(np.asarray(a).dtype.kind not in "iu" for a in arrays):
+        return "screening counts must be integers"
+    better, worse, rows = (np.asarray(a).astype(object) for a in arrays)  # no wrap-around
+    if any(np.any(a < 0) for a in (better, worse)):
+        return "negative screening counts"
+    if not np.array_equal(rows, expected_rows.astype(object)):
+        return (
+            f"the comparisons score {rows.tolist()} rows, but its class counts make "
+            f"{expected_rows.tolist()} validation rows of those classes"
+        )
+    if np.any(better + worse > rows):
+        return "more discordant rows than rows scored"
     return None
 
 

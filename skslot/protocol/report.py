@@ -84,6 +84,14 @@ class ProtocolReport:
         With ``tau = "auto"``: the candidates, each client's balanced
         validation accuracy per candidate, their mean and standard error, the
         chosen candidate, and the clients left out of the choice.
+    screening : dict or None
+        Where contributions were screened (:mod:`skslot.screening`): the
+        candidate, per client the others' evidence on it (voters, the voter
+        whose absence weakens the case most, agreeing voters, rows gained and
+        lost, the gain, the sign test's p-value and its threshold) in its
+        last round, the clients excluded in every round, those it could not
+        screen (``unscreenable``, with why) and those it would have excluded
+        but for ``min_clients`` (``kept``); or why it was skipped.
     accuracy : dict
         Per client, accuracy on its local test split.
     macro_accuracy : float
@@ -114,6 +122,7 @@ class ProtocolReport:
     selection: dict | None = None
     capped: dict = field(default_factory=dict)
     privacy: str | None = None
+    screening: dict | None = None
     accuracy: dict = field(default_factory=dict)
     n_test: dict = field(default_factory=dict)
     macro_accuracy: float | None = None

@@ -1,0 +1,386 @@
+"""Screening contributions by the clients' own validation: leave-one-client-out heads.
+
+A client can stay inside every bound on what it sends and still take the
+model down: a degenerate summary whose map blows its statistics up, class
+sums moved between classes, flipped labels.  What such a contribution cannot
+hide is its effect on everyone else: the head fitted without it does better
+on the *other* clients' held-out rows.  The ``screening`` stage of the
+protocol (:class:`~skslot.protocol.OneShotProtocol`) measures exactly that,
+with counts only leaving the clients:
+
+1. *server*: at the chosen candidate, the head on every client's fitting
+   rows, ``H``, and for each client ``j`` the head without it, ``H_{-j}``;
+2. *client* ``i``: for every ``j != i``, compare ``H`` and ``H_{-j}`` row by
+   row on its validation rows, both predicting only among the classes
+   ``S_j`` that clients other than ``j`` hold (rows of other classes are not
+   scored), and send three counts: the rows only ``H_{-j}`` gets right, the
+   rows only ``H`` gets right, the rows scored (:func:`paired_counts`).  Its
+   own exclusion is never put to it;
+3. *server*: ``j`` is excluded (:func:`screening_evidence`) when, leaving
+   out any one voter (so that no one client's counts can make the case),
+   over the remaining voters
+
+   - a strict majority found ``H_{-j}`` better (more rows only it gets right);
+   - pooled, ``H_{-j}`` gets right at least ``min_gain`` of the scored rows
+     more than ``H`` does; and
+   - the exact one-sided sign test (McNemar's) on the pooled discordant rows
+     rejects "no difference" at ``significance / K``, Bonferroni over the
+     ``K`` clients tested.
+
+   One client at most is excluded per comparison, the strongest case
+   (:func:`strongest_case`); the protocol then chooses again without it and
+   screens again, on heads that no longer hold it.
+
+Restricting both heads to ``S_j`` removes the label-skew confound: leaving
+out an honest client that alone holds a class removes that class from
+``H_{-j}``, which would otherwise make the others' rows look better (one
+class fewer to confuse them with).  What it keeps is a real effect of label
+skew on O-FedAvg: a client's local head scores the classes it lacks low
+everywhere, which hurts the others' rows of those classes; the significance
+level, the smallest gain and the any-one-voter rule keep honest clients in
+(measured: docs/results/screening.md).  What the
+screening cannot catch is said in docs/deployment.md ("Threat model").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.stats import binomtest
+
+from .gaussian import GaussianMap
+from .heads._wire import ArrayMessage, LinearScores, read_array
+
+__all__ = [
+    "MIN_VOTERS",
+    "SCREENING",
+    "PairedCounts",
+    "ScreeningEvidence",
+    "comparable_classes",
+    "paired_counts",
+    "screening_evidence",
+    "strongest_case",
+]
+
+#: The ``screen`` settings: on where the run has a validation round, always, never.
+SCREENING = ("auto", "on", "off")
+#: Fewest other clients whose counts can exclude a client (so no client's alone can).
+MIN_VOTERS = 2
+
+
+@dataclass(frozen=True, eq=False)
+class PairedCounts:
+    """A client's reply at the screening stage: one paired comparison per left-out head.
+
+    Attributes
+    ----------
+    better : ndarray of shape (n_heads,)
+        Validation rows the head without client ``j`` predicts right and the
+        head of all clients wrong.
+    worse : ndarray of shape (n_heads,)
+        Rows the head of all clients predicts right and the other wrong.
+    rows : ndarray of shape (n_heads,)
+        Rows scored: those of the classes both heads predict among.
+    """
+
+    better: np.ndarray
+    worse: np.ndarray
+    rows: np.ndarray
+
+    def to_arrays(self) -> ArrayMessage:
+        return {"better": self.better, "worse": self.worse, "rows": self.rows}
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, Any], *, n_heads: int) -> PairedCounts:
+        """Decode received counts: three arrays of non-negative integers of length ``n_heads``.
+
+        How they agree with each other and with the client's validation part
+        is the server's intake check (:func:`skslot.protocol.intake.paired_counts_problem`),
+        the same for either transport.
+
+        Raises
+        ------
+        StatisticsFormatError
+            If a count is missing, of the wrong shape or not a non-negative integer.
+        """
+        return cls(
+            *(
+                read_array(arrays, name, (n_heads,), integer=True, nonnegative=True)
+                for name in ("better", "worse", "rows")
+            )
+        )
+
+
+def comparable_classes(class_counts: Sequence[np.ndarray]) -> np.ndarray:
+    """For each client ``j``, the classes some other client holds rows of.
+
+    What both heads, with and without ``j``, can predict: the comparisons
+    predict among, and score each voter's rows of, these classes only.  A
+    class only ``j`` holds would be missing from the head without ``j``, which
+    would then look better on the others' rows merely for having one class
+    fewer to confuse them with.  A client's own declared counts never shape
+    its comparisons.
+
+    Parameters
+    ----------
+    class_counts : sequence of ndarray of shape (C,)
+        Each client's rows per class.
+
+    Returns
+    -------
+    masks : ndarray of bool, shape (K, C)
+        ``masks[j, c]``: a client other than ``j`` holds class ``c``; a row
+        with fewer than two such classes is empty (nothing to compare).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot.screening import comparable_classes
+    >>> counts = [np.array([5, 0, 2]), np.array([3, 4, 0]), np.array([1, 1, 0])]
+    >>> comparable_classes(counts).astype(int)
+    array([[1, 1, 0],
+           [1, 1, 1],
+           [1, 1, 1]])
+    """
+    held = np.array([np.asarray(c, dtype=np.float64) for c in class_counts]) > 0
+    by_others = held.sum(axis=0) - held > 0
+    return by_others & (by_others.sum(axis=1, keepdims=True) >= 2)
+
+
+def paired_counts(
+    full: LinearScores,
+    left_out: Sequence[LinearScores],
+    masks: np.ndarray,
+    transport: GaussianMap,
+    tau: float,
+    X: np.ndarray,
+    y: np.ndarray,
+    classes: np.ndarray,
+) -> PairedCounts:
+    """Client step: compare the full head with each left-out head on the validation rows.
+
+    The rows are aligned once, with this client's own map at ``tau``; for each
+    left-out head ``k`` both heads predict among the classes of ``masks[k]``
+    only, and only rows of those classes are scored.
+
+    Parameters
+    ----------
+    full : LinearScores
+        The head of all clients.
+    left_out : sequence of LinearScores
+        The heads without one other client each.
+    masks : ndarray of bool, shape (len(left_out), C)
+        The classes each comparison predicts among.
+    transport : GaussianMap
+        This client's full map onto the reference.
+    tau : float
+        This client's fraction of its map.
+    X, y : ndarray
+        The client's validation rows and labels.
+    classes : ndarray
+        The global class set.
+    """
+    masks = np.asarray(masks, dtype=bool)
+    if masks.shape != (len(left_out), classes.shape[0]):
+        raise ValueError(
+            f"masks of shape {masks.shape} for {len(left_out)} heads and {classes.shape[0]} classes"
+        )
+    aligned = transport.geodesic(tau).apply(X)
+    codes = np.searchsorted(classes, y)
+    full_scores = full.decision_scores(aligned)
+    better, worse, rows = (np.zeros(len(left_out), dtype=np.int64) for _ in range(3))
+    for k, (head, mask) in enumerate(zip(left_out, masks, strict=True)):
+        scored = mask[codes]
+        truth = codes[scored]
+        right_full = _restricted_argmax(full_scores[scored], mask) == truth
+        right_without = _restricted_argmax(head.decision_scores(aligned[scored]), mask) == truth
+        better[k] = np.sum(right_without & ~right_full)
+        worse[k] = np.sum(right_full & ~right_without)
+        rows[k] = truth.shape[0]
+    return PairedCounts(better, worse, rows)
+
+
+def _restricted_argmax(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Position of each row's largest score among the classes of ``mask``."""
+    return np.where(mask, scores, -np.inf).argmax(axis=1)
+
+
+@dataclass(frozen=True)
+class ScreeningEvidence:
+    """What the other clients' validation says of one client's contribution.
+
+    The case must hold without any one voter: the counts shown are those of
+    the voters less the one whose absence weakens the case most
+    (``discounted``), so no single voter's counts, an attacker's among them,
+    can exclude a client.
+
+    Attributes
+    ----------
+    voters : int
+        Other clients that scored rows for it (none: it cannot be screened).
+    discounted : object or None
+        The voter left out of the weakest case.
+    agreeing : int
+        Remaining voters whose rows the head without it got right more often.
+    better, worse, rows : int
+        Pooled over the remaining voters: rows only the head without it got
+        right, rows only the head with it got right, rows scored.
+    p_value : float
+        Exact one-sided sign test of ``better`` against ``worse``.
+    threshold : float
+        The level ``p_value`` is compared to (``significance / K``).
+    excluded : bool
+    """
+
+    voters: int
+    discounted: Hashable | None
+    agreeing: int
+    better: int
+    worse: int
+    rows: int
+    p_value: float
+    threshold: float
+    excluded: bool
+
+    @property
+    def gain(self) -> float:
+        """Accuracy the other clients' rows gain without it (a fraction of the rows)."""
+        return (self.better - self.worse) / self.rows if self.rows else 0.0
+
+    def describe(self) -> dict:
+        return {
+            "voters": self.voters,
+            "discounted": self.discounted,
+            "agreeing": self.agreeing,
+            "better": self.better,
+            "worse": self.worse,
+            "rows": self.rows,
+            "gain": round(self.gain, 6),
+            "p_value": float(f"{self.p_value:.6g}"),
+            "threshold": float(f"{self.threshold:.6g}"),
+            "excluded": self.excluded,
+        }
+
+    def reason(self) -> str:
+        """Why it was excluded, with the evidence."""
+        remaining = self.voters - (self.discounted is not None)
+        return (
+            f"its contribution hurts the others: without it, {self.agreeing} of {remaining} "
+            f"other clients' held-out rows do better even leaving out any one voter, "
+            f"{100 * self.gain:+.1f} points on {self.rows} rows ({self.better} rows gained, "
+            f"{self.worse} lost; sign test p = {self.p_value:.2g} < {self.threshold:.2g})"
+        )
+
+
+def screening_evidence(
+    votes: Mapping[Hashable, tuple[int, int, int]],
+    *,
+    n_tested: int,
+    significance: float,
+    min_gain: float,
+) -> ScreeningEvidence:
+    """Whether the other clients' paired counts exclude one client.
+
+    For each voter ``v`` in turn, the case is weighed over the other voters:
+    a strict majority of them found the head without the client better,
+    their pooled gain is at least ``min_gain``, and the exact one-sided sign
+    test on their pooled discordant rows gives ``p < significance /
+    n_tested``.  The client is excluded when the case holds without every
+    ``v``, so that any one voter's counts, however large, can neither make
+    nor break it; at least :data:`MIN_VOTERS` voters must have scored rows.
+    The evidence returned is the weakest of these cases.
+
+    Parameters
+    ----------
+    votes : mapping of voter to (better, worse, rows)
+        Each other client's counts on it (:class:`PairedCounts`).
+    n_tested : int
+        Clients tested in the run (the Bonferroni factor).
+    significance : float
+        Family-wise level of the sign test.
+    min_gain : float
+        Smallest pooled accuracy gain (a fraction of the rows) that excludes.
+
+    Examples
+    --------
+    >>> from skslot.screening import screening_evidence
+    >>> votes = {"a": (40, 3, 200), "b": (35, 5, 180), "c": (50, 2, 210)}
+    >>> e = screening_evidence(votes, n_tested=4, significance=0.01, min_gain=0.02)
+    >>> e.excluded, e.discounted, e.agreeing, round(e.gain, 3)
+    (True, 'c', 2, 0.176)
+    >>> votes = {"a": (40, 27, 300), "b": (12, 0, 300)}  # b alone makes no case
+    >>> screening_evidence(votes, n_tested=3, significance=0.001, min_gain=0.02).excluded
+    False
+    """
+    scored = {v: tuple(int(x) for x in counts) for v, counts in votes.items() if counts[2]}
+    threshold = significance / max(int(n_tested), 1)
+    cases = [
+        _case([c for w, c in scored.items() if w != v], v, threshold, min_gain) for v in scored
+    ]
+    if not cases:
+        return ScreeningEvidence(0, None, 0, 0, 0, 0, 1.0, threshold, False)
+    weakest = max(cases, key=lambda e: (not e.excluded, e.p_value, -e.gain))
+    excluded = len(scored) >= MIN_VOTERS and all(e.excluded for e in cases)
+    return ScreeningEvidence(
+        len(scored), weakest.discounted, weakest.agreeing, weakest.better, weakest.worse,
+        weakest.rows, weakest.p_value, threshold, excluded,
+    )  # fmt: skip
+
+
+def _case(
+    kept: list[tuple[int, int, int]], discounted: Hashable, threshold: float, min_gain: float
+) -> ScreeningEvidence:
+    """The case made by the voters ``kept`` (``discounted`` left out)."""
+    agreeing = sum(b > w for b, w, _ in kept)
+    better = sum(b for b, _, _ in kept)
+    worse = sum(w for _, w, _ in kept)
+    rows = sum(n for _, _, n in kept)
+    p = binomtest(better, better + worse, 0.5, alternative="greater").pvalue if better else 1.0
+    gain = (better - worse) / rows if rows else 0.0
+    holds = bool(kept) and 2 * agreeing > len(kept) and gain >= min_gain and p < threshold
+    return ScreeningEvidence(
+        len(kept) + 1, discounted, agreeing, better, worse, rows, float(p), threshold, holds
+    )
+
+
+def strongest_case(
+    votes: Mapping[Hashable, Mapping[Hashable, tuple[int, int, int]]],
+    *,
+    significance: float,
+    min_gain: float,
+) -> tuple[Hashable | None, dict[Hashable, ScreeningEvidence]]:
+    """The client with the strongest case against it, if any, and the evidence on each.
+
+    Only one client is excluded per comparison: every head compared still
+    held the others, so once one is excluded the cases against the rest are
+    stale and must be measured again, on heads without it (the protocol
+    screens again after an exclusion).
+
+    Parameters
+    ----------
+    votes : mapping of client to (mapping of voter to (better, worse, rows))
+        For each client, every other client's counts on it.
+    significance, min_gain : float
+        As in :func:`screening_evidence`; the Bonferroni factor is the number
+        of clients.
+
+    Returns
+    -------
+    excluded : object or None
+        The excluded client (smallest p-value, then largest gain), or ``None``.
+    evidence : dict
+        Per client, the evidence on it.
+    """
+    evidence = {
+        target: screening_evidence(
+            found, n_tested=len(votes), significance=significance, min_gain=min_gain
+        )
+        for target, found in votes.items()
+    }
+    cases = [t for t, e in evidence.items() if e.excluded]
+    if not cases:
+        return None, evidence
+    return min(cases, key=lambda t: (evidence[t].p_value, -evidence[t].gain)), evidence
