@@ -121,7 +121,7 @@ def main(n_seeds: int = 5) -> None:
         writer.writerows(records)
     print("# The defence without an attacker\n")
     print(
-        f"`python benchmarks/screening.py {n_seeds}`: {n_seeds} seeds, `tau = \"auto\"`, the "
+        f'`python benchmarks/screening.py {n_seeds}`: {n_seeds} seeds, `tau = "auto"`, the '
         "real protocol in process; macro accuracy (%) over all clients (excluded ones "
         "included), mean over seeds; *largest change*: the largest absolute difference to no "
         "defence in any one seed; *excluded*: honest clients the screening excluded, over all "
@@ -130,7 +130,7 @@ def main(n_seeds: int = 5) -> None:
     )
     print(
         "| data set | alpha | head | no defence | bounds | bounds + screening "
-        "| largest change (bounds / screening) | excluded | screening CPU s per run |"
+        "| largest change (bounds / screening) | excluded | CPU s per screened run (whole run) |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     worst = 0.0

@@ -700,8 +700,8 @@ class _Run:
             return []
         counts = [self.clients[c].upload.class_counts for c in order]
         masks = comparable_classes(counts)
-        sizes = [validation_sizes(n, protocol.validation_fraction) for n in counts]
-        position = {c: k for k, c in enumerate(order)}
+        fraction = protocol.validation_fraction  # each client's validation rows per class:
+        sizes = {c: validation_sizes(n, fraction) for c, n in zip(order, counts, strict=True)}
         head = protocol.head
         without: dict[int, LinearScores] = {}
         unfit: dict[Hashable, str] = {}
@@ -732,7 +732,7 @@ class _Run:
             if c not in exchange.replies:
                 continue  # missing (the transport said why), or refused on the wire
             reply: PairedCounts = exchange.replies[c]
-            expected = [int(sizes[position[c]][masks[k]].sum()) for k in targets[c]]
+            expected = [int(sizes[c][masks[k]].sum()) for k in targets[c]]
             why = intake.paired_counts_problem(reply, np.array(expected, dtype=np.int64))
             if why:
                 report.reject("screening", c, why)
@@ -751,7 +751,9 @@ class _Run:
             "unscreenable": {
                 **{
                     c: "the other clients hold fewer than two classes"
-                    for c in order
+                    if not masks[k].any()
+                    else "no other client's counts on it were received"
+                    for k, c in enumerate(order)
                     if c not in unfit and evidence[c].voters == 0
                 },
                 **unfit,
