@@ -220,8 +220,9 @@ def inconsistent_statistics(
     either kind of covariance, and for the total covariance
     ``||mu_s - mu||^2 <= (N - n_s) / n_s tr S``, each up to ``rtol``.
     ``trace_error`` widens the trace comparison by what the statistics' own
-    rounding allows (absolute).  Not for private summaries, whose noise is
-    meant to differ.
+    rounding allows (absolute).  A deployment never pairs statistics with a
+    private summary (``epsilon`` is refused with the statistics heads), and a
+    FedCGS summary is derived from its statistics, so this is FedPFT's check.
 
     Examples
     --------
@@ -282,10 +283,6 @@ class DefenceBounds:
     max_variance_ratio, max_mean_offset : float, default=100, 10
         Plausibility of a summary against the others' (see
         :func:`implausible_summaries`).
-    consistency : bool, default=True
-        Check each client's head statistics against its own summary
-        (:func:`inconsistent_statistics`); off for private summaries, whose
-        noise is meant to differ.
     screen_significance : float, default=0.001
         Family-wise level of the leave-one-client-out screening's sign test
         (:mod:`skslot.screening`; Bonferroni over the clients tested).
@@ -309,7 +306,6 @@ class DefenceBounds:
     max_norm_ratio: float = 10.0
     max_variance_ratio: float = 100.0
     max_mean_offset: float = 10.0
-    consistency: bool = True
     screen_significance: float = 0.001
     screen_min_gain: float = 0.02
 
@@ -320,8 +316,6 @@ class DefenceBounds:
         check_in_range("max_mean_offset", self.max_mean_offset, 0.0, None)
         check_in_range("screen_significance", self.screen_significance, 0.0, 1.0)
         check_in_range("screen_min_gain", self.screen_min_gain, 0.0, 1.0)
-        if not isinstance(self.consistency, bool):
-            raise ValueError(f"consistency must be True or False, got {self.consistency!r}")
 
     def strongest_case(
         self, votes: Mapping[Hashable, Mapping[Hashable, tuple[int, int, int]]]

@@ -198,6 +198,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
             evaluate=False,
             client_tau=self._slot().client_tau,
             summary_covariance=self._slot().covariance,
+            covariance_floor=self._slot().covariance_floor,
         )
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         X, y, classes = check_classification_data(self, X, y)

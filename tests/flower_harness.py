@@ -22,6 +22,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from skslot import GaussianSummary
 from skslot.flower import messages
+from skslot.heads import ClassStatistics, FedCGSClassifier
 
 SERVER_NODE_ID = SUPERLINK_NODE_ID  # the ServerApp's node id, as Flower's runtime sets it
 
@@ -188,9 +189,32 @@ def rewrite_upload(
     return Message(content, reply_to=request)
 
 
+def sends_summary(reply: Message) -> bool:
+    """Whether the upload carries a summary (a FedCGS client sends its shrinkage instead)."""
+    return "summary" in reply.content.config_records[messages.CONFIG]
+
+
 def own_summary(reply: Message) -> GaussianSummary:
-    """The summary a client's upload reply carries."""
-    return GaussianSummary.from_bytes(reply.content.config_records[messages.CONFIG]["summary"])
+    """The summary a client's upload reply carries, or the one the server derives from it."""
+    config = reply.content.config_records[messages.CONFIG]
+    if sends_summary(reply):
+        return GaussianSummary.from_bytes(config["summary"])
+    records = reply.content.array_records
+    parts = []
+    for name in (messages.STATISTICS, messages.VALIDATION_STATISTICS):
+        if name not in records:
+            parts.append(None)
+            continue
+        arrays = {n: a.numpy() for n, a in records[name].items()}
+        C, m = arrays["sums"].shape
+        parts.append(ClassStatistics.from_arrays(arrays, classes=np.arange(C), n_features=m))
+    return FedCGSClassifier().protocol.derived_summary(
+        *parts,
+        config["shrinkage"],
+        covariance="total",
+        covariance_floor=1e-8,
+        client=config.get("label"),
+    )
 
 
 def tamper_statistics(edit: Callable) -> Fault:
@@ -238,6 +262,8 @@ def inflated_count(factor: int) -> Fault:
             own = own_summary(reply)
             summary = GaussianSummary(own.n * factor, own.mean, own.covariance, client=own.client)
             config = {"n-fit": reply.content.config_records[messages.CONFIG]["n-fit"] * factor}
+            if not sends_summary(reply):  # FedCGS: the summary follows from the statistics
+                summary = None
             if messages.STATISTICS not in reply.content.array_records:
                 return rewrite_upload(request, reply, summary, config)
             scaled = ("n", "counts", "sums", "s1", "gram_upper")

@@ -68,9 +68,9 @@ def test_the_defence_undoes_an_inflated_count_with_flipped_labels_on_real_digits
     by_name = {a.name: a for a in attacks.ATTACKS}
     attack = by_name["n x1e6 and flipped labels"]
     absent = by_name["none, attacker absent (the three honest clients alone)"]
-    defended = attacks.one_run(attack, "FedCGS", True, 0)
-    undefended = attacks.one_run(attack, "FedCGS", False, 0)
-    alone = attacks.one_run(absent, "FedCGS", True, 0)
+    defended = attacks.one_run(attack, "FedCGS", "bounds", 0)
+    undefended = attacks.one_run(attack, "FedCGS", "off", 0)
+    alone = attacks.one_run(absent, "FedCGS", "bounds", 0)
     assert defended["fate"] == "rejected at upload"
     assert defended["macro"] == alone["macro"]
     assert undefended["fate"] == "accepted"

@@ -22,7 +22,12 @@ flwr = pytest.importorskip("flwr", reason="Flower is not installed: pip install 
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict  # noqa: E402
 
-from skslot import FederatedTauSearch, GaussianSummary, SLOTTransformer  # noqa: E402
+from skslot import (  # noqa: E402
+    FederatedTauSearch,
+    GaussianSummary,
+    GaussianSummaryEstimator,
+    SLOTTransformer,
+)
 from skslot.datasets import make_federated_classification  # noqa: E402
 from skslot.flower import (  # noqa: E402
     DeploymentConfig,
@@ -34,13 +39,16 @@ from skslot.flower import (  # noqa: E402
     write_flower_app,
 )
 from skslot.flower.client_app import app as client_app  # noqa: E402
-from skslot.heads import HEADS, FedCGSClassifier, make_head, message_bytes  # noqa: E402
+from skslot.heads import HEADS, make_head, message_bytes  # noqa: E402
+from skslot.protocol import ClientParty  # noqa: E402
+from skslot.protocol.exchanges import UploadRequest  # noqa: E402
 
 from .conftest import assert_close_in_norm  # noqa: E402
 from .flower_harness import (  # noqa: E402
     LocalGrid,
     inflated_count,
     lost_reply,
+    own_summary,
     rewrite_upload,
     scaled_heads,
     scaled_summary,
@@ -217,9 +225,36 @@ def test_stages_and_bytes_per_client(node_configs, head, tau, stages):
         assert set(report.bytes_sent[node]) == set(report.bytes_received[node]) == set(stages)
 
 
+def test_a_fedcgs_client_sends_its_shrinkage_and_the_server_derives_its_summary(node_configs):
+    """FedCGS's statistics determine the summary: 8 bytes (the shrinkage) instead of 28 + 8 +
+    27 values; the server's summary is the client's Ledoit-Wolf one (up to rounding), and the
+    run equals the one where every client sends the summary it derives itself."""
+    report, _, reference, _ = deploy(node_configs, summary_dtype="float64")
+    assert report.summary_values == 1
+    assert report.summary_payload_bytes == {node: 8 for node in node_configs}
+    config = DeploymentConfig(classes=CLASSES)
+    grid = LocalGrid(client_app, node_configs, config.to_run_config())
+    total = 0
+    for node in node_configs:
+        request = Message(
+            messages.upload_request("float64", 0), dst_node_id=node, message_type="query.upload"
+        )
+        upload = grid._deliver(request)
+        values = upload.content.config_records[messages.CONFIG]
+        assert "summary" not in values and 0.0 <= values["shrinkage"] <= 1.0
+        own = load_client_data(node_configs[node], config)
+        lw = GaussianSummaryEstimator().fit(own.X_train).summaries_[None]
+        derived = own_summary(upload)
+        assert values["shrinkage"] == lw.shrinkage
+        np.testing.assert_allclose(derived.mean, lw.mean, rtol=1e-12)
+        np.testing.assert_allclose(derived.covariance, lw.covariance, rtol=1e-10, atol=1e-12)
+        total += own.X_train.shape[0]
+    assert GaussianSummary.from_bytes(reference).n == total
+
+
 @pytest.mark.parametrize(("dtype", "itemsize"), [("float16", 2), ("float32", 4), ("float64", 8)])
 def test_summary_bytes_are_accounted(node_configs, dtype, itemsize):
-    report, _, _, _ = deploy(node_configs, summary_dtype=dtype)
+    report, _, _, _ = deploy(node_configs, summary_dtype=dtype, head="FedPFT")
     values = M * (M + 1) // 2 + M + 1
     assert report.summary_values == values
     # the header holds n (the "+1") with magic, version, dtype, m and shrinkage
@@ -307,9 +342,9 @@ def test_labels_outside_the_configured_class_set_fail_that_client(node_configs):
 
 
 def test_private_summaries_travel_through_the_same_protocol(node_configs):
-    exact, _, exact_reference, _ = deploy(node_configs, summary_dtype="float64")
+    exact, _, exact_reference, _ = deploy(node_configs, summary_dtype="float64", head="O-FedAvg")
     private, _, private_reference, _ = deploy(
-        node_configs, summary_dtype="float64", epsilon=8.0, clip_norm=20.0
+        node_configs, summary_dtype="float64", epsilon=8.0, clip_norm=20.0, head="O-FedAvg"
     )
     assert sorted(private.accuracy) == [11, 12, 13, 14]
     assert "NOT private" in private.privacy and exact.privacy is None
@@ -369,29 +404,70 @@ def replace_summary(payload):
 @pytest.mark.parametrize("case", list(HOSTILE_SUMMARIES))
 def test_hostile_summary_is_rejected_and_the_others_proceed(node_configs, case):
     payload, reason = HOSTILE_SUMMARIES[case]
-    report, _, _, _ = deploy(node_configs, faults={14: replace_summary(payload)})
+    report, _, _, _ = deploy(node_configs, faults={14: replace_summary(payload)}, head="FedPFT")
     rejected = report.rejected["upload"]
     assert list(rejected) == [14] and reason in rejected[14], rejected
     assert sorted(report.accuracy) == [11, 12, 13]
 
 
-def test_a_node_claiming_another_clients_label_evicts_nobody(node_configs):
+HOSTILE_DERIVED = {
+    "a summary beside the shrinkage": (
+        lambda config: {**config, "summary": _valid()},
+        "carries a summary and the values of a derived one",
+    ),
+    "shrinkage above 1": (lambda config: {**config, "shrinkage": 1.5}, "shrinkage must be in"),
+    "NaN shrinkage": (lambda config: {**config, "shrinkage": float("nan")}, "shrinkage must be"),
+    "no shrinkage": (
+        lambda config: {k: v for k, v in config.items() if k != "shrinkage"},
+        "neither a summary nor its shrinkage",
+    ),
+    "another dimension": (lambda config: {**config, "dimension": M + 1}, "dimension 7, expected"),
+    "a label of another type": (lambda config: {**config, "label": 1.5}, "a client label must"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_DERIVED))
+def test_hostile_derived_summary_values_are_rejected(node_configs, case):
+    """A FedCGS upload carries its shrinkage, label and dimension, checked like a summary."""
+    edit, reason = HOSTILE_DERIVED[case]
+
+    def fault(request: Message, reply: Message) -> Message:
+        if request.metadata.message_type != "query.upload":
+            return reply
+        config = edit(dict(reply.content.config_records[messages.CONFIG]))
+        content = RecordDict({messages.CONFIG: ConfigRecord(config)})
+        for name, record in reply.content.array_records.items():
+            content[name] = record
+        return Message(content, reply_to=request)
+
+    report, _, _, _ = deploy(node_configs, faults={14: fault})
+    rejected = report.rejected["upload"]
+    assert list(rejected) == [14] and reason in rejected[14], rejected
+    assert sorted(report.accuracy) == [11, 12, 13]
+
+
+@pytest.mark.parametrize("head", ["FedPFT", "FedCGS"])
+def test_a_node_claiming_another_clients_label_evicts_nobody(node_configs, head):
     """A client is its node: a declared label is only shown, never trusted."""
 
     def relabel(request: Message, reply: Message) -> Message:
         if request.metadata.message_type != "query.upload":
             return reply
         config = dict(reply.content.config_records[messages.CONFIG])
-        own = GaussianSummary.from_bytes(config["summary"])
-        claimed = GaussianSummary(own.n, own.mean, own.covariance, own.shrinkage, client=0)
-        content = RecordDict(
-            {messages.CONFIG: ConfigRecord({**config, "summary": claimed.to_bytes("float64")})}
-        )
+        if "summary" in config:
+            own = GaussianSummary.from_bytes(config["summary"])
+            claimed = GaussianSummary(own.n, own.mean, own.covariance, own.shrinkage, client=0)
+            config["summary"] = claimed.to_bytes("float64")
+        else:  # FedCGS: the label of the summary the server derives
+            config["label"] = 0
+        content = RecordDict({messages.CONFIG: ConfigRecord(config)})
         for name, record in reply.content.array_records.items():
             content[name] = record
         return Message(content, reply_to=request)
 
-    report, _, _, _ = deploy(node_configs, faults={14: relabel}, summary_dtype="float64")
+    report, _, _, _ = deploy(
+        node_configs, faults={14: relabel}, summary_dtype="float64", head=head
+    )
     assert not report.rejected.get("upload")
     assert report.clients[11] == report.clients[14] == 0
     assert sorted(report.accuracy) == [11, 12, 13, 14]
@@ -646,36 +722,44 @@ def test_node_config_dataset_overrides_the_run_config(tmp_path):
 
 def test_private_summaries_are_released_once_per_run(node_configs):
     """A server asking again gets the same bytes, not fresh noise to average out."""
-    config = DeploymentConfig(epsilon=1.0, clip_norm=20.0, classes=CLASSES)
+    config = DeploymentConfig(epsilon=1.0, clip_norm=20.0, classes=CLASSES, head="O-FedAvg")
     grid = LocalGrid(client_app, node_configs, config.to_run_config())
     request = Message(
         messages.upload_request("float64", 0), dst_node_id=11, message_type="query.upload"
     )
     first, second = (grid._deliver(request) for _ in range(2))
-    payload = [messages.read_upload_reply(r, n_classes=4)[0] for r in (first, second)]
+    payload = [messages.read_upload_reply(r, n_classes=4).summary for r in (first, second)]
     assert payload[0] == payload[1]
 
 
-def test_head_statistics_reveal_the_exact_moments_the_summary_protects(node_configs):
-    """Why the docs say the guarantee stops at the summary: the statistics are exact."""
-    config = DeploymentConfig(epsilon=1.0, clip_norm=20.0, classes=CLASSES)
+@pytest.mark.parametrize("head", ["FedCGS", "FedPFT"])
+def test_private_summaries_are_refused_beside_statistics_that_reveal_the_moments(
+    node_configs, head
+):
+    """A statistics head's upload holds the exact moments a private summary would protect."""
+    with pytest.raises(ValueError, match=f"epsilon is refused with {head}Classifier"):
+        DeploymentConfig(epsilon=1.0, clip_norm=20.0, classes=CLASSES, head=head)
+    with pytest.raises(ValueError, match="epsilon is refused"):  # the same check, in process
+        ClientParty(
+            np.eye(3), np.arange(3), head=make_head(head), classes=np.arange(3),
+            summary_estimator=GaussianSummaryEstimator(epsilon=1.0, clip_norm=1.0),
+        ).upload(UploadRequest(0))  # fmt: skip
+    # why: the statistics give the server the client's exact mean
+    config = DeploymentConfig(classes=CLASSES, head=head)
     grid = LocalGrid(client_app, node_configs, config.to_run_config())
     request = Message(
         messages.upload_request("float64", 0), dst_node_id=11, message_type="query.upload"
     )
-    reply = grid._deliver(request)
-    payload, n_fit, _, record, _, counts = messages.read_upload_reply(reply, n_classes=4)
-    assert counts is None  # not asked for
-    stats = FedCGSClassifier().decode_statistics(
-        messages.record_to_arrays(record, max_bytes=1 << 20),
+    upload = messages.read_upload_reply(grid._deliver(request), n_classes=4)
+    stats = config.make_head().decode_statistics(
+        messages.record_to_arrays(upload.statistics, max_bytes=1 << 20),
         classes=config.class_set,
         n_features=M,
-        n_samples=n_fit,
+        n_samples=upload.n_fit,
     )
     own = load_client_data(node_configs[11], config)
-    np.testing.assert_allclose(stats.moments.mean, own.X_train.mean(axis=0), rtol=1e-12)
-    private = GaussianSummary.from_bytes(payload)
-    assert not np.allclose(private.mean, own.X_train.mean(axis=0), rtol=1e-3)
+    implied = stats.implied_moments()
+    np.testing.assert_allclose(implied.mean, own.X_train.mean(axis=0), rtol=1e-2)
 
 
 def serve(node_configs, config: DeploymentConfig, run_id: int, faults=None, run_config=None):
@@ -914,8 +998,8 @@ def test_with_the_defence_off_an_implausible_summary_counts(node_configs, caplog
     (FedCGS: O-FedAvg now trains at any feature scale, so the x1e8 reference no
     longer stops its local training, and that head shrugs this attack off.)
     """
-    settings = {"summary_dtype": "float64", "head": "FedCGS"}
-    faults = {14: scaled_summary(1e8)}
+    settings = {"summary_dtype": "float64", "head": "FedCGS"}  # its summary: from the Gram
+    faults = {14: tamper_statistics(lambda a: {**a, "gram_upper": a["gram_upper"] * 1e8})}
     with caplog.at_level(logging.WARNING, logger="flwr"):
         report = deploy(node_configs, faults=faults, defence=False, **settings)[0]
     assert "the defence is off" in caplog.text
@@ -949,15 +1033,16 @@ def test_an_inflated_count_is_rejected_or_its_weight_capped(node_configs):
 @pytest.mark.parametrize(
     ("edit", "reason"),
     [
-        ("gram", "total variance 1e+08 times the summary's"),
-        ("sums", "standard deviations from the summary's"),
+        ("gram", "times the clients' median (max-variance-ratio = 100)"),
+        ("sums", "median standard deviations from the clients' median"),
     ],
 )
-def test_statistics_inconsistent_with_the_summary_are_rejected(node_configs, edit, reason):
-    """FedCGS statistics and the summary describe the same rows: a Gram x 1e8 cannot hide."""
+def test_fedcgs_statistics_are_its_summary_and_cannot_hide(node_configs, edit, reason):
+    """FedCGS's summary is derived from its statistics: a Gram x 1e8, or every class sum and
+    the total shifted alike (self-consistent), makes an implausible summary."""
 
     def tamper(arrays):
-        if edit == "sums":  # every class sum and the total shifted alike: self-consistent
+        if edit == "sums":
             shift = 50.0 * np.sqrt(np.abs(arrays["gram_upper"]).max())
             sums = arrays["sums"] + shift * arrays["counts"][:, None]
             return {**arrays, "sums": sums, "shift": arrays["shift"] + shift}

@@ -17,6 +17,7 @@ from skslot.heads import (
     OneShotFedAvgClassifier,
     StatisticsFormatError,
 )
+from skslot.heads.fedpft import _message_seed
 
 HEADS = [FedCGSClassifier(), OneShotFedAvgClassifier(), FedPFTClassifier(random_state=0)]
 
@@ -201,6 +202,28 @@ def test_fedpft_seeded_skips_small_classes_and_casts(skewed):
         np.testing.assert_array_equal(mix.means, mix.means.astype(np.float16).astype(float))
     with pytest.raises(ValueError, match="overflow float16"):
         FedPFTClassifier().fit(X * 1e5, y)
+
+
+def test_fedpft_draws_of_a_client_depend_on_its_class_counts_only(skewed):
+    """Leaving a client out, reordering, or merging a client's two parts redraws no one else."""
+    X, y, client = skewed.X, skewed.y, skewed.client
+    head, classes = FedPFTClassifier(random_state=3), np.arange(5)
+    msgs = [head.client_statistics(X[client == k], y[client == k], classes) for k in range(4)]
+    every = head._synthetic_rows(msgs, classes, None)
+    without_1 = head._synthetic_rows([msgs[0], msgs[2], msgs[3]], classes, None)
+    reordered = head._synthetic_rows(msgs[::-1], classes, None)
+    for a, b in [(every[0], without_1[0]), (every[2], without_1[1]), (every[3], reordered[0])]:
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+    rows = np.flatnonzero(client == 0)
+    halves = [rows[::2], rows[1::2]]
+    parts = [head.client_statistics(X[h], y[h], classes) for h in halves]
+    merged = parts[0].merge(parts[1])
+    drawn = head._synthetic_rows([merged], classes, None)[0]
+    np.testing.assert_array_equal(drawn[1], every[0][1])
+    assert _message_seed(7, merged, classes) == _message_seed(7, msgs[0], classes)
+    assert _message_seed(7, msgs[0], classes) != _message_seed(8, msgs[0], classes)
+    assert not np.array_equal(every[0][0], every[1][0][: every[0][0].shape[0]])
 
 
 @pytest.mark.parametrize("covariance_type", ["full", "diag", "spherical"])

@@ -137,9 +137,12 @@ def test_the_federated_search_runs_label_aware_summaries(data):
     search = FederatedTauSearch(FedCGSClassifier(), slot=slot, random_state=0)
     search.fit(data.X, data.y, client=data.client)
     direct = GaussianSummaryEstimator(covariance="within").fit(data.X, data.y, client=data.client)
-    for k in search.clients_:
-        np.testing.assert_array_equal(
-            search.slot_.summaries_[k].covariance, direct.summaries_[k].covariance
+    for k in search.clients_:  # derived from FedCGS's statistics: equal up to rounding
+        np.testing.assert_allclose(
+            search.slot_.summaries_[k].covariance,
+            direct.summaries_[k].covariance,
+            rtol=1e-10,
+            atol=1e-12 * np.abs(direct.summaries_[k].covariance).max(),
         )
 
 

@@ -193,7 +193,7 @@ def test_a_malformed_class_count_list_is_a_protocol_error(values):
     )
     assert messages.read_upload_request(request)[3] is True
     reply = messages.upload_reply(request, b"summary", n_fit=6, n_test=0, class_counts=[1, 2, 3])
-    assert messages.read_upload_reply(reply, n_classes=3)[5].tolist() == [1, 2, 3]
+    assert messages.read_upload_reply(reply, n_classes=3).class_counts.tolist() == [1, 2, 3]
     config = dict(reply.content.config_records[messages.CONFIG])
     config["class-counts"] = values
     reply.content.config_records[messages.CONFIG] = ConfigRecord(config)

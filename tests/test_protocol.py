@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from skslot import FederatedTauSearch, GaussianSummary
+from skslot import FederatedTauSearch, GaussianSummary, GaussianSummaryEstimator
 from skslot.datasets import make_federated_classification
 from skslot.heads import (
     HEADS,
@@ -276,7 +277,7 @@ def test_the_culprit_search_costs_a_few_barycenter_iterations_per_client(monkeyp
         return result
 
     monkeypatch.setattr(barycenter_module, "bures_wasserstein_barycenter", counting)
-    head = FedCGSClassifier()
+    head = FedPFTClassifier(random_state=0)  # a head whose clients send their summaries
     classes = np.unique(data.y)
     parties = with_a_broken_summary(data, head, classes, broken=7)
     protocol = OneShotProtocol(head, reference=ReferenceStep(wire_dtype="float32"))
@@ -294,7 +295,7 @@ def test_label_shift_factors_count_only_the_clients_the_reference_kept():
     data = make_federated_classification(
         n_clients=5, n_samples_per_client=80, n_features=6, alpha=0.3, random_state=0
     )
-    head = FedCGSClassifier()
+    head = FedPFTClassifier(random_state=0)
     classes = np.unique(data.y)
     parties = with_a_broken_summary(data, head, classes, broken=2)
     protocol = OneShotProtocol(
@@ -341,3 +342,76 @@ def test_the_culprit_search_probes_leave_one_out_sets_when_no_summary_breaks_alo
     leave_one_out = [p[0] for p in step.probes if p[1] == PROBE_ITERATIONS]
     assert [p[1] for p in alone] == [1] * 4
     assert sorted(leave_one_out) == [(0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3)]
+
+
+class SummarySendingParty(ClientParty):
+    """A FedCGS client that sends a summary of its own beside its statistics."""
+
+    def upload(self, request):
+        upload = super().upload(request)
+        own = GaussianSummaryEstimator().fit(self.X).summaries_[None]
+        return dataclasses.replace(upload, summary=own, shrinkage=None)
+
+
+class ShrinkageParty(ClientParty):
+    """A FedCGS client announcing the shrinkage ``value`` (its statistics honest)."""
+
+    value = 2.0
+
+    def upload(self, request):
+        return dataclasses.replace(super().upload(request), shrinkage=self.value)
+
+
+@pytest.mark.parametrize(
+    ("party", "reason"),
+    [
+        (SummarySendingParty, "must carry the shrinkage, not a summary of its own"),
+        (ShrinkageParty, "its statistics make no summary: the shrinkage must be in [0, 1]"),
+    ],
+)
+def test_a_fedcgs_upload_carries_its_shrinkage_and_no_summary(party, reason):
+    """FedCGS's statistics determine the summary: the server derives it, never receives it."""
+    data = make_federated_classification(n_clients=4, n_features=6, random_state=0)
+    head, classes = FedCGSClassifier(), np.unique(data.y)
+    parties = {
+        k: (party if k == 2 else ClientParty)(
+            data.X[data.client == k], data.y[data.client == k], head=head, classes=classes, label=k
+        )
+        for k in range(4)
+    }
+    result = OneShotProtocol(head).run(InProcessTransport(parties), classes)
+    assert list(result.report.rejected["upload"]) == [2]
+    assert reason in result.report.rejected["upload"][2]
+    assert result.report.summary_values == 1
+
+
+def test_a_fedcgs_client_refuses_summary_settings_other_than_the_runs():
+    """The server derives a FedCGS client's summary with the run's settings: a client
+    summarising otherwise would map its rows with another summary, so it refuses."""
+    data = make_federated_classification(n_clients=3, n_features=5, random_state=0)
+    head, classes = FedCGSClassifier(), np.unique(data.y)
+    parties = {
+        k: ClientParty(
+            data.X[data.client == k],
+            data.y[data.client == k],
+            head=head,
+            classes=classes,
+            label=k,
+            summary_estimator=GaussianSummaryEstimator(covariance="within" if k == 1 else "total"),
+        )
+        for k in range(3)
+    }
+    with pytest.raises(ValueError, match=r"covariance='within'.*but the run derives summaries"):
+        OneShotProtocol(head).run(InProcessTransport(parties), classes)
+    # the same clients in a run of their kind: each keeps exactly the summary the server
+    # derived (with a validation split: from its two parts merged)
+    parties[1].summary_estimator = None
+    result = OneShotProtocol(head, tau="auto", random_state=0).run(
+        InProcessTransport(parties), classes
+    )
+    assert result.clients == [0, 1, 2]
+    for k, derived in zip(result.clients, result.summaries, strict=True):
+        own = parties[k].state.summary
+        assert own.n == derived.n == parties[k].y.shape[0]
+        np.testing.assert_array_equal(own.covariance, derived.covariance)
+        np.testing.assert_array_equal(own.mean, derived.mean)

@@ -311,7 +311,11 @@ def test_a_frozen_slot_transformer_is_reused(federated):
     frozen = FederatedTauSearch(FedCGSClassifier(), slot=FrozenEstimator(slot), random_state=0).fit(
         X, y, client=client
     )
-    np.testing.assert_array_equal(fresh.best_estimator_.coef_, frozen.best_estimator_.coef_)
+    # FedCGS's summaries are derived from its statistics, the frozen ones computed directly:
+    # the same Ledoit-Wolf summaries up to rounding
+    np.testing.assert_allclose(
+        fresh.best_estimator_.coef_, frozen.best_estimator_.coef_, rtol=1e-9, atol=1e-12
+    )
     # a client the frozen transformer has no map for: refused before any work
     others = np.where(client == 3, 7, client)
     with pytest.raises(ValueError, match=r"the fitted reference has no map for clients \[7\]"):

@@ -200,3 +200,55 @@ def test_skipped_classes_cannot_loosen_the_check(rows):
     )
     with pytest.raises(StatisticsFormatError, match="skipped with fewer"):
         head.decode_statistics(arrays, classes=CLASSES, n_features=8, n_samples=X.shape[0])
+
+
+# -- FedCGS: the summary derived from the statistics --------------------------------------
+
+
+@pytest.mark.parametrize("covariance", ["total", "within"])
+def test_the_fedcgs_summary_is_derived_exactly_from_the_statistics(rows, covariance):
+    """Class sums, Gram matrix and the client's shrinkage give its Ledoit-Wolf summary."""
+    from skslot import GaussianSummaryEstimator
+
+    X, y = rows
+    direct = GaussianSummaryEstimator(covariance=covariance).fit(X, y).summaries_[None]
+    halves = [slice(0, 150), slice(150, None)]  # a fitting and a validation part
+    fitting, validation = (
+        FedCGSClassifier().client_statistics(X[h], y[h], CLASSES) for h in halves
+    )
+    derived = FedCGSClassifier().protocol.derived_summary(
+        fitting,
+        validation,
+        direct.shrinkage,
+        covariance=covariance,
+        covariance_floor=1e-8,
+        client="a",
+    )
+    assert derived.n == direct.n and derived.shrinkage == direct.shrinkage
+    assert derived.client == "a"
+    np.testing.assert_allclose(derived.mean, direct.mean, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(derived.covariance, direct.covariance, rtol=1e-10, atol=1e-14)
+    # a decoded message gives the very same summary (the Gram travels as its upper triangle)
+    again = decode_fedcgs(fitting.to_arrays(), 150).merge(validation).summary(
+        direct.shrinkage, covariance=covariance, client="a"
+    )
+    np.testing.assert_array_equal(again.covariance, derived.covariance)
+
+
+@pytest.mark.parametrize("shrinkage", [-0.1, 1.5, float("nan"), None, True])
+def test_a_shrinkage_outside_0_1_makes_no_summary(rows, shrinkage):
+    X, y = rows
+    stats = FedCGSClassifier().client_statistics(X, y, CLASSES)
+    with pytest.raises(StatisticsFormatError, match="shrinkage must be in"):
+        stats.summary(shrinkage)
+
+
+def test_an_announced_shrinkage_moves_the_summary_only_towards_the_scaled_identity(rows):
+    """The one value a FedCGS client announces about its summary: its damage is bounded."""
+    X, y = rows
+    stats = FedCGSClassifier().client_statistics(X, y, CLASSES)
+    S = np.cov(X.T, bias=True)
+    unfloored = stats.summary(0.0, covariance_floor=0.0).covariance  # the sample covariance
+    np.testing.assert_allclose(unfloored, S, rtol=1e-10, atol=1e-14)
+    spherical = stats.summary(1.0).covariance
+    np.testing.assert_allclose(spherical, np.trace(S) / 8 * np.eye(8), rtol=1e-10, atol=1e-14)

@@ -215,10 +215,19 @@ def upload(message: Message, context: Context) -> Message:
     """
     dtype, index, split_seed, counts = messages.read_upload_request(message)
     config, data = _data(context)
-    reply = _party(context, config, data).upload(
-        UploadRequest(index, split_seed, class_counts=counts)
+    party = _party(context, config, data)
+    reply = party.upload(
+        UploadRequest(
+            index,
+            split_seed,
+            class_counts=counts,
+            summary_covariance=config.summary_covariance,
+            covariance_floor=config.summary_estimator().covariance_floor,
+        )
     )
-    if STATE in context.state.config_records:
+    if reply.summary is None:  # derived from the statistics, in float64 as the server does
+        payload = party.state.summary.to_bytes("float64")
+    elif STATE in context.state.config_records:
         payload = context.state.config_records[STATE]["summary"]
     else:
         payload = reply.summary.to_bytes(dtype)
@@ -231,12 +240,15 @@ def upload(message: Message, context: Context) -> Message:
     )
     return messages.upload_reply(
         message,
-        payload,
+        None if reply.summary is None else payload,
         n_fit=reply.n_fit,
         n_test=reply.n_test,
         statistics=None if reply.statistics is None else reply.statistics.to_arrays(),
         validation=None if reply.validation is None else reply.validation.to_arrays(),
         class_counts=reply.class_counts,
+        shrinkage=reply.shrinkage,
+        label=reply.label,
+        dimension=None if reply.summary is not None else int(data.X_train.shape[1]),
     )
 
 

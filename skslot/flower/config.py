@@ -29,6 +29,7 @@ from ..barycenter import BuresBarycenter
 from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class, make_head
 from ..protocol import OneShotProtocol, ReferenceStep
+from ..protocol.client import private_summary_problem
 from ..screening import SCREENING
 from ..selection import check_tau_grid
 from ..summary import COVARIANCES, GaussianSummaryEstimator
@@ -301,16 +302,15 @@ class DefenceSettings:
             raise ValueError(
                 f"n_features must be an int in [0, max_dimension], got {self.n_features!r}"
             )
-        self._bounds(consistency=True)  # checks the bounds
+        self._bounds()  # checks the bounds
 
-    def _bounds(self, *, consistency: bool) -> DefenceBounds:
+    def _bounds(self) -> DefenceBounds:
         return DefenceBounds(
             max_count_ratio=self.max_count_ratio,
             max_weight_ratio=self.max_weight_ratio,
             max_norm_ratio=self.max_norm_ratio,
             max_variance_ratio=self.max_variance_ratio,
             max_mean_offset=self.max_mean_offset,
-            consistency=consistency,
             screen_significance=self.screen_significance,
             screen_min_gain=self.screen_min_gain,
         )
@@ -470,6 +470,9 @@ class DeploymentConfig(
         self._check_privacy()
         self._check_run()
         self.summary_estimator()._check_params()  # the summary kind with the privacy settings
+        why = private_summary_problem(self.make_head(), self.epsilon)
+        if why:
+            raise ValueError(why)
 
     def summary_estimator(self) -> GaussianSummaryEstimator:
         """How every client summarises its rows: the summary kind and its privacy."""
@@ -488,12 +491,8 @@ class DeploymentConfig(
         )
 
     def defence_bounds(self) -> DefenceBounds | None:
-        """The defence's bounds (``None`` with the defence off).
-
-        The statistics' consistency with the summary is not checked for
-        private summaries, whose noise is meant to differ.
-        """
-        return self._bounds(consistency=self.epsilon is None) if self.defence else None
+        """The defence's bounds (``None`` with the defence off)."""
+        return self._bounds() if self.defence else None
 
     @property
     def head_name(self) -> str:

@@ -37,6 +37,7 @@ other decoding errors).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,10 +47,11 @@ from ..heads import LinearScores
 from ..wire import ProtocolError, StatisticsFormatError
 from ..wire.arrays import ArrayMessage
 from ..wire.npy import read_npy_arrays
-from ..wire.summary_codec import MAX_COUNT
+from ..wire.summary_codec import MAX_COUNT, check_wire_label
 
 __all__ = [
     "ProtocolError",
+    "UploadReply",
     "arrays_to_record",
     "evaluation_reply",
     "head_request",
@@ -200,15 +202,28 @@ def read_upload_request(message: Message) -> tuple[str, int, int | None, bool]:
 
 def upload_reply(
     request: Message,
-    summary: bytes,
+    summary: bytes | None,
     *,
     n_fit: int,
     n_test: int,
     statistics: ArrayMessage | None = None,
     validation: ArrayMessage | None = None,
     class_counts: np.ndarray | None = None,
+    shrinkage: float | None = None,
+    label: int | str | None = None,
+    dimension: int | None = None,
 ) -> Message:
-    values: dict[str, Any] = {"summary": summary, "n-fit": n_fit, "n-test": n_test}
+    """A client's upload: its summary, or (``summary=None``) the shrinkage, label and
+    dimension of the summary the server derives from its statistics (FedCGS)."""
+    values: dict[str, Any] = {"n-fit": n_fit, "n-test": n_test}
+    if summary is not None:
+        values["summary"] = summary
+    if shrinkage is not None:
+        values["shrinkage"] = float(shrinkage)
+    if dimension is not None:
+        values["dimension"] = int(dimension)
+    if label is not None:
+        values["label"] = label
     if class_counts is not None:
         values["class-counts"] = [int(c) for c in class_counts]
     content = RecordDict({CONFIG: ConfigRecord(values)})
@@ -219,18 +234,46 @@ def upload_reply(
     return Message(content, reply_to=request)
 
 
-def read_upload_reply(
-    message: Message, *, n_classes: int
-) -> tuple[bytes, int, int, Any, Any, np.ndarray | None]:
-    """Summary bytes, row counts, the statistics' records (or None), the class counts (or None).
+@dataclass(frozen=True)
+class UploadReply:
+    """What a client's upload message holds, its values checked for type and range.
 
-    The records are decoded by the caller with :func:`record_to_arrays`, once
-    the summary told it the dimension (and so the largest size to accept).
+    ``summary`` is the summary's bytes, or ``None`` where the head derives it
+    (then ``shrinkage`` and ``label``); ``statistics`` and ``validation`` are
+    records, decoded by the caller with :func:`record_to_arrays` once the run's
+    dimension (and so the largest size to accept) is known.
+    """
+
+    summary: bytes | None
+    n_fit: int
+    n_test: int
+    statistics: Any
+    validation: Any
+    class_counts: np.ndarray | None
+    shrinkage: float | None = None
+    label: int | str | None = None
+    dimension: int | None = None
+
+
+def read_upload_reply(message: Message, *, n_classes: int) -> UploadReply:
+    """A client's upload (see :class:`UploadReply`).
+
     Counts are only checked to be non-negative integers here; the server
     checks them against the decoded summary.
     """
     config = content_record(message, CONFIG, ConfigRecord)
-    summary = config_value(config, "summary", bytes)
+    summary = config_value(config, "summary", bytes) if "summary" in config else None
+    shrinkage = None
+    if "shrinkage" in config:
+        shrinkage = config_value(config, "shrinkage", float)
+        if not 0.0 <= shrinkage <= 1.0:  # NaN fails too
+            raise ProtocolError(f"shrinkage must be in [0, 1], got {shrinkage!r}")
+    label = check_wire_label(config.get("label"))
+    dimension = config_value(config, "dimension", int) if "dimension" in config else None
+    if summary is None and (shrinkage is None or dimension is None):
+        raise ProtocolError("the upload carries neither a summary nor its shrinkage and dimension")
+    if summary is not None and (shrinkage is not None or dimension is not None):
+        raise ProtocolError("the upload carries a summary and the values of a derived one")
     n_fit, n_test = config_value(config, "n-fit", int), config_value(config, "n-test", int)
     if n_fit < 0 or n_test < 0:
         raise ProtocolError(f"row counts must be >= 0, got n-fit {n_fit}, n-test {n_test}")
@@ -249,13 +292,16 @@ def read_upload_reply(
             )
         counts = np.array(values, dtype=np.int64)
     records = message.content.array_records
-    return (
+    return UploadReply(
         summary,
         n_fit,
         n_test,
         records.get(STATISTICS),
         records.get(VALIDATION_STATISTICS),
         counts,
+        shrinkage,
+        label,
+        dimension,
     )
 
 

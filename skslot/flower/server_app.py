@@ -41,10 +41,10 @@ DeploymentError = ProtocolRunError
 
 #: What a run with private summaries does and does not protect (logged and reported).
 PRIVACY_SCOPE = (
-    "the (epsilon, delta) guarantee covers each client's summary, released once per run; "
-    "the head's messages (class sums and Gram matrix, mixtures, local heads, validation "
-    "counts) are NOT private: from them the server recovers a client's exact mean and "
-    "covariance, so with a head enabled the summary's guarantee does not protect the data"
+    "the (epsilon, delta) guarantee covers each client's summary, released once per run "
+    "(epsilon is refused with FedCGS and FedPFT, whose statistics hold the exact moments); "
+    "O-FedAvg's local heads and the validation, screening and test counts are NOT private, "
+    "so the summary's guarantee does not protect the data"
 )
 
 

@@ -391,38 +391,44 @@ class FlowerTransport:
         summaries = {}
         for node, reply in received.items():
             try:
-                payload, *rest = messages.read_upload_reply(reply, n_classes=self.classes.shape[0])
-                summary = GaussianSummary.from_bytes(
-                    payload,
-                    expected_dimension=self.n_features or None,
-                    max_dimension=self.max_dimension,
-                )
+                upload = messages.read_upload_reply(reply, n_classes=self.classes.shape[0])
+                if upload.summary is None:  # derived from the statistics: their dimension
+                    summary, dimension = None, upload.dimension
+                    if not 1 <= dimension <= self.max_dimension:
+                        raise StatisticsFormatError(f"dimension {dimension} is out of range")
+                    if self.n_features and dimension != self.n_features:
+                        raise StatisticsFormatError(
+                            f"dimension {dimension}, expected {self.n_features}"
+                        )
+                else:
+                    summary = GaussianSummary.from_bytes(
+                        upload.summary,
+                        expected_dimension=self.n_features or None,
+                        max_dimension=self.max_dimension,
+                    )
+                    dimension = summary.dimension
             except _DECODE_ERRORS as exc:
                 result.rejected[node] = str(exc)
                 continue
-            summaries[node] = (summary, len(payload), *rest)
-            self._labels[node] = summary.client
-        dims = Counter(summary.dimension for summary, *_ in summaries.values())
+            summaries[node] = (summary, dimension, upload)
+            self._labels[node] = upload.label if summary is None else summary.client
+        dims = Counter(dimension for _, dimension, _ in summaries.values())
         m = self.n_features or (max(dims, key=lambda d: (dims[d], -d)) if dims else 0)
-        for node, (
-            summary,
-            size,
-            n_fit,
-            n_test,
-            statistics,
-            validation,
-            counts,
-        ) in summaries.items():
+        for node, (summary, dimension, upload) in summaries.items():
+            n_fit = upload.n_fit
             try:
-                if summary.dimension != m:
-                    raise StatisticsFormatError(f"dimension {summary.dimension}, expected {m}")
-                if not 1 <= n_fit <= summary.n:
+                if dimension != m:
+                    raise StatisticsFormatError(f"dimension {dimension}, expected {m}")
+                if summary is not None and not 1 <= n_fit <= summary.n:
                     raise StatisticsFormatError(
                         f"fitting part of {n_fit} rows, but the summary counts {summary.n}"
                     )
+                if n_fit < 1:
+                    raise StatisticsFormatError(f"fitting part of {n_fit} rows")
                 cap = self.head.protocol.max_upload_bytes(self.head, self.classes.shape[0], m)
+                held = None if summary is None else summary.n - n_fit
                 parts = []
-                for record, n in ((statistics, n_fit), (validation, summary.n - n_fit)):
+                for record, n in ((upload.statistics, n_fit), (upload.validation, held)):
                     if record is None:
                         parts.append(None)
                         continue
@@ -437,5 +443,12 @@ class FlowerTransport:
                 continue
             self._dimension[node] = m
             result.replies[node] = Upload(
-                summary, n_fit, n_test, *parts, summary_bytes=size, class_counts=counts
+                summary,
+                n_fit,
+                upload.n_test,
+                *parts,
+                summary_bytes=8 if summary is None else len(upload.summary),  # or its shrinkage
+                class_counts=upload.class_counts,
+                shrinkage=upload.shrinkage,
+                label=upload.label,
             )

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any
 
 import numpy as np
 
 from .._linalg import is_positive_definite, symmetric_from_upper, symmetrize, upper_triangle
 from .._moments import ShiftedMoments
+from ..gaussian import GaussianSummary
 from ..maps import GaussianMap
 from ..wire import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, check_psd_up_to_rounding, read_array, read_sample_count
@@ -61,6 +63,9 @@ class ClassStatistics:
         counts = onehot.sum(axis=0)
         sums = onehot.T @ X.astype(np.float64, copy=False)
         moments = ShiftedMoments.from_rows(X, fourth_order=False)
+        # exactly symmetric, as the server decodes it from the upper triangle: a summary
+        # derived from these statistics (:meth:`summary`) is the same on both sides
+        moments = ShiftedMoments(moments.n, moments.shift, moments.s1, symmetrize(moments.gram))
         return cls(classes, counts, sums, moments)
 
     @classmethod
@@ -183,6 +188,47 @@ class ClassStatistics:
         total, within = pooled_covariances(self)
         S = total if covariance == "total" else within
         return ImpliedMoments(self.moments.mean, float(np.trace(S)), int(self.moments.n))
+
+    def summary(
+        self,
+        shrinkage: float,
+        *,
+        covariance: str = "total",
+        covariance_floor: float = 1e-8,
+        client: int | str | None = None,
+    ) -> GaussianSummary:
+        """The client's SLOT summary, derived from these statistics and its shrinkage.
+
+        The mean and the covariance ``S`` (of all rows, or of the class-centred
+        rows with ``covariance="within"``, :func:`pooled_covariances`) are those
+        of the rows the statistics describe, shrunk as the client's
+        Ledoit-Wolf estimate is (:func:`skslot.summary.shrunk_summary`, with the
+        shrinkage the client computed from its rows' fourth moments, which the
+        statistics do not hold).  A head whose statistics determine the summary
+        this way (FedCGS) sends the shrinkage alone: the server derives the
+        summary, so the summary and the statistics cannot disagree.
+        """
+        from ..summary import shrunk_summary
+
+        if (
+            isinstance(shrinkage, bool)
+            or not isinstance(shrinkage, Real)
+            or not 0.0 <= shrinkage <= 1.0  # NaN fails too
+        ):
+            raise StatisticsFormatError(f"the shrinkage must be in [0, 1], got {shrinkage!r}")
+        n = int(self.moments.n)
+        if n < 2:
+            raise StatisticsFormatError(f"a summary needs at least 2 rows, the statistics hold {n}")
+        total, within = pooled_covariances(self)
+        S = total if covariance == "total" else within
+        return shrunk_summary(
+            n,
+            self.moments.mean,
+            S,
+            float(shrinkage),
+            covariance_floor=covariance_floor,
+            client=client,
+        )
 
     @property
     def class_means(self) -> np.ndarray:

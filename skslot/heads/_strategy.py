@@ -8,7 +8,10 @@ to fit the candidate and the final heads.  Two shapes exist:
 * :class:`StatisticsProtocol` (FedCGS, FedPFT): the statistics are moments an
   affine map acts on exactly, so each client uploads the statistics of its
   *unaligned* rows once, with its summary, and the server aligns them itself
-  for every candidate ``tau``;
+  for every candidate ``tau``.  Where the statistics determine the summary
+  (:class:`GramProtocol`, FedCGS: class sums and the Gram matrix), the client
+  sends its Ledoit-Wolf shrinkage instead of a summary and the server derives
+  the summary from the statistics;
 * :class:`LocalTrainingProtocol` (O-FedAvg): a client trains on aligned rows,
   so the server sends the reference and asks for one local head per ``tau``
   (one more ``updates`` stage, and a ``refit`` stage after a choice).
@@ -25,11 +28,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
+    from ..gaussian import GaussianSummary
     from ..maps import GaussianMap
     from ..selection import Candidate
     from ._base import OneShotHead
 
-__all__ = ["HeadProtocol", "LocalTrainingProtocol", "ServerSide", "StatisticsProtocol"]
+__all__ = [
+    "GramProtocol",
+    "HeadProtocol",
+    "LocalTrainingProtocol",
+    "ServerSide",
+    "StatisticsProtocol",
+]
 
 
 class ServerSide(Protocol):
@@ -58,6 +68,22 @@ class HeadProtocol:
 
     #: Whether a client's upload carries the head's statistics.
     uploads_statistics: bool = False
+    #: Whether the statistics determine the client's summary: the client then sends its
+    #: shrinkage instead of a summary, and both sides derive it (:meth:`derived_summary`).
+    derives_summary: bool = False
+
+    def derived_summary(
+        self,
+        fitting: Any,
+        validation: Any,
+        shrinkage: float,
+        *,
+        covariance: str,
+        covariance_floor: float,
+        client: int | str | None,
+    ) -> GaussianSummary:
+        """Client and server: the summary of all a client's rows, from its statistics."""
+        raise NotImplementedError(f"{type(self).__name__} does not derive summaries")
 
     def client_upload(
         self,
@@ -146,6 +172,20 @@ class StatisticsProtocol(HeadProtocol):
     def max_upload_bytes(self, head, n_classes, n_features):
         components = getattr(head, "n_components", 1)
         return 8 * (n_classes * components + 2) * (n_features + 2) ** 2 + (1 << 20)
+
+
+class GramProtocol(StatisticsProtocol):
+    """Class sums and a Gram matrix (FedCGS): they determine the summary, so it is derived."""
+
+    derives_summary = True
+
+    def derived_summary(
+        self, fitting, validation, shrinkage, *, covariance, covariance_floor, client
+    ):
+        rows = fitting if validation is None else fitting.merge(validation)
+        return rows.summary(
+            shrinkage, covariance=covariance, covariance_floor=covariance_floor, client=client
+        )
 
 
 class LocalTrainingProtocol(HeadProtocol):

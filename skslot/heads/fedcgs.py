@@ -10,6 +10,7 @@ import scipy.linalg
 from .._validation import check_in_range, check_option
 from ._base import LinearHeadMixin, OneShotHead
 from ._statistics import ClassStatistics, pooled_covariances
+from ._strategy import GramProtocol, HeadProtocol
 
 __all__ = ["FedCGSClassifier"]
 
@@ -66,6 +67,11 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
     statistics_type = ClassStatistics
     aligns_statistics = True
     server_params = ("covariance", "shrinkage", "priors")
+
+    @property
+    def protocol(self) -> HeadProtocol:
+        """Statistics uploaded once, from which the server derives the client's summary."""
+        return _GRAM
 
     def __init__(
         self,
@@ -124,3 +130,6 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         self.covariance_ = S
         self.coef_ = coef
         self.intercept_ = intercept
+
+
+_GRAM = GramProtocol()

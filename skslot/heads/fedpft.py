@@ -237,21 +237,37 @@ class FedPFTClassifier(OneShotHead):
             covariances = covariances[:, None]
         return gm.weights_, gm.means_, covariances
 
-    def _fit_from_statistics(
+    def _synthetic_rows(
         self, statistics: list, classes: np.ndarray, maps: list | None
-    ) -> None:
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each client's synthetic rows and labels, drawn from its mixtures.
+
+        A client's draws are seeded by the head's seed and that client's class
+        counts only (see :func:`_message_seed`).
+        """
         cap = self.max_synthetic_per_client
         root = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        X_parts, y_parts = [], []
+        drawn = []
         for k, message in enumerate(statistics):
-            rng = np.random.RandomState(_message_seed(root, message))
+            rng = np.random.RandomState(_message_seed(root, message, classes))
             transport = None if maps is None else maps[k]
             declared = sum(mixture.n for mixture in message.mixtures)
             scale = min(1.0, cap / declared) if declared else 1.0
+            X_parts, y_parts = [], []
             for mixture in message.mixtures:
                 n = max(1, int(mixture.n * scale)) if scale < 1.0 else mixture.n
                 X_parts.append(mixture.sample(n, rng, transport))
                 y_parts.append(np.full(n, mixture.label, dtype=classes.dtype))
+            if X_parts:
+                drawn.append((np.vstack(X_parts), np.concatenate(y_parts)))
+        return drawn
+
+    def _fit_from_statistics(
+        self, statistics: list, classes: np.ndarray, maps: list | None
+    ) -> None:
+        drawn = self._synthetic_rows(statistics, classes, maps)
+        X_parts = [X for X, _ in drawn]
+        y_parts = [y for _, y in drawn]
         if not X_parts:
             raise ValueError("no client sent any class mixture (too few rows per class)")
         y_syn = np.concatenate(y_parts)
@@ -308,15 +324,20 @@ class FedPFTClassifier(OneShotHead):
         return scores
 
 
-def _message_seed(root: int, message: ClassMixtures) -> int:
-    """The seed of one client's synthetic rows: the head's seed and that client's message only.
+def _message_seed(root: int, message: ClassMixtures, classes: np.ndarray) -> int:
+    """The seed of one client's synthetic rows: the head's seed and that client's class counts.
 
     Each client's draws depend on nothing else, so leaving a client out (the
-    protocol's screening) or reordering the clients redraws no other client's rows.
+    protocol's screening) or reordering the clients redraws no other client's
+    rows, and a message merged from two parts of a client's rows (the refit
+    after a choice of tau) draws with the seed of that client's message made
+    from all its rows at once: the same counts, whatever the rounding of the
+    moments.  Clients whose class counts are equal share their standard normal
+    draws, each shaped by its own mixtures.
     """
+    counts = np.zeros(classes.shape[0], dtype=np.int64)
+    for mixture in message.mixtures:
+        counts[np.searchsorted(classes, mixture.label)] += int(mixture.n)
     digest = hashlib.sha256(root.to_bytes(8, "little"))
-    for name, array in sorted(message.to_arrays().items()):  # values, whatever their dtype
-        canonical = np.float64 if array.dtype.kind == "f" else np.int64
-        digest.update(name.encode())
-        digest.update(np.ascontiguousarray(array, dtype=canonical).tobytes())
+    digest.update(counts.tobytes())
     return int.from_bytes(digest.digest()[:4], "little")

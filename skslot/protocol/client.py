@@ -33,7 +33,25 @@ from .exchanges import (
     ValidationRequest,
 )
 
-__all__ = ["ClientParty", "ClientState"]
+__all__ = ["ClientParty", "ClientState", "private_summary_problem"]
+
+
+def private_summary_problem(head: OneShotHead, epsilon: float | None) -> str | None:
+    """Why a private summary (``epsilon``) is refused with this head, or ``None``.
+
+    A statistics head's messages are exact moments of the client's rows
+    (FedCGS's class sums and Gram matrix determine its mean and covariance,
+    FedPFT's mixtures its class means and covariances), so beside them a
+    private summary would cost accuracy and protect nothing.
+    """
+    if epsilon is None or not head.protocol.uploads_statistics:
+        return None
+    return (
+        f"epsilon is refused with {type(head).__name__}: its statistics are exact moments of "
+        "each client's rows, from which the server reads the mean and covariance a private "
+        "summary is meant to protect (see the privacy guide's 'Where the guarantee stops'); "
+        "use O-FedAvg with epsilon, or no epsilon"
+    )
 
 
 @dataclass
@@ -130,23 +148,52 @@ class ClientParty:
         """Stage "upload": the summary of all its rows and what the head uploads with it.
 
         The summary is made once per run: a repeated request gets the same one
-        (for a private summary, no fresh noise to average out).
+        (for a private summary, no fresh noise to average out).  Where the
+        head's statistics determine the summary (FedCGS), the client sends its
+        Ledoit-Wolf shrinkage instead and keeps the summary the server derives
+        from the same statistics (:meth:`~skslot.heads.ClassStatistics.summary`),
+        with the run's summary settings (``request``), which must be its own.
         """
-        state = self.state
-        if state.summary is None:
-            state.summary = self.summarise()
+        state, protocol = self.state, self.head.protocol
+        estimator = self.summary_estimator or GaussianSummaryEstimator()
+        why = private_summary_problem(self.head, estimator.epsilon)
+        if why:
+            raise ValueError(why)
         state.client_index, state.split_seed = request.client_index, request.split_seed
         split = self.split
-        fitting, validation = self.head.protocol.client_upload(
+        fitting, validation = protocol.client_upload(
             self.head, self.X, self.y, self.classes, split, client_index=request.client_index
         )
+        derived = protocol.derives_summary
+        if derived:  # exact (never private): derived afresh from this upload's statistics
+            settings = (estimator.covariance, estimator.covariance_floor)
+            if settings != (request.summary_covariance, request.covariance_floor):
+                raise ValueError(
+                    f"this client summarises with covariance={settings[0]!r}, "
+                    f"covariance_floor={settings[1]!r}, but the run derives summaries with "
+                    f"covariance={request.summary_covariance!r}, covariance_floor="
+                    f"{request.covariance_floor!r}: the client would map its rows with another "
+                    "summary than the server's"
+                )
+            state.summary = protocol.derived_summary(
+                fitting,
+                validation,
+                self.summarise().shrinkage,
+                covariance=request.summary_covariance,
+                covariance_floor=request.covariance_floor,
+                client=self.label,
+            )
+        elif state.summary is None:
+            state.summary = self.summarise()
         return Upload(
-            state.summary,
+            None if derived else state.summary,
             n_fit=self.y.shape[0] if split is None else split[0].shape[0],
             n_test=0 if self.y_test is None else int(self.y_test.shape[0]),
             statistics=fitting,
             validation=validation,
             class_counts=class_counts(self.y, self.classes) if request.class_counts else None,
+            shrinkage=state.summary.shrinkage if derived else None,
+            label=self.label if derived else None,
         )
 
     def updates(self, request: UpdatesRequest) -> list:

@@ -184,7 +184,12 @@ class OneShotProtocol:
     summary_covariance : {"total", "within"}, default="total"
         What the clients' summaries describe (all rows, or class-centred
         rows: :class:`~skslot.GaussianSummaryEstimator`), so the server checks
-        each client's statistics against its summary of that kind.
+        each client's statistics against its summary of that kind, or derives
+        the summary of that kind from them (FedCGS).
+    covariance_floor : float, default=1e-8
+        The clients' summaries' ``covariance_floor``
+        (:class:`~skslot.GaussianSummaryEstimator`), for the summaries the
+        server derives from a client's statistics (FedCGS).
     screen : {"auto", "on", "off"}, default="auto"
         Screen each client's contribution by the others' validation
         (:mod:`skslot.screening`, thresholds from ``defence``): ``"auto"``
@@ -213,6 +218,7 @@ class OneShotProtocol:
         evaluate: bool = True,
         client_tau: str = "uniform",
         summary_covariance: str = "total",
+        covariance_floor: float = 1e-8,
         screen: str = "auto",
         config: dict | None = None,
     ) -> None:
@@ -251,6 +257,7 @@ class OneShotProtocol:
         self.summary_covariance = check_option(
             "summary_covariance", summary_covariance, COVARIANCES
         )
+        self.covariance_floor = check_in_range("covariance_floor", covariance_floor, 0.0, None)
         self.screen = check_option("screen", screen, SCREENING)
         if screen == "on" and defence is None:
             raise ValueError(
@@ -487,25 +494,49 @@ class _Run:
         seeds = spawn_seeds(protocol.random_state, len(parties)) if protocol.split else None
         counting = protocol.client_tau == "label-shift" or protocol.screening
         requests = {
-            c: UploadRequest(k, None if seeds is None else seeds[k], class_counts=counting)
+            c: UploadRequest(
+                k,
+                None if seeds is None else seeds[k],
+                class_counts=counting,
+                summary_covariance=protocol.summary_covariance,
+                covariance_floor=protocol.covariance_floor,
+            )
             for k, c in enumerate(parties)
         }
         exchange = self.exchange("upload", requests)
+        head = protocol.head
+        derives = head.protocol.derives_summary
+        replies = {}
         for c, upload in exchange.replies.items():
-            report.clients[c] = upload.summary.client
+            report.clients[c] = upload.client_label  # shown, never trusted
             if upload.summary_bytes is not None:
                 report.summary_payload_bytes[c] = upload.summary_bytes
-        m = intake.run_dimension(exchange.replies)
+            why = intake.summary_form_problem(upload, derives)
+            if why is None and derives:
+                try:
+                    upload = upload.with_derived_summary(
+                        head.protocol, protocol.summary_covariance, protocol.covariance_floor
+                    )
+                except ValueError as exc:
+                    why = f"its statistics make no summary: {exc}"
+                else:
+                    report.clients[c] = upload.summary.client  # the label as a summary holds it
+            if why:
+                report.reject("upload", c, why)
+                continue
+            replies[c] = upload
+        m = intake.run_dimension(replies)
         if m is None:
             self.keep("upload", [])
         report.n_features = m
-        report.summary_values = m * (m + 1) // 2 + m + 1
-        head = protocol.head
-        consistency = protocol.defence is not None and protocol.defence.consistency
+        # values per summary on the wire: the shrinkage alone where the server derives it
+        report.summary_values = 1 if derives else m * (m + 1) // 2 + m + 1
+        # a summary the server derived agrees with its statistics by construction
+        consistency = protocol.defence is not None and not derives
         for c in parties:
-            if c not in exchange.replies:
+            if c not in replies:
                 continue
-            upload = exchange.replies[c]
+            upload = replies[c]
             why = intake.upload_problem(
                 upload,
                 m,

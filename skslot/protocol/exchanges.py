@@ -9,7 +9,7 @@ objects, so the two transports run the same protocol.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -40,12 +40,18 @@ class UploadRequest:
 
     ``split_seed`` is ``None`` when the run has no validation round (fixed
     ``tau``); ``class_counts`` asks for the client's class counts (the
-    label-shift rule's input).
+    label-shift rule's input).  ``summary_covariance`` and
+    ``covariance_floor`` are the run's summary settings, with which the server
+    derives the summary of a head whose statistics determine it (FedCGS): a
+    client summarising otherwise refuses, rather than map its rows with
+    another summary than the server's.
     """
 
     client_index: int
     split_seed: int | None = None
     class_counts: bool = False
+    summary_covariance: str = "total"
+    covariance_floor: float = 1e-8
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,18 +64,60 @@ class Upload:
     will evaluate on; ``class_counts``, when asked for, the rows of each of
     the run's classes among all its training rows.  ``summary_bytes`` is the
     summary's length on the wire, where a transport encodes it.
+
+    For a head whose statistics determine the summary
+    (``head.protocol.derives_summary``, FedCGS), ``summary`` is ``None``: the
+    client sends its Ledoit-Wolf ``shrinkage`` and its ``label`` instead, and
+    the server derives the summary (:meth:`with_derived_summary`).
     """
 
-    summary: GaussianSummary
+    summary: GaussianSummary | None
     n_fit: int
     n_test: int
     statistics: Any = None
     validation: Any = None
     summary_bytes: int | None = None
     class_counts: np.ndarray | None = None
+    shrinkage: float | None = None
+    label: int | str | None = None
+
+    @property
+    def client_label(self) -> int | str | None:
+        """The client's own name, from its summary or, for a derived summary, its upload."""
+        return self.label if self.summary is None else self.summary.client
+
+    @property
+    def dimension(self) -> int | None:
+        """The feature dimension of the summary, or of the statistics it is derived from."""
+        if self.summary is not None:
+            return self.summary.dimension
+        return None if self.statistics is None else int(self.statistics.n_features)
+
+    def with_derived_summary(
+        self, protocol: Any, covariance: str, covariance_floor: float
+    ) -> Upload:
+        """This upload with the summary its statistics and shrinkage determine.
+
+        ``protocol`` is the head's :class:`~skslot.heads._strategy.HeadProtocol`;
+        raises ``ValueError`` (a :class:`~skslot.wire.StatisticsFormatError`)
+        when the statistics do not make a summary.
+        """
+        if self.statistics is None or self.shrinkage is None:
+            raise ValueError("the upload lacks the statistics and shrinkage of its summary")
+        summary = protocol.derived_summary(
+            self.statistics,
+            self.validation,
+            self.shrinkage,
+            covariance=covariance,
+            covariance_floor=covariance_floor,
+            client=self.label,
+        )
+        return replace(self, summary=summary)
 
     @property
     def n_validation(self) -> int:
+        if self.summary is None:
+            raise ValueError("the upload's summary is not derived yet")
         return self.summary.n - self.n_fit
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "local_updates_problem",
     "paired_counts_problem",
     "run_dimension",
+    "summary_form_problem",
     "upload_problem",
 ]
 
@@ -36,10 +37,32 @@ def run_dimension(uploads: Mapping[Any, Upload]) -> int | None:
 
     ``None`` when no upload was received.
     """
-    dims = {upload.summary.dimension for upload in uploads.values()}
+    dims = {upload.dimension for upload in uploads.values()}
     if len(dims) > 1:
         raise ValueError(f"the transport delivered summaries of dimensions {sorted(dims)}")
     return dims.pop() if dims else None
+
+
+def summary_form_problem(upload: Upload, derives_summary: bool) -> str | None:
+    """Why an upload's summary does not have the head's form: sent, or derived from statistics.
+
+    A head whose statistics determine the summary (FedCGS) has its clients
+    send their shrinkage in its place; any other sends the summary itself.
+    """
+    if not derives_summary:
+        if upload.summary is None or upload.shrinkage is not None:
+            return "the upload must carry the client's summary (and no separate shrinkage)"
+        return None
+    if upload.summary is not None:
+        return (
+            "the head's statistics determine the summary: the upload must carry the "
+            "shrinkage, not a summary of its own"
+        )
+    if upload.statistics is None:
+        return "the upload lacks the statistics its summary is derived from"
+    if upload.shrinkage is None:
+        return "the upload lacks the shrinkage its summary is derived with"
+    return None
 
 
 def upload_problem(

@@ -68,7 +68,9 @@ class ProtocolReport:
         them: array data, keys and values), where the transport counts them.
     summary_payload_bytes : dict
         Per client, length of the summary payload; ``summary_values`` is the
-        number of values it encodes, ``m (m + 1) / 2 + m + 1``.
+        number of values it encodes, ``m (m + 1) / 2 + m + 1`` (1 where the
+        server derives the summary from the head's statistics: FedCGS's
+        shrinkage, 8 bytes).
     tau : float or None
         The ``tau`` of the final head (the chosen one with ``tau = "auto"``).
     tau_scales : dict

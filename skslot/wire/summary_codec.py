@@ -25,7 +25,7 @@ from ._errors import SummaryFormatError
 if TYPE_CHECKING:
     from ..gaussian import GaussianSummary
 
-__all__ = ["decode_summary", "encode_summary", "summary_payload_size"]
+__all__ = ["check_wire_label", "decode_summary", "encode_summary", "summary_payload_size"]
 
 #: Largest sample count a payload may declare (exactly representable in float64).
 MAX_COUNT = 2**53
@@ -63,6 +63,16 @@ def _label_bytes(client: int | str | None) -> tuple[int, bytes]:
             raise SummaryFormatError(f"client label longer than {_MAX_LABEL_BYTES} bytes")
         return _FLAG_STR_LABEL, struct.pack("<H", len(encoded)) + encoded
     return 0, b""
+
+
+def check_wire_label(client: object) -> int | str | None:
+    """``client`` if the format can carry it as a client label (else SummaryFormatError)."""
+    if client is not None and (type(client) not in (int, str)):
+        raise SummaryFormatError(
+            f"a client label must be an int, a string or None, got {type(client).__name__}"
+        )
+    _label_bytes(client)  # type: ignore[arg-type]
+    return client  # type: ignore[return-value]
 
 
 def encode_summary(summary: GaussianSummary, dtype: str | np.dtype = "float32") -> bytes:
