@@ -18,7 +18,9 @@ Accuracy is each client's test accuracy with the final head, averaged over
 loses its say in the head, and its accuracy counts here).  The table gives
 the macro accuracy of each way, the largest change against ``none`` over the
 seeds, and how many honest clients the screening excluded.  The per-run
-records are written to docs/results/screening.csv.
+records are written to docs/results/screening.csv (``largest_gain``: the
+largest gain of any client's case in the run's last screening round, empty
+where that round was skipped, as after an exclusion leaves two clients).
 
 Run: python benchmarks/screening.py [n_seeds] > docs/results/screening.md
 (about 15 minutes on 2 cores for 5 seeds).

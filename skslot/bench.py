@@ -61,6 +61,9 @@ PREPROCESS = {
 
 
 SPLITS = ("random", "given")
+#: What a FedCGS client sends for SLOT: its Ledoit-Wolf shrinkage, one float64 (the server
+#: derives its summary from its statistics: :meth:`skslot.heads.ClassStatistics.summary`).
+SHRINKAGE_BYTES = 8
 CLIENT_TABLE_TITLE = "Accuracy per client (%), mean +- std over seeds"
 
 
@@ -149,14 +152,22 @@ def evaluate_run(
     slot_seconds = time.process_time() - start
     records = []
 
-    # what each client sends for SLOT: its summary, float32 on the wire (Flower's default)
-    summary_bytes = int(
+    # what each client sends for SLOT: its summary, float32 on the wire (Flower's default),
+    # or, where the head's statistics determine the summary (FedCGS), its shrinkage alone
+    payload = int(
         np.mean([summary.payload_size("float32") for summary in slot.summaries_.values()])
     )
 
     def record(
-        pred: np.ndarray, tau: float, name: str, selection: str, head_bytes: float | None = None
+        pred: np.ndarray,
+        tau: float,
+        name: str,
+        selection: str,
+        head_bytes: float | None = None,
+        *,
+        derived: bool,
     ) -> None:
+        summary_bytes = SHRINKAGE_BYTES if derived else payload
         for d in np.unique(test_domain):
             rows = test_domain == d
             records.append(
@@ -190,7 +201,14 @@ def evaluate_run(
         for name, factory in factories.items():
             head = factory(seed)
             pred = head.fit(Z_train, y_train, client=train_client).predict(Z_test)
-            record(pred, tau, name, "fixed", float(np.mean(head.upload_bytes_)))
+            record(
+                pred,
+                tau,
+                name,
+                "fixed",
+                float(np.mean(head.upload_bytes_)),
+                derived=head.protocol.derives_summary,
+            )
     if config.auto:
         for name, factory in factories.items():
             search = FederatedTauSearch(
@@ -206,10 +224,14 @@ def evaluate_run(
             except NoValidationRowsError:  # clients too small to hold any row out
                 break  # this run has no auto records, for any head; summaries count the runs
             Z_test = search.slot_.transform(X_test, client=part.test_client)
-            record(search.best_estimator_.predict(Z_test), search.best_tau_, name, "auto")
+            derived = search.head.protocol.derives_summary
+            predicted = search.best_estimator_.predict(Z_test)
+            record(predicted, search.best_tau_, name, "auto", derived=derived)
             if "refit" in search.stages_:  # a second local round (O-FedAvg): what it buys
                 chosen = search.candidate_heads_[search.best_index_]
-                record(chosen.predict(Z_test), search.best_tau_, name, "auto-norefit")
+                record(
+                    chosen.predict(Z_test), search.best_tau_, name, "auto-norefit", derived=derived
+                )
     return records
 
 

@@ -53,7 +53,7 @@ def test_cli_runs_the_protocol_and_writes_outputs(small_npz, tmp_path, capsys):
     assert "| auto (taus chosen) |" in out
     assert all(len(r["auto_taus"]) == 2 for r in summary)
     # bytes per client: FedCGS sends counts (C), class sums (C m), shift, s1 (m) and the Gram
-    # matrix's upper triangle, as .npy arrays; SLOT adds its float32 summary (not at tau 0)
+    # matrix's upper triangle, as .npy arrays; SLOT adds its shrinkage (not at tau 0)
     m, C = 12, 6
     values = {
         "n": 1,
@@ -66,7 +66,9 @@ def test_cli_runs_the_protocol_and_writes_outputs(small_npz, tmp_path, capsys):
     npy_header = 128
     expected = sum(8 * v + npy_header + len(k) for k, v in values.items())
     assert {int(r["head_bytes"]) for r in fixed} == {expected}
-    summary_payload = 28 + 8 + 4 * (m * (m + 1) // 2 + m)  # header, int label, float32 values
+    # a FedCGS client sends its shrinkage for SLOT, the server deriving its summary from the
+    # statistics (a summary would be 28 + 8 + 4 * (m (m + 1) / 2 + m) bytes in float32)
+    summary_payload = 8
     assert {int(r["summary_bytes"]) for r in fixed if r["tau"] == "1.0"} == {summary_payload}
     assert {int(r["summary_bytes"]) for r in fixed if r["tau"] == "0.0"} == {0}
     assert "| KB per client (head + SLOT summary) |" in out

@@ -222,6 +222,16 @@ def test_bad_screen_settings_are_refused(kwargs, message):
         OneShotProtocol(make_head("FedCGS"), tau="auto", **kwargs)
 
 
+def test_a_run_config_screening_without_a_defence_is_refused_by_the_same_check():
+    pytest.importorskip("flwr", reason="Flower is not installed: pip install '.[flower]'")
+    from skslot.flower import DeploymentConfig
+
+    with pytest.raises(ValueError, match="screen='on' needs a defence"):
+        DeploymentConfig(screen="on", defence=False)
+    with pytest.raises(ValueError, match="screen='on' needs a defence"):
+        DeploymentConfig.from_run_config({"screen": "on", "defence": False})
+
+
 @pytest.mark.parametrize("bad", [{"screen_significance": 1.5}, {"screen_min_gain": -0.1}])
 def test_bad_screening_thresholds_are_refused(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):

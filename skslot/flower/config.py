@@ -135,8 +135,8 @@ class ProtocolSettings:
         if type(self.server_jobs) is not int or self.server_jobs == 0:
             raise ValueError(f"server_jobs must be a non-zero int, got {self.server_jobs!r}")
         check_non_negative_int("client_batch", self.client_batch)
-        # the head, its parameters, tau, the grid and the selection: the driver checks them
-        self._driver(defence=None, min_clients=1)
+        # the head, its parameters, tau, the grid, the selection and the screening: the
+        # driver checks them, once the run's settings are checked (DeploymentConfig)
 
     def _driver(
         self, *, defence: DefenceBounds | None, min_clients: int, screen: str = "off"
@@ -293,10 +293,6 @@ class DefenceSettings:
         if not isinstance(self.defence, bool):
             raise ValueError(f"defence must be true or false, got {self.defence!r}")
         check_option("screen", self.screen, SCREENING)
-        if self.screen == "on" and not self.defence:
-            raise ValueError(
-                "screen = 'on' needs defence = true (its thresholds are the defence's)"
-            )
         check_positive_int("max_dimension", self.max_dimension)
         if not isinstance(self.n_features, int) or not 0 <= self.n_features <= self.max_dimension:
             raise ValueError(
@@ -469,6 +465,7 @@ class DeploymentConfig(
         self._check_data()
         self._check_privacy()
         self._check_run()
+        self.protocol()  # the driver's own checks (head, tau, grid, selection, screening)
         self.summary_estimator()._check_params()  # the summary kind with the privacy settings
         why = private_summary_problem(self.make_head(), self.epsilon)
         if why:
