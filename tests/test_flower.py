@@ -412,14 +412,21 @@ def test_hostile_summary_is_rejected_and_the_others_proceed(node_configs, case):
 
 HOSTILE_DERIVED = {
     "a summary beside the shrinkage": (
+        lambda config: {
+            **{k: v for k, v in config.items() if k != "dimension"},
+            "summary": _valid(n=config["n-fit"]),  # of its rows: only its form is wrong
+        },
+        "must carry the shrinkage, not a summary of its own",
+    ),
+    "a summary beside the dimension": (
         lambda config: {**config, "summary": _valid()},
-        "carries a summary and the values of a derived one",
+        "either a summary or the dimension",
     ),
     "shrinkage above 1": (lambda config: {**config, "shrinkage": 1.5}, "shrinkage must be in"),
     "NaN shrinkage": (lambda config: {**config, "shrinkage": float("nan")}, "shrinkage must be"),
     "no shrinkage": (
         lambda config: {k: v for k, v in config.items() if k != "shrinkage"},
-        "neither a summary nor its shrinkage",
+        "lacks the shrinkage its summary is derived with",
     ),
     "another dimension": (lambda config: {**config, "dimension": M + 1}, "dimension 7, expected"),
     "a label of another type": (lambda config: {**config, "label": 1.5}, "a client label must"),

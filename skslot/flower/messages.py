@@ -236,7 +236,7 @@ def upload_reply(
 
 @dataclass(frozen=True)
 class UploadReply:
-    """What a client's upload message holds, its values checked for type and range.
+    """What a client's upload message holds, its values checked for type.
 
     ``summary`` is the summary's bytes, or ``None`` where the head derives it
     (then ``shrinkage`` and ``label``); ``statistics`` and ``validation`` are
@@ -259,21 +259,21 @@ def read_upload_reply(message: Message, *, n_classes: int) -> UploadReply:
     """A client's upload (see :class:`UploadReply`).
 
     Counts are only checked to be non-negative integers here; the server
-    checks them against the decoded summary.
+    checks them against the decoded summary, and whether the upload has the
+    head's form with a valid shrinkage
+    (:func:`skslot.protocol.intake.summary_form_problem`,
+    :meth:`skslot.heads.ClassStatistics.summary`).
     """
     config = content_record(message, CONFIG, ConfigRecord)
     summary = config_value(config, "summary", bytes) if "summary" in config else None
-    shrinkage = None
-    if "shrinkage" in config:
-        shrinkage = config_value(config, "shrinkage", float)
-        if not 0.0 <= shrinkage <= 1.0:  # NaN fails too
-            raise ProtocolError(f"shrinkage must be in [0, 1], got {shrinkage!r}")
+    shrinkage = config_value(config, "shrinkage", float) if "shrinkage" in config else None
     label = check_wire_label(config.get("label"))
     dimension = config_value(config, "dimension", int) if "dimension" in config else None
-    if summary is None and (shrinkage is None or dimension is None):
-        raise ProtocolError("the upload carries neither a summary nor its shrinkage and dimension")
-    if summary is not None and (shrinkage is not None or dimension is not None):
-        raise ProtocolError("the upload carries a summary and the values of a derived one")
+    if (summary is None) == (dimension is None):  # what the statistics are decoded with
+        raise ProtocolError(
+            "an upload carries either a summary or the dimension of the summary derived from "
+            "its statistics"
+        )
     n_fit, n_test = config_value(config, "n-fit", int), config_value(config, "n-test", int)
     if n_fit < 0 or n_test < 0:
         raise ProtocolError(f"row counts must be >= 0, got n-fit {n_fit}, n-test {n_test}")

@@ -396,10 +396,6 @@ class FlowerTransport:
                     summary, dimension = None, upload.dimension
                     if not 1 <= dimension <= self.max_dimension:
                         raise StatisticsFormatError(f"dimension {dimension} is out of range")
-                    if self.n_features and dimension != self.n_features:
-                        raise StatisticsFormatError(
-                            f"dimension {dimension}, expected {self.n_features}"
-                        )
                 else:
                     summary = GaussianSummary.from_bytes(
                         upload.summary,

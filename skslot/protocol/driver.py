@@ -31,7 +31,7 @@ transports.  No step branches on the kind of head.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -514,13 +514,19 @@ class _Run:
             why = intake.summary_form_problem(upload, derives)
             if why is None and derives:
                 try:
-                    upload = upload.with_derived_summary(
-                        head.protocol, protocol.summary_covariance, protocol.covariance_floor
+                    summary = head.protocol.derived_summary(
+                        upload.statistics,
+                        upload.validation,
+                        upload.shrinkage,
+                        covariance=protocol.summary_covariance,
+                        covariance_floor=protocol.covariance_floor,
+                        client=upload.label,
                     )
                 except ValueError as exc:
                     why = f"its statistics make no summary: {exc}"
                 else:
-                    report.clients[c] = upload.summary.client  # the label as a summary holds it
+                    upload = replace(upload, summary=summary)
+                    report.clients[c] = summary.client  # the label as a summary holds it
             if why:
                 report.reject("upload", c, why)
                 continue

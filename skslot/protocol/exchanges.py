@@ -9,7 +9,7 @@ objects, so the two transports run the same protocol.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -68,7 +68,8 @@ class Upload:
     For a head whose statistics determine the summary
     (``head.protocol.derives_summary``, FedCGS), ``summary`` is ``None``: the
     client sends its Ledoit-Wolf ``shrinkage`` and its ``label`` instead, and
-    the server derives the summary (:meth:`with_derived_summary`).
+    the server derives the summary
+    (:meth:`~skslot.heads._strategy.HeadProtocol.derived_summary`).
     """
 
     summary: GaussianSummary | None
@@ -92,27 +93,6 @@ class Upload:
         if self.summary is not None:
             return self.summary.dimension
         return None if self.statistics is None else int(self.statistics.n_features)
-
-    def with_derived_summary(
-        self, protocol: Any, covariance: str, covariance_floor: float
-    ) -> Upload:
-        """This upload with the summary its statistics and shrinkage determine.
-
-        ``protocol`` is the head's :class:`~skslot.heads._strategy.HeadProtocol`;
-        raises ``ValueError`` (a :class:`~skslot.wire.StatisticsFormatError`)
-        when the statistics do not make a summary.
-        """
-        if self.statistics is None or self.shrinkage is None:
-            raise ValueError("the upload lacks the statistics and shrinkage of its summary")
-        summary = protocol.derived_summary(
-            self.statistics,
-            self.validation,
-            self.shrinkage,
-            covariance=covariance,
-            covariance_floor=covariance_floor,
-            client=self.label,
-        )
-        return replace(self, summary=summary)
 
     @property
     def n_validation(self) -> int:
