@@ -6,6 +6,7 @@ one-shot federated learning head.
 """
 
 from .barycenter import BuresBarycenter, SingleClientWarning
+from .exceptions import InSampleValidationWarning
 from .gaussian import GaussianMap, GaussianSummary, SummaryFormatError
 from .summary import GaussianSummaryEstimator
 from .tau_search import FederatedTauSearch
@@ -17,6 +18,7 @@ __all__ = [
     "GaussianMap",
     "GaussianSummary",
     "GaussianSummaryEstimator",
+    "InSampleValidationWarning",
     "SLOTTransformer",
     "SingleClientWarning",
     "SummaryFormatError",

@@ -50,6 +50,13 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
     best, and refits it on all rows.  ``tau = 0`` (no alignment) is in the default grid,
     so SLOT is only used where the federation's own data says it helps.
 
+    Each client's map is estimated from all its rows, its held-out rows
+    included, so the validation scores rows inside the sample of the map it
+    validates.  With the paper's summary this bias is mild; with
+    within-class summaries (``slot=SLOTTransformer(covariance="within")``)
+    it favours strong transport, and the search warns
+    (:class:`~skslot.InSampleValidationWarning`; measured in docs/results.md).
+
     Parameters
     ----------
     head : OneShotHead

@@ -415,3 +415,20 @@ def test_a_fedcgs_client_refuses_summary_settings_other_than_the_runs():
         assert own.n == derived.n == parties[k].y.shape[0]
         np.testing.assert_array_equal(own.covariance, derived.covariance)
         np.testing.assert_array_equal(own.mean, derived.mean)
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+@pytest.mark.parametrize("scale", [1e60, 1e-60])
+def test_every_heads_upload_refuses_features_out_of_float64s_range(name, scale):
+    """Whether a client sends its summary or the statistics it is derived from (FedCGS), rows
+    whose second moments leave float64 get the summary estimator's error, not a NaN (FedPFT's
+    float16 mixtures overflow first, and say so)."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(120, 4)) * scale, np.arange(120) % 2
+    expected = "in magnitude, outside .*rescale the features"
+    if name == "FedPFT" and scale > 1:
+        expected = "mixture parameters overflow float16"
+    with pytest.raises(ValueError, match=expected):
+        FederatedTauSearch(make_head(name, seed=0), random_state=0).fit(
+            X, y, client=np.repeat([0, 1, 2], 40)
+        )

@@ -235,6 +235,35 @@ def test_the_fedcgs_summary_is_derived_exactly_from_the_statistics(rows, covaria
     np.testing.assert_array_equal(again.covariance, derived.covariance)
 
 
+@pytest.mark.parametrize("covariance", ["total", "within"])
+@pytest.mark.parametrize("offset", [0.0, 1e4])
+def test_the_shrinkage_a_fedcgs_client_announces_is_ledoit_wolfs(rows, covariance, offset):
+    """From its statistics and one O(n m) pass: scikit-learn's estimate on the centred rows."""
+    from sklearn.covariance import ledoit_wolf_shrinkage
+
+    X, y = rows
+    X = X + offset  # a large common mean must not cost precision
+    means = np.array([X[y == c].mean(axis=0) for c in CLASSES])
+    centred = X - (means[np.searchsorted(CLASSES, y)] if covariance == "within" else X.mean(0))
+    expected = ledoit_wolf_shrinkage(centred, assume_centered=True)
+    halves = [slice(0, 150), slice(150, None)]
+    fitting, validation = (
+        FedCGSClassifier().client_statistics(X[h], y[h], CLASSES) for h in halves
+    )
+    found = FedCGSClassifier().protocol.derived_shrinkage(
+        fitting, validation, X, y, covariance=covariance
+    )
+    np.testing.assert_allclose(found, expected, rtol=1e-8)
+    assert 0.0 < found < 1.0
+    # the rows in another order are the same rows; other rows are refused
+    order = np.random.default_rng(0).permutation(X.shape[0])
+    stats = fitting.merge(validation)
+    again = stats.ledoit_wolf_shrinkage(X[order], y[order], covariance=covariance, chunk_size=7)
+    np.testing.assert_allclose(again, found, rtol=1e-12)
+    with pytest.raises(ValueError, match="not those the statistics describe"):
+        stats.ledoit_wolf_shrinkage(X[:-1], y[:-1], covariance=covariance)
+
+
 @pytest.mark.parametrize("shrinkage", [-0.1, 1.5, float("nan"), None, True])
 def test_a_shrinkage_outside_0_1_makes_no_summary(rows, shrinkage):
     X, y = rows

@@ -465,9 +465,9 @@ class DeploymentConfig(
         self._check_data()
         self._check_privacy()
         self._check_run()
-        self.protocol()  # the driver's own checks (head, tau, grid, selection, screening)
+        driver = self.protocol()  # the driver's own checks (head, tau, grid, selection, screening)
         self.summary_estimator()._check_params()  # the summary kind with the privacy settings
-        why = private_summary_problem(self.make_head(), self.epsilon)
+        why = private_summary_problem(driver.head, self.epsilon)
         if why:
             raise ValueError(why)
 

@@ -189,6 +189,49 @@ class ClassStatistics:
         S = total if covariance == "total" else within
         return ImpliedMoments(self.moments.mean, float(np.trace(S)), int(self.moments.n))
 
+    def ledoit_wolf_shrinkage(
+        self, X: np.ndarray, y: np.ndarray, *, covariance: str = "total", chunk_size: int = 4096
+    ) -> float:
+        """The Ledoit-Wolf shrinkage of the rows ``X, y`` these statistics describe.
+
+        The client's step before it sends its shrinkage (:meth:`summary`): the
+        estimate needs the covariance ``S`` of the rows (all of them, or
+        class-centred with ``covariance="within"``), which the statistics hold,
+        and the fourth-order sum ``sum_i ||x_i - c_i||^4`` about each row's
+        centre ``c_i`` (the mean, or its class's mean), which they do not: one
+        pass of ``O(n m)`` over the rows instead of a second Gram matrix
+        (:func:`skslot.summary.ledoit_wolf_shrinkage`, exactly scikit-learn's
+        on the centred rows).
+
+        Raises
+        ------
+        ValueError
+            If the rows are not those the statistics count (rows per class).
+        """
+        from .._validation import check_option
+        from ..summary import COVARIANCES, ledoit_wolf_shrinkage
+
+        check_option("covariance", covariance, COVARIANCES)
+        X, y = np.asarray(X), np.asarray(y)
+        codes = np.searchsorted(self.classes, y)
+        found = np.bincount(codes, minlength=self.classes.shape[0])
+        if X.shape[0] != y.shape[0] or not np.array_equal(found, self.class_counts()):
+            raise ValueError(
+                f"the rows ({X.shape[0]}, {found.tolist()} per class) are not those the "
+                f"statistics describe ({self.class_counts().tolist()} per class)"
+            )
+        centres = self.class_means if covariance == "within" else self.moments.mean[None, :]
+        if covariance != "within":
+            codes = np.zeros_like(codes)
+        s4 = 0.0
+        for start in range(0, X.shape[0], chunk_size):
+            rows = slice(start, start + chunk_size)
+            centred = np.asarray(X[rows], dtype=np.float64) - centres[codes[rows]]
+            s4 += float(np.sum(np.einsum("ij,ij->i", centred, centred) ** 2))
+        total, within = pooled_covariances(self)
+        S = within if covariance == "within" else total
+        return ledoit_wolf_shrinkage(S, s4, self.n_samples)
+
     def summary(
         self,
         shrinkage: float,
@@ -208,8 +251,10 @@ class ClassStatistics:
         this way (FedCGS) sends the shrinkage alone: the server derives the
         summary, so the summary and the statistics cannot disagree.
         """
-        from ..summary import shrunk_summary
+        from .._validation import check_option
+        from ..summary import COVARIANCES, shrunk_summary
 
+        check_option("covariance", covariance, COVARIANCES)
         if (
             isinstance(shrinkage, bool)
             or not isinstance(shrinkage, Real)

@@ -85,6 +85,12 @@ class HeadProtocol:
         """Client and server: the summary of all a client's rows, from its statistics."""
         raise NotImplementedError(f"{type(self).__name__} does not derive summaries")
 
+    def derived_shrinkage(
+        self, fitting: Any, validation: Any, X: np.ndarray, y: np.ndarray, *, covariance: str
+    ) -> float:
+        """Client: the shrinkage it announces, of its rows ``X, y`` (all of them)."""
+        raise NotImplementedError(f"{type(self).__name__} does not derive summaries")
+
     def client_upload(
         self,
         head: OneShotHead,
@@ -182,10 +188,17 @@ class GramProtocol(StatisticsProtocol):
     def derived_summary(
         self, fitting, validation, shrinkage, *, covariance, covariance_floor, client
     ):
-        rows = fitting if validation is None else fitting.merge(validation)
-        return rows.summary(
+        return _all_rows(fitting, validation).summary(
             shrinkage, covariance=covariance, covariance_floor=covariance_floor, client=client
         )
+
+    def derived_shrinkage(self, fitting, validation, X, y, *, covariance):
+        return _all_rows(fitting, validation).ledoit_wolf_shrinkage(X, y, covariance=covariance)
+
+
+def _all_rows(fitting: Any, validation: Any) -> Any:
+    """The statistics of all a client's rows, from those of its two parts."""
+    return fitting if validation is None else fitting.merge(validation)
 
 
 class LocalTrainingProtocol(HeadProtocol):

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import check_feature_scale
 from ..gaussian import GaussianMap, GaussianSummary
 from ..heads import OneShotHead
 from ..label_shift import class_counts
@@ -161,6 +162,8 @@ class ClientParty:
             raise ValueError(why)
         state.client_index, state.split_seed = request.client_index, request.split_seed
         split = self.split
+        if protocol.derives_summary:  # its summary's scale check, as the estimator's
+            check_feature_scale(self.X)
         fitting, validation = protocol.client_upload(
             self.head, self.X, self.y, self.classes, split, client_index=request.client_index
         )
@@ -178,7 +181,9 @@ class ClientParty:
             state.summary = protocol.derived_summary(
                 fitting,
                 validation,
-                self.summarise().shrinkage,
+                protocol.derived_shrinkage(
+                    fitting, validation, self.X, self.y, covariance=request.summary_covariance
+                ),
                 covariance=request.summary_covariance,
                 covariance_floor=request.covariance_floor,
                 client=self.label,
