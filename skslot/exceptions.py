@@ -26,9 +26,11 @@ class InSampleValidationWarning(UserWarning):
     map fits them best, not as a new row would be.  With the paper's summary
     the bias is small where it matters (it never moved the choice measured);
     with within-class summaries (``covariance="within"``) the class-centred
-    maps fit their own rows closely and the validation favours strong
-    transport: on Office-Caltech10's 800-d counts the search chose ``tau = 1``
-    and lost 3.5 to 6.9 points (docs/results/summary_kind_selection.md).
+    maps fit their own rows closely and the validation is biased, mostly
+    towards strong transport: on Office-Caltech10's 800-d counts the search
+    chose ``tau = 1`` in every seed without skew (FedCGS, -3.5 points) and
+    lost up to 6.9 points under skew (FedPFT;
+    docs/results/summary_kind_selection.md).
     """
 
 

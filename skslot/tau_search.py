@@ -54,7 +54,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
     included, so the validation scores rows inside the sample of the map it
     validates.  With the paper's summary this bias is mild; with
     within-class summaries (``slot=SLOTTransformer(covariance="within")``)
-    it favours strong transport, and the search warns
+    it is stronger, mostly towards strong transport, and the search warns
     (:class:`~skslot.InSampleValidationWarning`; measured in docs/results.md).
 
     Parameters

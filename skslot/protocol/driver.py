@@ -299,9 +299,9 @@ class OneShotProtocol:
             warnings.warn(  # where the choice is made: the server, once per run
                 "tau='auto' with within-class summaries: each client's map is estimated from "
                 "all its rows, its held-out ones included, and class-centred maps fit their own "
-                "rows closely, so the validation favours strong transport (on "
-                "Office-Caltech10's counts it chose tau = 1 and lost 3.5 to 6.9 points); prefer "
-                "a fixed tau with covariance='within' (docs/results.md)",
+                "rows closely, so the validation is biased, mostly towards strong transport (on "
+                "Office-Caltech10's counts it chose up to tau = 1 and lost up to 6.9 points); "
+                "prefer a fixed tau with covariance='within' (docs/results.md)",
                 InSampleValidationWarning,
                 stacklevel=3,
             )
