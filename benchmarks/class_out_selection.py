@@ -80,23 +80,29 @@ def client_maps(
     return [SLOTTransformer.from_reference(reference, s).maps_[k] for k, s in enumerate(summaries)]
 
 
-def balanced_validation(maps: list, tau: float, X, y, train, splits, classes) -> float:
+def balanced_validation(maps: list, tau: float, X, y, train, splits, classes) -> tuple:
     """Mean over clients of the balanced accuracy on their held-out rows, the head fitted
-    on every client's fitting rows aligned with ``maps`` at ``tau``."""
+    on every client's fitting rows aligned with ``maps`` at ``tau``, and its binomial
+    standard error (as :func:`skslot.selection.select_candidate` computes them)."""
     geo = [m.geodesic(tau) for m in maps]
-    Z = [geo[k].apply(X[train[k]]) for k in range(len(maps))]
+    Z = [g.apply(X[r]) for g, r in zip(geo, train, strict=True)]
     fit = [
-        ClassStatistics.from_rows(Z[k][splits[k][0]], y[train[k]][splits[k][0]], classes)
-        for k in range(len(maps))
+        ClassStatistics.from_rows(Z[k][s[0]], y[r][s[0]], classes)
+        for k, (r, s) in enumerate(zip(train, splits, strict=True))
     ]
     head = fedcgs(fit, classes)
-    scores = []
-    for k in range(len(maps)):
-        yk, val = y[train[k]], splits[k][1]
-        right = head.predict(Z[k][val]) == yk[val]
-        if val.shape[0]:
-            scores.append(np.mean([right[yk[val] == c].mean() for c in np.unique(yk[val])]))
-    return float(np.mean(scores))
+    scores, variances = [], []
+    for k, (r, s) in enumerate(zip(train, splits, strict=True)):
+        labels = y[r][s[1]]
+        if not labels.shape[0]:
+            continue
+        right = head.predict(Z[k][s[1]]) == labels
+        present = np.unique(labels)
+        p = np.array([right[labels == c].mean() for c in present])
+        n = np.array([np.sum(labels == c) for c in present])
+        scores.append(p.mean())
+        variances.append(np.sum(p * (1 - p) / n) / present.shape[0] ** 2)
+    return float(np.mean(scores)), float(np.sqrt(np.sum(variances)) / len(scores))
 
 
 def macro_test_accuracy(maps: list, tau: float, X, y, train, test, classes) -> float:
@@ -162,7 +168,7 @@ def one_run(X: np.ndarray, y: np.ndarray, domain: np.ndarray, alpha, seed: int) 
                 "validation": float(np.mean(validation)),
                 "validation, own rows out": balanced_validation(
                     fitting_maps, tau, X, y, train, splits, classes
-                ),
+                )[0],
                 "class-out": float(np.mean(class_out)) if class_out else np.nan,
                 "combined": float(np.mean(combined)) if combined else np.nan,
                 # the truth: the head on all rows at this tau, on every domain's test rows

@@ -30,53 +30,18 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from class_out_selection import FRACTION, client_maps, fedcgs, macro_test_accuracy
+from class_out_selection import FRACTION, balanced_validation, client_maps, macro_test_accuracy
 from joblib import Parallel, delayed
+from summary_kind_selection import KINDS, TAUS, choose
 from threadpoolctl import threadpool_limits
 
 from skslot.datasets import dirichlet_partition, load_dataset
-from skslot.heads import ClassStatistics
 from skslot.selection import validation_split
 
-TAUS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-KINDS = ("total", "within")
 ALPHAS = (0.1, 0.05, 0.01, None)
 SEEDS = 3
 #: the candidate sets compared: the summary kinds a search may choose among
 CHOICES = {"paper's": ("total",), "within": ("within",), "joint": KINDS}
-
-
-def validation(maps, tau, X, y, train, splits, classes) -> tuple[float, float]:
-    """Mean over clients of the balanced validation accuracy, and its binomial standard error
-    (as :func:`skslot.selection.select_candidate` computes them from the counts)."""
-    geo = [m.geodesic(tau) for m in maps]
-    Z = [g.apply(X[r]) for g, r in zip(geo, train, strict=True)]
-    fit = [
-        ClassStatistics.from_rows(Z[k][s[0]], y[r][s[0]], classes)
-        for k, (r, s) in enumerate(zip(train, splits, strict=True))
-    ]
-    head = fedcgs(fit, classes)
-    scores, variances = [], []
-    for k, (r, s) in enumerate(zip(train, splits, strict=True)):
-        labels = y[r][s[1]]
-        if not labels.shape[0]:
-            continue
-        right = head.predict(Z[k][s[1]]) == labels
-        present = np.unique(labels)
-        p = np.array([right[labels == c].mean() for c in present])
-        n = np.array([np.sum(labels == c) for c in present])
-        scores.append(p.mean())
-        variances.append(np.sum(p * (1 - p) / n) / present.shape[0] ** 2)
-    return float(np.mean(scores)), float(np.sqrt(np.sum(variances)) / len(scores))
-
-
-def choose(table: dict, kinds: tuple) -> tuple:
-    """The one-standard-error rule over the candidates of ``kinds`` (tau 0 once)."""
-    candidates = [("total", 0.0)] + [(k, t) for t in TAUS if t > 0 for k in kinds]
-    scores = np.array([table[c][0] for c in candidates])
-    errors = np.array([table[c][1] for c in candidates])
-    best = int(np.argmax(scores))
-    return candidates[int(np.flatnonzero(scores >= scores[best] - errors[best])[0])]
 
 
 def one_run(data, alpha, seed: int) -> dict:
@@ -95,7 +60,7 @@ def one_run(data, alpha, seed: int) -> dict:
         own_out = {kind: client_maps(X, fitting, y, kind) for kind in KINDS}
         tables = {
             sample: {
-                (kind, tau): validation(chosen[kind], tau, X, y, train, splits, classes)
+                (kind, tau): balanced_validation(chosen[kind], tau, X, y, train, splits, classes)
                 for kind in KINDS
                 for tau in TAUS
             }

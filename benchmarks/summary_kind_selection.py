@@ -93,11 +93,12 @@ def validation_tables(data, alpha, seed: int) -> dict[tuple, tuple[float, float]
     return found
 
 
-def choose(table: dict[tuple, tuple[float, float]], head: str, kinds: tuple) -> tuple:
-    """The one-standard-error rule over the candidates of ``kinds`` (tau 0 once)."""
+def choose(table: dict[tuple, tuple[float, float]], kinds: tuple) -> tuple:
+    """The one-standard-error rule over the candidates ``(kind, tau)`` of ``kinds`` (tau 0
+    once), ``table`` giving each candidate's mean validation accuracy and standard error."""
     candidates = [("total", 0.0)] + [(k, t) for t in TAUS if t > 0 for k in kinds]
-    scores = np.array([table[(head, k, t)][0] for k, t in candidates])
-    errors = np.array([table[(head, k, t)][1] for k, t in candidates])
+    scores = np.array([table[c][0] for c in candidates])
+    errors = np.array([table[c][1] for c in candidates])
     best = int(np.argmax(scores))
     return candidates[int(np.flatnonzero(scores >= scores[best] - errors[best])[0])]
 
@@ -132,8 +133,8 @@ def validation_bias(data, alpha, covariance: str, n_seeds: int = 3) -> list[tupl
             found.append(
                 [
                     (
-                        balanced_validation(maps, tau, X, y, train, splits, classes),
-                        balanced_validation(own_out, tau, X, y, train, splits, classes),
+                        balanced_validation(maps, tau, X, y, train, splits, classes)[0],
+                        balanced_validation(own_out, tau, X, y, train, splits, classes)[0],
                         macro_test_accuracy(maps, tau, X, y, train, test, classes),
                     )
                     for tau in BIAS_TAUS
@@ -173,7 +174,10 @@ def main(n_seeds: int, names: list[str]) -> None:
                 for kinds in CHOICES.values():
                     gains, picks = [], []
                     for seed in range(n_seeds):
-                        kind, tau = choose(by_run[(alpha, seed)], head, kinds)
+                        table = {
+                            (k, t): v for (h, k, t), v in by_run[(alpha, seed)].items() if h == head
+                        }
+                        kind, tau = choose(table, kinds)
                         base = accuracy[(shown, seed, head, "total", 0.0)]
                         gains.append(accuracy[(shown, seed, head, kind, tau)] - base)
                         picks.append(f"{kind[0]}{tau:g}")

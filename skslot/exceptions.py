@@ -24,13 +24,13 @@ class InSampleValidationWarning(UserWarning):
     Each client's map is estimated from all its rows, the held-out ones
     included, so at strong transport its validation rows are scored where the
     map fits them best, not as a new row would be.  With the paper's summary
-    the bias is small where it matters (it never moved the choice measured);
-    with within-class summaries (``covariance="within"``) the class-centred
-    maps fit their own rows closely and the validation is biased, mostly
-    towards strong transport: on Office-Caltech10's 800-d counts the search
-    chose ``tau = 1`` in every seed without skew (FedCGS, -3.5 points) and
-    lost up to 6.9 points under skew (FedPFT;
-    docs/results/summary_kind_selection.md).
+    the bias goes either way and moved one choice of the three measured
+    (docs/results/class_out_selection.md); with within-class summaries
+    (``covariance="within"``) the class-centred maps fit their own rows
+    closely and the validation is biased, mostly towards strong transport:
+    on Office-Caltech10's 800-d counts the search chose ``tau = 1`` in every
+    seed without skew (FedCGS, -3.5 points) and lost up to 6.9 points under
+    skew (FedPFT; docs/results/summary_kind_selection.md).
     """
 
 

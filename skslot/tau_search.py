@@ -52,9 +52,10 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
 
     Each client's map is estimated from all its rows, its held-out rows
     included, so the validation scores rows inside the sample of the map it
-    validates.  With the paper's summary this bias is mild; with
-    within-class summaries (``slot=SLOTTransformer(covariance="within")``)
-    it is stronger, mostly towards strong transport, and the search warns
+    validates.  With the paper's summary this bias goes either way and
+    rarely moves the choice; with within-class summaries
+    (``slot=SLOTTransformer(covariance="within")``) it leans towards strong
+    transport, and the search warns
     (:class:`~skslot.InSampleValidationWarning`; measured in docs/results.md).
 
     Parameters

@@ -18,6 +18,7 @@ import numpy as np
 
 from .._linalg import is_positive_definite, symmetric_from_upper, symmetrize, upper_triangle
 from .._moments import ShiftedMoments
+from .._validation import check_option
 from ..gaussian import GaussianSummary
 from ..maps import GaussianMap
 from ..wire import StatisticsFormatError
@@ -208,7 +209,6 @@ class ClassStatistics:
         ValueError
             If the rows are not those the statistics count (rows per class).
         """
-        from .._validation import check_option
         from ..summary import COVARIANCES, ledoit_wolf_shrinkage
 
         check_option("covariance", covariance, COVARIANCES)
@@ -220,9 +220,10 @@ class ClassStatistics:
                 f"the rows ({X.shape[0]}, {found.tolist()} per class) are not those the "
                 f"statistics describe ({self.class_counts().tolist()} per class)"
             )
-        centres = self.class_means if covariance == "within" else self.moments.mean[None, :]
-        if covariance != "within":
-            codes = np.zeros_like(codes)
+        if covariance == "within":
+            centres = self.class_means
+        else:  # every row about the one mean
+            centres, codes = self.moments.mean[None, :], np.zeros_like(codes)
         s4 = 0.0
         for start in range(0, X.shape[0], chunk_size):
             rows = slice(start, start + chunk_size)
@@ -251,7 +252,6 @@ class ClassStatistics:
         this way (FedCGS) sends the shrinkage alone: the server derives the
         summary, so the summary and the statistics cannot disagree.
         """
-        from .._validation import check_option
         from ..summary import COVARIANCES, shrunk_summary
 
         check_option("covariance", covariance, COVARIANCES)
