@@ -1,9 +1,10 @@
 """Research for issue #21 item 3: the federated choice with held-out rows outside the maps' sample.
 
-``FederatedTauSearch`` estimates each client's map from all its rows, its
-held-out rows included, so its validation scores rows inside the sample of
-the maps it validates (``docs/results/summary_kind_selection.md``: with
-within-class summaries the validation rises with tau while the test falls).
+Until session 12 ``FederatedTauSearch`` estimated each client's map from all
+its rows, its held-out rows included, so its validation scored rows inside
+the sample of the maps it validated (``docs/results/summary_kind_selection.md``:
+with within-class summaries the validation rose with tau while the test
+fell); it now estimates them from the fitting rows, as this study does.
 This study, for FedCGS (whose candidate heads are closed-form), repeats the
 search's choice with the maps estimated from each client's fitting rows
 only, so that its held-out rows are new to its map as a test row is, and

@@ -6,7 +6,6 @@ one-shot federated learning head.
 """
 
 from .barycenter import BuresBarycenter, SingleClientWarning
-from .exceptions import InSampleValidationWarning
 from .gaussian import GaussianMap, GaussianSummary, SummaryFormatError
 from .summary import GaussianSummaryEstimator
 from .tau_search import FederatedTauSearch
@@ -18,7 +17,6 @@ __all__ = [
     "GaussianMap",
     "GaussianSummary",
     "GaussianSummaryEstimator",
-    "InSampleValidationWarning",
     "SLOTTransformer",
     "SingleClientWarning",
     "SummaryFormatError",

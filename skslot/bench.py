@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 from joblib import Parallel, delayed
-from sklearn.frozen import FrozenEstimator
+from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
 from .datasets import DomainDataset, FeatureTable, dirichlet_partition
@@ -215,7 +215,7 @@ def evaluate_run(
                 factory(seed),
                 taus=config.taus,
                 validation_fraction=config.validation_fraction,
-                slot=FrozenEstimator(slot),
+                slot=clone(slot),  # its own maps, of each client's fitting rows
                 unknown_client="identity",
                 random_state=seed,
             )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -41,10 +42,22 @@ __all__ = [
     "implausible_counts",
     "implausible_norms",
     "implausible_summaries",
+    "inconsistent_parts",
     "inconsistent_statistics",
     "ratios_to_median",
     "summary_deviations",
 ]
+
+
+class _Moments(Protocol):
+    mean: np.ndarray
+    trace: float
+
+
+class _Statistics(Protocol):
+    """A head's statistics of some rows (FedCGS's class statistics, FedPFT's mixtures)."""
+
+    def implied_moments(self, covariance: str = "total") -> _Moments: ...
 
 
 def ratios_to_median(values: Sequence[float]) -> np.ndarray | None:
@@ -267,6 +280,53 @@ def inconsistent_statistics(
     return None
 
 
+def inconsistent_parts(
+    fitting_mean: np.ndarray,
+    fitting_trace: float,
+    validation_mean: np.ndarray,
+    validation_trace: float,
+    *,
+    max_variance_ratio: float = 100.0,
+    max_mean_offset: float = 10.0,
+) -> str | None:
+    """Why a client's validation part is out of line with its fitting part, or None.
+
+    The two parts are one stratified split of one client's rows
+    (:func:`~skslot.selection.validation_split`), so they describe one
+    distribution; the summary, and so every check against it, describes the
+    fitting part alone, while the final head is refitted on both.  The
+    validation part's total variance ``tr(S_v)`` may not exceed
+    ``max_variance_ratio`` times the fitting part's, nor its mean lie more than
+    ``max_mean_offset`` of the fitting part's standard deviations
+    (``sqrt(tr S_f)``) from the fitting mean: the bounds
+    :func:`implausible_summaries` puts on a client against the others.  A
+    smaller spread is not refused (a part of one row per class has none).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot.defence import inconsistent_parts
+    >>> inconsistent_parts(np.zeros(2), 2.0, np.full(2, 0.5), 1.5) is None
+    True
+    >>> print(inconsistent_parts(np.zeros(2), 2.0, np.zeros(2), 2e4))
+    its validation part's variance is 1e+04 times its fitting part's (max-variance-ratio = 100)
+    """
+    if not validation_trace <= max_variance_ratio * fitting_trace:
+        ratio = validation_trace / fitting_trace if fitting_trace > 0 else float("inf")
+        return (
+            f"its validation part's variance is {ratio:.3g} times its fitting part's "
+            f"(max-variance-ratio = {max_variance_ratio:g})"
+        )
+    offset = float(np.linalg.norm(np.asarray(validation_mean) - np.asarray(fitting_mean)))
+    if not offset <= max_mean_offset * np.sqrt(fitting_trace):
+        sd = np.sqrt(fitting_trace)
+        return (
+            f"its validation part's mean lies {offset / sd if sd > 0 else float('inf'):.3g} "
+            f"standard deviations from its fitting part's (max-mean-offset = {max_mean_offset:g})"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class DefenceBounds:
     """The server's bounds on what clients declare, and the checks that apply them.
@@ -316,6 +376,18 @@ class DefenceBounds:
         check_in_range("max_mean_offset", self.max_mean_offset, 0.0, None)
         check_in_range("screen_significance", self.screen_significance, 0.0, 1.0)
         check_in_range("screen_min_gain", self.screen_min_gain, 0.0, 1.0)
+
+    def inconsistent_parts(self, fitting: _Statistics, validation: _Statistics) -> str | None:
+        """Why a client's two parts of statistics are out of line (:func:`inconsistent_parts`)."""
+        fit, held = fitting.implied_moments("total"), validation.implied_moments("total")
+        return inconsistent_parts(
+            fit.mean,
+            fit.trace,
+            held.mean,
+            held.trace,
+            max_variance_ratio=self.max_variance_ratio,
+            max_mean_offset=self.max_mean_offset,
+        )
 
     def strongest_case(
         self, votes: Mapping[Hashable, Mapping[Hashable, tuple[int, int, int]]]

@@ -9,9 +9,10 @@ the two agree exactly.
 The protocol, for a grid of candidates ``(tau, head parameters)``:
 
 1. *client*: split its rows into a fitting and a validation part
-   (:func:`validation_split`, stratified by class), send its summary (of all
-   its rows) and, for heads whose statistics are moments, the statistics of
-   each part of its *unaligned* rows;
+   (:func:`validation_split`, stratified by class), send the summary of its
+   fitting rows (so that its held-out rows are new to its map, as test rows
+   are) and, for heads whose statistics are moments, the statistics of each
+   part of its *unaligned* rows;
 2. *server*: build the reference and every client's map ``T_k``; fit one head
    per candidate from the fitting statistics pushed through ``T_k^tau``
    (:func:`candidate_heads`; for O-FedAvg, whose local training is not a

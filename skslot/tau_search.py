@@ -20,6 +20,7 @@ from ._validation import (
 from .heads._base import OneShotHead
 from .protocol import (
     ClientParty,
+    ClientState,
     FixedReference,
     InProcessTransport,
     OneShotProtocol,
@@ -50,13 +51,14 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
     best, and refits it on all rows.  ``tau = 0`` (no alignment) is in the default grid,
     so SLOT is only used where the federation's own data says it helps.
 
-    Each client's map is estimated from all its rows, its held-out rows
-    included, so the validation scores rows inside the sample of the map it
-    validates.  With the paper's summary this bias goes either way and
-    rarely moves the choice; with within-class summaries
-    (``slot=SLOTTransformer(covariance="within")``) it leans towards strong
-    transport, and the search warns
-    (:class:`~skslot.InSampleValidationWarning`; measured in docs/results.md).
+    Each client's summary, and so its map, is estimated from its fitting
+    rows alone, so the validation scores rows that are new to the map it
+    validates, as a test row is: a map estimated from the held-out rows too
+    fits them better than new ones, most of all a within-class map
+    (``slot=SLOTTransformer(covariance="within")``), and would bias the
+    choice towards strong transport (measured in docs/results.md).  The
+    deployed maps are those same maps; the final head is refitted on all
+    rows.
 
     Parameters
     ----------
@@ -88,9 +90,11 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
         candidate, trained on the fitting rows only, is the final head.
     slot : SLOTTransformer, default=None
         Settings of the summaries, reference and maps (its ``tau`` is
-        ignored); cloned and fitted on all rows of every client.  A
+        ignored); each client's summary is of its fitting rows.  A
         :class:`sklearn.frozen.FrozenEstimator` of a fitted transformer
-        reuses its reference and maps.
+        reuses its reference and maps, on the server and the clients alike:
+        fitted on all rows, its maps contain the held-out rows, and the
+        validation is then in sample for them.
     unknown_client : {"fit", "error", "identity"}, default="fit"
         What ``predict`` does with a client not seen in ``fit`` (see
         :class:`~skslot.SLOTTransformer`); ``"fit"``, the default, is what a
@@ -213,6 +217,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
         labels, codes = check_client_labels(client, X.shape[0])
         protocol.reference.check_clients(labels)
         slot = self._slot()
+        frozen = isinstance(protocol.reference, FixedReference)  # its maps, on both sides
         parties = {
             label: ClientParty(
                 X[codes == k],
@@ -222,6 +227,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
                 label=label,
                 summary_estimator=slot._summary_estimator(),
                 validation_fraction=self.validation_fraction,
+                state=ClientState(fixed_map=slot.maps_[label]) if frozen else None,
             )
             for k, label in enumerate(labels)
         }
@@ -239,7 +245,10 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
         # each client's map, as a deployed client computes it from the reference it received
         own = SLOTTransformer.from_reference(
             result.reference,
-            {label: parties[label].state.summary for label in labels},
+            {
+                label: slot.summaries_[label] if frozen else parties[label].state.summary
+                for label in labels
+            },
             tau_scales=result.tau_scales,
             client_tau=self._slot().client_tau,
             unknown_client=self.unknown_client,

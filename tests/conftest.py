@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from skslot._validation import spawn_seeds
 from skslot.datasets import make_federated_classification
+from skslot.selection import validation_split
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -65,3 +67,14 @@ def shared_npz(name: str) -> Path:
     if not path.exists():
         pytest.skip(f"real data {path} is absent (a fresh clone without ../shared/data)")
     return path
+
+
+def fitting_rows(y, client, random_state, fraction=0.2):
+    """Each client's rows outside its validation split, as the search draws it."""
+    labels = np.unique(client)
+    seeds = spawn_seeds(random_state, labels.shape[0])
+    rows = {}
+    for k, seed in zip(labels, seeds, strict=True):
+        own = np.flatnonzero(client == k)
+        rows[k] = own[validation_split(y[own], fraction, seed)[0]]
+    return rows

@@ -199,17 +199,11 @@ def own_summary(reply: Message) -> GaussianSummary:
     config = reply.content.config_records[messages.CONFIG]
     if sends_summary(reply):
         return GaussianSummary.from_bytes(config["summary"])
-    records = reply.content.array_records
-    parts = []
-    for name in (messages.STATISTICS, messages.VALIDATION_STATISTICS):
-        if name not in records:
-            parts.append(None)
-            continue
-        arrays = {n: a.numpy() for n, a in records[name].items()}
-        C, m = arrays["sums"].shape
-        parts.append(ClassStatistics.from_arrays(arrays, classes=np.arange(C), n_features=m))
-    return FedCGSClassifier().protocol.derived_summary(
-        *parts,
+    arrays = {n: a.numpy() for n, a in reply.content.array_records[messages.STATISTICS].items()}
+    C, m = arrays["sums"].shape
+    fitting = ClassStatistics.from_arrays(arrays, classes=np.arange(C), n_features=m)
+    return FedCGSClassifier().protocol.derived_summary(  # of the fitting rows
+        fitting,
         config["shrinkage"],
         covariance="total",
         covariance_floor=1e-8,

@@ -607,13 +607,41 @@ def test_a_test_size_out_of_line_with_the_others_is_not_evaluated(node_configs, 
 
     report = deploy(node_configs, faults={11: fault}, min_clients=3)[0]
     if n_test > 2**53:
-        assert "n-test must be at most 2**53 rows" in report.rejected["upload"][11]
+        assert "n-test and n-validation must be at most 2**53 rows" in report.rejected["upload"][11]
     else:
         assert "upload" not in report.rejected and 11 in report.clients  # it trained
         why = report.rejected["evaluation"][11]
         assert "declares 8.08e+03 test rows" in why and "max-count-ratio = 100" in why
     assert sorted(report.accuracy) == [12, 13, 14]  # its claimed accuracy of 1 counts nowhere
     assert report.macro_accuracy == pytest.approx(np.mean(list(report.accuracy.values())))
+
+
+@pytest.mark.parametrize(
+    ("tau", "n_validation", "reason"),
+    [
+        (0.4, 5, "this run has no validation part"),
+        ("auto", -1, "row counts must be >= 0"),
+        ("auto", 2**60, "n-validation must be at most 2**53 rows"),
+        ("auto", 2**30, "a split at validation_fraction = 0.2 over 4 classes holds out"),
+        ("auto", 0, "a split at validation_fraction = 0.2 over 4 classes holds out"),
+    ],
+)
+def test_a_validation_part_the_split_cannot_make_is_rejected(
+    node_configs, tau, n_validation, reason
+):
+    """O-FedAvg sends no statistics to count its held-out rows: its split bounds them.
+
+    A client announcing a larger validation part would have the refit accept local heads
+    of rows it does not hold, and one announcing none would stay out of the choice."""
+
+    def fault(request, reply):
+        if request.metadata.message_type == "query.upload":
+            return rewrite_upload(request, reply, config={"n-validation": n_validation})
+        return reply
+
+    report = deploy(node_configs, faults={11: fault}, head="O-FedAvg", tau=tau, min_clients=3)[0]
+    assert reason in report.rejected["upload"][11], report.rejected["upload"][11]
+    assert sorted(report.accuracy) == [12, 13, 14]
 
 
 @pytest.mark.parametrize(

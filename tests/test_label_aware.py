@@ -9,16 +9,11 @@ from sklearn.covariance import LedoitWolf
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
-from skslot import (
-    FederatedTauSearch,
-    GaussianSummaryEstimator,
-    InSampleValidationWarning,
-    SLOTTransformer,
-)
+from skslot import FederatedTauSearch, GaussianSummaryEstimator, SLOTTransformer
 from skslot.heads import FedCGSClassifier
 from skslot.summary import within_class_summary
 
-from .conftest import assert_close_in_norm
+from .conftest import assert_close_in_norm, fitting_rows
 
 
 @pytest.fixture(scope="module")
@@ -137,19 +132,22 @@ def test_a_supervised_pipeline_passes_the_labels_to_slot(data):
         slot.transform(X[:5], client=np.full(5, 99))
 
 
-def test_the_federated_search_runs_label_aware_summaries(data):
+def test_the_federated_search_runs_label_aware_summaries_of_its_fitting_rows(data):
     slot = SLOTTransformer(covariance="within")
     search = FederatedTauSearch(FedCGSClassifier(), slot=slot, random_state=0)
-    # its validation rows are inside the sample of the maps it validates: said, not hidden
-    with pytest.warns(InSampleValidationWarning, match="validation is biased"):
-        search.fit(data.X, data.y, client=data.client)
-    direct = GaussianSummaryEstimator(covariance="within").fit(data.X, data.y, client=data.client)
-    for k in search.clients_:  # derived from FedCGS's statistics: equal up to rounding
+    search.fit(data.X, data.y, client=data.client)
+    # the held-out rows are outside each client's summary, hence outside its map
+    for k, rows in fitting_rows(data.y, data.client, 0).items():
+        direct = GaussianSummaryEstimator(covariance="within").fit(data.X[rows], data.y[rows])
+        expected = direct.summaries_[None]
+        summary = search.slot_.summaries_[k]  # derived from FedCGS's statistics
+        assert summary.n == rows.shape[0] < np.sum(data.client == k)
+        np.testing.assert_allclose(summary.mean, expected.mean, rtol=1e-12)
         np.testing.assert_allclose(
-            search.slot_.summaries_[k].covariance,
-            direct.summaries_[k].covariance,
+            summary.covariance,
+            expected.covariance,
             rtol=1e-10,
-            atol=1e-12 * np.abs(direct.summaries_[k].covariance).max(),
+            atol=1e-12 * np.abs(expected.covariance).max(),
         )
 
 
@@ -173,41 +171,17 @@ def test_flower_runs_label_aware_summaries_as_in_process(tmp_path, data):
         connect_timeout=0.0,
     )
     grid = LocalGrid(client_app, node_configs, config.to_run_config())
-    with pytest.warns(InSampleValidationWarning) as caught:
-        report, scores, _ = run_one_shot(grid, config)
-    # said once, by the server that makes the choice: never by the clients' apps
-    assert sum(w.category is InSampleValidationWarning for w in caught) == 1
+    report, scores, _ = run_one_shot(grid, config)
     X = np.vstack([np.load(node_configs[21 + k]["data"])["X_train"] for k in range(3)])
     y = np.concatenate([np.load(node_configs[21 + k]["data"])["y_train"] for k in range(3)])
     client = np.repeat([0, 1, 2], 150)
     search = FederatedTauSearch(
         FedCGSClassifier(), slot=SLOTTransformer(covariance="within"), random_state=config.seed
     )
-    with pytest.warns(InSampleValidationWarning):
-        search.fit(X, y, client=client)
+    search.fit(X, y, client=client)
     assert report.tau == search.best_tau_
     np.testing.assert_array_equal(scores.coef, search.best_estimator_.linear_scores().coef)
     with pytest.raises(ValueError, match="no calibrated differentially private release"):
         DeploymentConfig(summary_covariance="within", epsilon=1.0)
 
 
-def test_only_a_choice_of_tau_over_within_class_summaries_warns(data):
-    """The warning is about choosing: a fixed tau, or a grid with no transport, says nothing."""
-    import warnings
-
-    from skslot.protocol import OneShotProtocol
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", InSampleValidationWarning)
-        for slot, taus in [
-            (SLOTTransformer(covariance="within", tau=0.4), None),
-            (SLOTTransformer(covariance="within"), (0.0,)),
-            (SLOTTransformer(), (0.0, 0.4, 1.0)),
-        ]:
-            if taus is None:
-                slot.fit(data.X, data.y, client=data.client)
-            else:
-                FederatedTauSearch(FedCGSClassifier(), taus=taus, slot=slot).fit(
-                    data.X, data.y, client=data.client
-                )
-        OneShotProtocol(FedCGSClassifier(), tau="auto", summary_covariance="within")

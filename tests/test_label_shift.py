@@ -215,8 +215,10 @@ def test_fedpft_counts_agree_with_a_class_skipped_in_one_part_only():
     fitting = head.client_statistics(X[fit_rows], y[fit_rows], classes)
     validation = head.client_statistics(X[val_rows], y[val_rows], classes)
     assert validation.skipped == [(2, 1)]  # one row of class 2: not sent
-    summary = GaussianSummaryEstimator().fit(X).summaries_[None]
-    upload = Upload(summary, 18, 0, fitting, validation, class_counts=class_counts(y, classes))
+    summary = GaussianSummaryEstimator().fit(X[fit_rows]).summaries_[None]
+    upload = Upload(
+        summary, 18, 0, fitting, validation, class_counts=class_counts(y, classes), n_validation=5
+    )
     assert intake.class_counts_problem(upload, 3) is None
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from skslot import FederatedTauSearch, GaussianSummary, GaussianSummaryEstimator
 from skslot.datasets import make_federated_classification
+from skslot.defence import DefenceBounds
 from skslot.heads import (
     HEADS,
     FedCGSClassifier,
@@ -78,6 +79,101 @@ def test_the_stage_order_depends_on_the_head_s_protocol_only(clients):
         assert result.stages == stages, (name, tau)
         assert result.report.status == "completed"
         assert sorted(result.report.accuracy) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("name", ["FedCGS", "FedPFT", "O-FedAvg"])
+@pytest.mark.parametrize(("tau", "screen"), [("auto", "auto"), (0.4, "on")])
+def test_held_out_rows_are_outside_the_maps_they_validate(clients, name, tau, screen):
+    """With a validation round, each map is estimated from the client's fitting rows only.
+
+    Its summary is that of the fitting rows (FedCGS: derived from their statistics), the
+    map deployed is the one it makes, and the refit still trains on all rows."""
+    head = make_head(name, seed=0)
+    transport = parties(clients, head)
+    result = OneShotProtocol(
+        head, tau=tau, taus=(0.0, 0.5), screen=screen, defence=DefenceBounds(), random_state=0
+    ).run(InProcessTransport(transport), CLASSES)
+    assert result.clients == [0, 1, 2, 3]
+    for k, summary in zip(result.clients, result.summaries, strict=True):
+        party = transport[k]
+        fit, held = party.split
+        assert held.size > 0 and summary.n == fit.size
+        direct = GaussianSummaryEstimator().fit(party.X[fit]).summaries_[None]
+        np.testing.assert_allclose(summary.mean, direct.mean, rtol=1e-12)
+        np.testing.assert_allclose(summary.covariance, direct.covariance, rtol=1e-9, atol=1e-12)
+        assert party.state.summary is summary or name == "FedCGS"
+    # O-FedAvg's final heads come from a round of local training on all rows
+    assert ("refit" in result.stages) == (name == "O-FedAvg")
+
+
+class PoisonedValidation(ClientParty):
+    """Honest fitting part and summary; its validation part's rows x50 + 500.
+
+    The summary and every check against it describe the fitting part; the final head is
+    refitted on both parts."""
+
+    def upload(self, request):
+        found = super().upload(request)
+        fit, val = self.split
+        X = self.X.copy()
+        X[val] = X[val] * 50 + 500.0
+        _, validation = self.head.protocol.client_upload(
+            self.head, X, self.y, self.classes, (fit, val), client_index=request.client_index
+        )
+        return dataclasses.replace(found, validation=validation)
+
+
+@pytest.mark.parametrize("name", ["FedCGS", "FedPFT"])
+def test_a_validation_part_out_of_line_with_the_fitting_part_is_rejected(clients, name):
+    head = make_head(name, seed=0)
+    transport = parties(clients, head)
+    X, y, Xt, yt = clients[0]
+    transport[0] = PoisonedValidation(
+        X, y, head=head, classes=CLASSES, label=0, X_test=Xt, y_test=yt
+    )
+    result = OneShotProtocol(
+        head, tau="auto", taus=(0.0, 0.5), defence=DefenceBounds(), random_state=0
+    ).run(InProcessTransport(transport), CLASSES)
+    why = result.report.rejected["upload"][0]
+    assert "validation part's variance is" in why and "times its fitting part's" in why
+    assert result.clients == [1, 2, 3]
+
+
+def test_a_party_run_again_with_another_split_summarises_its_new_fitting_rows(clients):
+    """Its summary is kept within a run, never across splits: the held-out rows stay out."""
+    head = make_head("O-FedAvg", seed=0)
+    transport = parties(clients, head)
+    for tau, seed in [(0.4, None), ("auto", 0), ("auto", 1)]:
+        result = OneShotProtocol(head, tau=tau, taus=(0.0, 0.5), random_state=seed).run(
+            InProcessTransport(transport), CLASSES
+        )
+        for k, summary in zip(result.clients, result.summaries, strict=True):
+            party = transport[k]
+            X, _ = party.fitting_rows()
+            np.testing.assert_allclose(summary.mean, X.mean(axis=0), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("counts", "reason"),
+    [
+        ({"n_validation": -1}, "n_validation must be >= 0, got -1"),
+        ({"n_validation": 0.5}, "n_validation must be an integer, got 0.5"),
+        ({"n_test": True}, "n_test must be an integer, got True"),
+    ],
+)
+def test_counts_an_in_process_upload_announces_are_non_negative_integers(clients, counts, reason):
+    class Miscounting(ClientParty):
+        def upload(self, request):
+            return dataclasses.replace(super().upload(request), **counts)
+
+    head = make_head("O-FedAvg", seed=0)
+    transport = parties(clients, head)
+    X, y, Xt, yt = clients[0]
+    transport[0] = Miscounting(X, y, head=head, classes=CLASSES, label=0, X_test=Xt, y_test=yt)
+    result = OneShotProtocol(head, tau="auto", taus=(0.0, 0.5), random_state=0).run(
+        InProcessTransport(transport), CLASSES
+    )
+    assert reason in result.report.rejected["upload"][0]
 
 
 @pytest.mark.parametrize(
@@ -404,7 +500,7 @@ def test_a_fedcgs_client_refuses_summary_settings_other_than_the_runs():
     with pytest.raises(ValueError, match=r"covariance='within'.*but the run derives summaries"):
         OneShotProtocol(head).run(InProcessTransport(parties), classes)
     # the same clients in a run of their kind: each keeps exactly the summary the server
-    # derived (with a validation split: from its two parts merged)
+    # derived (with a validation split: from its fitting part alone)
     parties[1].summary_estimator = None
     result = OneShotProtocol(head, tau="auto", random_state=0).run(
         InProcessTransport(parties), classes
@@ -412,7 +508,7 @@ def test_a_fedcgs_client_refuses_summary_settings_other_than_the_runs():
     assert result.clients == [0, 1, 2]
     for k, derived in zip(result.clients, result.summaries, strict=True):
         own = parties[k].state.summary
-        assert own.n == derived.n == parties[k].y.shape[0]
+        assert own.n == derived.n == parties[k].split[0].shape[0] < parties[k].y.shape[0]
         np.testing.assert_array_equal(own.covariance, derived.covariance)
         np.testing.assert_array_equal(own.mean, derived.mean)
 

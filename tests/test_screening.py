@@ -7,7 +7,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from skslot import GaussianMap
+from skslot import GaussianMap, GaussianSummary
 from skslot.datasets import make_federated_classification
 from skslot.defence import DefenceBounds
 from skslot.heads import LinearScores, make_head
@@ -352,13 +352,20 @@ def run_parties(transport, head):
 
 
 class ShortValidation(ClientParty):
-    """Announces one fitting row more than its class counts leave."""
+    """Announces one fitting row more than its class counts leave, and one held-out row less.
+
+    Its totals and its summary's count agree with the claim: only the split, derived from
+    the class counts, tells."""
 
     def upload(self, request):
         from dataclasses import replace
 
         found = super().upload(request)
-        return replace(found, n_fit=found.n_fit + 1)
+        own = found.summary
+        claimed = GaussianSummary(own.n + 1, own.mean, own.covariance, client=own.client)
+        return replace(
+            found, summary=claimed, n_fit=found.n_fit + 1, n_validation=found.n_validation - 1
+        )
 
 
 def test_the_validation_part_is_the_one_the_class_counts_make(clients):

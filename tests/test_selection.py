@@ -31,6 +31,8 @@ from skslot.selection import (
     validation_split,
 )
 
+from .conftest import fitting_rows
+
 TAUS = (0.0, 0.3, 0.7, 1.0)
 HEADS = [
     FedCGSClassifier(),
@@ -306,20 +308,44 @@ def test_no_refit_keeps_the_chosen_candidate(federated):
 
 def test_a_frozen_slot_transformer_is_reused(federated):
     X, y, client = federated.X, federated.y, federated.client
-    slot = SLOTTransformer().fit(X, client=client)
+    fit = np.sort(np.concatenate(list(fitting_rows(y, client, 0).values())))
+    slot = SLOTTransformer().fit(X[fit], client=client[fit])  # on the search's fitting rows
     fresh = FederatedTauSearch(FedCGSClassifier(), random_state=0).fit(X, y, client=client)
     frozen = FederatedTauSearch(FedCGSClassifier(), slot=FrozenEstimator(slot), random_state=0).fit(
         X, y, client=client
     )
     # FedCGS's summaries are derived from its statistics, the frozen ones computed directly:
-    # the same Ledoit-Wolf summaries up to rounding
+    # the same Ledoit-Wolf summaries up to rounding, and the frozen maps on both sides
     np.testing.assert_allclose(
         fresh.best_estimator_.coef_, frozen.best_estimator_.coef_, rtol=1e-9, atol=1e-12
     )
+    for k in frozen.clients_:
+        np.testing.assert_allclose(frozen.slot_.maps_[k].linear, slot.maps_[k].linear, rtol=1e-12)
     # a client the frozen transformer has no map for: refused before any work
     others = np.where(client == 3, 7, client)
     with pytest.raises(ValueError, match=r"the fitted reference has no map for clients \[7\]"):
         FederatedTauSearch(FedCGSClassifier(), slot=FrozenEstimator(slot)).fit(X, y, client=others)
+
+
+def test_a_frozen_transformer_s_maps_align_the_clients_held_out_rows(federated):
+    """The server's maps and each client's are the frozen ones, even where the client's own
+    summary (of its fitting rows) would make another map: the counts say so."""
+    from sklearn.metrics import balanced_accuracy_score
+
+    X, y, client = federated.X, federated.y, federated.client
+    slot = SLOTTransformer().fit(X + 3.0 * client[:, None], client=client)  # other maps
+    search = FederatedTauSearch(
+        FedCGSClassifier(), taus=(0.0, 1.0), slot=FrozenEstimator(slot), random_state=0
+    ).fit(X, y, client=client)
+    table = search.cv_results_
+    kept = fitting_rows(y, client, 0)
+    for i, k in enumerate(search.selection_clients_):
+        own = np.flatnonzero(client == k)
+        held = np.setdiff1d(own, kept[k])
+        for j, tau in enumerate(table["param_tau"]):
+            Z = slot.maps_[k].geodesic(float(tau)).apply(X[held])
+            expected = balanced_accuracy_score(y[held], search.candidate_heads_[j].predict(Z))
+            assert table[f"client{i}_validation_score"][j] == pytest.approx(expected, rel=1e-12)
 
 
 def test_small_clients_are_left_out_of_the_choice(federated):

@@ -212,13 +212,12 @@ def test_the_fedcgs_summary_is_derived_exactly_from_the_statistics(rows, covaria
 
     X, y = rows
     direct = GaussianSummaryEstimator(covariance=covariance).fit(X, y).summaries_[None]
-    halves = [slice(0, 150), slice(150, None)]  # a fitting and a validation part
+    halves = [slice(0, 150), slice(150, None)]  # two parts, merged: the statistics of all rows
     fitting, validation = (
         FedCGSClassifier().client_statistics(X[h], y[h], CLASSES) for h in halves
     )
     derived = FedCGSClassifier().protocol.derived_summary(
-        fitting,
-        validation,
+        fitting.merge(validation),
         direct.shrinkage,
         covariance=covariance,
         covariance_floor=1e-8,
@@ -251,7 +250,7 @@ def test_the_shrinkage_a_fedcgs_client_announces_is_ledoit_wolfs(rows, covarianc
         FedCGSClassifier().client_statistics(X[h], y[h], CLASSES) for h in halves
     )
     found = FedCGSClassifier().protocol.derived_shrinkage(
-        fitting, validation, X, y, covariance=covariance
+        fitting.merge(validation), X, y, covariance=covariance
     )
     np.testing.assert_allclose(found, expected, rtol=1e-8)
     assert 0.0 < found < 1.0

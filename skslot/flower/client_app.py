@@ -243,6 +243,7 @@ def upload(message: Message, context: Context) -> Message:
         None if reply.summary is None else payload,
         n_fit=reply.n_fit,
         n_test=reply.n_test,
+        n_validation=reply.n_validation,
         statistics=None if reply.statistics is None else reply.statistics.to_arrays(),
         validation=None if reply.validation is None else reply.validation.to_arrays(),
         class_counts=reply.class_counts,

@@ -206,6 +206,7 @@ def upload_reply(
     *,
     n_fit: int,
     n_test: int,
+    n_validation: int = 0,
     statistics: ArrayMessage | None = None,
     validation: ArrayMessage | None = None,
     class_counts: np.ndarray | None = None,
@@ -215,7 +216,7 @@ def upload_reply(
 ) -> Message:
     """A client's upload: its summary, or (``summary=None``) the shrinkage, label and
     dimension of the summary the server derives from its statistics (FedCGS)."""
-    values: dict[str, Any] = {"n-fit": n_fit, "n-test": n_test}
+    values: dict[str, Any] = {"n-fit": n_fit, "n-test": n_test, "n-validation": n_validation}
     if summary is not None:
         values["summary"] = summary
     if shrinkage is not None:
@@ -253,6 +254,7 @@ class UploadReply:
     shrinkage: float | None = None
     label: int | str | None = None
     dimension: int | None = None
+    n_validation: int = 0
 
 
 def read_upload_reply(message: Message, *, n_classes: int) -> UploadReply:
@@ -275,10 +277,16 @@ def read_upload_reply(message: Message, *, n_classes: int) -> UploadReply:
             "its statistics"
         )
     n_fit, n_test = config_value(config, "n-fit", int), config_value(config, "n-test", int)
-    if n_fit < 0 or n_test < 0:
-        raise ProtocolError(f"row counts must be >= 0, got n-fit {n_fit}, n-test {n_test}")
-    if n_test > MAX_COUNT:
-        raise ProtocolError(f"n-test must be at most 2**53 rows, got {n_test}")
+    n_validation = config_value(config, "n-validation", int)
+    if min(n_fit, n_test, n_validation) < 0:
+        raise ProtocolError(
+            f"row counts must be >= 0, got n-fit {n_fit}, n-validation {n_validation}, "
+            f"n-test {n_test}"
+        )
+    if max(n_test, n_validation) > MAX_COUNT:
+        raise ProtocolError(
+            f"n-test and n-validation must be at most 2**53 rows, got {n_test}, {n_validation}"
+        )
     counts = None
     if "class-counts" in config:
         values = config["class-counts"]
@@ -302,6 +310,7 @@ def read_upload_reply(message: Message, *, n_classes: int) -> UploadReply:
         shrinkage,
         label,
         dimension,
+        n_validation,
     )
 
 

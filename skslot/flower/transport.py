@@ -415,14 +415,14 @@ class FlowerTransport:
             try:
                 if dimension != m:
                     raise StatisticsFormatError(f"dimension {dimension}, expected {m}")
-                if summary is not None and not 1 <= n_fit <= summary.n:
+                if summary is not None and n_fit != summary.n:
                     raise StatisticsFormatError(
                         f"fitting part of {n_fit} rows, but the summary counts {summary.n}"
                     )
                 if n_fit < 1:
                     raise StatisticsFormatError(f"fitting part of {n_fit} rows")
                 cap = self.head.protocol.max_upload_bytes(self.head, self.classes.shape[0], m)
-                held = None if summary is None else summary.n - n_fit
+                held = upload.n_validation
                 parts = []
                 for record, n in ((upload.statistics, n_fit), (upload.validation, held)):
                     if record is None:
@@ -447,4 +447,5 @@ class FlowerTransport:
                 class_counts=upload.class_counts,
                 shrinkage=upload.shrinkage,
                 label=upload.label,
+                n_validation=upload.n_validation,
             )

@@ -397,7 +397,7 @@ class ClassMixtures:
         exact = min_samples_per_class is not None
         if n_samples is not None and (total > n_samples or (exact and total != n_samples)):
             raise StatisticsFormatError(
-                f"mixtures describe {total} rows but the client's summary counted {n_samples}"
+                f"mixtures describe {total} rows but the client announced {n_samples}"
             )
         K = int(k.sum())
         weights = read_array(arrays, "weights", (K,), nonnegative=True)

@@ -75,20 +75,19 @@ class HeadProtocol:
     def derived_summary(
         self,
         fitting: Any,
-        validation: Any,
         shrinkage: float,
         *,
         covariance: str,
         covariance_floor: float,
         client: int | str | None,
     ) -> GaussianSummary:
-        """Client and server: the summary of all a client's rows, from its statistics."""
+        """Client and server: the summary of a client's fitting rows, from their statistics."""
         raise NotImplementedError(f"{type(self).__name__} does not derive summaries")
 
     def derived_shrinkage(
-        self, fitting: Any, validation: Any, X: np.ndarray, y: np.ndarray, *, covariance: str
+        self, fitting: Any, X: np.ndarray, y: np.ndarray, *, covariance: str
     ) -> float:
-        """Client: the shrinkage it announces, of its rows ``X, y`` (all of them)."""
+        """Client: the shrinkage it announces, of its fitting rows ``X, y``."""
         raise NotImplementedError(f"{type(self).__name__} does not derive summaries")
 
     def client_upload(
@@ -185,20 +184,13 @@ class GramProtocol(StatisticsProtocol):
 
     derives_summary = True
 
-    def derived_summary(
-        self, fitting, validation, shrinkage, *, covariance, covariance_floor, client
-    ):
-        return _all_rows(fitting, validation).summary(
+    def derived_summary(self, fitting, shrinkage, *, covariance, covariance_floor, client):
+        return fitting.summary(
             shrinkage, covariance=covariance, covariance_floor=covariance_floor, client=client
         )
 
-    def derived_shrinkage(self, fitting, validation, X, y, *, covariance):
-        return _all_rows(fitting, validation).ledoit_wolf_shrinkage(X, y, covariance=covariance)
-
-
-def _all_rows(fitting: Any, validation: Any) -> Any:
-    """The statistics of all a client's rows, from those of its two parts."""
-    return fitting if validation is None else fitting.merge(validation)
+    def derived_shrinkage(self, fitting, X, y, *, covariance):
+        return fitting.ledoit_wolf_shrinkage(X, y, covariance=covariance)
 
 
 class LocalTrainingProtocol(HeadProtocol):

@@ -61,13 +61,16 @@ class ClientState:
 
     ``summary`` is its summary exactly as the server received it, and
     ``reference`` the server's reference once received, so every stage uses
-    the same map.
+    the same map.  ``fixed_map``, where the run's maps were fitted before it
+    (:class:`~skslot.protocol.reference.FixedReference`), is this client's
+    map among them, used in place of the one its summary would make.
     """
 
     summary: GaussianSummary | None = None
     reference: GaussianSummary | None = None
     client_index: int | None = None
     split_seed: int | None = None
+    fixed_map: GaussianMap | None = None
 
 
 class ClientParty:
@@ -120,9 +123,17 @@ class ClientParty:
     # -- what the stages share ---------------------------------------------------------
 
     def summarise(self) -> GaussianSummary:
-        """The summary of this client's training rows."""
+        """The summary of this client's fitting rows (all its training rows without a split)."""
+        X, y = self.fitting_rows()
         estimator = self.summary_estimator or GaussianSummaryEstimator()
-        return estimator.fit(self.X, self.y, client=self.label).summaries_[self.label]
+        return estimator.fit(X, y, client=self.label).summaries_[self.label]
+
+    def fitting_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows and labels the client fits on: those it does not hold out."""
+        split = self.split
+        if split is None:
+            return self.X, self.y
+        return self.X[split[0]], self.y[split[0]]
 
     @property
     def split(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -136,6 +147,8 @@ class ClientParty:
         state = self.state
         if reference is not None:
             state.reference = reference
+        if state.fixed_map is not None:
+            return state.fixed_map
         if state.summary is None:
             raise RuntimeError("this client has no summary of this run (no upload stage ran)")
         if state.reference is None:
@@ -146,24 +159,31 @@ class ClientParty:
     # -- the stages --------------------------------------------------------------------
 
     def upload(self, request: UploadRequest) -> Upload:
-        """Stage "upload": the summary of all its rows and what the head uploads with it.
+        """Stage "upload": the summary of its fitting rows and what the head uploads with it.
 
-        The summary is made once per run: a repeated request gets the same one
-        (for a private summary, no fresh noise to average out).  Where the
-        head's statistics determine the summary (FedCGS), the client sends its
-        Ledoit-Wolf shrinkage instead and keeps the summary the server derives
-        from the same statistics (:meth:`~skslot.heads.ClassStatistics.summary`),
-        with the run's summary settings (``request``), which must be its own.
+        With a validation split (``request.split_seed``) the summary, and so
+        the map, leaves the held-out rows out: the validation then scores rows
+        new to the map, as the test does.  The summary is made once per run: a
+        repeated request with the same split gets the same one (for a private
+        summary, no fresh noise to average out; another split summarises
+        other rows, a new release).  Where the head's statistics determine the
+        summary (FedCGS), the client sends its Ledoit-Wolf shrinkage instead
+        and keeps the summary the server derives from the same statistics
+        (:meth:`~skslot.heads.ClassStatistics.summary`), with the run's summary
+        settings (``request``), which must be its own.
         """
         state, protocol = self.state, self.head.protocol
         estimator = self.summary_estimator or GaussianSummaryEstimator()
         why = private_summary_problem(self.head, estimator.epsilon)
         if why:
             raise ValueError(why)
+        if state.summary is not None and state.split_seed != request.split_seed:
+            state.summary = None  # another split: another fitting part to summarise
         state.client_index, state.split_seed = request.client_index, request.split_seed
         split = self.split
+        X_fit, y_fit = self.fitting_rows()
         if protocol.derives_summary:  # its summary's scale check, as the estimator's
-            check_feature_scale(self.X)
+            check_feature_scale(X_fit)
         fitting, validation = protocol.client_upload(
             self.head, self.X, self.y, self.classes, split, client_index=request.client_index
         )
@@ -180,9 +200,8 @@ class ClientParty:
                 )
             state.summary = protocol.derived_summary(
                 fitting,
-                validation,
                 protocol.derived_shrinkage(
-                    fitting, validation, self.X, self.y, covariance=request.summary_covariance
+                    fitting, X_fit, y_fit, covariance=request.summary_covariance
                 ),
                 covariance=request.summary_covariance,
                 covariance_floor=request.covariance_floor,
@@ -192,7 +211,8 @@ class ClientParty:
             state.summary = self.summarise()
         return Upload(
             None if derived else state.summary,
-            n_fit=self.y.shape[0] if split is None else split[0].shape[0],
+            n_fit=y_fit.shape[0],
+            n_validation=0 if split is None else split[1].shape[0],
             n_test=0 if self.y_test is None else int(self.y_test.shape[0]),
             statistics=fitting,
             validation=validation,

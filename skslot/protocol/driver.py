@@ -3,8 +3,9 @@
 :class:`OneShotProtocol` runs a whole round over any :class:`~skslot.protocol.Transport`:
 
 1. ``upload``: every client sends its summary (and, for statistics heads,
-   the statistics of its unaligned rows; with ``tau = "auto"`` those of its
-   fitting and of its validation rows apart);
+   the statistics of its unaligned rows; with a validation round those of
+   its fitting and of its validation rows apart, and its summary describes
+   the fitting rows alone, so that the held-out rows are new to its map);
 2. the server ties each upload to the others (:mod:`skslot.protocol.intake`),
    screens the clients against each other (:class:`~skslot.defence.DefenceBounds`),
    and builds the reference and every client's map (:mod:`skslot.protocol.reference`);
@@ -30,7 +31,6 @@ transports.  No step branches on the kind of head.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -39,7 +39,6 @@ import numpy as np
 
 from .._validation import check_in_range, check_option, spawn_seeds
 from ..defence import DefenceBounds
-from ..exceptions import InSampleValidationWarning
 from ..gaussian import GaussianMap, GaussianSummary
 from ..heads import LinearScores, OneShotHead
 from ..label_shift import CLIENT_TAU_RULES, label_shift_distances
@@ -294,17 +293,6 @@ class OneShotProtocol:
             When fewer than ``min_clients`` clients complete a stage, or a
             server step fails on the clients' values; its ``report`` says why.
         """
-        transports = any(c.tau > 0 for c in self.candidates)
-        if self.auto and self.summary_covariance == "within" and transports:
-            warnings.warn(  # where the choice is made: the server, once per run
-                "tau='auto' with within-class summaries: each client's map is estimated from "
-                "all its rows, its held-out ones included, and class-centred maps fit their own "
-                "rows closely, so the validation is biased, mostly towards strong transport (on "
-                "Office-Caltech10's counts it chose up to tau = 1 and lost up to 6.9 points); "
-                "prefer a fixed tau with covariance='within' (docs/results.md)",
-                InSampleValidationWarning,
-                stacklevel=3,
-            )
         run = _Run(self, transport, np.asarray(classes))
         return run.execute()
 
@@ -430,7 +418,7 @@ class _Run:
             received = {}
             for c, updates in exchange.replies.items():
                 client = self.clients[c]
-                expected = client.upload.n_fit if part == "fit" else client.summary.n
+                expected = client.upload.n_fit if part == "fit" else client.upload.n_rows
                 why = intake.local_updates_problem(updates, len(wanted[c]), expected)
                 if why:
                     self.report.reject(stage, c, why)
@@ -529,7 +517,6 @@ class _Run:
                 try:
                     summary = head.protocol.derived_summary(
                         upload.statistics,
-                        upload.validation,
                         upload.shrinkage,
                         covariance=protocol.summary_covariance,
                         covariance_floor=protocol.covariance_floor,
@@ -565,10 +552,17 @@ class _Run:
                 summary_covariance=protocol.summary_covariance,
                 n_classes=self.classes.shape[0] if counting else None,
                 validation_fraction=protocol.validation_fraction,
+                run_classes=self.classes.shape[0],
             )
             if why:
                 report.reject("upload", c, why)
                 continue
+            if protocol.defence is not None and upload.validation is not None:
+                # the summary describes the fitting part; the refit also takes this one
+                why = protocol.defence.inconsistent_parts(upload.statistics, upload.validation)
+                if why:
+                    report.reject("upload", c, f"implausible: {why}")
+                    continue
             self.clients[c] = _Client(
                 upload, statistics=upload.statistics, validation=upload.validation
             )
@@ -605,9 +599,13 @@ class _Run:
             return
         order = self.order
         capped = any(c in self.report.capped for c in order)
+        weights = {  # the capped weights, in the class counts' rows (fitting and held out)
+            c: self.clients[c].weight / self.clients[c].summary.n * self.clients[c].upload.n_rows
+            for c in order
+        }
         distances = label_shift_distances(
             {c: self.clients[c].upload.class_counts for c in order},
-            {c: self.clients[c].weight for c in order} if capped else None,  # else pooled
+            weights if capped else None,  # else pooled
         )
         for c in order:
             self.clients[c].tau_scale = distances[c]

@@ -60,10 +60,15 @@ class Upload:
 
     ``statistics`` are those of the fitting rows and ``validation`` those of
     the validation rows (``None`` when it holds none, or the head uploads
-    none); ``n_fit`` counts the fitting rows and ``n_test`` the test rows it
-    will evaluate on; ``class_counts``, when asked for, the rows of each of
+    none); ``n_fit`` counts the fitting rows, ``n_validation`` the rows it
+    holds out (none without a validation round) and ``n_test`` the test rows
+    it will evaluate on; ``class_counts``, when asked for, the rows of each of
     the run's classes among all its training rows.  ``summary_bytes`` is the
     summary's length on the wire, where a transport encodes it.
+
+    The summary describes the fitting rows (all the training rows when there
+    is no validation part), so that the held-out rows are as new to the map
+    they are aligned with as a test row is.
 
     For a head whose statistics determine the summary
     (``head.protocol.derives_summary``, FedCGS), ``summary`` is ``None``: the
@@ -81,6 +86,12 @@ class Upload:
     class_counts: np.ndarray | None = None
     shrinkage: float | None = None
     label: int | str | None = None
+    n_validation: int = 0
+
+    @property
+    def n_rows(self) -> int:
+        """All the client's training rows: its fitting and its validation part."""
+        return self.n_fit + self.n_validation
 
     @property
     def client_label(self) -> int | str | None:
@@ -93,12 +104,6 @@ class Upload:
         if self.summary is not None:
             return self.summary.dimension
         return None if self.statistics is None else int(self.statistics.n_features)
-
-    @property
-    def n_validation(self) -> int:
-        if self.summary is None:
-            raise ValueError("the upload's summary is not derived yet")
-        return self.summary.n - self.n_fit
 
 
 @dataclass(frozen=True, eq=False)

@@ -75,17 +75,39 @@ def upload_problem(
     summary_covariance: str = "total",
     n_classes: int | None = None,
     validation_fraction: float | None = None,
+    run_classes: int | None = None,
 ) -> str | None:
     """Why an upload does not fit the run: its parts, statistics and summary must agree.
 
-    ``n_classes``: the run asked for the client's class counts (over its
-    ``n_classes`` classes), which must add up to its summary's rows and equal
-    those of its statistics; with a validation split (``validation_fraction``)
-    they also fix the size of its validation part.
+    The summary describes the fitting rows, so it must count ``n_fit`` rows
+    and agree with the fitting statistics.  ``n_classes``: the run asked for
+    the client's class counts (over its ``n_classes`` classes), which must add
+    up to its fitting and validation rows and equal those of its statistics;
+    with a validation split (``validation_fraction``) they also fix the size
+    of its validation part.  Without them, the split still bounds it: the run's
+    ``run_classes`` classes each hold out ``floor(fraction * n_c)`` rows, so
+    the validation part of ``n`` rows lies in ``(fraction * n - C, fraction * n]``.
     """
     summary = upload.summary
-    if not split and upload.n_fit != summary.n:
+    for name in ("n_fit", "n_validation", "n_test"):
+        value = getattr(upload, name)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            return f"{name} must be an integer, got {value!r}"
+        if value < 0:
+            return f"{name} must be >= 0, got {value}"
+    if upload.n_fit != summary.n:
+        return f"its summary counts {summary.n} rows, but its fitting part {upload.n_fit}"
+    held, rows = upload.n_validation, upload.n_rows
+    if not split and held != 0:
         return "this run has no validation part (a fixed tau, without screening)"
+    if split and validation_fraction is not None and run_classes is not None:
+        expected = validation_fraction * rows  # Python integers and floats: no wrap-around
+        if not expected - run_classes <= held <= expected * (1 + 1e-12):
+            return (
+                f"a validation part of {held} rows of {rows}: a split at validation_fraction = "
+                f"{validation_fraction} over {run_classes} classes holds out more than "
+                f"{expected - run_classes:.1f} and at most {expected:.1f}"
+            )
     why = class_counts_problem(upload, n_classes, validation_fraction if split else None)
     if why:
         return why
@@ -98,10 +120,7 @@ def upload_problem(
     if (upload.validation is None) != (upload.n_validation == 0):
         return f"validation statistics do not match a validation part of {upload.n_validation} rows"
     if consistency:
-        rows = upload.statistics
-        if upload.validation is not None:
-            rows = rows.merge(upload.validation)
-        implied = rows.implied_moments(summary_covariance)
+        implied = upload.statistics.implied_moments(summary_covariance)
         why = inconsistent_statistics(
             summary,
             implied.mean,
@@ -134,13 +153,14 @@ def class_counts_problem(
             f"class counts must be {n_classes} non-negative integers, got an array of dtype "
             f"{counts.dtype} and shape {counts.shape}"
         )
-    if np.any(counts > upload.summary.n):
-        return f"a class count exceeds the {upload.summary.n} rows of the client's summary"
+    rows = upload.n_rows
+    if np.any(counts > rows):
+        return f"a class count exceeds the client's {rows} training rows"
     total = sum(int(c) for c in counts)  # Python integers: no wrap-around
-    if total != upload.summary.n:
+    if total != rows:
         return (
-            f"class counts add up to {total} rows but the client's summary "
-            f"counted {upload.summary.n}"
+            f"class counts add up to {total} rows but the client announced {rows} "
+            f"({upload.n_fit} fitting, {upload.n_validation} held out)"
         )
     if validation_fraction is not None:
         held = sum(int(k) for k in validation_sizes(counts, validation_fraction))

@@ -131,14 +131,14 @@ def read_count(arrays: Mapping[str, Any], name: str, low: int, high: int | None 
 
 
 def sample_count_problem(n: int, n_samples: int | None, what: str) -> str | None:
-    """Why a message's row count ``n`` disagrees with the summary's ``n_samples`` (if it does)."""
+    """Why a message's row count ``n`` disagrees with the ``n_samples`` its client announced."""
     if n_samples is not None and n != n_samples:
-        return f"{what} {n} rows but the client's summary counted {n_samples}"
+        return f"{what} {n} rows but the client announced {n_samples}"
     return None
 
 
 def read_sample_count(arrays: Mapping[str, Any], n_samples: int | None, what: str) -> int:
-    """The message's row count ``n``, equal to ``n_samples`` (the summary's) when given."""
+    """The message's row count ``n``, equal to ``n_samples`` (the client's announced) when given."""
     n = read_count(arrays, "n", 1)
     why = sample_count_problem(n, n_samples, what)
     if why is not None:
