@@ -52,12 +52,15 @@ __all__ = [
 class _Moments(Protocol):
     mean: np.ndarray
     trace: float
+    n: int
 
 
 class _Statistics(Protocol):
     """A head's statistics of some rows (FedCGS's class statistics, FedPFT's mixtures)."""
 
     def implied_moments(self, covariance: str = "total") -> _Moments: ...
+
+    def class_counts(self) -> np.ndarray: ...
 
 
 def ratios_to_median(values: Sequence[float]) -> np.ndarray | None:
@@ -378,15 +381,24 @@ class DefenceBounds:
         check_in_range("screen_min_gain", self.screen_min_gain, 0.0, 1.0)
 
     def inconsistent_parts(self, fitting: _Statistics, validation: _Statistics) -> str | None:
-        """Why a client's two parts of statistics are out of line (:func:`inconsistent_parts`)."""
+        """Why a client's two parts of statistics are out of line (:func:`inconsistent_parts`).
+
+        Where the validation part leaves some of its rows undescribed (FedPFT
+        sends no class with fewer than ``min_samples_per_class`` rows), its
+        mean is that of other classes than the fitting part's, and only its
+        variance is bounded; where it describes none, nothing is.
+        """
         fit, held = fitting.implied_moments("total"), validation.implied_moments("total")
+        if held.n == 0:
+            return None
+        complete = held.n == int(validation.class_counts().sum())
         return inconsistent_parts(
             fit.mean,
             fit.trace,
             held.mean,
             held.trace,
             max_variance_ratio=self.max_variance_ratio,
-            max_mean_offset=self.max_mean_offset,
+            max_mean_offset=self.max_mean_offset if complete else np.inf,
         )
 
     def strongest_case(

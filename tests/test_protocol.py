@@ -139,6 +139,26 @@ def test_a_validation_part_out_of_line_with_the_fitting_part_is_rejected(clients
     assert result.clients == [1, 2, 3]
 
 
+def test_an_honest_fedpft_validation_part_that_skips_its_classes_is_accepted():
+    """One held-out row per class: FedPFT sends none of them, far from the origin.
+
+    Its validation part describes no row, so it has no mean to compare (not a mean of 0)."""
+    rng = np.random.default_rng(0)
+    classes = np.arange(3)
+    head = make_head("FedPFT", seed=0)
+    transport = {}
+    for k in range(4):
+        y = np.repeat(classes, 5)  # 5 rows per class: 1 held out
+        X = rng.normal(size=(15, 4)) + 50.0 + classes[y][:, None]
+        transport[k] = ClientParty(X, y, head=head, classes=classes, label=k)
+    result = OneShotProtocol(
+        head, tau="auto", taus=(0.0, 0.5), defence=DefenceBounds(), random_state=0,
+        evaluate=False,
+    ).run(InProcessTransport(transport), classes)  # fmt: skip
+    assert "upload" not in result.report.rejected
+    assert result.clients == [0, 1, 2, 3]
+
+
 def test_a_party_run_again_with_another_split_summarises_its_new_fitting_rows(clients):
     """Its summary is kept within a run, never across splits: the held-out rows stay out."""
     head = make_head("O-FedAvg", seed=0)
