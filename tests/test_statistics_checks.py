@@ -280,3 +280,23 @@ def test_an_announced_shrinkage_moves_the_summary_only_towards_the_scaled_identi
     np.testing.assert_allclose(unfloored, S, rtol=1e-10, atol=1e-14)
     spherical = stats.summary(1.0).covariance
     np.testing.assert_allclose(spherical, np.trace(S) / 8 * np.eye(8), rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_fedpft_mixtures_imply_in_process_what_the_server_decodes(dtype):
+    """The client's own message and the server's decoding of it carry the same transmit
+    rounding and reg_covar, so a check on their implied moments is one check, whatever the
+    transport."""
+    from skslot.heads import FedPFTClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 4)) + 1e3
+    y = np.arange(60) % 3
+    classes = np.arange(3)
+    head = FedPFTClassifier(transmit_dtype=dtype)
+    sent = head.client_statistics(X, y, classes)
+    received = head.decode_statistics(sent.to_arrays(), classes=classes, n_features=4, n_samples=60)
+    for kind in ("total", "within"):
+        own, theirs = sent.implied_moments(kind), received.implied_moments(kind)
+        np.testing.assert_array_equal(own.mean, theirs.mean)
+        assert own.trace == theirs.trace and own.error == theirs.error > 0

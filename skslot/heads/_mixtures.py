@@ -177,8 +177,9 @@ class ClassMixtures:
     ``min_samples_per_class`` rows: they are not sent (a mixture of one point
     would reveal that point).  ``reg_covar`` is the variance the client added
     to every covariance's diagonal, and ``rounding`` the relative precision
-    the parameters were transmitted in (set by the decoder; they bound what
-    :meth:`implied_moments` can say).
+    the parameters were transmitted in (set by the client that rounds them
+    and by the decoder alike; they bound what :meth:`implied_moments` can
+    say).
     """
 
     classes: np.ndarray

@@ -188,8 +188,16 @@ class FedPFTClassifier(OneShotHead):
                     self.covariance_type,
                 )
             )
-        return ClassMixtures(
-            classes, mixtures, skipped, X.shape[1], self.covariance_type, dtype.name, rank
+        return ClassMixtures(  # as the server decodes it: its reg_covar and transmit rounding
+            classes,
+            mixtures,
+            skipped,
+            X.shape[1],
+            self.covariance_type,
+            dtype.name,
+            rank,
+            reg_covar=float(self.reg_covar),
+            rounding=float(np.finfo(dtype).eps),
         )
 
     def _rank(self, n_features: int | None = None) -> int:
