@@ -616,6 +616,20 @@ def test_a_test_size_out_of_line_with_the_others_is_not_evaluated(node_configs, 
     assert report.macro_accuracy == pytest.approx(np.mean(list(report.accuracy.values())))
 
 
+def test_a_fitting_part_its_summary_does_not_count_is_rejected(node_configs):
+    """The summary describes the fitting rows: one check at intake, on Flower as in process."""
+
+    def fault(request, reply):
+        if request.metadata.message_type == "query.upload":
+            n_fit = reply.content.config_records[messages.CONFIG]["n-fit"]
+            return rewrite_upload(request, reply, config={"n-fit": n_fit + 1})
+        return reply
+
+    report = deploy(node_configs, faults={11: fault}, head="O-FedAvg", min_clients=3)[0]
+    assert "its summary counts" in report.rejected["upload"][11], report.rejected["upload"][11]
+    assert sorted(report.accuracy) == [12, 13, 14]
+
+
 @pytest.mark.parametrize(
     ("tau", "n_validation", "reason"),
     [
