@@ -28,8 +28,9 @@ with counts only leaving the clients:
      ``K`` clients tested.
 
    One client at most is excluded per comparison, the strongest case
-   (:func:`strongest_case`); the protocol then chooses again without it and
-   screens again, on heads that no longer hold it.
+   (:func:`strongest_case`); the protocol then builds the reference again
+   without it, chooses again and screens again, on heads that no longer
+   hold it.
 
 Restricting both heads to ``S_j`` removes the label-skew confound: leaving
 out an honest client that alone holds a class removes that class from

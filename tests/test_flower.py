@@ -1139,10 +1139,18 @@ def test_mixtures_inconsistent_with_the_summary_are_rejected(
 def test_oversized_local_heads_are_rejected(node_configs):
     """O-FedAvg: coefficients x 1e3 at an honest count would dominate the average."""
 
-    report, _, _, _ = deploy(node_configs, faults={14: scaled_heads(1e3)}, head="O-FedAvg")
+    report, _, reference, _ = deploy(node_configs, faults={14: scaled_heads(1e3)}, head="O-FedAvg")
     why = report.rejected["updates"][14]
     assert re.search(r"local head norm \d+ times the clients' median", why), why
     assert sorted(report.accuracy) == [11, 12, 13]
+    # its summary does not shape the final head: the reference is built again without it, and
+    # the others train again on that one
+    assert report.reference_clients == [11, 12, 13]
+    assert report.stages.count("updates") == 2
+    honest = {k: v for k, v in node_configs.items() if k != 14}
+    alone, _, alone_reference, _ = deploy(honest, head="O-FedAvg", num_clients=3)
+    assert reference == alone_reference  # the same bytes
+    assert report.accuracy == alone.accuracy
 
 
 @pytest.mark.parametrize("name", list(HEADS))

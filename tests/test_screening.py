@@ -180,19 +180,37 @@ def test_an_attacker_is_excluded_and_the_others_recover(clients, name):
     assert ATTACKER not in screened.clients
     stages = screened.stages  # chosen and screened again without it
     assert stages.count("screening") == 2 and stages.count("validation") == 2
-    assert stages.count("updates") == (name == "O-FedAvg")  # local heads asked for once
+    # on a reference built again without it: O-FedAvg's local heads are trained again
+    assert stages.count("updates") == 2 * (name == "O-FedAvg")
+    assert screened.report.reference_clients == [0, 1, 2]
+    without = OneShotProtocol(head, tau="auto", taus=(0.0, 1.0), random_state=0).run(
+        InProcessTransport(
+            {k: p for k, p in parties(clients, head, attack=False).items() if k != ATTACKER}
+        ),
+        CLASSES,
+    )
+    np.testing.assert_allclose(
+        screened.reference.covariance, without.reference.covariance, rtol=1e-10, atol=0
+    )
+    # and the clients were sent it: their heads are those of the run without it
+    assert screened.tau == without.tau
+    for a, b in zip(screened.candidate_heads, without.candidate_heads, strict=True):
+        np.testing.assert_allclose(a.linear_scores().coef, b.linear_scores().coef, rtol=1e-7)
 
 
 @pytest.mark.parametrize(
     ("name", "stages"),
     [
         ("FedCGS", ["upload", "screening", "screening", "evaluation"]),
-        ("O-FedAvg", ["upload", "updates", "screening", "screening", "refit", "evaluation"]),
+        (
+            "O-FedAvg",
+            ["upload", "updates", "screening", "updates", "screening", "refit", "evaluation"],
+        ),
     ],
 )
 def test_screening_at_a_fixed_tau_is_one_more_exchange(clients, name, stages):
     """One more exchange for statistics heads (two: the attacker out, the rest screened again);
-    O-FedAvg trains again on all rows."""
+    O-FedAvg trains again on the reference built without the attacker, then on all rows."""
     head = make_head(name, seed=0)
     plain = run(clients, head, attack=True, tau=0.4, screen="auto")  # auto: none at fixed tau
     assert "screening" not in plain.stages and plain.report.screening is None

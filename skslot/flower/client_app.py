@@ -172,7 +172,7 @@ def _party(
     """This node as a party of the protocol: its rows and its state of this run.
 
     ``reference``, when the request carries it, is stored in the run's state
-    first (it travels once).
+    first (it travels once per build of the reference, replacing an earlier one).
     """
     state = ClientState()
     if STATE in context.state.config_records:

@@ -22,7 +22,8 @@ message type               server sends                         client replies
 =========================  ===================================  =================================
 
 The reference travels once, in the first message a client receives after the
-server built it; the client keeps it in its run state.  The class set is the
+server built it (again after the server built it again without a client that
+left the run); the client keeps the latest in its run state.  The class set is the
 run configuration's, never a client's.  Summaries use skslot's own wire format
 (:meth:`GaussianSummary.to_bytes`); arrays travel in Flower ``ArrayRecord``
 objects, which write them with ``np.save(allow_pickle=False)``.  On receipt

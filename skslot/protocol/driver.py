@@ -18,9 +18,10 @@
 5. ``screening`` (on by default with ``tau = "auto"`` and a defence): each
    client compares the chosen head with the heads without one other client
    each on its held-out rows; a client whose exclusion makes the others
-   significantly better is left out (:mod:`skslot.screening`), the choice
-   is made again without it and the rest screened again; then the final
-   head is fitted;
+   significantly better is left out (:mod:`skslot.screening`), the
+   reference is built again without it, the choice made again and the rest
+   screened again; then the final head is fitted (a client rejected after
+   the reference was built never shapes the final head's reference);
 6. ``evaluation``: the global head out, each client's test counts back.
 
 :class:`~skslot.FederatedTauSearch` runs it in process
@@ -311,6 +312,8 @@ class _Run:
         self.reference: GaussianSummary | None = None
         self.full_maps: dict[Hashable, GaussianMap] = {}
         self.has_reference: set = set()
+        #: The clients the reference was built from (in order).
+        self.reference_clients: list = []
         #: Per part of the rows ("fit", "all"), each client's local heads by its fraction.
         self.updates: dict[str, dict[Hashable, dict[float, Any]]] = {}
 
@@ -328,7 +331,7 @@ class _Run:
         if protocol.split:
             candidates, selection, chosen = self.choose()
             while protocol.screening and self.screen_contributions(chosen, candidates):
-                self.scale_taus()  # without the removed clients' counts
+                self.refresh_reference("screening")  # without the removed clients
                 candidates, selection, chosen = self.choose()  # and screened again
             if protocol.refit or not protocol.auto:
                 final = head.protocol.fit_final(head, chosen, self, stage="refit")
@@ -397,11 +400,12 @@ class _Run:
     def local_updates(self, stage: str, taus: Sequence[float], part: str) -> dict[float, list]:
         """Each client's local heads at ``taus``, tied to its upload and screened.
 
-        A client is asked only for the heads it has not sent in this run (the
-        same rows at the same fraction of the same map give the same head; the
-        reference is built once per run), so a choice made again after the
-        screening costs no new training, unless the clients' fractions changed
-        with it (``client_tau = "label-shift"``).
+        A client is asked only for the heads it has not sent on this reference
+        (the same rows at the same fraction of the same map give the same
+        head), so a choice made again costs no new training unless the
+        reference or the clients' fractions changed.  A client rejected or
+        missing here leaves the reference it helped build: the reference is
+        built again without it and the local heads asked for again on it.
         """
         cache = self.updates.setdefault(part, {})
         wanted = {
@@ -435,6 +439,8 @@ class _Run:
             self.keep(stage, [c for c in self.order if c in received or c not in requests])
             for c, updates in received.items():
                 cache.setdefault(c, {}).update(zip(wanted[c], updates, strict=True))
+            if self.refresh_reference(stage):  # (a new reference empties the cache)
+                return self.local_updates(stage, taus, part)
         return {tau: [cache[c][self.client_taus(c, [tau])[0]] for c in self.order] for tau in taus}
 
     # -- the stages --------------------------------------------------------------------
@@ -611,8 +617,12 @@ class _Run:
             self.clients[c].tau_scale = distances[c]
         self.report.tau_scales = {c: round(distances[c], 6) for c in order}
 
-    def build_reference(self) -> None:
-        """The reference and every client's map; clients whose summaries break it are found."""
+    def build_reference(self, stage: str = "upload") -> None:
+        """The reference and every client's map; clients whose summaries break it are found.
+
+        They are rejected at ``stage``: the upload, or the stage after which
+        the reference is built again (:meth:`refresh_reference`).
+        """
         order = self.order
         summaries = [self.clients[c].summary for c in order]
         weights = [self.clients[c].weight for c in order]
@@ -621,12 +631,39 @@ class _Run:
         except SERVER_STEP_ERRORS as exc:
             culprits = self._culprits(order, summaries, weights, exc)
             for c in culprits:
-                self.report.reject("upload", c, f"its summary breaks the reference: {exc}")
-            self.keep("upload", [c for c in order if c not in culprits])
-            return self.build_reference()
+                self.report.reject(stage, c, f"its summary breaks the reference: {exc}")
+            self.keep(stage, [c for c in order if c not in culprits])
+            return self.build_reference(stage)
         self.reference, self.full_maps = built.reference, built.maps
+        self.reference_clients = list(order)
         self.report.barycenter_iterations = built.n_iter
+        self.report.reference_clients = list(order)
         return None
+
+    def refresh_reference(self, stage: str) -> bool:
+        """Build the reference again if a client it was built from has since left the run.
+
+        A client rejected or missing after the reference was built (at the
+        updates stage, or excluded by the screening) must not shape the
+        reference of the final head: the reference, the maps and the clients'
+        fractions of ``tau`` are made again from the clients still in, sent
+        to every client with its next request, and the local heads trained
+        on the old reference are dropped.  Returns whether it was rebuilt.
+        """
+        if self.order == self.reference_clients:
+            return False
+        gone = [c for c in self.reference_clients if c not in self.clients]
+        logger.info(
+            "skslot: the reference is built again without %s",
+            ", ".join(self.report.name(c) for c in gone),
+        )
+        previous = self.reference
+        self.build_reference(stage)
+        self.scale_taus()
+        if self.reference is not previous:  # a fixed reference stays the same
+            self.has_reference.clear()
+            self.updates.clear()
+        return True
 
     def _culprits(
         self, order: list, summaries: list, weights: list, error: Exception
@@ -732,8 +769,8 @@ class _Run:
         client with the strongest case against it is rejected with the
         evidence (unless fewer than ``min_clients`` would remain), and so are
         voters whose counts fail their checks; returns every client it
-        removed (the run then chooses and screens again).  The reference and
-        the weight caps stay those of the upload stage.
+        removed (the run then builds the reference again without them, chooses
+        and screens again).  The weight caps stay those of the upload stage.
         """
         protocol, report = self.protocol, self.report
         order = self.order

@@ -71,6 +71,13 @@ class ProtocolReport:
         number of values it encodes, ``m (m + 1) / 2 + m + 1`` (1 where the
         server derives the summary from the head's statistics: FedCGS's
         shrinkage, 8 bytes).
+    barycenter_iterations : int or None
+        Iterations of the last build of the reference.
+    reference_clients : list
+        The clients the reference of the final head was built from: those
+        accepted when the final head was fitted (the reference is built again
+        without a client rejected, missing or excluded after it was built;
+        with a reference fitted before the run, the clients it served).
     tau : float or None
         The ``tau`` of the final head (the chosen one with ``tau = "auto"``).
     tau_scales : dict
@@ -119,6 +126,7 @@ class ProtocolReport:
     summary_payload_bytes: dict = field(default_factory=dict)
     classes: list = field(default_factory=list)
     barycenter_iterations: int | None = None
+    reference_clients: list = field(default_factory=list)
     tau: float | None = None
     tau_scales: dict = field(default_factory=dict)
     selection: dict | None = None
