@@ -51,9 +51,9 @@ from sklearn.frozen import FrozenEstimator
 from threadpoolctl import threadpool_limits
 
 from skslot import FederatedTauSearch, SLOTTransformer
-from skslot._validation import spawn_seeds
 from skslot.bench import DEFAULT_HEADS
 from skslot.datasets import dirichlet_partition, load_dataset
+from skslot.protocol import held_out_rows
 from skslot.selection import validation_split
 
 ALPHAS = (0.1, 0.05, 0.01, None)
@@ -72,11 +72,10 @@ def validation_tables(data, alpha, seed: int) -> dict[tuple, tuple[float, float]
     X, y = data.X[rows].astype(np.float64), data.y[rows]
     # the search's own maps, estimated from each client's fitting rows (its split: the
     # client's position and the run's seed), fitted once per kind for all three heads
-    labels = np.unique(client)
     fitting = np.zeros(y.shape[0], dtype=bool)
-    for k, split_seed in zip(labels, spawn_seeds(seed, labels.shape[0]), strict=True):
-        own = np.flatnonzero(client == k)
-        fitting[own[validation_split(y[own], FRACTION, split_seed)[0]]] = True
+    split = held_out_rows(y, client, validation_fraction=FRACTION, random_state=seed)
+    for fit, _ in split.values():
+        fitting[fit] = True
     found = {}
     with threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -7,9 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from skslot._validation import spawn_seeds
 from skslot.datasets import make_federated_classification
-from skslot.selection import validation_split
+from skslot.protocol import held_out_rows
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -71,10 +70,5 @@ def shared_npz(name: str) -> Path:
 
 def fitting_rows(y, client, random_state, fraction=0.2):
     """Each client's rows outside its validation split, as the search draws it."""
-    labels = np.unique(client)
-    seeds = spawn_seeds(random_state, labels.shape[0])
-    rows = {}
-    for k, seed in zip(labels, seeds, strict=True):
-        own = np.flatnonzero(client == k)
-        rows[k] = own[validation_split(y[own], fraction, seed)[0]]
-    return rows
+    rows = held_out_rows(y, client, validation_fraction=fraction, random_state=random_state)
+    return {k: fit for k, (fit, _) in rows.items()}

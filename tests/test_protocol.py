@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from skslot import FederatedTauSearch, GaussianSummary, GaussianSummaryEstimator
+from skslot._validation import spawn_seeds
 from skslot.datasets import make_federated_classification
 from skslot.defence import DefenceBounds
 from skslot.heads import (
@@ -26,8 +27,10 @@ from skslot.protocol import (
     OneShotProtocol,
     ProtocolRunError,
     ReferenceStep,
+    held_out_rows,
 )
 from skslot.protocol.driver import PROBE_ITERATIONS
+from skslot.selection import validation_split
 
 from ._clients import train_test_by_client
 
@@ -174,6 +177,34 @@ def test_a_party_run_again_with_another_split_summarises_its_new_fitting_rows(cl
             party = transport[k]
             X, _ = party.fitting_rows()
             np.testing.assert_allclose(summary.mean, X.mean(axis=0), rtol=1e-12)
+
+
+def test_held_out_rows_are_the_rows_the_clients_hold_out(clients):
+    """The k-th client in the protocol's order splits with the run's k-th seed: the public
+    helper gives exactly the rows each party of a run left out of its summary."""
+    head = make_head("O-FedAvg", seed=0)
+    transport = parties(clients, head)
+    labels = {1: "b", 0: "a", 3: 7, 2: "c"}  # integers before strings, then by value
+    y = np.concatenate([transport[k].y for k in labels])
+    who = np.concatenate([np.full(transport[k].y.shape, labels[k], dtype=object) for k in labels])
+    rows = held_out_rows(y, who, random_state=5)  # the parties hold out 0.2
+    assert list(rows) == [7, "a", "b", "c"]
+    seeds = spawn_seeds(5, 4)  # by position in that order, each client's own split
+    for position, label in enumerate(rows):
+        own = np.flatnonzero(who == label)
+        expected = validation_split(y[own], 0.2, seeds[position])
+        np.testing.assert_array_equal(rows[label][0], own[expected[0]])
+        np.testing.assert_array_equal(rows[label][1], own[expected[1]])
+    relabelled = {labels[k]: p for k, p in transport.items()}
+    OneShotProtocol(head, tau="auto", taus=(0.0, 0.5), random_state=5).run(
+        InProcessTransport(relabelled), CLASSES
+    )
+    for label, party in relabelled.items():  # each party's rows lie in one block of y
+        start = np.flatnonzero(who == label)[0]
+        X_fit, _ = party.fitting_rows()
+        np.testing.assert_array_equal(X_fit, party.X[rows[label][0] - start])
+    with pytest.raises(ValueError, match="1-d of one length"):
+        held_out_rows(y, who[:-1])
 
 
 @pytest.mark.parametrize(

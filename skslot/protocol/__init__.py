@@ -31,7 +31,7 @@ Examples
 """
 
 from .client import ClientParty, ClientState
-from .driver import OneShotProtocol, ProtocolResult, Transport
+from .driver import OneShotProtocol, ProtocolResult, Transport, held_out_rows
 from .exchanges import (
     STAGES,
     Evaluation,
@@ -68,4 +68,5 @@ __all__ = [
     "Upload",
     "UploadRequest",
     "ValidationRequest",
+    "held_out_rows",
 ]

@@ -54,6 +54,7 @@ from ..selection import (
     check_tau_grid,
     select_candidate,
     validation_sizes,
+    validation_split,
 )
 from ..summary import COVARIANCES
 from . import intake
@@ -498,12 +499,12 @@ class _Run:
         """Stage "upload": summaries (and statistics), tied together and to the run."""
         protocol, report = self.protocol, self.report
         parties = sorted(report.nodes, key=_order_key)
-        seeds = spawn_seeds(protocol.random_state, len(parties)) if protocol.split else None
+        seeds = _split_seeds(parties, protocol.random_state) if protocol.split else {}
         counting = protocol.client_tau == "label-shift" or protocol.screening
         requests = {
             c: UploadRequest(
                 k,
-                None if seeds is None else seeds[k],
+                seeds.get(c),
                 class_counts=counting,
                 summary_covariance=protocol.summary_covariance,
                 covariance_floor=protocol.covariance_floor,
@@ -882,6 +883,71 @@ class _Run:
         self.keep("evaluation", [c for c in self.order if c in report.n_test])
         if report.accuracy:
             report.macro_accuracy = float(np.mean(list(report.accuracy.values())))
+
+
+def held_out_rows(
+    y: Any,
+    client: Any,
+    *,
+    validation_fraction: float = 0.2,
+    random_state: int | np.random.RandomState | None = None,
+) -> dict[Hashable, tuple[np.ndarray, np.ndarray]]:
+    """The rows each client holds out in a run with a validation round, as positions in ``y``.
+
+    The split the clients of a :class:`OneShotProtocol` (and so a
+    :class:`~skslot.FederatedTauSearch`) with ``tau = "auto"`` or
+    ``screen = "on"`` draw with ``random_state``: the ``k``-th client in the
+    protocol's order (by label, integers before strings) splits its rows with
+    the run's ``k``-th seed (:func:`skslot.selection.validation_split`).  Its
+    summary and map describe the fitting rows, and the validation round
+    counts on the others; e.g. to fit a frozen :class:`~skslot.SLOTTransformer`
+    on the rows the search's maps are estimated from.
+
+    Parameters
+    ----------
+    y : array-like of shape (n_samples,)
+        Labels.
+    client : array-like of shape (n_samples,)
+        Each row's client.
+    validation_fraction : float, default=0.2
+        The protocol's ``validation_fraction``.
+    random_state : int, RandomState or None, default=None
+        The protocol's ``random_state``.
+
+    Returns
+    -------
+    dict
+        Per client, its fitting and validation rows (sorted positions in ``y``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot.protocol import held_out_rows
+    >>> y = np.array([0] * 10 + [1] * 10)
+    >>> client = np.array(["a", "b"] * 10)
+    >>> rows = held_out_rows(y, client, validation_fraction=0.2, random_state=0)
+    >>> [(c, len(fit), len(val)) for c, (fit, val) in rows.items()]
+    [('a', 8, 2), ('b', 8, 2)]
+    """
+    y, client = np.asarray(y), np.asarray(client)
+    if y.shape != client.shape or y.ndim != 1:
+        raise ValueError(
+            f"y and client must be 1-d of one length, got {y.shape} and {client.shape}"
+        )
+    check_in_range("validation_fraction", validation_fraction, 0.0, 1.0)
+    seeds = _split_seeds(list(dict.fromkeys(client.tolist())), random_state)
+    rows = {}
+    for c, seed in seeds.items():
+        own = np.flatnonzero(client == c)
+        fit, val = validation_split(y[own], validation_fraction, seed)
+        rows[c] = (own[fit], own[val])
+    return rows
+
+
+def _split_seeds(parties: Sequence[Hashable], random_state: Any) -> dict[Hashable, int]:
+    """Each client's seed of its validation split: the run's ``k``-th for the ``k``-th client."""
+    order = sorted(parties, key=_order_key)
+    return dict(zip(order, spawn_seeds(random_state, len(order)), strict=True))
 
 
 def _order_key(address: Hashable) -> tuple:
