@@ -181,14 +181,16 @@ def test_a_party_run_again_with_another_split_summarises_its_new_fitting_rows(cl
 
 def test_held_out_rows_are_the_rows_the_clients_hold_out(clients):
     """The k-th client in the protocol's order splits with the run's k-th seed: the public
-    helper gives exactly the rows each party of a run left out of its summary."""
+    helper gives exactly the rows each party of a run held out, for the labels and seeds the
+    search takes (a RandomState is not consumed)."""
     head = make_head("O-FedAvg", seed=0)
     transport = parties(clients, head)
-    labels = {1: "b", 0: "a", 3: 7, 2: "c"}  # integers before strings, then by value
+    labels = {1: 10, 0: 9, 3: 100, 2: 2}  # rows in this order; the protocol sorts the labels
     y = np.concatenate([transport[k].y for k in labels])
-    who = np.concatenate([np.full(transport[k].y.shape, labels[k], dtype=object) for k in labels])
-    rows = held_out_rows(y, who, random_state=5)  # the parties hold out 0.2
-    assert list(rows) == [7, "a", "b", "c"]
+    who = np.concatenate([np.full(transport[k].y.shape, labels[k]) for k in labels])
+    state = np.random.RandomState(5)
+    rows = held_out_rows(y, list(who), random_state=state)  # a plain list, as the search takes
+    assert list(rows) == [2, 9, 10, 100]
     seeds = spawn_seeds(5, 4)  # by position in that order, each client's own split
     for position, label in enumerate(rows):
         own = np.flatnonzero(who == label)
@@ -196,15 +198,22 @@ def test_held_out_rows_are_the_rows_the_clients_hold_out(clients):
         np.testing.assert_array_equal(rows[label][0], own[expected[0]])
         np.testing.assert_array_equal(rows[label][1], own[expected[1]])
     relabelled = {labels[k]: p for k, p in transport.items()}
-    OneShotProtocol(head, tau="auto", taus=(0.0, 0.5), random_state=5).run(
+    OneShotProtocol(head, tau="auto", taus=(0.0, 0.5), random_state=state).run(
         InProcessTransport(relabelled), CLASSES
     )
     for label, party in relabelled.items():  # each party's rows lie in one block of y
         start = np.flatnonzero(who == label)[0]
-        X_fit, _ = party.fitting_rows()
-        np.testing.assert_array_equal(X_fit, party.X[rows[label][0] - start])
-    with pytest.raises(ValueError, match="1-d of one length"):
+        fit, val = party.split
+        np.testing.assert_array_equal(fit, rows[label][0] - start)
+        np.testing.assert_array_equal(val, rows[label][1] - start)
+    strings = held_out_rows(y, who.astype(str), random_state=5)
+    assert list(strings) == ["10", "100", "2", "9"]  # strings sort as text
+    with pytest.raises(ValueError, match="client has 399 labels but X has 400 rows"):
         held_out_rows(y, who[:-1])
+    with pytest.raises(ValueError, match="mix integers and strings"):
+        held_out_rows(y, [*who[:-1], "a"])
+    with pytest.raises(ValueError, match=r"validation_fraction must be in \(0, 1\)"):
+        held_out_rows(y, who, validation_fraction=0.0)
 
 
 @pytest.mark.parametrize(

@@ -32,13 +32,21 @@ transports.  No step branches on the kind of head.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
 
-from .._validation import check_in_range, check_option, spawn_seeds
+from .._backend import as_host_rows
+from .._validation import (
+    check_client_labels,
+    check_in_range,
+    check_option,
+    check_row_labels,
+    spawn_seeds,
+)
 from ..defence import DefenceBounds
 from ..gaussian import GaussianMap, GaussianSummary
 from ..heads import LinearScores, OneShotHead
@@ -894,25 +902,28 @@ def held_out_rows(
 ) -> dict[Hashable, tuple[np.ndarray, np.ndarray]]:
     """The rows each client holds out in a run with a validation round, as positions in ``y``.
 
-    The split the clients of a :class:`OneShotProtocol` (and so a
-    :class:`~skslot.FederatedTauSearch`) with ``tau = "auto"`` or
-    ``screen = "on"`` draw with ``random_state``: the ``k``-th client in the
-    protocol's order (by label, integers before strings) splits its rows with
-    the run's ``k``-th seed (:func:`skslot.selection.validation_split`).  Its
-    summary and map describe the fitting rows, and the validation round
-    counts on the others; e.g. to fit a frozen :class:`~skslot.SLOTTransformer`
-    on the rows the search's maps are estimated from.
+    The split the clients of a :class:`~skslot.FederatedTauSearch` (and of a
+    :class:`OneShotProtocol` over :class:`InProcessTransport`, whose clients
+    are addressed by label) draw with ``tau = "auto"`` or ``screen = "on"``:
+    the ``k``-th client in the protocol's order (by label) splits its rows
+    with the run's ``k``-th seed (:func:`skslot.selection.validation_split`).
+    Its summary and map describe the fitting rows and the validation round
+    counts on the others; e.g. to fit a frozen
+    :class:`~skslot.SLOTTransformer` on the rows the search's maps are
+    estimated from.  (A Flower deployment orders its clients by node id.)
 
     Parameters
     ----------
     y : array-like of shape (n_samples,)
         Labels.
-    client : array-like of shape (n_samples,)
-        Each row's client.
+    client : array-like of shape (n_samples,), int, str or None
+        Each row's client, as :class:`~skslot.FederatedTauSearch` takes it.
     validation_fraction : float, default=0.2
-        The protocol's ``validation_fraction``.
+        The fraction of each class each client holds out (its
+        ``validation_fraction``).
     random_state : int, RandomState or None, default=None
-        The protocol's ``random_state``.
+        The run's ``random_state``; a ``RandomState`` is not consumed: the
+        split is that of a run started with its current state.
 
     Returns
     -------
@@ -929,16 +940,20 @@ def held_out_rows(
     >>> [(c, len(fit), len(val)) for c, (fit, val) in rows.items()]
     [('a', 8, 2), ('b', 8, 2)]
     """
-    y, client = np.asarray(y), np.asarray(client)
-    if y.shape != client.shape or y.ndim != 1:
-        raise ValueError(
-            f"y and client must be 1-d of one length, got {y.shape} and {client.shape}"
-        )
+    y = np.asarray(as_host_rows(y))
+    if y.ndim == 2 and y.shape[1] == 1:  # a column, as scikit-learn takes it
+        y = y.ravel()
+    y = check_row_labels(y, y.shape[0] if y.ndim else 0)
+    labels, codes = check_client_labels(client, y.shape[0])
     check_in_range("validation_fraction", validation_fraction, 0.0, 1.0)
-    seeds = _split_seeds(list(dict.fromkeys(client.tolist())), random_state)
+    if not 0.0 < validation_fraction < 1.0:
+        raise ValueError(f"validation_fraction must be in (0, 1), got {validation_fraction!r}")
+    if isinstance(random_state, np.random.RandomState):
+        random_state = copy.deepcopy(random_state)
+    seeds = _split_seeds(labels, random_state)
     rows = {}
     for c, seed in seeds.items():
-        own = np.flatnonzero(client == c)
+        own = np.flatnonzero(codes == labels.index(c))
         fit, val = validation_split(y[own], validation_fraction, seed)
         rows[c] = (own[fit], own[val])
     return rows
