@@ -234,6 +234,14 @@ def check_in_range(name: str, value: Any, low: float, high: float | None) -> flo
     return float(value)
 
 
+def check_open_fraction(name: str, value: Any) -> float:
+    """A real number strictly between 0 and 1 (a share of rows that leaves some on each side)."""
+    fraction = check_in_range(name, value, 0.0, 1.0)
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"{name} must be in (0, 1), got {value!r}")
+    return fraction
+
+
 def check_positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import clone
 
-from ._validation import check_in_range, check_option
+from ._validation import check_in_range, check_open_fraction, check_option
 from .gaussian import GaussianMap
 from .heads._base import OneShotHead
 from .heads._wire import ArrayMessage, LinearScores, StatisticsFormatError, read_array
@@ -184,9 +184,7 @@ def validation_sizes(class_counts: Any, fraction: float) -> np.ndarray:
     >>> validation_sizes([10, 4, 1], 0.25).tolist()
     [2, 1, 0]
     """
-    fraction = check_in_range("validation_fraction", fraction, 0.0, 1.0)
-    if not 0.0 < fraction < 1.0:
-        raise ValueError(f"validation_fraction must be in (0, 1), got {fraction!r}")
+    fraction = check_open_fraction("validation_fraction", fraction)
     counts = np.asarray(class_counts, dtype=np.int64)
     return np.floor(fraction * counts).astype(np.int64)
 

@@ -43,6 +43,7 @@ from .._backend import as_host_rows
 from .._validation import (
     check_client_labels,
     check_in_range,
+    check_open_fraction,
     check_option,
     check_row_labels,
     spawn_seeds,
@@ -246,9 +247,7 @@ class OneShotProtocol:
         self.candidates = (
             candidate_grid(head, taus, head_grid) if tau == "auto" else [Candidate(float(tau))]
         )
-        check_in_range("validation_fraction", validation_fraction, 0.0, 1.0)
-        if not 0.0 < validation_fraction < 1.0:
-            raise ValueError(f"validation_fraction must be in (0, 1), got {validation_fraction!r}")
+        check_open_fraction("validation_fraction", validation_fraction)
         check_option("rule", rule, SELECTION_RULES)
         if not isinstance(refit, (bool, np.bool_)):
             raise ValueError(f"refit must be True or False, got {refit!r}")
@@ -321,8 +320,6 @@ class _Run:
         self.reference: GaussianSummary | None = None
         self.full_maps: dict[Hashable, GaussianMap] = {}
         self.has_reference: set = set()
-        #: The clients the reference was built from (in order).
-        self.reference_clients: list = []
         #: Per part of the rows ("fit", "all"), each client's local heads by its fraction.
         self.updates: dict[str, dict[Hashable, dict[float, Any]]] = {}
 
@@ -644,7 +641,6 @@ class _Run:
             self.keep(stage, [c for c in order if c not in culprits])
             return self.build_reference(stage)
         self.reference, self.full_maps = built.reference, built.maps
-        self.reference_clients = list(order)
         self.report.barycenter_iterations = built.n_iter
         self.report.reference_clients = list(order)
         return None
@@ -659,9 +655,10 @@ class _Run:
         to every client with its next request, and the local heads trained
         on the old reference are dropped.  Returns whether it was rebuilt.
         """
-        if self.order == self.reference_clients:
+        built_from = self.report.reference_clients
+        if self.order == built_from:
             return False
-        gone = [c for c in self.reference_clients if c not in self.clients]
+        gone = [c for c in built_from if c not in self.clients]
         logger.info(
             "skslot: the reference is built again without %s",
             ", ".join(self.report.name(c) for c in gone),
@@ -945,18 +942,16 @@ def held_out_rows(
         y = y.ravel()
     y = check_row_labels(y, y.shape[0] if y.ndim else 0)
     labels, codes = check_client_labels(client, y.shape[0])
-    check_in_range("validation_fraction", validation_fraction, 0.0, 1.0)
-    if not 0.0 < validation_fraction < 1.0:
-        raise ValueError(f"validation_fraction must be in (0, 1), got {validation_fraction!r}")
+    check_open_fraction("validation_fraction", validation_fraction)
     if isinstance(random_state, np.random.RandomState):
         random_state = copy.deepcopy(random_state)
     seeds = _split_seeds(labels, random_state)
     rows = {}
-    for c, seed in seeds.items():
-        own = np.flatnonzero(codes == labels.index(c))
-        fit, val = validation_split(y[own], validation_fraction, seed)
+    for k, c in enumerate(labels):
+        own = np.flatnonzero(codes == k)
+        fit, val = validation_split(y[own], validation_fraction, seeds[c])
         rows[c] = (own[fit], own[val])
-    return rows
+    return rows  # in the protocol's order: the labels are of one type, sorted
 
 
 def _split_seeds(parties: Sequence[Hashable], random_state: Any) -> dict[Hashable, int]:
