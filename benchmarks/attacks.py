@@ -63,6 +63,8 @@ from tests.flower_harness import (
 DIGITS = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effnet_lite0.npz"
 HONEST, ATTACKER = (11, 12, 13), 14
 DIMENSION, ALPHA, TAU = 256, 0.1, 0.4
+#: the paper's geodesic at TAU, every client alike (the configuration this study measures)
+SLOT = {"client_tau": "uniform", "mean_tau": None}
 Fault = Callable[[Message, Message], Message | None]
 
 
@@ -371,6 +373,7 @@ def _one_run(attack: Attack, head: str, mode: str, seed: int) -> dict:
         config = DeploymentConfig(
             head=head,
             tau=TAU,
+            **SLOT,
             alpha=ALPHA,
             seed=seed,
             dataset=configs[HONEST[0]]["dataset"],

@@ -32,7 +32,9 @@ def main() -> None:
     print(f"BLAS: {[(i['internal_api'], i['num_threads']) for i in threadpool_info()]}")
     fit_rows = rng.normal(size=(4 * m, m)) * np.geomspace(0.5, 2, m)
     client = np.repeat([0, 1], 2 * m)
-    slot = SLOTTransformer(tau=0.4).fit(fit_rows + client[:, None], client=client)
+    slot = SLOTTransformer(tau=0.4, mean_tau=None, client_tau="uniform").fit(
+        fit_rows + client[:, None], client=client
+    )
     T = slot.maps_[0].geodesic(slot.tau)
     for dtype in (np.float32, np.float64):
         X = rng.normal(size=(n, m)).astype(dtype)

@@ -77,7 +77,10 @@ def client_maps(
         s = GaussianSummaryEstimator(covariance=covariance).fit(X[r], labels).summaries_[None]
         summaries.append(type(s)(s.n, s.mean, s.covariance, s.shrinkage, client=k))
     reference = BuresBarycenter().fit(summaries).reference_
-    return [SLOTTransformer.from_reference(reference, s).maps_[k] for k, s in enumerate(summaries)]
+    return [
+        SLOTTransformer.from_reference(reference, s, mean_tau=None, client_tau="uniform").maps_[k]
+        for k, s in enumerate(summaries)
+    ]
 
 
 def balanced_validation(maps: list, tau: float, X, y, train, splits, classes) -> tuple:

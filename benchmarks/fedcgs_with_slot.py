@@ -46,7 +46,9 @@ def class_geometry(data, X: np.ndarray, n_seeds: int) -> None:
             part = dirichlet_partition(data.y, data.domain, alpha=alpha, random_state=seed)
             X_tr, c_tr = X[part.train_index], part.train_client
             X_te, c_te = X[part.test_index], part.test_client
-            slot = SLOTTransformer(unknown_client="identity").fit(X_tr, client=c_tr)
+            slot = SLOTTransformer(
+                unknown_client="identity", mean_tau=None, client_tau="uniform"
+            ).fit(X_tr, client=c_tr)
             for tau in TAUS:
                 slot.set_params(tau=tau)
                 shares[tau].append(

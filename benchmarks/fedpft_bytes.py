@@ -65,7 +65,9 @@ def one_partition(alpha: float | None, seed: int) -> dict:
         part = dirichlet_partition(data.y, data.domain, alpha=alpha, random_state=seed)
         keep = ~np.isin(part.train_client, part.empty_clients)
         train, client = part.train_index[keep], part.train_client[keep]
-        slot = SLOTTransformer(tau=TAU, unknown_client="identity").fit(X[train], client=client)
+        slot = SLOTTransformer(
+            tau=TAU, unknown_client="identity", mean_tau=None, client_tau="uniform"
+        ).fit(X[train], client=client)
         Z_train = slot.transform(X[train], client=client)
         Z_test = slot.transform(X[part.test_index], client=part.test_client)
         y_train, y_test = data.y[train], data.y[part.test_index]

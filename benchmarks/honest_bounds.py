@@ -69,7 +69,7 @@ def one_partition(name: str, alpha: float | None, seed: int, per_domain: int) ->
             "norm": np.nan,
         }
         if per_domain == 1:
-            slot = SLOTTransformer().fit(X_train, client=client)
+            slot = SLOTTransformer(mean_tau=None, client_tau="uniform").fit(X_train, client=client)
             head = DEFAULT_HEADS["O-FedAvg"](seed)
             classes = np.unique(data.y)
             norms = np.array(

@@ -51,7 +51,14 @@ def aligned(X, train_rows, train_client, test_rows, test_client, epsilon, seed):
             int(k)
         ]
     reference = BuresBarycenter().fit(summaries).reference_
-    slot = SLOTTransformer.from_reference(reference, summaries, tau=TAU, unknown_client="identity")
+    slot = SLOTTransformer.from_reference(
+        reference,
+        summaries,
+        tau=TAU,
+        unknown_client="identity",
+        mean_tau=None,
+        client_tau="uniform",
+    )
     return (
         slot.transform(X[train_rows], client=train_client),
         slot.transform(X[test_rows], client=test_client),
@@ -61,9 +68,11 @@ def aligned(X, train_rows, train_client, test_rows, test_client, epsilon, seed):
 def main(path: str | None, n_seeds: int) -> None:
     data = load_npz(path) if path else load_office_caltech10()
     X = PREPROCESS["l2"](data.X) * np.sqrt(data.X.shape[1])
-    print(f"{data.name}: {X.shape[0]} rows x {X.shape[1]} features, alpha={ALPHA}, "
-          f"tau={TAU}, delta={DELTA}, rows of norm sqrt(m), clip_norm=sqrt(m), "
-          f"{n_seeds} seeds, OpenBLAS threads as set in the environment")
+    print(
+        f"{data.name}: {X.shape[0]} rows x {X.shape[1]} features, alpha={ALPHA}, "
+        f"tau={TAU}, delta={DELTA}, rows of norm sqrt(m), clip_norm=sqrt(m), "
+        f"{n_seeds} seeds, OpenBLAS threads as set in the environment"
+    )
     columns = ["no SLOT"] + [f"eps={e}" if e else "eps=none" for e in EPSILONS]
     scores = {head: {c: [] for c in columns} for head in DEFAULT_HEADS}
     start = time.perf_counter()
@@ -81,8 +90,9 @@ def main(path: str | None, n_seeds: int) -> None:
         for column, (Z_train, Z_test) in variants.items():
             for head, factory in DEFAULT_HEADS.items():
                 pred = factory(seed).fit(Z_train, y_train, client=train_client).predict(Z_test)
-                macro = np.mean([np.mean(pred[domain == d] == y_test[domain == d])
-                                 for d in np.unique(domain)])
+                macro = np.mean(
+                    [np.mean(pred[domain == d] == y_test[domain == d]) for d in np.unique(domain)]
+                )
                 scores[head][column].append(100 * macro)
         print(f"  seed {seed} done ({time.perf_counter() - start:.0f} s)", flush=True)
     print("\n| head | " + " | ".join(columns) + " |")

@@ -91,7 +91,7 @@ def first_round_votes(attack: str, head: str, seed: int) -> Votes:
         poisoned = attacks.Attack(attack, (head,), rows=rows)
         configs[attacks.ATTACKER] = attacks.poison(folder, poisoned, seed)
         config = DeploymentConfig(
-            head=head, tau=attacks.TAU, alpha=attacks.ALPHA, seed=seed, screen="on",
+            head=head, tau=attacks.TAU, **attacks.SLOT, alpha=attacks.ALPHA, seed=seed, screen="on",
             dataset=configs[attacks.HONEST[0]]["dataset"], num_clients=len(configs),
         )  # fmt: skip
         head_object = config.make_head()

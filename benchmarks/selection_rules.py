@@ -59,7 +59,9 @@ def one_partition(name: str, alpha: float | None, seed: int) -> tuple[tuple, dic
         keep = ~np.isin(part.train_client, part.empty_clients)
         X_train, y_train = X[part.train_index[keep]], data.y[part.train_index[keep]]
         train_client = part.train_client[keep]
-        slot = SLOTTransformer(unknown_client="identity").fit(X_train, client=train_client)
+        slot = SLOTTransformer(unknown_client="identity", mean_tau=None, client_tau="uniform").fit(
+            X_train, client=train_client
+        )
         labels = sorted(set(train_client.tolist()))
         classes = np.unique(y_train)
         maps = [slot.maps_[label] for label in labels]

@@ -80,7 +80,9 @@ def validation_tables(data, alpha, seed: int) -> dict[tuple, tuple[float, float]
     with threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for kind in KINDS:
-            slot = SLOTTransformer(unknown_client="identity", covariance=kind)
+            slot = SLOTTransformer(
+                unknown_client="identity", covariance=kind, mean_tau=None, client_tau="uniform"
+            )
             slot.fit(X[fitting], y[fitting], client=client[fitting])
             for name, factory in DEFAULT_HEADS.items():
                 search = FederatedTauSearch(

@@ -6,6 +6,7 @@ one-shot federated learning head.
 """
 
 from .barycenter import BuresBarycenter, SingleClientWarning
+from .baselines import ClientStandardScaler
 from .gaussian import GaussianMap, GaussianSummary, SummaryFormatError
 from .summary import GaussianSummaryEstimator
 from .tau_search import FederatedTauSearch
@@ -13,6 +14,7 @@ from .transformer import SLOTTransformer
 
 __all__ = [
     "BuresBarycenter",
+    "ClientStandardScaler",
     "FederatedTauSearch",
     "GaussianMap",
     "GaussianSummary",

@@ -6,6 +6,8 @@ default), :class:`~skslot.SLOTTransformer` is fitted once on the clients'
 training rows, and for every ``tau`` of the sweep each head is trained on the
 aligned rows; each client's full test set is aligned with its own map and the
 accuracy per domain is recorded.  ``tau = 0`` is the head without SLOT.
+Beside them run the baselines (:data:`BASELINES`): each client's own
+centring and standardisation, and CORAL-style alignment.
 
 One's own table (:func:`~skslot.datasets.load_table`) runs the same way, its
 clients as the domains; with a train/test column (``split=``) the benchmark
@@ -32,17 +34,21 @@ from joblib import Parallel, delayed
 from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
+from .baselines import ClientStandardScaler
 from .datasets import DomainDataset, FeatureTable, dirichlet_partition
 from .heads import HEADS, OneShotHead, make_head
 from .selection import NoValidationRowsError
 from .tau_search import FederatedTauSearch
-from .transformer import SLOTTransformer
+from .transformer import DEFAULT_CLIENT_TAU, DEFAULT_MEAN_TAU, DEFAULT_TAU, SLOTTransformer
 
 __all__ = [
+    "BASELINES",
     "DEFAULT_HEADS",
     "BenchmarkConfig",
     "BenchmarkWarning",
+    "format_table",
     "run_benchmark",
+    "slot_label",
     "summarise",
     "write_outputs",
 ]
@@ -61,6 +67,14 @@ PREPROCESS = {
 
 
 SPLITS = ("random", "given")
+#: The baselines printed beside SLOT, by the record's ``selection``: each client alone
+#: (its own mean; its own mean and standard deviation) and SLOT's covariance part alone.
+BASELINES = ("centre", "z-score", "CORAL")
+#: The baselines a client computes alone (no summary sent).
+LOCAL_BASELINES = {
+    "centre": ClientStandardScaler(with_std=False, unknown_client="identity"),
+    "z-score": ClientStandardScaler(unknown_client="identity"),
+}
 #: What a FedCGS client sends for SLOT: its Ledoit-Wolf shrinkage, one float64 (the server
 #: derives its summary from its statistics: :meth:`skslot.heads.ClassStatistics.summary`).
 SHRINKAGE_BYTES = 8
@@ -92,13 +106,20 @@ class BenchmarkConfig:
     :class:`~skslot.GaussianSummaryEstimator`).  ``client_tau``: every
     client moves ``tau`` (``"uniform"``, the paper's) or ``tau`` times its
     label-shift distance (``"label-shift"``, :mod:`skslot.label_shift`).
+    ``mean_tau``: the mean's fraction of the transport, every client alike
+    (:class:`~skslot.SLOTTransformer`; ``None``: the mean follows ``tau``, the
+    paper's geodesic); the sweep's ``tau = 0`` is the head without SLOT
+    whatever ``mean_tau``.  The defaults of ``main_tau``, ``client_tau`` and
+    ``mean_tau`` are :class:`~skslot.SLOTTransformer`'s.
+    ``baselines``: also run the heads after each client's own centring and
+    standardisation and after CORAL-style alignment (:data:`BASELINES`).
     """
 
     alphas: Sequence[float | None] = (0.1, 0.05, 0.01, None)
     taus: Sequence[float] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     seeds: Sequence[int] = (0, 1, 2, 3, 4)
     heads: Sequence[str] = ("O-FedAvg", "FedCGS", "FedPFT")
-    main_tau: float = 0.4
+    main_tau: float = DEFAULT_TAU
     clients_per_domain: int = 1
     preprocess: str = "none"
     n_jobs: int = 1
@@ -106,7 +127,9 @@ class BenchmarkConfig:
     validation_fraction: float = 0.2
     split: str | None = None
     covariance: str = "total"
-    client_tau: str = "uniform"
+    client_tau: str = DEFAULT_CLIENT_TAU
+    mean_tau: float | None = DEFAULT_MEAN_TAU
+    baselines: bool = True
 
 
 def evaluate_run(
@@ -144,7 +167,10 @@ def evaluate_run(
     # clients with < 2 training rows have no map: their test rows stay unaligned
     start = time.process_time()
     slot = SLOTTransformer(
-        unknown_client="identity", covariance=config.covariance, client_tau=config.client_tau
+        unknown_client="identity",
+        covariance=config.covariance,
+        client_tau=config.client_tau,
+        mean_tau=config.mean_tau,
     )
     slot.fit(X_train, y_train, client=train_client)
     # CPU time of every client's summary, the server's barycenter and the maps, in one
@@ -168,6 +194,8 @@ def evaluate_run(
         derived: bool,
     ) -> None:
         summary_bytes = SHRINKAGE_BYTES if derived else payload
+        if selection in LOCAL_BASELINES or (selection == "fixed" and tau == 0):
+            summary_bytes = 0  # nothing sent for alignment
         for d in np.unique(test_domain):
             rows = test_domain == d
             records.append(
@@ -190,14 +218,11 @@ def evaluate_run(
                     "barycenter_iterations": slot.n_iter_,
                     # bytes per client: the head's statistics, the SLOT summary (none at tau 0)
                     "head_bytes": "" if head_bytes is None else round(head_bytes),
-                    "summary_bytes": summary_bytes if tau > 0 or selection != "fixed" else 0,
+                    "summary_bytes": summary_bytes,
                 }
             )
 
-    for tau in config.taus:
-        slot.set_params(tau=tau)
-        Z_train = slot.transform(X_train, client=train_client)
-        Z_test = slot.transform(X_test, client=part.test_client)
+    def fit_heads(Z_train: np.ndarray, Z_test: np.ndarray, tau: float, selection: str) -> None:
         for name, factory in factories.items():
             head = factory(seed)
             pred = head.fit(Z_train, y_train, client=train_client).predict(Z_test)
@@ -205,10 +230,46 @@ def evaluate_run(
                 pred,
                 tau,
                 name,
-                "fixed",
+                selection,
                 float(np.mean(head.upload_bytes_)),
                 derived=head.protocol.derives_summary,
             )
+
+    for tau in config.taus:
+        if tau == 0:  # without SLOT: the rows as they are, whatever mean_tau
+            fit_heads(X_train, X_test, tau, "fixed")
+            continue
+        slot.set_params(tau=tau)
+        fit_heads(
+            slot.transform(X_train, client=train_client),
+            slot.transform(X_test, client=part.test_client),
+            tau,
+            "fixed",
+        )
+    if config.baselines:
+        for name, baseline in LOCAL_BASELINES.items():
+            scaler = clone(baseline).fit(X_train, client=train_client)
+            fit_heads(
+                scaler.transform(X_train, client=train_client),
+                scaler.transform(X_test, client=part.test_client),
+                0.0,
+                name,
+            )
+        # the covariance part alone, every client alike, on the fitted reference and summaries
+        coral = SLOTTransformer.from_reference(
+            slot.reference_,
+            slot.summaries_,
+            tau=1.0,
+            mean_tau=0.0,
+            client_tau="uniform",
+            unknown_client="identity",
+        )
+        fit_heads(
+            coral.transform(X_train, client=train_client),
+            coral.transform(X_test, client=part.test_client),
+            1.0,
+            "CORAL",
+        )
     if config.auto:
         for name, factory in factories.items():
             search = FederatedTauSearch(
@@ -404,10 +465,12 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
     and its SLOT summary (``summary_bytes``, float32).  ``per_client``: by
     client (the records' ``domain``), its test rows (``n_test``) and its
     accuracy without SLOT and at ``main_tau`` (mean and standard deviation
-    over seeds, in %).
+    over seeds, in %).  Where the records have the baselines, ``centre``,
+    ``z_score`` and ``coral`` (with their ``_std``) are theirs.
     """
     macro = _macro(records)
     auto_macro = {kind: _macro(records, kind) for kind in ("auto", "auto-norefit")}
+    baseline_macro = {name: _macro(records, name) for name in BASELINES}
     rows = []
     alphas = list(dict.fromkeys(r["alpha"] for r in records))
     heads = list(dict.fromkeys(r["head"] for r in records))
@@ -463,6 +526,17 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
                 "n_seeds": int(base.shape[0]),
                 "per_client": _per_client(fixed(0.0), per_domain(0.0), per_domain(main_tau)),
             }
+            for name in BASELINES:
+                values = 100 * np.array(
+                    [
+                        v
+                        for (a, h, _, _), v in baseline_macro[name].items()
+                        if (a, h) == (alpha, head)
+                    ]
+                )
+                if values.size:
+                    key = name.lower().replace("-", "_")
+                    row[key], row[f"{key}_std"] = float(values.mean()), float(values.std())
             for kind, key in (("auto", "auto"), ("auto-norefit", "auto_norefit")):
                 chosen = sorted(
                     (seed, tau, v)
@@ -516,24 +590,52 @@ def format_client_table(summary: list[dict], main_tau: float) -> str:
     return "\n".join(lines)
 
 
-def format_table(summary: list[dict], main_tau: float) -> str:
-    """A markdown table in the layout of the paper's Table 1, with the federated choice."""
+def slot_label(config: BenchmarkConfig) -> str:
+    """The SLOT column's heading: its tau and, where set, how each client's fractions follow.
+
+    >>> slot_label(BenchmarkConfig(main_tau=0.4, mean_tau=None, client_tau="uniform"))
+    'SLOT (tau=0.4)'
+    >>> slot_label(BenchmarkConfig(main_tau=0.6, mean_tau=1.0, client_tau="label-shift"))
+    'SLOT (tau=0.6, label-shift, mean_tau=1)'
+    """
+    parts = [f"tau={config.main_tau:g}"]
+    if config.client_tau != "uniform":
+        parts.append(config.client_tau)
+    if config.mean_tau is not None:
+        parts.append(f"mean_tau={config.mean_tau:g}")
+    if config.covariance != "total":
+        parts.append(f"{config.covariance} covariance")
+    return f"SLOT ({', '.join(parts)})"
+
+
+def _mean_std(r: dict, key: str) -> str:
+    return f"{r[key]:.2f} +- {r[key + '_std']:.2f}"
+
+
+def format_table(summary: list[dict], main_tau: float, label: str | None = None) -> str:
+    """A markdown table in the layout of the paper's Table 1, with the baselines and auto.
+
+    ``label``: the SLOT column's heading (default ``SLOT (tau=main_tau)``,
+    :func:`slot_label` names the whole configuration).
+    Where the summary has the baselines, they stand beside "without SLOT",
+    and "SLOT - centre" gives SLOT's gain over each client's own centring.
+    """
     auto = any("auto" in r for r in summary)
-    lines = [
-        f"| alpha | head | without SLOT | SLOT (tau={main_tau:g}) | gain | best fixed tau "
-        + ("| auto (taus chosen) " if auto else "")
-        + "| domain spread (without -> with) | KB per client (head + SLOT summary) |",
-        "| --- | --- | --- | --- | --- | --- | " + ("--- | " if auto else "") + "--- | --- |",
-    ]
+    baselines = all("centre" in r for r in summary)
+    shown = ["centre", "z-score", "CORAL"] if baselines else []
+    columns = ["alpha", "head", "without SLOT", *shown]
+    columns += [label or f"SLOT (tau={main_tau:g})", "gain"]
+    columns += ["SLOT - centre"] if baselines else []
+    columns += ["best fixed tau"] + (["auto (taus chosen)"] if auto else [])
+    columns += ["domain spread (without -> with)", "KB per client (head + SLOT summary)"]
+    lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join(["---"] * len(columns)) + " |"]
     for r in summary:
-        cells = [
-            str(r["alpha"]),
-            r["head"],
-            f"{r['without_slot']:.2f} +- {r['without_slot_std']:.2f}",
-            f"{r['with_slot']:.2f} +- {r['with_slot_std']:.2f}",
-            f"{r['gain']:+.2f}",
-            f"{r['best_fixed']:.2f} ({r['best_tau']:g})",
-        ]
+        cells = [str(r["alpha"]), r["head"], _mean_std(r, "without_slot")]
+        cells += [_mean_std(r, name.lower().replace("-", "_")) for name in shown]
+        cells += [_mean_std(r, "with_slot"), f"{r['gain']:+.2f}"]
+        if baselines:
+            cells.append(f"{r['with_slot'] - r['centre']:+.2f}")
+        cells.append(f"{r['best_fixed']:.2f} ({r['best_tau']:g})")
         if auto:
             taus = ",".join(f"{t:g}" for t in r.get("auto_taus", []))
             cells.append(f"{r['auto']:.2f} +- {r['auto_std']:.2f} ({taus})" if "auto" in r else "")
@@ -570,11 +672,18 @@ def plot_tau_sweep(summary: list[dict], path: str, name: str) -> None:
 
 
 def write_outputs(
-    records: list[dict], summary: list[dict], out_dir: str, *, main_tau: float, title: str
+    records: list[dict],
+    summary: list[dict],
+    out_dir: str,
+    *,
+    main_tau: float,
+    title: str,
+    label: str | None = None,
 ) -> dict[str, str]:
     """Write results.csv, summary.json, summary.md (titled ``title``) and tau_sweep.png.
 
-    summary.md holds the table of :func:`format_table`, then the accuracy per
+    summary.md holds the table of :func:`format_table` (its SLOT column headed
+    ``label``), then the accuracy per
     client (:func:`format_client_table`).
     """
     os.makedirs(out_dir, exist_ok=True)
@@ -589,7 +698,7 @@ def write_outputs(
     with open(paths["summary.json"], "w") as f:
         json.dump(summary, f, indent=1)
     with open(paths["summary.md"], "w") as f:
-        f.write(f"# {title}\n\n{format_table(summary, main_tau)}\n\n")
+        f.write(f"# {title}\n\n{format_table(summary, main_tau, label)}\n\n")
         f.write(f"## {CLIENT_TABLE_TITLE}\n\n{format_client_table(summary, main_tau)}\n")
     plot_tau_sweep(summary, paths["tau_sweep.png"], records[0]["dataset"])
     return paths

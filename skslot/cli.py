@@ -21,6 +21,7 @@ from .bench import (
     format_client_table,
     format_table,
     run_benchmark,
+    slot_label,
     summarise,
     write_outputs,
 )
@@ -61,6 +62,23 @@ def _floats(text: str) -> tuple[float, ...]:
     if any(not 0.0 <= t <= 1.0 for t in values):
         raise argparse.ArgumentTypeError(f"taus must lie in [0, 1], got {text!r}")
     return values
+
+
+def _fraction_or_none(text: str) -> float | None:
+    """A fraction in [0, 1], or 'none'."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1] or 'none', got {text!r}")
+    return value
+
+
+def _shown_fraction(value: float | None) -> str:
+    return "none" if value is None else f"{value:g}"
 
 
 def _heads(text: str) -> tuple[str, ...]:
@@ -195,10 +213,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--client-tau",
         choices=CLIENT_TAU_RULES,
-        default="uniform",
+        default=BenchmarkConfig.client_tau,
         help="each client's fraction of the transport: tau for all ('uniform', the paper's) "
         "or tau times the distance of its class proportions to the federation's "
-        "('label-shift') (default: uniform)",
+        f"('label-shift') (default: {BenchmarkConfig.client_tau})",
+    )
+    bench.add_argument(
+        "--mean-tau",
+        type=_fraction_or_none,
+        default=BenchmarkConfig.mean_tau,
+        help="fraction of the mean's transport, every client alike; 'none': the mean follows "
+        f"tau, the paper's geodesic (default: {_shown_fraction(BenchmarkConfig.mean_tau)})",
     )
     bench.add_argument(
         "--alphas",
@@ -226,7 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated heads, any case: O-FedAvg, FedCGS, FedPFT (default: all three)",
     )
     bench.add_argument(
-        "--main-tau", type=float, default=0.4, help="tau reported in the table (default: 0.4)"
+        "--main-tau",
+        type=float,
+        default=BenchmarkConfig.main_tau,
+        help=f"tau reported in the table (default: {BenchmarkConfig.main_tau:g})",
     )
     bench.add_argument(
         "--clients-per-domain",
@@ -488,6 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         split=args.split,
         covariance=args.covariance,
         client_tau=args.client_tau,
+        mean_tau=args.mean_tau,
     )
     print(_describe(data, config), file=sys.stderr)
     try:
@@ -501,11 +530,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{data.name}: macro accuracy over domains (%), mean +- std over {len(config.seeds)} seeds"
     )
     kind = "" if args.covariance == "total" else f"-{args.covariance}"
-    kind += "" if args.client_tau == "uniform" else f"-{args.client_tau}"
+    kind += "" if args.client_tau == BenchmarkConfig.client_tau else f"-{args.client_tau}"
+    if args.mean_tau != BenchmarkConfig.mean_tau:
+        kind += f"-mean-tau-{_shown_fraction(args.mean_tau)}"
     out = args.out or os.path.join("skslot-results", data.name + kind)
-    paths = write_outputs(records, summary, out, main_tau=config.main_tau, title=title)
+    label = slot_label(config)
+    paths = write_outputs(records, summary, out, main_tau=config.main_tau, title=title, label=label)
     print(title)
-    print(format_table(summary, config.main_tau))
+    print(format_table(summary, config.main_tau, label))
     if len(config.alphas) == 1:  # one's own clients as they are: the table is short
         print(f"\n{CLIENT_TABLE_TITLE}")
         print(format_client_table(summary, config.main_tau))

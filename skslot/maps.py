@@ -22,6 +22,17 @@ Formulas (each written once, here):
 
       T^tau = (1 - tau) Id + tau T,   W2(T^tau # G_1, G_2) = (1 - tau) W2(G_1, G_2)
 
+* The same with the mean and the covariance moved by fractions of their own
+  (``W2^2`` splits into a mean term and a Bures term [1]_, and each moves
+  along its own geodesic)::
+
+      T^(tau, rho)(x) = mu_1 + rho (mu_2 - mu_1) + ((1 - tau) I + tau A) (x - mu_1),
+      W2^2(T^(tau, rho) # G_1, G_2) = (1 - rho)^2 ||mu_1 - mu_2||^2 + (1 - tau)^2 B^2(S_1, S_2)
+
+  with ``B`` the Bures distance; ``rho = tau`` is ``T^tau``, ``rho = 1, tau = 0``
+  moves the mean alone (every client centred on the reference mean) and
+  ``rho = 0, tau = 1`` the covariance alone (CORAL-style [4]_).
+
 * An affine map ``T(x) = A x + b`` acting on statistics of rows (what lets the
   server align a client's head statistics without seeing its rows)::
 
@@ -40,6 +51,8 @@ References
    Optimization Theory and Applications, 1984.
 .. [3] McCann, "A convexity principle for interacting gases", Advances in
    Mathematics, 1997.
+.. [4] Sun, Feng and Saenko, "Return of frustratingly easy domain
+   adaptation", AAAI 2016.
 """
 
 from __future__ import annotations
@@ -95,6 +108,10 @@ class GaussianMap:
         ``A`` (symmetric positive definite for an optimal-transport map).
     offset : ndarray of shape (m,)
         ``b``.
+    anchor : ndarray of shape (m,) or None, default=None
+        A point whose image :meth:`geodesic` keeps (the source mean, for a
+        map whose mean moves by a fraction of its own:
+        :meth:`with_mean_fraction`); ``None``: the geodesic moves every point.
 
     Examples
     --------
@@ -111,6 +128,7 @@ class GaussianMap:
 
     linear: np.ndarray
     offset: np.ndarray
+    anchor: np.ndarray | None = None
 
     @classmethod
     def identity(cls, dimension: int) -> GaussianMap:
@@ -149,10 +167,50 @@ class GaussianMap:
         return cls(A, target_mean - A @ source_mean)
 
     def geodesic(self, tau: float) -> GaussianMap:
-        """``T^tau = (1 - tau) Id + tau T``, a fraction ``tau`` of the way."""
+        """``T^tau = (1 - tau) Id + tau T``, a fraction ``tau`` of the way.
+
+        For an anchored map (:meth:`with_mean_fraction`) the linear part moves
+        the same way and the anchor's image stays: the mean keeps its own
+        fraction, whatever ``tau``.  Geodesics compose: ``T.geodesic(s).geodesic(t)``
+        is ``T.geodesic(s * t)``.
+        """
         A = tau * self.linear
         A.flat[:: A.shape[0] + 1] += 1.0 - tau
-        return GaussianMap(A, tau * self.offset)
+        if self.anchor is None:
+            return GaussianMap(A, tau * self.offset)
+        image = self.linear @ self.anchor + self.offset
+        return GaussianMap(A, image - A @ self.anchor, self.anchor)
+
+    def with_mean_fraction(self, mean_tau: float, source_mean: np.ndarray) -> GaussianMap:
+        """This map with the source mean moved ``mean_tau`` of the way to its image.
+
+        The module docstring's ``T^(tau, rho)`` at ``tau = 1``, ``rho =
+        mean_tau``: ``x -> mu + mean_tau (T(mu) - mu) + A (x - mu)``, anchored
+        at ``mu`` so that its :meth:`geodesic` moves the covariance alone.
+
+        Parameters
+        ----------
+        mean_tau : float
+            Fraction of the mean's transport.
+        source_mean : ndarray of shape (m,)
+            ``mu``, the mean of the Gaussian this map transports.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skslot import GaussianMap
+        >>> T = GaussianMap(np.diag([2.0, 0.5]), np.array([4.0, 0.0]))
+        >>> half = T.with_mean_fraction(1.0, np.zeros(2)).geodesic(0.5)
+        >>> np.diag(half.linear), half.apply(np.zeros((1, 2)))  # covariance half way, mean all
+        (array([1.5 , 0.75]), array([[4., 0.]]))
+        """
+        if self.anchor is not None:
+            raise ValueError("with_mean_fraction takes a full map, and this map is anchored")
+        mu = np.asarray(source_mean, dtype=np.float64)
+        if mu.shape != self.offset.shape:
+            raise ValueError(f"source_mean must have shape {self.offset.shape}, got {mu.shape}")
+        image = self.linear @ mu + self.offset
+        return GaussianMap(self.linear, mu + mean_tau * (image - mu) - self.linear @ mu, mu)
 
     def push(self, summary: GaussianSummary) -> GaussianSummary:
         """Image of a Gaussian: ``N(A mu + b, A S A^T)``."""

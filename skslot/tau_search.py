@@ -211,6 +211,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
             client_tau=self._slot().client_tau,
             summary_covariance=self._slot().covariance,
             covariance_floor=self._slot().covariance_floor,
+            mean_tau=self._slot().mean_tau,
         )
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         X, y, classes = check_classification_data(self, X, y)
@@ -227,7 +228,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
                 label=label,
                 summary_estimator=slot._summary_estimator(),
                 validation_fraction=self.validation_fraction,
-                state=ClientState(fixed_map=slot.maps_[label]) if frozen else None,
+                state=ClientState(fixed_map=_full_maps(slot)[label]) if frozen else None,
             )
             for k, label in enumerate(labels)
         }
@@ -251,6 +252,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
             },
             tau_scales=result.tau_scales,
             client_tau=self._slot().client_tau,
+            mean_tau=self._slot().mean_tau,
             unknown_client=self.unknown_client,
         )
         self._store(selection, result.head, own, labels, classes)
@@ -266,7 +268,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
         slot = self._slot()
         if self.slot is not None and hasattr(self.slot, "estimator"):  # FrozenEstimator
             check_is_fitted(slot, "maps_")
-            return FixedReference(slot.reference_, slot.maps_, slot.n_iter_)
+            return FixedReference(slot.reference_, _full_maps(slot), slot.n_iter_)
         return ReferenceStep(slot.barycenter_estimator())
 
     def _store(
@@ -332,3 +334,10 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
 def selection_left_out(report: ProtocolReport) -> dict:
     """Clients left out of the choice, with the reason (from a run's report)."""
     return dict((report.selection or {}).get("left_out", {}))
+
+
+def _full_maps(slot: SLOTTransformer) -> dict:
+    """A fitted transformer's maps at ``tau = 1`` (anchored at each mean with ``mean_tau``)."""
+    return {
+        label: slot._anchored(full, slot.summaries_[label]) for label, full in slot.maps_.items()
+    }

@@ -38,6 +38,13 @@ if TYPE_CHECKING:  # the output types, without importing pandas or torch at run 
 __all__ = ["SLOTTransformer"]
 
 UNKNOWN_CLIENT = ("fit", "error", "identity")
+#: The defaults of :class:`SLOTTransformer` (and of the run config and ``skslot bench``):
+#: each client's mean moved all the way to the reference mean, its covariance ``tau`` times
+#: its label-shift factor along the Bures geodesic (docs/results.md, "What SLOT adds over a
+#: client alone").  The paper's geodesic is ``tau=0.4, mean_tau=None, client_tau="uniform"``.
+DEFAULT_TAU = 0.6
+DEFAULT_MEAN_TAU = 1.0
+DEFAULT_CLIENT_TAU = "label-shift"
 
 
 class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
@@ -46,26 +53,46 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
     ``fit`` summarises every client (mean, Ledoit-Wolf covariance), builds the
     reference ``N(mu_b, Sigma_b)`` (weighted mean, Bures-Wasserstein
     barycenter) and each client's optimal-transport map ``T_k(x) = A_k x + b_k``.
-    ``transform`` moves each row a fraction ``tau`` along its client's
-    geodesic::
+    ``transform`` moves each row of client ``k`` along its client's
+    geodesic: its mean a fraction ``mean_tau`` of the way to the reference
+    mean, its covariance a fraction ``tau_k`` along the Bures geodesic::
 
-        T_k^tau(x) = (1 - tau) x + tau (A_k x + b_k),
+        T_k(x) = mu_k + mean_tau (mu_b - mu_k) + ((1 - tau_k) I + tau_k A_k) (x - mu_k),
 
-    so that ``W2(T_k^tau # G_k, G_b) = (1 - tau) W2(G_k, G_b)``.
+    so that ``W2^2(T_k # G_k, G_b) = (1 - mean_tau)^2 ||mu_k - mu_b||^2 +
+    (1 - tau_k)^2 B^2(Sigma_k, Sigma_b)``.  By default ``mean_tau = 1`` and
+    ``tau_k = tau * d_k``, with ``d_k`` the label-shift factor
+    (``client_tau``): the configuration that beats each client's own
+    centring under label skew and costs nothing without it (docs/results.md,
+    "What SLOT adds over a client alone").  The paper's geodesic,
+    ``T_k^tau(x) = (1 - tau) x + tau (A_k x + b_k)`` for every client, is
+    ``SLOTTransformer(tau=0.4, mean_tau=None, client_tau="uniform")``.
 
     Parameters
     ----------
-    tau : float, default=0.4
-        Fraction of the transport, in ``[0, 1]``: 0 is the identity, 1 maps
-        every client's Gaussian onto the reference.  Changing it after ``fit``
-        needs no refit.
-    client_tau : {"uniform", "label-shift"}, default="uniform"
+    tau : float, default=0.6
+        Fraction of the covariance's transport (and of the mean's, with
+        ``mean_tau=None``), in ``[0, 1]``: 0 leaves the covariance alone, 1
+        maps it onto the reference's.  Changing it after ``fit`` needs no
+        refit.
+    mean_tau : float or None, default=1.0
+        Fraction of the mean's transport, in ``[0, 1]``, the same for every
+        client: each client's mean moves ``mean_tau`` of the way to the
+        reference mean and its rows about it follow the covariance's geodesic
+        at ``tau`` (:meth:`~skslot.gaussian.GaussianMap.with_mean_fraction`).
+        ``None`` moves the mean by the client's ``tau`` too (the paper's
+        geodesic, scaled by ``client_tau`` like it); ``mean_tau=1, tau=0`` is
+        per-client centring onto the reference mean, ``mean_tau=0, tau=1,
+        client_tau="uniform"`` CORAL-style alignment of the covariances
+        alone.  Changing it after ``fit`` needs no refit.
+    client_tau : {"uniform", "label-shift"}, default="label-shift"
         How each client's fraction follows from ``tau``: the same for every
         client (the paper's), or ``tau * d_k`` with ``d_k`` the
         total-variation distance between client ``k``'s class proportions
         and the federation's (:mod:`skslot.label_shift`: a client with the
-        federation's label mix is not moved; ``fit`` then needs ``y``, and a
-        client unseen in ``fit`` cannot be mapped at ``transform``).
+        federation's label mix keeps its covariance; ``fit`` then needs
+        ``y``, and a client unseen in ``fit`` cannot be mapped at
+        ``transform``).
     unknown_client : {"fit", "error", "identity"}, default="fit"
         What ``transform`` does with a client label not seen in ``fit``:
         estimate that client's Gaussian from the rows given to ``transform``
@@ -119,10 +146,15 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
     >>> rng = np.random.default_rng(0)
     >>> X = np.vstack([rng.normal(0, 1, (200, 2)), rng.normal(5, 3, (200, 2))])
     >>> client = np.repeat([0, 1], 200)
-    >>> slot = SLOTTransformer(tau=1.0).fit(X, client=client)
+    >>> y = np.tile([0, 1], 200)
+    >>> slot = SLOTTransformer().fit(X, y, client=client)
     >>> Z = slot.transform(X, client=client)
-    >>> np.round(Z[:200].mean(0) - Z[200:].mean(0), 8) + 0.0
+    >>> np.round(Z[:200].mean(0) - Z[200:].mean(0), 8) + 0.0  # the means meet
     array([0., 0.])
+    >>> paper = SLOTTransformer(tau=1.0, mean_tau=None, client_tau="uniform")
+    >>> Z = paper.fit_transform(X, client=client)  # the paper's geodesic, no labels needed
+    >>> np.round(Z[:200].std(0) / Z[200:].std(0), 1)  # the spreads meet too (up to shrinkage)
+    array([1., 1.])
     """
 
     __metadata_request__fit = {"client": True}
@@ -130,9 +162,10 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
 
     def __init__(
         self,
-        tau: float = 0.4,
+        tau: float = DEFAULT_TAU,
         *,
-        client_tau: str = "uniform",
+        mean_tau: float | None = DEFAULT_MEAN_TAU,
+        client_tau: str = DEFAULT_CLIENT_TAU,
         unknown_client: str = "fit",
         covariance: str = "total",
         weights: Any = "samples",
@@ -147,6 +180,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         n_jobs: int | None = None,
     ) -> None:
         self.tau = tau
+        self.mean_tau = mean_tau
         self.client_tau = client_tau
         self.unknown_client = unknown_client
         self.covariance = covariance
@@ -160,6 +194,17 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         self.chunk_size = chunk_size
         self.client_batch = client_batch
         self.n_jobs = n_jobs
+
+    def _check_fractions(self) -> None:
+        check_in_range("tau", self.tau, 0.0, 1.0)
+        if self.mean_tau is not None:
+            check_in_range("mean_tau", self.mean_tau, 0.0, 1.0)
+
+    def _anchored(self, full: GaussianMap, source: GaussianSummary) -> GaussianMap:
+        """A client's full map with its mean moved by ``mean_tau`` (as it is without)."""
+        if self.mean_tau is None:
+            return full
+        return full.with_mean_fraction(self.mean_tau, source.mean)
 
     def _summary_estimator(self) -> GaussianSummaryEstimator:
         return GaussianSummaryEstimator(
@@ -203,7 +248,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         -------
         self : object
         """
-        check_in_range("tau", self.tau, 0.0, 1.0)
+        self._check_fractions()
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         check_option("covariance", self.covariance, COVARIANCES)
         check_option("client_tau", self.client_tau, CLIENT_TAU_RULES)
@@ -273,7 +318,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         reference: GaussianSummary,
         summaries: GaussianSummary | list | Mapping,
         *,
-        tau: float = 0.4,
+        tau: float = DEFAULT_TAU,
         tau_scales: Mapping[Any, float] | None = None,
         **params: Any,
     ) -> SLOTTransformer:
@@ -288,7 +333,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
             The server's reference (``BuresBarycenter.reference_``).
         summaries : GaussianSummary, list or dict of GaussianSummary
             This party's own summary (or several, keyed by client label).
-        tau : float, default=0.4
+        tau : float, default=0.6
         tau_scales : dict, optional
             Client label to the factor of ``tau`` its rows move by (what the
             server computed from the class counts, with
@@ -305,12 +350,13 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         >>> s_a = GaussianSummaryEstimator().fit(X_a, client="a").summaries_["a"]
         >>> s_b = GaussianSummaryEstimator().fit(X_b, client="b").summaries_["b"]
         >>> reference = BuresBarycenter().fit([s_a, s_b]).reference_  # server
-        >>> slot_a = SLOTTransformer.from_reference(reference, s_a, tau=0.4)
+        >>> # the server sends each client the reference and its label-shift factor
+        >>> slot_a = SLOTTransformer.from_reference(reference, s_a, tau_scales={"a": 0.3})
         >>> slot_a.transform(X_a).shape  # client "a" aligns its own rows
         (50, 3)
         """
         self = cls(tau=tau, **params)
-        check_in_range("tau", self.tau, 0.0, 1.0)
+        self._check_fractions()
         if not isinstance(reference, GaussianSummary):
             raise TypeError(f"reference must be a GaussianSummary, got {type(reference).__name__}")
         if isinstance(summaries, GaussianSummary):
@@ -332,7 +378,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         self.n_features_in_ = reference.dimension
         return self
 
-    def _map_for(self, label: Any, X: np.ndarray) -> GaussianMap:
+    def _map_for(self, label: Any, X: np.ndarray | None) -> GaussianMap:
         full = self.maps_.get(label)
         if full is None:
             if self.unknown_client == "identity":
@@ -372,8 +418,33 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
             full = GaussianMap.optimal_transport(
                 summary, self.reference_, target_factor=self._reference_factor
             )
-            return full.geodesic(self.tau)
-        return full.geodesic(self.tau * self.tau_scales_[label])
+            return self._anchored(full, summary).geodesic(self.tau)
+        scale = self.tau_scales_[label]
+        return self._anchored(full, self.summaries_[label]).geodesic(self.tau * scale)
+
+    def client_map(self, client: Any) -> GaussianMap:
+        """The affine map ``transform`` applies to the rows of ``client``, a fitted client.
+
+        Its fractions are this transformer's (``tau`` scaled by the client's
+        factor, ``mean_tau``): what a server pushes a client's statistics
+        through (:meth:`~skslot.gaussian.GaussianMap.push_moments`).
+
+        Parameters
+        ----------
+        client : int or str
+            A client label seen in ``fit``.
+
+        Returns
+        -------
+        map : GaussianMap
+        """
+        check_is_fitted(self, "maps_")
+        self._check_fractions()
+        if client not in self.maps_:
+            raise ValueError(
+                f"client {client!r} was not seen during fit (fitted clients: {self.clients_})"
+            )
+        return self._map_for(client, None)
 
     def transform(
         self, X: Any, *, client: Any = None
@@ -395,7 +466,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
             ``set_output(transform="pandas")``, else an ndarray.
         """
         check_is_fitted(self, "maps_")
-        check_in_range("tau", self.tau, 0.0, 1.0)
+        self._check_fractions()
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         X = check_rows(self, X, reset=False)
         if client is None:

@@ -72,3 +72,9 @@ def fitting_rows(y, client, random_state, fraction=0.2):
     """Each client's rows outside its validation split, as the search draws it."""
     rows = held_out_rows(y, client, validation_fraction=fraction, random_state=random_state)
     return {k: fit for k, (fit, _) in rows.items()}
+
+
+#: The paper's geodesic: mean and covariance moved by the same tau, every client alike (the
+#: tests of the map's maths, which need no labels; SLOTTransformer's defaults move the mean
+#: fully and scale tau by each client's label shift).
+PAPER = {"mean_tau": None, "client_tau": "uniform"}

@@ -80,19 +80,64 @@ def test_cli_rejects_a_sweep_without_baseline(capsys):
     assert "must include 0" in capsys.readouterr().err
 
 
+KINDS = [(0.0, "fixed"), (0.4, "fixed"), (0.0, "centre"), (0.0, "z-score"), (1.0, "CORAL")]
+
+
 def test_summary_is_computed_from_the_records(small_npz):
     data = load_npz(small_npz)
     config = BenchmarkConfig(alphas=(0.1,), taus=(0.0, 0.4), seeds=(0, 1), heads=("FedCGS",))
     records = run_benchmark(data, config, progress=False)
     (row,) = summarise(records, main_tau=0.4)
     macro = {
-        (s, t): np.mean([r["accuracy"] for r in records if (r["seed"], r["tau"]) == (s, t)])
+        (s, kind): np.mean(
+            [r["accuracy"] for r in records if (r["seed"], r["tau"], r["selection"]) == (s, *kind)]
+        )
         for s in (0, 1)
-        for t in (0.0, 0.4)
+        for kind in KINDS
     }
-    assert row["without_slot"] == pytest.approx(100 * np.mean([macro[0, 0.0], macro[1, 0.0]]))
-    assert row["with_slot"] == pytest.approx(100 * np.mean([macro[0, 0.4], macro[1, 0.4]]))
+    assert row["without_slot"] == pytest.approx(
+        100 * np.mean([macro[s, (0.0, "fixed")] for s in (0, 1)])
+    )
+    assert row["with_slot"] == pytest.approx(
+        100 * np.mean([macro[s, (0.4, "fixed")] for s in (0, 1)])
+    )
     assert row["gain"] == pytest.approx(row["with_slot"] - row["without_slot"])
+    for key, kind in [("centre", (0.0, "centre")), ("z_score", (0.0, "z-score"))]:
+        assert row[key] == pytest.approx(100 * np.mean([macro[s, kind] for s in (0, 1)]))
+    assert row["coral"] == pytest.approx(100 * np.mean([macro[s, (1.0, "CORAL")] for s in (0, 1)]))
+
+
+def test_the_baselines_are_the_heads_on_each_clients_own_scaling(small_npz):
+    """The centre column is FedCGS (deterministic) on rows each client centred itself."""
+    from skslot import ClientStandardScaler
+    from skslot.bench import format_table
+    from skslot.datasets import dirichlet_partition
+
+    data = load_npz(small_npz)
+    config = BenchmarkConfig(alphas=(0.1,), taus=(0.0, 0.4), seeds=(0,), heads=("FedCGS",))
+    records = evaluate_run(data, data.X.astype(np.float64), 0.1, 0, config)
+    part = dirichlet_partition(data.y, data.domain, alpha=0.1, random_state=0)
+    X, y = data.X.astype(np.float64), data.y
+    tr, te = part.train_index, part.test_index
+    scaler = ClientStandardScaler(with_std=False).fit(X[tr], client=part.train_client)
+    head = FedCGSClassifier().fit(
+        scaler.transform(X[tr], client=part.train_client), y[tr], client=part.train_client
+    )
+    pred = head.predict(scaler.transform(X[te], client=part.test_client))
+    domain = part.client_domain[part.test_client]
+    centre = {r["domain"]: r["accuracy"] for r in records if r["selection"] == "centre"}
+    for d in np.unique(domain):
+        rows = domain == d
+        assert centre[f"domain{d}"] == pytest.approx(np.mean(pred[rows] == y[te][rows]))
+    assert {r["summary_bytes"] for r in records if r["selection"] in ("centre", "z-score")} == {0}
+    table = format_table(summarise(records, main_tau=0.4), 0.4)
+    assert (
+        "| without SLOT | centre | z-score | CORAL | SLOT (tau=0.4) | gain | SLOT - centre |"
+        in table
+    )
+    assert "centre" not in format_table(
+        summarise([r for r in records if r["selection"] == "fixed"], 0.4), 0.4
+    )
 
 
 def test_empty_clients_are_reported_and_skipped(small_npz):
@@ -204,7 +249,7 @@ def test_a_run_whose_clients_hold_out_nothing_has_no_auto_records(small_npz):
     data = load_npz(small_npz)
     config = BenchmarkConfig(taus=(0.0, 0.4), heads=("FedCGS",), validation_fraction=0.001)
     records = evaluate_run(data, data.X.astype(np.float64), None, 0, config)
-    assert {r["selection"] for r in records} == {"fixed"}
+    assert {r["selection"] for r in records} == {"fixed", "centre", "z-score", "CORAL"}
     with pytest.raises(NoValidationRowsError, match="no client has validation rows"):
         FederatedTauSearch(FedCGSClassifier(), validation_fraction=0.001).fit(
             data.X, data.y, client=data.domain

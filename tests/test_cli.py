@@ -1,6 +1,7 @@
 """``skslot bench`` on one's own tables: options, the given split, per-client results, warnings."""
 
 import csv
+import dataclasses
 import io
 import json
 import warnings
@@ -13,6 +14,7 @@ from sklearn.linear_model import LogisticRegression
 
 import skslot.cli
 from skslot.bench import (
+    BASELINES,
     DEFAULT_HEADS,
     BenchmarkConfig,
     BenchmarkWarning,
@@ -47,7 +49,7 @@ def clinic_csv(tmp_path):
     return path
 
 
-FAST = ["--heads", "FedCGS", "--taus", "0,0.4", "--n-jobs", "1", "--quiet"]
+FAST = ["--heads", "FedCGS", "--taus", "0,0.4", "--main-tau", "0.4", "--n-jobs", "1", "--quiet"]
 
 
 def results(out_dir) -> list[dict]:
@@ -116,7 +118,9 @@ def test_given_split_and_no_skew_use_exactly_the_users_rows(tmp_path, capsys, co
     correct = head.predict(X[is_test]) == frame["animal"][is_test].to_numpy()
     for site in SITES:
         expected = correct[(frame["site"][is_test] == site).to_numpy()].mean()
-        (found,) = [r for r in rows if (r["domain"], r["tau"]) == (site, "0.0")]
+        (found,) = [
+            r for r in rows if (r["domain"], r["tau"], r["selection"]) == (site, "0.0", "fixed")
+        ]
         assert float(found["accuracy"]) == pytest.approx(expected)
 
 
@@ -149,7 +153,7 @@ def test_dataframe_and_parquet_give_the_csv_results(clinic_csv, tmp_path, capsys
     )
     table = load_table(frame, label="animal", client="site", split="part")
     records = run_benchmark(table, config, progress=False)
-    by_frame = {(r["domain"], r["tau"]): r["accuracy"] for r in records}
+    by_frame = {(r["domain"], r["tau"], r["selection"]): r["accuracy"] for r in records}
     assert {r["n_test"] for r in records if r["domain"] == "north"} == {
         int(((frame["part"] == "test") & (frame["site"] == "north")).sum())
     }
@@ -168,7 +172,9 @@ def test_dataframe_and_parquet_give_the_csv_results(clinic_csv, tmp_path, capsys
     args = ["bench", "--data", str(path), "--label", "animal", "--client", "site"]
     args += ["--split-column", "part", "--skew", "none", "--seeds", "1", "--no-auto"]
     assert main([*args, *FAST, "--out", str(out)]) == 0
-    by_file = {(r["domain"], float(r["tau"])): float(r["accuracy"]) for r in results(out)}
+    by_file = {
+        (r["domain"], float(r["tau"]), r["selection"]): float(r["accuracy"]) for r in results(out)
+    }
     assert by_file == pytest.approx(by_frame)
 
 
@@ -237,6 +243,7 @@ def test_warnings_of_the_runs_are_reported_once_after_the_progress(n_jobs, capsy
     config = BenchmarkConfig(
         alphas=(None,), taus=(0.0, 0.4), seeds=(0, 1), heads=("slow",), auto=False, n_jobs=n_jobs
     )
+    config = dataclasses.replace(config, baselines=False)  # one fit per tau and seed
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         records = run_benchmark(table, config, factories={"slow": slow_fedpft})
@@ -258,15 +265,17 @@ def test_warnings_of_the_runs_are_reported_once_after_the_progress(n_jobs, capsy
 def test_the_cli_prints_one_warning_line_at_the_end(clinic_csv, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(DEFAULT_HEADS, "FedPFT", slow_fedpft)
     args = ["bench", "--data", str(clinic_csv), "--label", "animal", "--client", "site"]
-    args += ["--skew", "none", "--seeds", "2", "--taus", "0,0.4", "--heads", "FedPFT"]
+    args += ["--skew", "none", "--seeds", "2", "--taus", "0,0.4", "--main-tau", "0.4"]
+    args += ["--heads", "FedPFT"]
     assert main([*args, "--no-auto", "--n-jobs", "1", "--out", str(tmp_path / "out")]) == 0
     lines = capsys.readouterr().err.splitlines()
     assert [line.split(" (")[0] for line in lines[1:3]] == [
         "[1/2] clinic alpha=none seed=0",
         "[2/2] clinic alpha=none seed=1",
     ]
+    fits = 2 * (2 + len(BASELINES))  # seeds x (taus + baselines), one warning each
     assert lines[-1].startswith(
-        "skslot bench: 4 warnings from the runs: ConvergenceWarning x4 (lbfgs failed"
+        f"skslot bench: {fits} warnings from the runs: ConvergenceWarning x{fits} (lbfgs failed"
     )
     assert sum("ConvergenceWarning" in line for line in lines) == 1 and len(lines) == 4
 

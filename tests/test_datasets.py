@@ -13,7 +13,7 @@ from skslot.datasets import (
     load_office_caltech10,
 )
 
-from .conftest import shared_npz
+from .conftest import PAPER, shared_npz
 
 
 def toy(n_domains=3, n_classes=4, per=40):
@@ -268,5 +268,5 @@ def test_synthetic_generator_ground_truth_and_slot_removes_the_shift():
         ]
         return max(bures_wasserstein_distance(a, b) for a in s for b in s)
 
-    aligned = SLOTTransformer(tau=1.0).fit_transform(data.X, client=data.client)
+    aligned = SLOTTransformer(tau=1.0, **PAPER).fit_transform(data.X, client=data.client)
     assert spread(aligned) < 0.05 * spread(data.X)

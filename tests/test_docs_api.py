@@ -10,6 +10,7 @@ API = Path(__file__).resolve().parents[1] / "docs" / "api.rst"
 MODULES = [
     "skslot",
     "skslot.barycenter",
+    "skslot.baselines",
     "skslot.bench",
     "skslot.datasets",
     "skslot.defence",
@@ -58,6 +59,7 @@ def test_every_public_name_is_in_the_api_reference(module):
     "name",
     [
         "skslot.BuresBarycenter",
+        "skslot.ClientStandardScaler",
         "skslot.FederatedTauSearch",
         "skslot.GaussianSummaryEstimator",
         "skslot.SLOTTransformer",

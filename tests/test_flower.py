@@ -43,7 +43,7 @@ from skslot.heads import HEADS, make_head, message_bytes  # noqa: E402
 from skslot.protocol import ClientParty  # noqa: E402
 from skslot.protocol.exchanges import UploadRequest  # noqa: E402
 
-from .conftest import assert_close_in_norm  # noqa: E402
+from .conftest import PAPER, assert_close_in_norm  # noqa: E402
 from .flower_harness import (  # noqa: E402
     LocalGrid,
     inflated_count,
@@ -114,7 +114,8 @@ def in_process(node_configs, config: DeploymentConfig):
     Pipeline casts the mixtures of aligned rows instead).
     """
     parts, X, y, client = client_rows(node_configs, config)
-    slot = SLOTTransformer(tau=config.tau).fit(X, client=client)
+    slot = SLOTTransformer(tau=config.tau, mean_tau=config.mean_tau, client_tau=config.client_tau)
+    slot.fit(X, y, client=client)
     head = config.make_head()
     if config.head == "FedPFT":
         classes = config.class_set
@@ -122,7 +123,7 @@ def in_process(node_configs, config: DeploymentConfig):
             head.client_statistics(X[client == k], y[client == k], classes, client_index=i)
             for i, k in enumerate(np.unique(client))
         ]
-        maps = [slot.maps_[k].geodesic(config.tau) for k in np.unique(client)]
+        maps = [slot.client_map(k) for k in np.unique(client)]
         head.fit_from_statistics(stats, classes, maps=maps)
     else:
         head.fit(slot.transform(X, client=client), y, client=client)
@@ -153,7 +154,7 @@ def test_deployment_equals_in_process_pipeline(node_configs, head):
     assert report.macro_accuracy == pytest.approx(np.mean(list(report.accuracy.values())))
     assert all(not missing for missing in report.missing.values())
     assert all(not r for r in report.rejected.values())
-    assert report.status == "completed" and report.tau == 0.4
+    assert report.status == "completed" and report.tau == DeploymentConfig().tau
 
 
 def test_a_streamed_parallel_server_step_gives_the_same_run(node_configs):
@@ -473,9 +474,7 @@ def test_a_node_claiming_another_clients_label_evicts_nobody(node_configs, head)
             content[name] = record
         return Message(content, reply_to=request)
 
-    report, _, _, _ = deploy(
-        node_configs, faults={14: relabel}, summary_dtype="float64", head=head
-    )
+    report, _, _, _ = deploy(node_configs, faults={14: relabel}, summary_dtype="float64", head=head)
     assert not report.rejected.get("upload")
     assert report.clients[11] == report.clients[14] == 0
     assert sorted(report.accuracy) == [11, 12, 13, 14]
@@ -1063,18 +1062,22 @@ def test_with_the_defence_off_an_implausible_summary_counts(node_configs, caplog
 
 
 def test_an_inflated_count_is_rejected_or_its_weight_capped(node_configs):
-    """Counts are self-declared: beyond 100x the median a client is left out, beyond 10x capped."""
+    """Counts are self-declared: beyond 100x the median a client is left out, beyond 10x capped.
+
+    Every client alike, so no class counts travel to tie its count to (they would
+    reject the count at the intake first).
+    """
     report, _, _, _ = deploy(
-        node_configs, faults={14: inflated_count(10**6)}, summary_dtype="float64"
+        node_configs, faults={14: inflated_count(10**6)}, summary_dtype="float64", **PAPER
     )
     assert "declares 1.6e+08 rows, 1e+06 times the clients' median" in report.rejected["upload"][14]
     report, scores, _, _ = deploy(
-        node_configs, faults={14: inflated_count(50)}, summary_dtype="float64"
+        node_configs, faults={14: inflated_count(50)}, summary_dtype="float64", **PAPER
     )
     assert not report.rejected.get("upload") and report.capped == {14: 0.2}
     # capped at 10x the median count: the same head as an honest client weighing 10x
     honest, expected, _ = deploy(
-        node_configs, faults={14: inflated_count(10)}, summary_dtype="float64"
+        node_configs, faults={14: inflated_count(10)}, summary_dtype="float64", **PAPER
     )[:3]
     assert honest.capped == {}
     np.testing.assert_allclose(scores.coef, expected.coef, rtol=1e-9)

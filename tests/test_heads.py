@@ -19,6 +19,8 @@ from skslot.heads import (
 )
 from skslot.heads.fedpft import _message_seed
 
+from .conftest import PAPER
+
 HEADS = [FedCGSClassifier(), OneShotFedAvgClassifier(), FedPFTClassifier(random_state=0)]
 
 
@@ -242,7 +244,7 @@ def test_fedpft_mixture_options_and_injected_estimator(covariance_type, n_compon
 @pytest.mark.parametrize("head", HEADS, ids=lambda h: type(h).__name__)
 def test_heads_in_a_routed_pipeline_after_slot(head, federated):
     with sklearn.config_context(enable_metadata_routing=True):
-        pipe = make_pipeline(SLOTTransformer(tau=0.4), sklearn.clone(head))
+        pipe = make_pipeline(SLOTTransformer(tau=0.4, **PAPER), sklearn.clone(head))
         pipe.fit(federated.X, federated.y, client=federated.client)
         assert pipe.score(federated.X, federated.y, client=federated.client) > 0.5
 

@@ -13,7 +13,7 @@ from skslot import FederatedTauSearch, GaussianSummaryEstimator, SLOTTransformer
 from skslot.heads import FedCGSClassifier
 from skslot.summary import within_class_summary
 
-from .conftest import assert_close_in_norm, fitting_rows
+from .conftest import PAPER, assert_close_in_norm, fitting_rows
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def test_one_class_per_client_and_singleton_classes():
             "covariance must be one of",
         ),
         (
-            lambda X, y, c: SLOTTransformer(covariance="within").fit(X, client=c),
+            lambda X, y, c: SLOTTransformer(covariance="within", **PAPER).fit(X, client=c),
             "pass the class labels",
         ),
         (
@@ -117,7 +117,7 @@ def test_a_supervised_pipeline_passes_the_labels_to_slot(data):
     X, y, client = data.X, data.y, data.client
     with sklearn.config_context(enable_metadata_routing=True):
         pipe = make_pipeline(
-            SLOTTransformer(tau=1.0, covariance="within"), LogisticRegression(max_iter=500)
+            SLOTTransformer(tau=1.0, covariance="within", **PAPER), LogisticRegression(max_iter=500)
         )
         pipe.fit(X, y, client=client)
         slot = pipe[0]
@@ -133,7 +133,7 @@ def test_a_supervised_pipeline_passes_the_labels_to_slot(data):
 
 
 def test_the_federated_search_runs_label_aware_summaries_of_its_fitting_rows(data):
-    slot = SLOTTransformer(covariance="within")
+    slot = SLOTTransformer(covariance="within", **PAPER)
     search = FederatedTauSearch(FedCGSClassifier(), slot=slot, random_state=0)
     search.fit(data.X, data.y, client=data.client)
     # the held-out rows are outside each client's summary, hence outside its map
@@ -169,6 +169,7 @@ def test_flower_runs_label_aware_summaries_as_in_process(tmp_path, data):
         classes=classes,
         num_clients=3,
         connect_timeout=0.0,
+        **PAPER,
     )
     grid = LocalGrid(client_app, node_configs, config.to_run_config())
     report, scores, _ = run_one_shot(grid, config)
@@ -176,12 +177,12 @@ def test_flower_runs_label_aware_summaries_as_in_process(tmp_path, data):
     y = np.concatenate([np.load(node_configs[21 + k]["data"])["y_train"] for k in range(3)])
     client = np.repeat([0, 1, 2], 150)
     search = FederatedTauSearch(
-        FedCGSClassifier(), slot=SLOTTransformer(covariance="within"), random_state=config.seed
+        FedCGSClassifier(),
+        slot=SLOTTransformer(covariance="within", **PAPER),
+        random_state=config.seed,
     )
     search.fit(X, y, client=client)
     assert report.tau == search.best_tau_
     np.testing.assert_array_equal(scores.coef, search.best_estimator_.linear_scores().coef)
     with pytest.raises(ValueError, match="no calibrated differentially private release"):
         DeploymentConfig(summary_covariance="within", epsilon=1.0)
-
-

@@ -14,6 +14,8 @@ from skslot.label_shift import class_counts, label_shift_distances
 from skslot.protocol import intake
 from skslot.protocol.exchanges import Upload
 
+from .conftest import PAPER
+
 
 @pytest.fixture(scope="module")
 def data(labelled_clients):
@@ -62,8 +64,9 @@ def test_class_counts_name_labels_outside_the_class_set():
 
 def test_each_client_moves_tau_times_its_distance(data):
     X, y, client = data.X, data.y, data.client
-    slot = SLOTTransformer(tau=0.8, client_tau="label-shift").fit(X, y, client=client)
-    uniform = SLOTTransformer(tau=0.8).fit(X, client=client)
+    slot = SLOTTransformer(tau=0.8, client_tau="label-shift", mean_tau=None)
+    slot.fit(X, y, client=client)
+    uniform = SLOTTransformer(tau=0.8, **PAPER).fit(X, client=client)
     distances = label_shift_distances(own_counts(data))
     assert slot.tau_scales_ == pytest.approx(distances, rel=1e-12)
     assert uniform.tau_scales_ == {0: 1.0, 1: 1.0, 2: 1.0}
@@ -118,15 +121,14 @@ def test_a_pipeline_passes_the_labels_to_the_rule(data):
 def test_the_protocol_scales_every_client_by_the_counts_it_uploaded(data, head):
     """Both head shapes: the server scales the statistics' maps, or asks each client for its tau."""
     X, y, client = data.X, data.y, data.client
-    slot = SLOTTransformer(client_tau="label-shift")
+    slot = SLOTTransformer(client_tau="label-shift", mean_tau=None)
     search = FederatedTauSearch(head, slot=slot, taus=(0.0, 0.5, 1.0), random_state=0)
     search.fit(X, y, client=client)
     distances = label_shift_distances(own_counts(data))
     assert search.slot_.tau_scales_ == pytest.approx(distances, rel=1e-12)
     # the chosen head predicts the rows as aligned by each client's scaled tau
-    fitted = SLOTTransformer(tau=search.best_tau_, client_tau="label-shift").fit(
-        X, y, client=client
-    )
+    fitted = SLOTTransformer(tau=search.best_tau_, client_tau="label-shift", mean_tau=None)
+    fitted.fit(X, y, client=client)
     np.testing.assert_allclose(
         search.slot_.transform(X, client=client),
         fitted.transform(X, client=client),

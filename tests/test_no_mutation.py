@@ -13,6 +13,8 @@ from skslot import (
 from skslot.datasets import dirichlet_partition
 from skslot.heads import FedCGSClassifier, FedPFTClassifier, OneShotFedAvgClassifier
 
+from .conftest import PAPER
+
 MESSAGE = ("n", "counts", "sums", "shift", "s1", "gram_upper")
 
 
@@ -36,13 +38,15 @@ def arrays(federated):
 def calls(a):
     X, X32, y, client = a["X"], a["X32"], a["y"], a["client"]
     mean, cov = a["mean"], a["cov"]
-    slot = SLOTTransformer().fit(X, client=client)
+    slot = SLOTTransformer(**PAPER).fit(X, client=client)
     yield lambda: GaussianSummaryEstimator().fit(X, client=client)
     yield lambda: GaussianSummaryEstimator().partial_fit(X32, client=client)
     yield lambda: BuresBarycenter().fit(X, client=client)
-    yield lambda: SLOTTransformer().fit_transform(X32, client=client)
+    yield lambda: SLOTTransformer(**PAPER).fit_transform(X32, client=client)
     yield lambda: slot.transform(X, client=client)
-    yield lambda: SLOTTransformer.from_reference(slot.reference_, slot.summaries_[0]).transform(X)
+    yield lambda: SLOTTransformer.from_reference(
+        slot.reference_, slot.summaries_[0], **PAPER
+    ).transform(X)
     yield lambda: GaussianSummary(10, mean, cov)
     yield lambda: GaussianMap(cov, mean).apply(X32, chunk_size=7)
     yield lambda: dirichlet_partition(y, client, alpha=0.5, random_state=0)

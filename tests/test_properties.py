@@ -8,6 +8,8 @@ from skslot import BuresBarycenter, GaussianMap, GaussianSummary, SLOTTransforme
 from skslot._linalg import sym_eigh
 from skslot.gaussian import bures_wasserstein_distance
 
+from .conftest import PAPER
+
 PROPERTY = settings(max_examples=40, deadline=None)
 
 
@@ -107,8 +109,8 @@ def test_transformer_output_scales_with_a_common_rescaling(seed, m, K, log_scale
     X = np.vstack([rng.normal(size=(3 * m + 5, m)) * rng.uniform(0.5, 3, m) + k for k in range(K)])
     client = np.repeat(np.arange(K), 3 * m + 5)
     c = float(10.0**log_scale)
-    Z = SLOTTransformer(tau=tau).fit_transform(X, client=client)
-    Zc = SLOTTransformer(tau=tau).fit_transform(c * X, client=client)
+    Z = SLOTTransformer(tau=tau, **PAPER).fit_transform(X, client=client)
+    Zc = SLOTTransformer(tau=tau, **PAPER).fit_transform(c * X, client=client)
     np.testing.assert_allclose(Zc, c * Z, rtol=1e-8, atol=1e-8 * c * np.abs(Z).max())
 
 

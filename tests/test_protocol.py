@@ -8,8 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 
-from skslot import FederatedTauSearch, GaussianSummary, GaussianSummaryEstimator
+from skslot import (
+    FederatedTauSearch,
+    GaussianSummary,
+    GaussianSummaryEstimator,
+    SLOTTransformer,
+)
 from skslot._validation import spawn_seeds
 from skslot.datasets import make_federated_classification
 from skslot.defence import DefenceBounds
@@ -259,8 +265,23 @@ def test_counts_an_in_process_upload_announces_are_non_negative_integers(clients
             },
             ["upload", "updates", "evaluation"],
         ),
+        (
+            {"head": "FedPFT", "tau": 0.6, "mean_tau": 1.0, "client_tau": "label-shift"},
+            ["upload", "evaluation"],
+        ),
+        (
+            {"head": "O-FedAvg", "head_params": '{"max_iter": 50}', "tau": "auto"}
+            | {"mean_tau": 0.5},
+            ["upload", "updates", "validation", "screening", "refit", "evaluation"],
+        ),
     ],
-    ids=["FedPFT-full-auto", "FedCGS-label-shift-auto", "O-FedAvg-label-shift-rule"],
+    ids=[
+        "FedPFT-full-auto",
+        "FedCGS-label-shift-auto",
+        "O-FedAvg-label-shift-rule",
+        "FedPFT-mean-tau-label-shift",
+        "O-FedAvg-mean-tau-auto",
+    ],
 )
 def test_the_same_protocol_object_runs_over_both_transports(clients, tmp_path, settings, stages):
     """In process and over Flower (LocalGrid): the same choice, head and accuracies."""
@@ -315,6 +336,30 @@ def test_the_same_protocol_object_runs_over_both_transports(clients, tmp_path, s
         assert in_process.tau_scales == pytest.approx(distances, rel=1e-12)
         assert flower.report.tau_scales == {11 + k: round(d, 6) for k, d in distances.items()}
         assert len(set(distances.values())) == 4 and 0 < min(distances.values())
+
+
+@pytest.mark.filterwarnings("ignore:local training reached max_iter")
+@pytest.mark.parametrize("name", ["FedCGS", "O-FedAvg"])
+def test_the_mean_fraction_reaches_the_clients_and_the_server_as_the_transformer_s(clients, name):
+    """mean_tau in the protocol: each client's map is the transformer's, on both sides."""
+    head = make_head(name, seed=0)
+    protocol = OneShotProtocol(head, tau=0.6, mean_tau=1.0, client_tau="label-shift")
+    transport = parties(clients, protocol.head)
+    result = protocol.run(InProcessTransport(transport), CLASSES)
+    X = np.vstack([c[0] for c in clients.values()])
+    y = np.concatenate([c[1] for c in clients.values()])
+    client = np.repeat(list(clients), [c[0].shape[0] for c in clients.values()])
+    slot = SLOTTransformer(tau=0.6, mean_tau=1.0, client_tau="label-shift").fit(X, y, client=client)
+    for k, party in transport.items():
+        Xt = clients[k][2]
+        own = party.transport_map().geodesic(0.6 * result.tau_scales[k]).apply(Xt)
+        np.testing.assert_allclose(own, slot.transform(Xt, client=k), rtol=1e-9, atol=1e-9)
+    expected = clone(head).fit(slot.transform(X, client=client), y, client=client)
+    np.testing.assert_allclose(
+        result.head.linear_scores().coef, expected.linear_scores().coef, rtol=1e-6, atol=1e-8
+    )
+    with pytest.raises(ValueError, match="mean_tau must"):
+        OneShotProtocol(head, mean_tau=-0.1)
 
 
 def test_a_user_head_is_deployable_by_its_import_path(clients):

@@ -31,7 +31,7 @@ from skslot.selection import (
     validation_split,
 )
 
-from .conftest import fitting_rows
+from .conftest import PAPER, fitting_rows
 
 TAUS = (0.0, 0.3, 0.7, 1.0)
 HEADS = [
@@ -47,7 +47,7 @@ def shifted():
     data = make_federated_classification(
         n_clients=3, n_samples_per_client=200, alpha=0.5, domain_shift=2.0, random_state=1
     )
-    slot = SLOTTransformer().fit(data.X + 1e3, client=data.client)
+    slot = SLOTTransformer(**PAPER).fit(data.X + 1e3, client=data.client)
     return data.X + 1e3, data.y, data.client, slot
 
 
@@ -309,8 +309,10 @@ def test_no_refit_keeps_the_chosen_candidate(federated):
 def test_a_frozen_slot_transformer_is_reused(federated):
     X, y, client = federated.X, federated.y, federated.client
     fit = np.sort(np.concatenate(list(fitting_rows(y, client, 0).values())))
-    slot = SLOTTransformer().fit(X[fit], client=client[fit])  # on the search's fitting rows
-    fresh = FederatedTauSearch(FedCGSClassifier(), random_state=0).fit(X, y, client=client)
+    slot = SLOTTransformer(**PAPER).fit(X[fit], client=client[fit])  # on the search's fitting rows
+    fresh = FederatedTauSearch(
+        FedCGSClassifier(), slot=SLOTTransformer(**PAPER), random_state=0
+    ).fit(X, y, client=client)
     frozen = FederatedTauSearch(FedCGSClassifier(), slot=FrozenEstimator(slot), random_state=0).fit(
         X, y, client=client
     )
@@ -333,7 +335,7 @@ def test_a_frozen_transformer_s_maps_align_the_clients_held_out_rows(federated):
     from sklearn.metrics import balanced_accuracy_score
 
     X, y, client = federated.X, federated.y, federated.client
-    slot = SLOTTransformer().fit(X + 3.0 * client[:, None], client=client)  # other maps
+    slot = SLOTTransformer(**PAPER).fit(X + 3.0 * client[:, None], client=client)  # other maps
     search = FederatedTauSearch(
         FedCGSClassifier(), taus=(0.0, 1.0), slot=FrozenEstimator(slot), random_state=0
     ).fit(X, y, client=client)
@@ -407,7 +409,8 @@ def test_predict_needs_client_labels_and_routing_works_in_a_pipeline(federated):
 def test_a_new_client_is_aligned_with_its_own_summary(federated):
     X, y, client = federated.X, federated.y, federated.client
     seen = client != 3
-    search = FederatedTauSearch(FedCGSClassifier(), taus=(1.0,), random_state=0)
+    slot = SLOTTransformer(**PAPER)  # a new client's labels are not needed to map it
+    search = FederatedTauSearch(FedCGSClassifier(), taus=(1.0,), slot=slot, random_state=0)
     search.fit(X[seen], y[seen], client=client[seen])
     predicted = search.predict(X[~seen], client=client[~seen])
     own = GaussianSummaryEstimator().fit(X[~seen], client=3).summaries_[3]

@@ -19,11 +19,13 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skslot import BuresBarycenter, GaussianSummaryEstimator, SLOTTransformer
 
+from .conftest import PAPER
+
 ESTIMATORS = [
     GaussianSummaryEstimator(),
     BuresBarycenter(),
     SLOTTransformer(),
-    SLOTTransformer(client_tau="label-shift"),
+    SLOTTransformer(**PAPER),
 ]
 PRIVATE = GaussianSummaryEstimator(epsilon=4.0, clip_norm=10.0, random_state=0)
 
@@ -42,12 +44,12 @@ def routing():
 def test_client_is_requested_by_default():
     for est in ESTIMATORS:
         assert est.get_metadata_routing().fit.requests["client"] is True
-    assert SLOTTransformer().get_metadata_routing().transform.requests["client"] is True
+    assert SLOTTransformer(**PAPER).get_metadata_routing().transform.requests["client"] is True
 
 
 def test_pipeline_routes_client_to_fit_and_predict(routing, federated):
     X, y, client = federated.X, federated.y, federated.client
-    pipe = make_pipeline(SLOTTransformer(tau=0.4), LogisticRegression(max_iter=500))
+    pipe = make_pipeline(SLOTTransformer(tau=0.4, **PAPER), LogisticRegression(max_iter=500))
     pipe.fit(X, y, client=client)
     slot = pipe[0]
     head = pipe[-1]
@@ -67,7 +69,7 @@ def test_grid_search_selects_middle_tau_under_label_and_domain_shift(routing, fe
     X, y, client = federated.X, federated.y, federated.client
     taus = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
     grid = GridSearchCV(
-        make_pipeline(SLOTTransformer(), LogisticRegression(max_iter=1000)),
+        make_pipeline(SLOTTransformer(**PAPER), LogisticRegression(max_iter=1000)),
         {"slottransformer__tau": taus},
         cv=StratifiedKFold(3, shuffle=True, random_state=0),
     ).fit(X, y, client=client)
@@ -83,7 +85,7 @@ def test_grid_search_grouped_by_client_scores_held_out_clients(routing, federate
     X, y, client = federated.X, federated.y, federated.client
     taus = [0.0, 0.4, 1.0]
     grid = GridSearchCV(
-        make_pipeline(SLOTTransformer(), LogisticRegression(max_iter=1000)),
+        make_pipeline(SLOTTransformer(**PAPER), LogisticRegression(max_iter=1000)),
         {"slottransformer__tau": taus},
         cv=cv,
         error_score="raise",
@@ -105,7 +107,7 @@ def test_grid_search_grouped_by_client_scores_held_out_clients(routing, federate
 
 def test_a_reloaded_pipeline_without_routing_says_how_to_enable_it(routing, federated):
     X, y, client = federated.X, federated.y, federated.client
-    pipe = make_pipeline(SLOTTransformer(), LogisticRegression(max_iter=500))
+    pipe = make_pipeline(SLOTTransformer(**PAPER), LogisticRegression(max_iter=500))
     reloaded = pickle.loads(pickle.dumps(pipe.fit(X, y, client=client)))
     with sklearn.config_context(enable_metadata_routing=False):
         with pytest.raises(ValueError, match="enable_metadata_routing=True"):
@@ -119,8 +121,8 @@ def test_a_reloaded_pipeline_without_routing_says_how_to_enable_it(routing, fede
 
 def test_without_routing_direct_calls_work_and_pipeline_explains(federated):
     X, y, client = federated.X, federated.y, federated.client
-    SLOTTransformer().fit(X, client=client).transform(X, client=client)
-    pipe = make_pipeline(SLOTTransformer(), LogisticRegression(max_iter=500))
+    SLOTTransformer(**PAPER).fit(X, client=client).transform(X, client=client)
+    pipe = make_pipeline(SLOTTransformer(**PAPER), LogisticRegression(max_iter=500))
     pipe.fit(X, y, slottransformer__client=client)  # step__param works for fit
     with pytest.raises(ValueError, match="enable_metadata_routing=True"):
         pipe.predict(X)
@@ -131,20 +133,22 @@ def test_pandas_in_and_out(federated):
     cols = [f"f{i}" for i in range(federated.X.shape[1])]
     df = pd.DataFrame(federated.X, columns=cols, index=np.arange(len(federated.X)) + 100)
     client = pd.Series(federated.client).map({0: "a", 1: "b", 2: "c", 3: "d"})
-    slot = SLOTTransformer().set_output(transform="pandas").fit(df, client=client)
+    slot = SLOTTransformer(**PAPER).set_output(transform="pandas").fit(df, client=client)
     out = slot.transform(df, client=client.to_numpy())
     assert isinstance(out, pd.DataFrame)
     assert list(out.columns) == cols and list(slot.get_feature_names_out()) == cols
     assert (out.index == df.index).all()
     np.testing.assert_allclose(
         out.to_numpy(),
-        SLOTTransformer().fit(federated.X, client=client).transform(federated.X, client=client),
+        SLOTTransformer(**PAPER)
+        .fit(federated.X, client=client)
+        .transform(federated.X, client=client),
     )
 
 
 def test_clone_keeps_parameters_untouched():
     w = np.array([1.0, 2.0])
-    est = SLOTTransformer(tau=0.3, weights=w)
+    est = SLOTTransformer(tau=0.3, weights=w, **PAPER)
     c = clone(est)
     assert c.get_params()["tau"] == 0.3 and c.get_params()["weights"] is not None
     assert est.weights is w

@@ -5,6 +5,8 @@ import pytest
 
 from skslot import SLOTTransformer
 
+from .conftest import PAPER
+
 
 def rotated(rng, n, m, condition):
     Q, _ = np.linalg.qr(rng.normal(size=(m, m)))
@@ -59,7 +61,7 @@ CASES = [
 @pytest.mark.parametrize("name", CASES)
 def test_full_transport_is_exact_under_stress(name):
     X, client = case(name)
-    slot = SLOTTransformer(tau=1.0).fit(X, client=client)
+    slot = SLOTTransformer(tau=1.0, **PAPER).fit(X, client=client)
     Z = slot.transform(X, client=client)
     assert np.all(np.isfinite(Z))
     assert Z.dtype == (np.float32 if X.dtype == np.float32 else np.float64)
@@ -76,8 +78,8 @@ def test_full_transport_is_exact_under_stress(name):
 @pytest.mark.parametrize("factor", [1e-6, 1e6])
 def test_uniform_rescaling_rescales_the_output(factor):
     X, client = case("condition 1e12, non-commuting")
-    Z = SLOTTransformer(tau=0.4).fit_transform(X, client=client)
-    Z_scaled = SLOTTransformer(tau=0.4).fit_transform(factor * X, client=client)
+    Z = SLOTTransformer(tau=0.4, **PAPER).fit_transform(X, client=client)
+    Z_scaled = SLOTTransformer(tau=0.4, **PAPER).fit_transform(factor * X, client=client)
     np.testing.assert_allclose(
         Z_scaled, factor * Z, rtol=1e-9, atol=1e-9 * np.abs(factor * Z).max()
     )

@@ -13,7 +13,7 @@ from skslot import (  # noqa: E402
 )
 from skslot.barycenter import bures_wasserstein_barycenter  # noqa: E402
 
-from .conftest import random_spd  # noqa: E402
+from .conftest import PAPER, random_spd  # noqa: E402
 
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5}
 
@@ -71,10 +71,10 @@ def test_barycenter_of_float32_tensors_is_computed_in_float64_and_returned_in_fl
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_slot_transformer_on_tensors(federated, dtype):
     X, client = federated.X, federated.client
-    expected = SLOTTransformer(tau=0.6).fit(X, client=client)
+    expected = SLOTTransformer(tau=0.6, **PAPER).fit(X, client=client)
     tensor = torch.tensor(X, dtype=dtype)
     before = tensor.clone()
-    slot = SLOTTransformer(tau=0.6).fit(tensor, client=torch.tensor(client))
+    slot = SLOTTransformer(tau=0.6, **PAPER).fit(tensor, client=torch.tensor(client))
     Z = slot.transform(tensor, client=client)
     assert isinstance(Z, torch.Tensor) and Z.dtype == dtype and Z.device == tensor.device
     np.testing.assert_allclose(
@@ -92,8 +92,10 @@ def test_slot_transformer_on_tensors(federated, dtype):
 def test_unknown_client_fit_and_integer_tensors(federated):
     X, client = federated.X, federated.client
     seen = client != 3
-    slot = SLOTTransformer(unknown_client="fit").fit(torch.tensor(X[seen]), client=client[seen])
-    expected = SLOTTransformer(unknown_client="fit").fit(X[seen], client=client[seen])
+    slot = SLOTTransformer(unknown_client="fit", **PAPER).fit(
+        torch.tensor(X[seen]), client=client[seen]
+    )
+    expected = SLOTTransformer(unknown_client="fit", **PAPER).fit(X[seen], client=client[seen])
     rows = torch.tensor(X[~seen])
     np.testing.assert_allclose(
         slot.transform(rows, client=3).numpy(),
@@ -127,11 +129,11 @@ def test_map_apply_on_tensors_with_out_and_chunks():
 )
 def test_bad_tensors_get_clear_errors(X, message):
     with pytest.raises(ValueError, match=message):
-        SLOTTransformer().fit(X)
+        SLOTTransformer(**PAPER).fit(X)
 
 
 def test_tensor_of_the_wrong_width_at_transform(federated):
-    slot = SLOTTransformer().fit(torch.tensor(federated.X), client=federated.client)
+    slot = SLOTTransformer(**PAPER).fit(torch.tensor(federated.X), client=federated.client)
     with pytest.raises(ValueError, match="X has 3 features, but SLOTTransformer is expecting 8"):
         slot.transform(torch.ones(4, 3), client=[0, 0, 1, 1])
 
@@ -218,8 +220,8 @@ def test_every_estimator_takes_numpy_torch_and_array_api_arrays_with_dispatch_on
 def test_gradients_flow_through_transform_not_into_the_reference(federated):
     """A ``requires_grad`` tensor: transform is differentiable in X (the maps are constants)."""
     X, client = federated.X, federated.client
-    slot = SLOTTransformer(tau=0.7).fit(torch.tensor(X, requires_grad=True), client=client)
-    expected = SLOTTransformer(tau=0.7).fit(X, client=client)
+    slot = SLOTTransformer(tau=0.7, **PAPER).fit(torch.tensor(X, requires_grad=True), client=client)
+    expected = SLOTTransformer(tau=0.7, **PAPER).fit(X, client=client)
     np.testing.assert_allclose(
         slot.reference_.covariance, expected.reference_.covariance, rtol=1e-10
     )

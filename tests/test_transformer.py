@@ -12,6 +12,8 @@ from skslot import (
 )
 from skslot.gaussian import bures_wasserstein_distance
 
+from .conftest import PAPER
+
 
 def empirical_summary(Z):
     return GaussianSummary(len(Z), Z.mean(0), np.cov(Z.T, bias=True))
@@ -19,7 +21,7 @@ def empirical_summary(Z):
 
 def test_full_transport_maps_each_client_gaussian_onto_reference(federated):
     X, client = federated.X, federated.client
-    slot = SLOTTransformer(tau=1.0).fit(X, client=client)
+    slot = SLOTTransformer(tau=1.0, **PAPER).fit(X, client=client)
     for k in slot.clients_:
         pushed = slot.maps_[k].push(slot.summaries_[k])
         ref = slot.reference_
@@ -29,7 +31,7 @@ def test_full_transport_maps_each_client_gaussian_onto_reference(federated):
 
 @pytest.mark.parametrize("tau", [0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
 def test_w2_to_reference_contracts_by_one_minus_tau(federated, tau):
-    slot = SLOTTransformer(tau=tau).fit(federated.X, client=federated.client)
+    slot = SLOTTransformer(tau=tau, **PAPER).fit(federated.X, client=federated.client)
     for k in slot.clients_:
         s = slot.summaries_[k]
         full2 = bures_wasserstein_distance(s, slot.reference_) ** 2
@@ -42,9 +44,9 @@ def test_w2_to_reference_contracts_by_one_minus_tau(federated, tau):
 def test_tau_zero_is_identity_and_transform_aligns_rows(federated):
     X, client = federated.X, federated.client
     np.testing.assert_allclose(
-        SLOTTransformer(tau=0.0).fit_transform(X, client=client), X, rtol=0, atol=1e-12
+        SLOTTransformer(tau=0.0, **PAPER).fit_transform(X, client=client), X, rtol=0, atol=1e-12
     )
-    slot = SLOTTransformer(tau=1.0).fit(X, client=client)
+    slot = SLOTTransformer(tau=1.0, **PAPER).fit(X, client=client)
     Z = slot.transform(X, client=client)
     for k in slot.clients_:
         # empirical moments of the aligned rows: mean is exact, covariance up to shrinkage
@@ -56,7 +58,7 @@ def test_tau_zero_is_identity_and_transform_aligns_rows(federated):
 
 def test_scalar_client_and_float32(federated):
     X = federated.X.astype(np.float32)
-    slot = SLOTTransformer().fit(X, client=federated.client)
+    slot = SLOTTransformer(**PAPER).fit(X, client=federated.client)
     rows = federated.client == 2
     Z = slot.transform(X[rows], client=2)
     assert Z.dtype == np.float32
@@ -66,7 +68,9 @@ def test_scalar_client_and_float32(federated):
 def test_unknown_client_policies(federated):
     X, client = federated.X, federated.client
     seen = client != 3
-    slot = SLOTTransformer(tau=1.0, unknown_client="error").fit(X[seen], client=client[seen])
+    slot = SLOTTransformer(tau=1.0, unknown_client="error", **PAPER).fit(
+        X[seen], client=client[seen]
+    )
     new_rows = X[~seen]
     with pytest.raises(ValueError, match="client 3 was not seen during fit"):
         slot.transform(new_rows, client=3)
@@ -82,7 +86,7 @@ def test_unknown_client_policies(federated):
 def test_a_new_client_is_fitted_by_default_and_needs_two_rows(federated):
     X, client = federated.X, federated.client
     seen = client != 3
-    slot = SLOTTransformer(tau=1.0).fit(X[seen], client=client[seen])
+    slot = SLOTTransformer(tau=1.0, **PAPER).fit(X[seen], client=client[seen])
     assert slot.unknown_client == "fit"
     Z = slot.transform(X[~seen], client=3)
     np.testing.assert_allclose(Z.mean(0), slot.reference_.mean, atol=1e-9)
@@ -94,18 +98,18 @@ def test_a_new_client_is_fitted_by_default_and_needs_two_rows(federated):
 def test_a_single_client_fit_warns_that_alignment_is_the_identity(client):
     X = np.random.default_rng(0).normal(size=(40, 3))
     with pytest.warns(SingleClientWarning, match="SLOTTransformer was fitted on a single client"):
-        slot = SLOTTransformer(tau=1.0).fit(X, client=client)
+        slot = SLOTTransformer(tau=1.0, **PAPER).fit(X, client=client)
     np.testing.assert_allclose(slot.transform(X, client=client), X, rtol=1e-12, atol=1e-12)
     with pytest.warns(SingleClientWarning, match="BuresBarycenter was fitted on a single"):
         BuresBarycenter().fit(X, client=client)
     with warnings.catch_warnings():
         warnings.simplefilter("error", SingleClientWarning)  # two clients: no warning
-        SLOTTransformer().fit(X, client=np.arange(40) % 2)
+        SLOTTransformer(**PAPER).fit(X, client=np.arange(40) % 2)
 
 
 def test_from_reference_equals_in_process_fit(federated):
     X, client = federated.X, federated.client
-    in_process = SLOTTransformer(tau=0.4).fit(X, client=client)
+    in_process = SLOTTransformer(tau=0.4, **PAPER).fit(X, client=client)
     # each party of a deployment: own summary -> server -> reference -> own map
     own = {
         k: GaussianSummaryEstimator().fit(X[client == k], client=k).summaries_[k] for k in range(4)
@@ -114,7 +118,7 @@ def test_from_reference_equals_in_process_fit(federated):
     reference = BuresBarycenter().fit(list(wire.values())).reference_
     reference = GaussianSummary.from_bytes(reference.to_bytes(dtype="float64"))
     for k in range(4):
-        party = SLOTTransformer.from_reference(reference, own[k], tau=0.4)
+        party = SLOTTransformer.from_reference(reference, own[k], tau=0.4, **PAPER)
         np.testing.assert_allclose(
             party.transform(X[client == k]),
             in_process.transform(X[client == k], client=k),
@@ -126,18 +130,18 @@ def test_from_reference_equals_in_process_fit(federated):
 @pytest.mark.parametrize("tau", [-0.1, 1.5, np.nan, "0.4"])
 def test_tau_is_validated(federated, tau):
     with pytest.raises(ValueError, match="tau must be"):
-        SLOTTransformer(tau=tau).fit(federated.X, client=federated.client)
+        SLOTTransformer(tau=tau, **PAPER).fit(federated.X, client=federated.client)
 
 
 def test_missing_client_at_transform_explains_routing(federated):
-    slot = SLOTTransformer().fit(federated.X, client=federated.client)
+    slot = SLOTTransformer(**PAPER).fit(federated.X, client=federated.client)
     with pytest.raises(ValueError, match="enable_metadata_routing=True"):
         slot.transform(federated.X)
 
 
 def test_transform_rejects_wrong_shape_and_does_not_mutate(federated):
     X, client = federated.X.copy(), federated.client
-    slot = SLOTTransformer().fit(X, client=client)
+    slot = SLOTTransformer(**PAPER).fit(X, client=client)
     np.testing.assert_array_equal(X, federated.X)
     with pytest.raises(ValueError, match="features"):
         slot.transform(X[:, :3], client=client)

@@ -183,6 +183,7 @@ def _party(
         state.client_index = stored["client-index"]
         seed = stored["split-seed"]
         state.split_seed = None if seed < 0 else seed
+        state.mean_tau = config.mean_tau
         if "reference" in stored:
             state.reference = GaussianSummary.from_bytes(
                 stored["reference"], expected_dimension=state.summary.dimension
@@ -223,6 +224,7 @@ def upload(message: Message, context: Context) -> Message:
             class_counts=counts,
             summary_covariance=config.summary_covariance,
             covariance_floor=config.summary_estimator().covariance_floor,
+            mean_tau=config.mean_tau,
         )
     )
     if reply.summary is None:  # derived from the statistics, in float64 as the server does

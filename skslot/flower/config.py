@@ -33,6 +33,7 @@ from ..protocol.client import private_summary_problem
 from ..screening import SCREENING
 from ..selection import check_tau_grid
 from ..summary import COVARIANCES, GaussianSummaryEstimator
+from ..transformer import DEFAULT_CLIENT_TAU, DEFAULT_MEAN_TAU, DEFAULT_TAU
 
 __all__ = [
     "DataSettings",
@@ -63,8 +64,9 @@ class ProtocolSettings:
         ``'{"covariance_type": "full", "rank": 16}'`` (empty: its defaults;
         ``random_state`` defaults to ``seed``).  Unknown names are an error
         naming the allowed ones, raised before any client is contacted.
-    tau : float or "auto", default=0.4
-        Fraction of the transport each client applies, or ``"auto"``: chosen
+    tau : float or "auto", default=0.6
+        Fraction of the transport each client applies (with ``mean_tau``, of
+        its covariance's; :class:`~skslot.SLOTTransformer`), or ``"auto"``: chosen
         by the clients' validation over ``taus`` (the same protocol as
         :class:`~skslot.FederatedTauSearch`).
     taus : str, default="0,0.2,0.4,0.6,0.8,1"
@@ -85,11 +87,16 @@ class ProtocolSettings:
         labels are matched by name and sent as their position in this list).
     seed : int, default=0
         Seed of the partition and of the head.
-    client_tau : {"uniform", "label-shift"}, default="uniform"
+    client_tau : {"uniform", "label-shift"}, default="label-shift"
         Each client's fraction of the transport: ``tau`` for all (the
         paper's), or ``tau`` times the total-variation distance between its
         class proportions and the federation's (the clients then upload their
         class counts; see :mod:`skslot.label_shift`).
+    mean_tau : float or "none", default=1.0
+        Fraction of the mean's transport, the same for every client and
+        candidate ``tau`` (:class:`~skslot.SLOTTransformer`'s ``mean_tau``);
+        ``"none"``: the mean follows each client's ``tau`` (the paper's
+        geodesic, with ``tau = 0.4`` and ``client-tau = "uniform"``).
     summary_covariance : {"total", "within"}, default="total"
         The covariance each client's summary transports: of all its rows (the
         paper's), or of its class-centred rows (label-aware; see
@@ -110,14 +117,15 @@ class ProtocolSettings:
 
     head: str = "FedCGS"
     head_params: str = ""
-    tau: float | str = 0.4
+    tau: float | str = DEFAULT_TAU
     taus: str = "0,0.2,0.4,0.6,0.8,1"
     head_grid: str = ""
     validation_fraction: float = 0.2
     selection_rule: str = "one-standard-error"
     classes: str = "0,1,2,3,4,5,6,7,8,9"
     seed: int = 0
-    client_tau: str = "uniform"
+    client_tau: str = DEFAULT_CLIENT_TAU
+    mean_tau: float | None = DEFAULT_MEAN_TAU
     summary_covariance: str = "total"
     summary_dtype: str = "float32"
     server_jobs: int = 1
@@ -156,6 +164,7 @@ class ProtocolSettings:
             min_clients=min_clients,
             random_state=self.seed,
             client_tau=self.client_tau,
+            mean_tau=self.mean_tau,
             summary_covariance=self.summary_covariance,
             screen=screen,
             config=self.to_run_config() if isinstance(self, DeploymentConfig) else None,
@@ -451,10 +460,12 @@ class DeploymentConfig(
     --------
     >>> from skslot.flower import DeploymentConfig
     >>> config = DeploymentConfig.from_run_config({"head": "FedPFT", "alpha": "none"})
-    >>> config.head, config.alpha, config.tau
-    ('FedPFT', None, 0.4)
+    >>> config.head, config.alpha, config.tau, config.mean_tau, config.client_tau
+    ('FedPFT', None, 0.6, 1.0, 'label-shift')
     >>> config.to_run_config()["alpha"]
     'none'
+    >>> DeploymentConfig.from_run_config({"mean-tau": "none"}).mean_tau is None  # the paper's
+    True
     >>> config.make_head()
     FedPFTClassifier(random_state=0)
     """
@@ -504,7 +515,7 @@ class DeploymentConfig(
             key = f.name.replace("_", "-")
             if key in run_config:
                 values[f.name] = run_config[key]
-        for name in ("alpha", "epsilon"):  # "none" in a run config
+        for name in ("alpha", "epsilon", "mean_tau"):  # "none" in a run config
             if isinstance(values.get(name), str):
                 if values[name].lower() != "none":
                     raise ValueError(f"{name} must be a number or 'none', got {values[name]!r}")
@@ -525,7 +536,7 @@ class DeploymentConfig(
             "screen_significance",
             "screen_min_gain",
         )
-        for name in (*floats, "epsilon"):
+        for name in (*floats, "epsilon", "mean_tau"):
             if isinstance(values.get(name), int) and not isinstance(values[name], bool):
                 values[name] = float(values[name])
         return cls(**values)

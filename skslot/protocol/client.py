@@ -2,7 +2,7 @@
 
 A :class:`ClientParty` holds one client's rows and answers each stage with the
 library's own objects: :class:`~skslot.GaussianSummaryEstimator` for the
-summary, :meth:`~skslot.SLOTTransformer.from_reference` for its map, the
+summary, :meth:`~skslot.GaussianMap.optimal_transport` for its map, the
 head's protocol for what it uploads, and :mod:`skslot.selection` for local
 heads and validation counts.  The in-process transport calls these methods
 directly; the Flower ``ClientApp`` rebuilds the party from the node's data and
@@ -23,7 +23,6 @@ from ..label_shift import class_counts
 from ..screening import PairedCounts, paired_counts
 from ..selection import ValidationCounts, local_updates, score_candidates, validation_split
 from ..summary import GaussianSummaryEstimator
-from ..transformer import SLOTTransformer
 from .exchanges import (
     Evaluation,
     EvaluationRequest,
@@ -64,6 +63,8 @@ class ClientState:
     the same map.  ``fixed_map``, where the run's maps were fitted before it
     (:class:`~skslot.protocol.reference.FixedReference`), is this client's
     map among them, used in place of the one its summary would make.
+    ``mean_tau`` is the run's fraction of the mean's transport, received
+    with the upload request.
     """
 
     summary: GaussianSummary | None = None
@@ -71,6 +72,7 @@ class ClientState:
     client_index: int | None = None
     split_seed: int | None = None
     fixed_map: GaussianMap | None = None
+    mean_tau: float | None = None
 
 
 class ClientParty:
@@ -154,7 +156,10 @@ class ClientParty:
         if state.reference is None:
             raise RuntimeError("this client has not received the reference of this run")
         own = state.summary
-        return SLOTTransformer.from_reference(state.reference, own).maps_[own.client]
+        full = GaussianMap.optimal_transport(own, state.reference)
+        if state.mean_tau is None:
+            return full
+        return full.with_mean_fraction(state.mean_tau, own.mean)
 
     # -- the stages --------------------------------------------------------------------
 
@@ -180,6 +185,7 @@ class ClientParty:
         if state.summary is not None and state.split_seed != request.split_seed:
             state.summary = None  # another split: another fitting part to summarise
         state.client_index, state.split_seed = request.client_index, request.split_seed
+        state.mean_tau = request.mean_tau
         split = self.split
         X_fit, y_fit = self.fitting_rows()
         if protocol.derives_summary:  # its summary's scale check, as the estimator's

@@ -202,6 +202,10 @@ class OneShotProtocol:
         The clients' summaries' ``covariance_floor``
         (:class:`~skslot.GaussianSummaryEstimator`), for the summaries the
         server derives from a client's statistics (FedCGS).
+    mean_tau : float or None, default=None
+        Fraction of the mean's transport, the same for every client and every
+        candidate ``tau`` (:class:`~skslot.SLOTTransformer`'s ``mean_tau``);
+        ``None``: the mean follows each client's ``tau``.
     screen : {"auto", "on", "off"}, default="auto"
         Screen each client's contribution by the others' validation
         (:mod:`skslot.screening`, thresholds from ``defence``): ``"auto"``
@@ -231,6 +235,7 @@ class OneShotProtocol:
         client_tau: str = "uniform",
         summary_covariance: str = "total",
         covariance_floor: float = 1e-8,
+        mean_tau: float | None = None,
         screen: str = "auto",
         config: dict | None = None,
     ) -> None:
@@ -268,6 +273,7 @@ class OneShotProtocol:
             "summary_covariance", summary_covariance, COVARIANCES
         )
         self.covariance_floor = check_in_range("covariance_floor", covariance_floor, 0.0, None)
+        self.mean_tau = None if mean_tau is None else check_in_range("mean_tau", mean_tau, 0.0, 1.0)
         self.screen = check_option("screen", screen, SCREENING)
         if screen == "on" and defence is None:
             raise ValueError(
@@ -382,10 +388,19 @@ class _Run:
         return [self.clients[c].validation for c in self.order]
 
     def maps(self) -> list[GaussianMap]:
-        """Each client's map at ``tau = 1``: its full map, or that scaled by its ``tau_scale``."""
-        scaled = []
+        """Each client's map at ``tau = 1``: its full map, or that scaled by its ``tau_scale``.
+
+        With ``mean_tau`` the map is anchored at the client's mean, which
+        moves by ``mean_tau`` at every ``tau``
+        (:meth:`~skslot.gaussian.GaussianMap.with_mean_fraction`), unless the
+        run's maps came anchored (a fitted transformer's,
+        :class:`~skslot.protocol.reference.FixedReference`).
+        """
+        scaled, mean_tau = [], self.protocol.mean_tau
         for c in self.order:
             full, scale = self.full_maps[c], self.clients[c].tau_scale
+            if mean_tau is not None and full.anchor is None:
+                full = full.with_mean_fraction(mean_tau, self.clients[c].summary.mean)
             scaled.append(full if scale == 1.0 else full.geodesic(scale))
         return scaled
 
@@ -513,6 +528,7 @@ class _Run:
                 class_counts=counting,
                 summary_covariance=protocol.summary_covariance,
                 covariance_floor=protocol.covariance_floor,
+                mean_tau=protocol.mean_tau,
             )
             for k, c in enumerate(parties)
         }

@@ -44,7 +44,9 @@ class UploadRequest:
     ``covariance_floor`` are the run's summary settings, with which the server
     derives the summary of a head whose statistics determine it (FedCGS): a
     client summarising otherwise refuses, rather than map its rows with
-    another summary than the server's.
+    another summary than the server's.  ``mean_tau`` is the run's fraction
+    of the mean's transport (``None``: the mean follows ``tau``), with which
+    the client makes its map as the server does.
     """
 
     client_index: int
@@ -52,6 +54,7 @@ class UploadRequest:
     class_counts: bool = False
     summary_covariance: str = "total"
     covariance_floor: float = 1e-8
+    mean_tau: float | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,0 +1,194 @@
+"""What a client can do alone: standardise its features by its own statistics.
+
+Per-client centring (``x - mu_k``) and standardisation (``(x - mu_k) /
+sigma_k``) cost no communication and need no federation, so every gain of
+SLOT is measured beside them (``skslot bench`` prints them as columns).  The
+third baseline, CORAL-style alignment of each client's covariance to the
+reference with no mean transport, is :class:`~skslot.SLOTTransformer` with
+``tau=1, mean_tau=0``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
+
+from ._doc_link import DocLinkMixin
+from ._validation import ROUTING_HINT, check_client_labels, check_host_rows, check_option
+
+__all__ = ["ClientStandardScaler"]
+
+UNKNOWN_CLIENT = ("fit", "error", "identity")
+
+
+def _moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation (``ddof=0``) of each column, in float64.
+
+    A constant column gets the scale 1 (as :class:`~sklearn.preprocessing.StandardScaler`):
+    it is centred and left unscaled, never divided by zero.
+    """
+    mean = X.mean(axis=0, dtype=np.float64)
+    std = np.sqrt(np.mean(np.square(X - mean), axis=0, dtype=np.float64))
+    tiny = 10 * np.finfo(np.float64).eps * np.maximum(np.abs(mean), 1.0)
+    return mean, np.where(std > tiny, std, 1.0)
+
+
+class ClientStandardScaler(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+    """Centre (and scale) each client's features by that client's own statistics.
+
+    The baseline that needs no federation: client ``k`` maps ``x`` to
+    ``(x - mu_k) / sigma_k`` with its own column means ``mu_k`` and standard
+    deviations ``sigma_k`` (``with_std=False``: ``x - mu_k``, per-client
+    centring).  It takes ``client`` like :class:`~skslot.SLOTTransformer`, so
+    a :class:`~sklearn.pipeline.Pipeline` swaps one for the other.
+
+    Parameters
+    ----------
+    with_mean : bool, default=True
+        Subtract each client's mean.
+    with_std : bool, default=True
+        Divide by each client's standard deviation (a constant column is left
+        unscaled).
+    unknown_client : {"fit", "error", "identity"}, default="fit"
+        What ``transform`` does with a client not seen in ``fit``: use the
+        statistics of its rows in that call (at least 2), raise, or leave its
+        rows unchanged.
+
+    Attributes
+    ----------
+    means_ : dict
+        Client label to its column means, ndarray of shape (`n_features_in_`,).
+    scales_ : dict
+        Client label to its column scales (ones with ``with_std=False``).
+    clients_ : list
+        Client labels seen in ``fit``.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+
+    See Also
+    --------
+    SLOTTransformer : the federated alignment these baselines are measured against.
+    sklearn.preprocessing.StandardScaler : the same for one client.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot import ClientStandardScaler
+    >>> X = np.array([[0.0, 1.0], [2.0, 3.0], [10.0, 10.0], [14.0, 10.0]])
+    >>> client = np.array(["a", "a", "b", "b"])
+    >>> ClientStandardScaler(with_std=False).fit_transform(X, client=client)
+    array([[-1., -1.],
+           [ 1.,  1.],
+           [-2.,  0.],
+           [ 2.,  0.]])
+    """
+
+    __metadata_request__fit = {"client": True}
+    __metadata_request__transform = {"client": True}
+
+    def __init__(
+        self, *, with_mean: bool = True, with_std: bool = True, unknown_client: str = "fit"
+    ) -> None:
+        self.with_mean = with_mean
+        self.with_std = with_std
+        self.unknown_client = unknown_client
+
+    def _statistics(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mean, scale = _moments(X)
+        if not self.with_mean:
+            mean = np.zeros_like(mean)
+        if not self.with_std:
+            scale = np.ones_like(scale)
+        return mean, scale
+
+    def fit(self, X: Any, y: Any = None, *, client: Any = None) -> ClientStandardScaler:
+        """Each client's column means and standard deviations.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : None
+            Ignored.
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client label of each row (``None``: one client).
+
+        Returns
+        -------
+        self : object
+        """
+        check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
+        X = check_host_rows(self, X, reset=True)
+        labels, codes = check_client_labels(client, X.shape[0])
+        self.means_, self.scales_ = {}, {}
+        for k, label in enumerate(labels):
+            self.means_[label], self.scales_[label] = self._statistics(X[codes == k])
+        self.clients_ = labels
+        return self
+
+    def _statistics_for(self, label: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """A client's statistics, ``None`` to leave its rows unchanged."""
+        if label in self.means_:
+            return self.means_[label], self.scales_[label]
+        if self.unknown_client == "identity":
+            return None
+        if self.unknown_client == "error":
+            raise ValueError(
+                f"client {label!r} was not seen during fit (fitted clients: {self.clients_}); "
+                "set unknown_client='fit' to use the statistics of its rows, or 'identity' "
+                "to leave them unchanged"
+            )
+        if X.shape[0] < 2:
+            raise ValueError(
+                f"{type(self).__name__}: client {label!r} was not seen during fit and has "
+                f"{X.shape[0]} row in this transform; unknown_client='fit' needs at least 2 "
+                "(transform a new client's rows together, or set unknown_client='identity' "
+                "or 'error')"
+            )
+        return self._statistics(X)
+
+    def transform(self, X: Any, *, client: Any = None) -> np.ndarray:
+        """Standardise each row by its client's statistics.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client of each row.  ``None`` is allowed when ``fit`` saw a single
+            client.
+
+        Returns
+        -------
+        X_scaled : ndarray of shape (n_samples, n_features)
+            In ``X``'s floating dtype.
+        """
+        check_is_fitted(self, "means_")
+        check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
+        X = check_host_rows(self, X, reset=False)
+        if client is None:
+            if len(self.clients_) != 1:
+                raise ValueError(
+                    f"transform needs client labels: fit saw {len(self.clients_)} "
+                    f"clients. {ROUTING_HINT}"
+                )
+            client = self.clients_[0]
+        labels, codes = check_client_labels(client, X.shape[0])
+        out = np.array(X, copy=True)
+        for k, label in enumerate(labels):
+            rows = codes == k
+            found = self._statistics_for(label, X[rows])
+            if found is not None:
+                mean, scale = found
+                out[rows] = (X[rows] - mean) / scale
+        return out
+
+    def fit_transform(self, X: Any, y: Any = None, *, client: Any = None) -> np.ndarray:
+        """``fit(X, client=client).transform(X, client=client)``."""
+        return self.fit(X, y, client=client).transform(X, client=client)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
