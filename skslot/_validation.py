@@ -29,6 +29,7 @@ __all__ = [
     "check_positive_int",
     "check_row_labels",
     "client_weights",
+    "fitted_client",
     "spawn_seeds",
 ]
 
@@ -49,6 +50,21 @@ def _as_label(value: Any) -> int | str:
             f"of type {type(value).__name__}"
         )
     return value
+
+
+def fitted_client(clients: Sequence, client: Any) -> Any:
+    """``client``, or the single client ``fit`` saw when ``client`` is ``None``.
+
+    Raises ``ValueError`` (with the routing hint) when ``client`` is ``None``
+    and ``fit`` saw several clients.
+    """
+    if client is not None:
+        return client
+    if len(clients) != 1:
+        raise ValueError(
+            f"transform needs client labels: fit saw {len(clients)} clients. {ROUTING_HINT}"
+        )
+    return clients[0]
 
 
 def check_row_labels(y: Any, n_samples: int) -> np.ndarray:

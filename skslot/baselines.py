@@ -17,11 +17,10 @@ from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ._doc_link import DocLinkMixin
-from ._validation import ROUTING_HINT, check_client_labels, check_host_rows, check_option
+from ._validation import check_client_labels, check_host_rows, check_option, fitted_client
+from .transformer import UNKNOWN_CLIENT
 
 __all__ = ["ClientStandardScaler"]
-
-UNKNOWN_CLIENT = ("fit", "error", "identity")
 
 
 def _moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,14 +166,7 @@ class ClientStandardScaler(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin,
         check_is_fitted(self, "means_")
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         X = check_host_rows(self, X, reset=False)
-        if client is None:
-            if len(self.clients_) != 1:
-                raise ValueError(
-                    f"transform needs client labels: fit saw {len(self.clients_)} "
-                    f"clients. {ROUTING_HINT}"
-                )
-            client = self.clients_[0]
-        labels, codes = check_client_labels(client, X.shape[0])
+        labels, codes = check_client_labels(fitted_client(self.clients_, client), X.shape[0])
         out = np.array(X, copy=True)
         for k, label in enumerate(labels):
             rows = codes == k

@@ -14,12 +14,12 @@ from ._backend import empty_like_rows, row_index
 from ._doc_link import DocLinkMixin
 from ._linalg import cholesky_factor
 from ._validation import (
-    ROUTING_HINT,
     check_client_labels,
     check_in_range,
     check_option,
     check_row_labels,
     check_rows,
+    fitted_client,
 )
 from .barycenter import (
     BuresBarycenter,
@@ -470,12 +470,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         X = check_rows(self, X, reset=False)
         if client is None:
-            if len(self.clients_) != 1:
-                raise ValueError(
-                    f"transform needs client labels: fit saw {len(self.clients_)} "
-                    f"clients. {ROUTING_HINT}"
-                )
-            client = self.clients_[0]
+            client = fitted_client(self.clients_, client)
             if client is None:
                 return self._map_for(None, X).apply(X, chunk_size=self.chunk_size)
         labels, codes = check_client_labels(client, X.shape[0])
