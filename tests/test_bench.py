@@ -13,7 +13,7 @@ from skslot.datasets import digits_projection, load_npz, make_federated_classifi
 from skslot.heads import FedCGSClassifier
 from skslot.selection import NoValidationRowsError
 
-from .conftest import shared_npz
+from .conftest import PAPER, shared_npz
 
 
 @pytest.fixture
@@ -163,7 +163,9 @@ def digits_runs():
     """
     data = load_npz(shared_npz("digits_effnet_lite0.npz"))
     data = dataclasses.replace(data, X=data.X.astype(np.float64) @ digits_projection())
-    config = BenchmarkConfig(alphas=(0.1, None), taus=(0.0, 0.4), seeds=(0, 1, 2), n_jobs=2)
+    config = BenchmarkConfig(
+        alphas=(0.1, None), taus=(0.0, 0.4), seeds=(0, 1, 2), n_jobs=2, baselines=False, **PAPER
+    )
     return summarise(run_benchmark(data, config, progress=False), main_tau=0.4)
 
 
