@@ -126,14 +126,7 @@ def slot_name(mean_tau: float, tau: float) -> str:
 
 def client_maps(slot: SLOTTransformer) -> dict:
     """Each fitted client's map at ``slot``'s fractions (its ``tau`` scaled by its factor)."""
-    return {
-        k: (
-            slot.maps_[k]
-            if slot.mean_tau is None
-            else slot.maps_[k].with_mean_fraction(slot.mean_tau, slot.summaries_[k].mean)
-        ).geodesic(slot.tau * slot.tau_scales_[k])
-        for k in slot.clients_
-    }
+    return {k: slot.client_map(k) for k in slot.clients_}
 
 
 class ClassStatistics:

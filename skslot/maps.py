@@ -181,7 +181,7 @@ class GaussianMap:
         image = self.linear @ self.anchor + self.offset
         return GaussianMap(A, image - A @ self.anchor, self.anchor)
 
-    def with_mean_fraction(self, mean_tau: float, source_mean: np.ndarray) -> GaussianMap:
+    def with_mean_fraction(self, mean_tau: float | None, source_mean: np.ndarray) -> GaussianMap:
         """This map with the source mean moved ``mean_tau`` of the way to its image.
 
         The module docstring's ``T^(tau, rho)`` at ``tau = 1``, ``rho =
@@ -190,8 +190,9 @@ class GaussianMap:
 
         Parameters
         ----------
-        mean_tau : float
-            Fraction of the mean's transport.
+        mean_tau : float or None
+            Fraction of the mean's transport; ``None``: this map as it is (its
+            geodesic moves the mean by ``tau`` too, the paper's).
         source_mean : ndarray of shape (m,)
             ``mu``, the mean of the Gaussian this map transports.
 
@@ -204,6 +205,8 @@ class GaussianMap:
         >>> np.diag(half.linear), half.apply(np.zeros((1, 2)))  # covariance half way, mean all
         (array([1.5 , 0.75]), array([[4., 0.]]))
         """
+        if mean_tau is None:
+            return self
         if self.anchor is not None:
             raise ValueError("with_mean_fraction takes a full map, and this map is anchored")
         mu = np.asarray(source_mean, dtype=np.float64)

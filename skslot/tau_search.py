@@ -219,6 +219,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
         protocol.reference.check_clients(labels)
         slot = self._slot()
         frozen = isinstance(protocol.reference, FixedReference)  # its maps, on both sides
+        fixed_maps = protocol.reference.fixed.maps if frozen else {}  # the server's, anchored
         parties = {
             label: ClientParty(
                 X[codes == k],
@@ -228,7 +229,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
                 label=label,
                 summary_estimator=slot._summary_estimator(),
                 validation_fraction=self.validation_fraction,
-                state=ClientState(fixed_map=_full_maps(slot)[label]) if frozen else None,
+                state=ClientState(fixed_map=fixed_maps[label]) if frozen else None,
             )
             for k, label in enumerate(labels)
         }

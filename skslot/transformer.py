@@ -202,8 +202,6 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
 
     def _anchored(self, full: GaussianMap, source: GaussianSummary) -> GaussianMap:
         """A client's full map with its mean moved by ``mean_tau`` (as it is without)."""
-        if self.mean_tau is None:
-            return full
         return full.with_mean_fraction(self.mean_tau, source.mean)
 
     def _summary_estimator(self) -> GaussianSummaryEstimator:

@@ -157,8 +157,6 @@ class ClientParty:
             raise RuntimeError("this client has not received the reference of this run")
         own = state.summary
         full = GaussianMap.optimal_transport(own, state.reference)
-        if state.mean_tau is None:
-            return full
         return full.with_mean_fraction(state.mean_tau, own.mean)
 
     # -- the stages --------------------------------------------------------------------

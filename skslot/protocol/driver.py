@@ -399,7 +399,7 @@ class _Run:
         scaled, mean_tau = [], self.protocol.mean_tau
         for c in self.order:
             full, scale = self.full_maps[c], self.clients[c].tau_scale
-            if mean_tau is not None and full.anchor is None:
+            if full.anchor is None:  # a fitted transformer's maps come anchored
                 full = full.with_mean_fraction(mean_tau, self.clients[c].summary.mean)
             scaled.append(full if scale == 1.0 else full.geodesic(scale))
         return scaled
