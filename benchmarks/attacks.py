@@ -46,8 +46,9 @@ from threadpoolctl import threadpool_limits
 from skslot import GaussianSummary
 from skslot._linalg import symmetric_from_upper
 from skslot.datasets import digits_projection, dirichlet_partition, load_npz
-from skslot.flower import DeploymentConfig, DeploymentError, run_one_shot
+from skslot.flower import DeploymentConfig, run_one_shot
 from skslot.flower import client_app as client_module
+from skslot.protocol import ProtocolRunError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.flower_harness import (
@@ -402,7 +403,7 @@ def _one_run(attack: Attack, head: str, mode: str, seed: int) -> dict:
                 else "accepted",
             )
             honest_out = sum(node not in report.accuracy for node in HONEST)
-        except DeploymentError as exc:
+        except ProtocolRunError as exc:
             accuracy, fate, honest_out = [np.nan] * 3, f"run failed: {exc}"[:60], 3
         return {
             "attack": attack.name,

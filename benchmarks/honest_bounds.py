@@ -37,7 +37,7 @@ from skslot.bench import DEFAULT_HEADS
 from skslot.datasets import dirichlet_partition, load_npz, load_office_caltech10
 from skslot.defence import ratios_to_median, summary_deviations
 from skslot.flower import DeploymentConfig
-from skslot.selection import local_updates
+from skslot.heads import local_heads
 
 DIGITS = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effnet_lite0.npz"
 ALPHAS = (0.1, 0.05, 0.01, None)
@@ -76,7 +76,7 @@ def one_partition(name: str, alpha: float | None, seed: int, per_domain: int) ->
                 [
                     [
                         np.linalg.norm(np.column_stack([u.coef, u.intercept]))
-                        for u in local_updates(
+                        for u in local_heads(
                             head,
                             X_train[client == k],
                             y_train[client == k],

@@ -41,12 +41,12 @@ OUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "label_aware"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effnet_lite0.npz"
 #: name -> (BenchmarkConfig settings, whether the federated choice of tau runs too)
 KINDS = {
-    "total": ({"covariance": "total"}, False),
-    "within": ({"covariance": "within"}, False),
-    "label-shift": ({"covariance": "total", "client_tau": "label-shift"}, True),
+    "total": ({"summary_covariance": "total"}, False),
+    "within": ({"summary_covariance": "within"}, False),
+    "label-shift": ({"summary_covariance": "total", "client_tau": "label-shift"}, True),
     # the rule between the sweep's points, for the recommendation's trade (no federated choice)
     "label-shift-fine": (
-        {"covariance": "total", "client_tau": "label-shift", "taus": (0.0, 0.1, 0.3, 0.5)},
+        {"summary_covariance": "total", "client_tau": "label-shift", "taus": (0.0, 0.1, 0.3, 0.5)},
         False,
     ),
 }

@@ -1,6 +1,6 @@
 """How SLOT-Align's server step scales with the dimension m and the client count K.
 
-Times ``BuresBarycenter().fit`` plus ``transport_maps()`` on K Ledoit-Wolf
+Times ``BuresBarycenter().fit`` plus ``maps()`` on K Ledoit-Wolf
 covariances (as clients would send), sweeping m at fixed K and K at fixed m,
 and fits the growth exponent ``t ~ x^p`` by least squares on log-log axes.
 Prints a markdown table.
@@ -33,7 +33,7 @@ def time_server_step(m: int, K: int) -> tuple[float, int]:
     summaries = lw_like_summaries(m, K)
     start = time.perf_counter()
     bary = BuresBarycenter(tol=1e-8).fit(summaries)
-    bary.transport_maps()
+    bary.maps()
     return time.perf_counter() - start, bary.n_iter_
 
 

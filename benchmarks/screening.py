@@ -83,7 +83,7 @@ def one_run(name: str, alpha: float | None, head_name: str, seed: int) -> list[d
             scores = result.head.linear_scores()
             accuracy = []
             for party in parties.values():  # every client, excluded ones too
-                found = party.evaluate(EvaluationRequest(None, scores, result.tau))
+                found = party.answer("evaluation", EvaluationRequest(None, scores, result.tau))
                 accuracy.append(found.n_correct / found.n_test)
             screening = result.report.screening or {}
             records.append(

@@ -31,16 +31,9 @@ from skslot import SLOTTransformer
 from skslot._validation import spawn_seeds
 from skslot.bench import DEFAULT_HEADS
 from skslot.datasets import dirichlet_partition, load_npz, load_office_caltech10
-from skslot.selection import (
-    DEFAULT_TAUS,
-    ValidationCounts,
-    candidate_grid,
-    candidate_heads,
-    client_statistics,
-    local_updates,
-    score_candidates,
-    validation_split,
-)
+from skslot.heads import candidate_heads, local_heads, statistics_of_parts
+from skslot.protocol.stages.validation import ValidationCounts, score_candidates
+from skslot.selection import DEFAULT_TAUS, candidate_grid, validation_split
 
 DIGITS = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effnet_lite0.npz"
 RULES = {f"{v}, z={z:g}": (v, z) for v in ("local", "loo") for z in (0.0, 0.5, 1.0)}
@@ -77,9 +70,11 @@ def one_partition(name: str, alpha: float | None, seed: int) -> tuple[tuple, dic
             head = factory(seed)
             candidates = candidate_grid(head, DEFAULT_TAUS)
             K = len(labels)
-            if head.aligns_statistics:
+            if head.strategy.uploads_statistics:
                 stats = [
-                    client_statistics(head, X_train[r], y_train[r], classes, sp, client_index=k)[0]
+                    statistics_of_parts(
+                        head, X_train[r], y_train[r], classes, sp, client_index=k
+                    )[0]
                     for k, (r, sp) in enumerate(zip(rows, splits, strict=True))
                 ]
                 full = candidate_heads(head, candidates, stats, classes, maps)
@@ -95,7 +90,7 @@ def one_partition(name: str, alpha: float | None, seed: int) -> tuple[tuple, dic
                 ]
             else:
                 per_client = [
-                    local_updates(
+                    local_heads(
                         head,
                         X_train[r][f],
                         y_train[r][f],

@@ -5,12 +5,15 @@ Training-free alignment of per-client features to a shared Gaussian reference
 one-shot federated learning head.
 """
 
-from .barycenter import BuresBarycenter, SingleClientWarning
+from .barycenter import BuresBarycenter
 from .baselines import ClientStandardScaler
-from .gaussian import GaussianMap, GaussianSummary, SummaryFormatError
+from .exceptions import InvalidSummaryError, SingleClientWarning
+from .gaussian import GaussianSummary
+from .maps import GaussianMap
 from .summary import GaussianSummaryEstimator
 from .tau_search import FederatedTauSearch
 from .transformer import SLOTTransformer
+from .wire import SummaryFormatError
 
 __all__ = [
     "BuresBarycenter",
@@ -19,6 +22,7 @@ __all__ = [
     "GaussianMap",
     "GaussianSummary",
     "GaussianSummaryEstimator",
+    "InvalidSummaryError",
     "SLOTTransformer",
     "SingleClientWarning",
     "SummaryFormatError",

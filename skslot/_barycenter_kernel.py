@@ -85,10 +85,19 @@ def attainable_residual(eigenvalues: Any) -> float:
     ``m * eps * kappa^(1/4)``, with ``kappa`` the largest condition number of
     the ``M_k`` (about the product of the conditions of ``S`` and ``Sigma_k``:
     ``kappa^(1/4)`` is about the square root of the covariances' own
-    condition number).  ``eigenvalues``: those of the ``M_k``, shape
-    ``(K, m)``, ascending.  At ``m = 100`` and covariances of condition
+    condition number).  At ``m = 100`` and covariances of condition
     ``1e10`` it is ``2.2e-9``; for Ledoit-Wolf covariances it lies far below
     the default ``tol``.
+
+    Parameters
+    ----------
+    eigenvalues : array-like of shape (K, m)
+        The eigenvalues of the ``M_k``, ascending (NumPy or torch).
+
+    Returns
+    -------
+    float
+        ``m * eps * kappa^(1/4)``.
     """
     lam = np.asarray(as_host(eigenvalues))
     smallest = np.maximum(lam[..., 0], np.finfo(np.float64).tiny)
@@ -151,23 +160,24 @@ def bures_wasserstein_barycenter(
         ``client_batch`` set it is then read from disk one block at a time).
     weights : ndarray of shape (K,)
         Non-negative, summing to one.
-    solver : {"fixed-point", "picard"}
-    init : {"mean", "sqrt-mean"} or ndarray of shape (m, m)
+    solver : {"fixed-point", "picard"}, default="fixed-point"
+    init : {"mean", "sqrt-mean"} or ndarray of shape (m, m), default="mean"
         ``sum_k w_k Sigma_k``, or ``(sum_k w_k Sigma_k^{1/2})^2`` (exact for
         commuting matrices, at the cost of ``K`` more eigendecompositions; with
         acceleration the arithmetic mean reaches a given residual with fewer
         eigendecompositions in ``benchmarks/bench_barycenter.py``), or a matrix.
-    anderson : int
+    anderson : int, default=5
         Anderson memory; 0 runs the plain iteration.  The history holds
         ``2 * anderson + 2`` matrices of shape ``(m, m)`` (1.6 GB in float64 at
         m = 4096 with the default 5).
-    tol : float
+    tol : float, default=1e-10
         Stop when the relative fixed-point residual is at most ``tol``, or
         when it stalls below what float64 can attain for these covariances
         (:func:`attainable_residual`, above the default ``tol`` only for
         condition numbers beyond about ``1e8``): three iterations without
         10 % progress there count as converged.
-    max_iter : int
+    max_iter : int, default=100
+        Most fixed-point evaluations.
     device : str or torch.device, optional
         Run in torch on this device (``"cuda"``, ``"cpu"``); default: where
         the covariances are (NumPy on the host, or a tensor's device).
@@ -185,6 +195,12 @@ def bures_wasserstein_barycenter(
         is 1 unless in a :func:`joblib.parallel_config` context, ``-1`` all
         cores).  While the jobs run, each gets ``cores // n_jobs`` BLAS
         threads, so that jobs times threads fits the machine.
+
+    Returns
+    -------
+    BarycenterResult
+        The barycenter, its factor, the clients' inner decompositions where
+        kept, and how the iteration ended.
 
     References
     ----------

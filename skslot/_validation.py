@@ -55,8 +55,23 @@ def _as_label(value: Any) -> int | str:
 def fitted_client(clients: Sequence, client: Any) -> Any:
     """``client``, or the single client ``fit`` saw when ``client`` is ``None``.
 
-    Raises ``ValueError`` (with the routing hint) when ``client`` is ``None``
-    and ``fit`` saw several clients.
+    Parameters
+    ----------
+    clients : sequence
+        The client labels ``fit`` saw.
+    client : object
+        The client labels given to ``transform`` or ``predict``, or ``None``.
+
+    Returns
+    -------
+    client : object
+        ``client``, or the only fitted label when it is ``None``.
+
+    Raises
+    ------
+    ValueError
+        With the routing hint, when ``client`` is ``None`` and ``fit`` saw
+        several clients.
     """
     if client is not None:
         return client
@@ -68,7 +83,25 @@ def fitted_client(clients: Sequence, client: Any) -> Any:
 
 
 def check_row_labels(y: Any, n_samples: int) -> np.ndarray:
-    """Class labels ``y`` as a 1-D host array of one finite label per row."""
+    """Class labels ``y`` as a 1-D host array of one finite label per row.
+
+    Parameters
+    ----------
+    y : array-like of shape (n_samples,)
+        The class labels (a tensor is read into host NumPy).
+    n_samples : int
+        The number of rows they label.
+
+    Returns
+    -------
+    y : ndarray of shape (n_samples,)
+        The labels.
+
+    Raises
+    ------
+    ValueError
+        If ``y`` has another shape or non-finite float labels.
+    """
     y = np.asarray(as_host_rows(y))
     if y.ndim != 1 or y.shape[0] != n_samples:
         raise ValueError(f"y must be 1-D with one label per row ({n_samples}), got shape {y.shape}")
@@ -135,6 +168,24 @@ def check_rows(
     :func:`check_finite_rows` (the same messages) unless its own pass proved
     the rows finite.  Input that fails another check still gets the error the
     full check gives (a NaN is reported before, say, a wrong number of features).
+
+    Parameters
+    ----------
+    estimator : estimator instance
+        The estimator whose ``n_features_in_`` is set or checked.
+    X : array-like or torch tensor of shape (n_samples, n_features)
+        The rows.
+    reset : bool
+        Record the number of features (``fit``) rather than check it.
+    ensure_min_samples : int, default=1
+        The fewest rows accepted.
+    ensure_all_finite : bool, default=True
+        Check that the rows are finite.
+
+    Returns
+    -------
+    X : ndarray or torch tensor of shape (n_samples, n_features)
+        The checked rows, float32 or float64.
     """
     try:
         return _checked_rows(estimator, X, reset, ensure_min_samples, ensure_all_finite)
@@ -190,6 +241,18 @@ def check_finite_rows(estimator: Any, X: Any) -> None:
 
     For rows that :func:`check_rows` returned with ``ensure_all_finite=False``:
     a tensor, or host NumPy rows (scikit-learn's message, naming ``estimator``).
+
+    Parameters
+    ----------
+    estimator : estimator instance
+        Named in the error message.
+    X : ndarray or torch tensor of shape (n_samples, n_features)
+        Rows returned by :func:`check_rows`.
+
+    Raises
+    ------
+    ValueError
+        If a value is NaN or infinite.
     """
     if is_tensor(X):
         import torch
@@ -212,6 +275,24 @@ def check_host_rows(
 
     Any array goes in (tensors and other Array API arrays are read into host
     NumPy first, :func:`~skslot._backend.as_host_rows`).
+
+    Parameters
+    ----------
+    estimator : estimator instance
+        The estimator whose ``n_features_in_`` is set or checked.
+    X : array-like of shape (n_samples, n_features)
+        The rows.
+    reset : bool
+        Record the number of features (``fit``) rather than check it.
+    ensure_min_samples : int, default=1
+        The fewest rows accepted.
+    ensure_all_finite : bool, default=True
+        Check that the rows are finite.
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_features)
+        The checked rows, float32 or float64.
     """
     return validate_data(
         estimator,
@@ -226,7 +307,28 @@ def check_host_rows(
 def check_classification_data(estimator: Any, X: Any, y: Any) -> tuple[Any, Any, np.ndarray]:
     """``validate_data`` for a classifier's ``fit``: float rows, class targets, >= 2 classes.
 
-    Returns ``X``, ``y`` and the sorted class set.
+    Parameters
+    ----------
+    estimator : estimator instance
+        The classifier being fitted.
+    X : array-like of shape (n_samples, n_features)
+        The rows.
+    y : array-like of shape (n_samples,)
+        The class labels.
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_features)
+        The checked rows, float32 or float64.
+    y : ndarray of shape (n_samples,)
+        The checked labels.
+    classes : ndarray
+        The sorted class set.
+
+    Raises
+    ------
+    ValueError
+        If the rows or labels are invalid, or there are fewer than 2 classes.
     """
     X, y = validate_data(
         estimator, as_host_rows(X), as_host_rows(y), dtype=[np.float64, np.float32]
@@ -242,6 +344,30 @@ def check_classification_data(estimator: Any, X: Any, y: Any) -> tuple[Any, Any,
 
 
 def check_in_range(name: str, value: Any, low: float, high: float | None) -> float:
+    """A finite real number in ``[low, high]``.
+
+    Parameters
+    ----------
+    name : str
+        The value's name, for the error message.
+    value : object
+        The value to check.
+    low : float
+        The smallest value accepted.
+    high : float or None
+        The largest value accepted; ``None`` for no bound.
+
+    Returns
+    -------
+    value : float
+        ``value`` as a float.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not a finite real number (a bool is none) or is out
+        of range.
+    """
     if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(value):
         raise ValueError(f"{name} must be a real number, got {value!r}")
     if value < low or (high is not None and value > high):
@@ -251,7 +377,25 @@ def check_in_range(name: str, value: Any, low: float, high: float | None) -> flo
 
 
 def check_open_fraction(name: str, value: Any) -> float:
-    """A real number strictly between 0 and 1 (a share of rows that leaves some on each side)."""
+    """A real number strictly between 0 and 1 (a share of rows that leaves some on each side).
+
+    Parameters
+    ----------
+    name : str
+        The value's name, for the error message.
+    value : object
+        The value to check.
+
+    Returns
+    -------
+    fraction : float
+        ``value`` as a float.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not a real number in ``(0, 1)``.
+    """
     fraction = check_in_range(name, value, 0.0, 1.0)
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"{name} must be in (0, 1), got {value!r}")
@@ -259,18 +403,77 @@ def check_open_fraction(name: str, value: Any) -> float:
 
 
 def check_positive_int(name: str, value: Any) -> int:
+    """An integer ``>= 1`` (a bool is none).
+
+    Parameters
+    ----------
+    name : str
+        The value's name, for the error message.
+    value : object
+        The value to check.
+
+    Returns
+    -------
+    value : int
+        ``value`` as an int.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not a positive integer.
+    """
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
 
 
 def check_non_negative_int(name: str, value: Any) -> int:
+    """An integer ``>= 0`` (a bool is none).
+
+    Parameters
+    ----------
+    name : str
+        The value's name, for the error message.
+    value : object
+        The value to check.
+
+    Returns
+    -------
+    value : int
+        ``value`` as an int.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not a non-negative integer.
+    """
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
         raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
     return int(value)
 
 
 def check_option(name: str, value: Any, options: tuple[str, ...]) -> str:
+    """One of ``options``.
+
+    Parameters
+    ----------
+    name : str
+        The value's name, for the error message.
+    value : object
+        The value to check.
+    options : tuple of str
+        The values accepted.
+
+    Returns
+    -------
+    value : str
+        ``value`` itself.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not one of ``options``.
+    """
     if value not in options:
         raise ValueError(f"{name} must be one of {options}, got {value!r}")
     return value
@@ -280,8 +483,27 @@ def client_weights(name: str, weights: Any, counts: Sequence[int]) -> np.ndarray
     """Per-client weights summing to one.
 
     ``weights`` is ``"samples"`` (``n_k / N``), ``"uniform"`` (``1 / K``) or an
-    array of one non-negative weight per client, normalised; ``name`` is the
-    parameter's name for error messages.
+    array of one non-negative weight per client, normalised.
+
+    Parameters
+    ----------
+    name : str
+        The parameter's name, for error messages.
+    weights : {"samples", "uniform"} or array-like of shape (K,)
+        The weights, or how to derive them from the counts.
+    counts : sequence of int
+        Each client's number of rows.
+
+    Returns
+    -------
+    weights : ndarray of shape (K,)
+        Non-negative weights summing to one.
+
+    Raises
+    ------
+    ValueError
+        If ``weights`` is another string, has another shape, or is not
+        finite, non-negative and not all zero.
     """
     K = len(counts)
     if isinstance(weights, str):
@@ -301,6 +523,18 @@ def spawn_seeds(random_state: Any, n: int) -> list[int]:
 
     A party that knows its position ``k`` among the clients and the shared
     ``random_state`` derives the same seed as an in-process ``fit``.
+
+    Parameters
+    ----------
+    random_state : int, RandomState instance or None
+        The shared seed.
+    n : int
+        The number of seeds.
+
+    Returns
+    -------
+    seeds : list of int
+        One seed in ``[0, 2**31 - 1)`` per position.
     """
     rng = check_random_state(random_state)
     return [int(seed) for seed in rng.randint(np.iinfo(np.int32).max, size=n)]
@@ -323,6 +557,18 @@ def check_feature_scale(X: Any, magnitude: RowMagnitude | None = None) -> None:
     (:meth:`~skslot._moments.ShiftedMoments.from_rows` with ``return_magnitude``); when
     they put it inside the range for certain, ``X`` is not read again.
     Otherwise the largest magnitude is computed exactly, as without them.
+
+    Parameters
+    ----------
+    X : ndarray or torch tensor of shape (n_samples, n_features)
+        The rows, already checked finite.
+    magnitude : RowMagnitude, optional
+        Bounds on ``max |X|`` from a pass over the rows.
+
+    Raises
+    ------
+    ValueError
+        If the largest magnitude is above ``1e50``, or positive and below ``1e-50``.
     """
     low, high = FEATURE_RANGE
     if X.shape[0] == 0 or (magnitude is not None and magnitude.within(low, high)):

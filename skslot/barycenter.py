@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse
@@ -20,6 +21,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._backend import is_tensor, stack
 from ._barycenter_kernel import (
+    INITS,
+    SOLVERS,
     BarycenterResult,
     _inner_eigh,
     attainable_residual,
@@ -27,7 +30,8 @@ from ._barycenter_kernel import (
 )
 from ._client_blocks import _client_blocks, _in_parallel
 from ._doc_link import DocLinkMixin
-from ._validation import check_in_range, check_positive_int, client_weights
+from ._param_validation import Interval, Options, ParameterValidationMixin
+from ._validation import client_weights
 from .exceptions import SingleClientWarning, warn_single_client
 from .gaussian import GaussianSummary, as_summary_list
 from .maps import GaussianMap
@@ -42,7 +46,7 @@ __all__ = [
 ]
 
 
-class BuresBarycenter(DocLinkMixin, BaseEstimator):
+class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
     """Reference Gaussian of the clients: weighted mean and Bures barycenter.
 
     ``mean_ = sum_k w_k mu_k`` and ``covariance_`` is the Bures-Wasserstein
@@ -125,6 +129,20 @@ class BuresBarycenter(DocLinkMixin, BaseEstimator):
 
     __metadata_request__fit = {"client": True}
 
+    _parameter_constraints: ClassVar[dict] = {
+        "weights": [Options(("samples", "uniform")), "array-like"],
+        "solver": [Options(SOLVERS)],
+        "init": [Options(INITS)],
+        "anderson": [Interval(Integral, 0, None, closed="left")],
+        "tol": [Interval(Real, 0.0, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "covariance_floor": GaussianSummaryEstimator._parameter_constraints["covariance_floor"],
+        "chunk_size": GaussianSummaryEstimator._parameter_constraints["chunk_size"],
+        "client_batch": [Interval(Integral, 1, None, closed="left"), None],
+        "n_jobs": GaussianSummaryEstimator._parameter_constraints["n_jobs"],
+        "device": "no_validation",
+    }
+
     def __init__(
         self,
         *,
@@ -160,16 +178,17 @@ class BuresBarycenter(DocLinkMixin, BaseEstimator):
         X : list or dict of GaussianSummary, or array-like of shape (n_samples, m)
             Client summaries (a dict is keyed by client label), or rows that
             are first summarised per ``client``.
-        y : ignored
+        y : None
+            Ignored.
         client : array-like of shape (n_samples,), optional
             Client of each row, when ``X`` holds rows.
 
         Returns
         -------
         self : object
+            The fitted estimator.
         """
-        check_in_range("tol", self.tol, 0.0, None)
-        check_positive_int("max_iter", self.max_iter)
+        self._validate_params()
         if _is_summaries(X):
             if client is not None:
                 raise ValueError("client is only used when X holds rows, not summaries")
@@ -223,6 +242,21 @@ class BuresBarycenter(DocLinkMixin, BaseEstimator):
         return self
 
     def transport_maps(self) -> dict:
+        """Deprecated name of :meth:`maps`.
+
+        Returns
+        -------
+        maps : dict
+            :class:`~skslot.maps.GaussianMap` per client label.
+        """
+        warnings.warn(
+            "BuresBarycenter.transport_maps is deprecated; use BuresBarycenter.maps",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.maps()
+
+    def maps(self) -> dict:
         """Each client's optimal-transport map onto the reference.
 
         Computed from the last iteration's factorisations (no new one):

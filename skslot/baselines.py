@@ -10,15 +10,16 @@ reference with no mean transport, is :class:`~skslot.SLOTTransformer` with
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ._doc_link import DocLinkMixin
-from ._validation import check_client_labels, check_host_rows, check_option, fitted_client
-from .transformer import UNKNOWN_CLIENT
+from ._param_validation import ParameterValidationMixin
+from ._validation import check_client_labels, check_host_rows, fitted_client
+from .transformer import SLOTTransformer
 
 __all__ = ["ClientStandardScaler"]
 
@@ -35,7 +36,9 @@ def _moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.where(std > tiny, std, 1.0)
 
 
-class ClientStandardScaler(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+class ClientStandardScaler(
+    DocLinkMixin, ParameterValidationMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator
+):
     """Centre (and scale) each client's features by that client's own statistics.
 
     The baseline that needs no federation: client ``k`` maps ``x`` to
@@ -88,6 +91,12 @@ class ClientStandardScaler(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin,
     __metadata_request__fit = {"client": True}
     __metadata_request__transform = {"client": True}
 
+    _parameter_constraints: ClassVar[dict] = {
+        "with_mean": ["boolean"],
+        "with_std": ["boolean"],
+        "unknown_client": SLOTTransformer._parameter_constraints["unknown_client"],
+    }
+
     def __init__(
         self, *, with_mean: bool = True, with_std: bool = True, unknown_client: str = "fit"
     ) -> None:
@@ -109,6 +118,7 @@ class ClientStandardScaler(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin,
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            The rows of every client.
         y : None
             Ignored.
         client : None, int, str or array-like of shape (n_samples,), default=None
@@ -117,8 +127,9 @@ class ClientStandardScaler(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin,
         Returns
         -------
         self : object
+            The fitted scaler.
         """
-        check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
+        self._validate_params()
         X = check_host_rows(self, X, reset=True)
         labels, codes = check_client_labels(client, X.shape[0])
         self.means_, self.scales_ = {}, {}
@@ -154,6 +165,7 @@ class ClientStandardScaler(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin,
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            The rows to scale.
         client : None, int, str or array-like of shape (n_samples,), default=None
             Client of each row.  ``None`` is allowed when ``fit`` saw a single
             client.
@@ -164,7 +176,6 @@ class ClientStandardScaler(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin,
             In ``X``'s floating dtype.
         """
         check_is_fitted(self, "means_")
-        check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         X = check_host_rows(self, X, reset=False)
         labels, codes = check_client_labels(fitted_client(self.clients_, client), X.shape[0])
         out = np.array(X, copy=True)
@@ -177,7 +188,22 @@ class ClientStandardScaler(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin,
         return out
 
     def fit_transform(self, X: Any, y: Any = None, *, client: Any = None) -> np.ndarray:
-        """``fit(X, client=client).transform(X, client=client)``."""
+        """``fit(X, client=client).transform(X, client=client)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The rows of every client.
+        y : None
+            Ignored.
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client label of each row (``None``: one client).
+
+        Returns
+        -------
+        X_scaled : ndarray of shape (n_samples, n_features)
+            The scaled rows, in ``X``'s floating dtype.
+        """
         return self.fit(X, y, client=client).transform(X, client=client)
 
     def __sklearn_tags__(self):

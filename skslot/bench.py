@@ -26,7 +26,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from typing import Any
 
 import numpy as np
@@ -96,23 +96,60 @@ class BenchmarkWarning(UserWarning):
 class BenchmarkConfig:
     """What :func:`run_benchmark` runs; the defaults are the paper's full protocol.
 
-    ``split``: ``"random"`` (the paper's per-domain 70/30 split), ``"given"``
-    (the rows a :class:`~skslot.datasets.FeatureTable`'s ``is_test`` marks
-    are the test rows, the others train), or ``None``: given when the data
-    carry a test mask, random otherwise.  ``alphas=(None,)`` keeps every
-    training row (no label skew: the clients as they are).  ``covariance``:
-    the clients' summaries, of all their rows (``"total"``, the paper's) or of
-    their class-centred rows (``"within"``, label-aware; see
-    :class:`~skslot.GaussianSummaryEstimator`).  ``client_tau``: every
-    client moves ``tau`` (``"uniform"``, the paper's) or ``tau`` times its
-    label-shift distance (``"label-shift"``, :mod:`skslot.label_shift`).
-    ``mean_tau``: the mean's fraction of the transport, every client alike
-    (:class:`~skslot.SLOTTransformer`; ``None``: the mean follows ``tau``, the
-    paper's geodesic); the sweep's ``tau = 0`` is the head without SLOT
-    whatever ``mean_tau``.  The defaults of ``main_tau``, ``client_tau`` and
-    ``mean_tau`` are :class:`~skslot.SLOTTransformer`'s.
-    ``baselines``: also run the heads after each client's own centring and
-    standardisation and after CORAL-style alignment (:data:`BASELINES`).
+    Parameters
+    ----------
+    alphas : sequence of float or None, default=(0.1, 0.05, 0.01, None)
+        Dirichlet label-skew levels of the partition
+        (:func:`~skslot.datasets.dirichlet_partition`'s ``alpha``); ``None``
+        keeps every training row (no label skew: the clients as they are).
+    taus : sequence of float, default=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+        The sweep's ``tau`` values, also the candidates of the federated
+        choice; ``tau = 0`` is the head without SLOT, whatever ``mean_tau``.
+    seeds : sequence of int, default=(0, 1, 2, 3, 4)
+        One run per ``(alpha, seed)``; the seed of the partition, the heads and
+        the validation splits.
+    heads : sequence of str, default=("O-FedAvg", "FedCGS", "FedPFT")
+        The heads, by name (:data:`DEFAULT_HEADS`, or the ``factories`` of
+        :func:`run_benchmark`).
+    main_tau : float, default=0.6
+        The ``tau`` reported as "with SLOT" (:func:`summarise`'s ``main_tau``,
+        :func:`slot_label`); the default is :class:`~skslot.SLOTTransformer`'s.
+    clients_per_domain : int, default=1
+        Clients each domain's training rows are dealt into.
+    preprocess : {"none", "sqrt", "l2"}, default="none"
+        Applied to the features first: none, the square root of the features
+        clipped at 0, or each row scaled to unit norm.
+    n_jobs : int, default=1
+        Runs in parallel (joblib's convention); with ``n_jobs != 1`` each run's
+        BLAS uses one thread.
+    auto : bool, default=True
+        Also run each head with ``tau`` chosen by
+        :class:`~skslot.FederatedTauSearch` over ``taus``.
+    validation_fraction : float, default=0.2
+        The :class:`~skslot.FederatedTauSearch`'s ``validation_fraction``.
+    split : {"random", "given"} or None, default=None
+        ``"random"``: the paper's per-domain 70/30 split; ``"given"``: the
+        rows a :class:`~skslot.datasets.FeatureTable`'s ``is_test`` marks are
+        the test rows, the others train; ``None``: given when the data carry
+        a test mask, random otherwise.
+    summary_covariance : {"total", "within"}, default="total"
+        The clients' summaries: of all their rows (the paper's) or of their
+        class-centred rows (label-aware; see
+        :class:`~skslot.GaussianSummaryEstimator`).
+    client_tau : {"uniform", "label-shift"}, default="label-shift"
+        Every client moves ``tau`` (the paper's) or ``tau`` times its
+        label-shift distance (:mod:`skslot.label_shift`); the default is
+        :class:`~skslot.SLOTTransformer`'s.
+    mean_tau : float or None, default=1.0
+        The mean's fraction of the transport, every client alike (``None``:
+        the mean follows ``tau``, the paper's geodesic); the default is
+        :class:`~skslot.SLOTTransformer`'s.
+    baselines : bool, default=True
+        Also run the heads after each client's own centring and
+        standardisation and after CORAL-style alignment (:data:`BASELINES`).
+    covariance : {"total", "within"} or None, default=None
+        Deprecated name of ``summary_covariance``, used in its place (with a
+        ``FutureWarning``) when given; it will be removed in a future release.
     """
 
     alphas: Sequence[float | None] = (0.1, 0.05, 0.01, None)
@@ -126,10 +163,22 @@ class BenchmarkConfig:
     auto: bool = True
     validation_fraction: float = 0.2
     split: str | None = None
-    covariance: str = "total"
+    summary_covariance: str = "total"
     client_tau: str = DEFAULT_CLIENT_TAU
     mean_tau: float | None = DEFAULT_MEAN_TAU
     baselines: bool = True
+    covariance: InitVar[str | None] = None
+
+    def __post_init__(self, covariance: str | None) -> None:
+        if covariance is None:
+            return
+        warnings.warn(
+            "BenchmarkConfig's covariance was renamed summary_covariance; covariance is "
+            "deprecated and will be removed in a future release",
+            FutureWarning,
+            stacklevel=3,
+        )
+        object.__setattr__(self, "summary_covariance", covariance)
 
 
 def evaluate_run(
@@ -168,7 +217,7 @@ def evaluate_run(
     start = time.process_time()
     slot = SLOTTransformer(
         unknown_client="identity",
-        covariance=config.covariance,
+        covariance=config.summary_covariance,
         client_tau=config.client_tau,
         mean_tau=config.mean_tau,
     )
@@ -204,7 +253,7 @@ def evaluate_run(
                     "alpha": "none" if alpha is None else alpha,
                     "seed": seed,
                     "tau": tau,
-                    "covariance": config.covariance,
+                    "covariance": config.summary_covariance,
                     "client_tau": config.client_tau,
                     "selection": selection,
                     "head": name,
@@ -232,7 +281,7 @@ def evaluate_run(
                 name,
                 selection,
                 float(np.mean(head.upload_bytes_)),
-                derived=head.protocol.derives_summary,
+                derived=head.strategy.derives_summary,
             )
 
     for tau in config.taus:
@@ -285,7 +334,7 @@ def evaluate_run(
             except NoValidationRowsError:  # clients too small to hold any row out
                 break  # this run has no auto records, for any head; summaries count the runs
             Z_test = search.slot_.transform(X_test, client=part.test_client)
-            derived = search.head.protocol.derives_summary
+            derived = search.head.strategy.derives_summary
             predicted = search.best_estimator_.predict(Z_test)
             record(predicted, search.best_tau_, name, "auto", derived=derived)
             if "refit" in search.stages_:  # a second local round (O-FedAvg): what it buys
@@ -397,14 +446,37 @@ def run_benchmark(
 ) -> list[dict]:
     """Run every (alpha, seed); returns per-domain accuracy records.
 
-    ``data``: a :class:`~skslot.datasets.DomainDataset` (one client per
-    domain) or a :class:`~skslot.datasets.FeatureTable` (its clients are the
-    domains; its ``is_test``, if any, is the split unless ``config.split`` is
-    ``"random"``).  ``factories``: head constructors by name, taking the seed,
-    for the names of ``config.heads`` that are not in :data:`DEFAULT_HEADS` or
-    to replace one.  ``progress``: "[i/n]" lines on stderr (a self-rewriting
-    bar in a terminal).  Warnings raised in the runs end as one
-    :class:`BenchmarkWarning`, issued after the last run.
+    Warnings raised in the runs end as one :class:`BenchmarkWarning`, issued
+    after the last run.
+
+    Parameters
+    ----------
+    data : DomainDataset or FeatureTable
+        A :class:`~skslot.datasets.DomainDataset` (one client per domain) or
+        a :class:`~skslot.datasets.FeatureTable` (its clients are the
+        domains; its ``is_test``, if any, is the split unless
+        ``config.split`` is ``"random"``).
+    config : BenchmarkConfig
+        What to run.
+    progress : bool, default=True
+        Write "[i/n]" lines on stderr (a self-rewriting bar in a terminal).
+    factories : dict of str to callable, default=None
+        Head constructors by name, taking the seed, for the names of
+        ``config.heads`` that are not in :data:`DEFAULT_HEADS` or to replace
+        one.
+
+    Returns
+    -------
+    records : list of dict
+        One record per (alpha, seed, tau, head, kind of run, domain): its
+        settings, the domain's test ``accuracy``, the row counts, and the
+        bytes each client sends (``head_bytes``, ``summary_bytes``).
+
+    Raises
+    ------
+    ValueError
+        For a head name without a constructor, or a ``split`` the data
+        cannot give.
     """
     heads = {**DEFAULT_HEADS, **(factories or {})}
     unknown = [name for name in config.heads if name not in heads]
@@ -467,6 +539,18 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
     accuracy without SLOT and at ``main_tau`` (mean and standard deviation
     over seeds, in %).  Where the records have the baselines, ``centre``,
     ``z_score`` and ``coral`` (with their ``_std``) are theirs.
+
+    Parameters
+    ----------
+    records : list of dict
+        The records of :func:`run_benchmark`.
+    main_tau : float
+        The ``tau`` reported as "with SLOT"; one of the sweep's.
+
+    Returns
+    -------
+    summary : list of dict
+        One row per (alpha, head), in the records' order.
     """
     macro = _macro(records)
     auto_macro = {kind: _macro(records, kind) for kind in ("auto", "auto-norefit")}
@@ -593,6 +677,19 @@ def format_client_table(summary: list[dict], main_tau: float) -> str:
 def slot_label(config: BenchmarkConfig) -> str:
     """The SLOT column's heading: its tau and, where set, how each client's fractions follow.
 
+    Parameters
+    ----------
+    config : BenchmarkConfig
+        The benchmark's configuration: its ``main_tau``, ``client_tau``,
+        ``mean_tau`` and ``summary_covariance``.
+
+    Returns
+    -------
+    label : str
+        ``"SLOT (tau=...)"``, with the settings that differ from the paper's.
+
+    Examples
+    --------
     >>> slot_label(BenchmarkConfig(main_tau=0.4, mean_tau=None, client_tau="uniform"))
     'SLOT (tau=0.4)'
     >>> slot_label(BenchmarkConfig(main_tau=0.6, mean_tau=1.0, client_tau="label-shift"))
@@ -603,8 +700,8 @@ def slot_label(config: BenchmarkConfig) -> str:
         parts.append(config.client_tau)
     if config.mean_tau is not None:
         parts.append(f"mean_tau={config.mean_tau:g}")
-    if config.covariance != "total":
-        parts.append(f"{config.covariance} covariance")
+    if config.summary_covariance != "total":
+        parts.append(f"{config.summary_covariance} covariance")
     return f"SLOT ({', '.join(parts)})"
 
 
@@ -615,10 +712,23 @@ def _mean_std(r: dict, key: str) -> str:
 def format_table(summary: list[dict], main_tau: float, label: str | None = None) -> str:
     """A markdown table in the layout of the paper's Table 1, with the baselines and auto.
 
-    ``label``: the SLOT column's heading (default ``SLOT (tau=main_tau)``,
-    :func:`slot_label` names the whole configuration).
     Where the summary has the baselines, they stand beside "without SLOT",
     and "SLOT - centre" gives SLOT's gain over each client's own centring.
+
+    Parameters
+    ----------
+    summary : list of dict
+        The rows of :func:`summarise`.
+    main_tau : float
+        The ``tau`` the summary reports as "with SLOT".
+    label : str, default=None
+        The SLOT column's heading (``None``: ``SLOT (tau=main_tau)``;
+        :func:`slot_label` names the whole configuration).
+
+    Returns
+    -------
+    table : str
+        The markdown table, one line per row of ``summary``.
     """
     auto = any("auto" in r for r in summary)
     baselines = all("centre" in r for r in summary)
@@ -683,8 +793,28 @@ def write_outputs(
     """Write results.csv, summary.json, summary.md (titled ``title``) and tau_sweep.png.
 
     summary.md holds the table of :func:`format_table` (its SLOT column headed
-    ``label``), then the accuracy per
-    client (:func:`format_client_table`).
+    ``label``), then the accuracy per client (:func:`format_client_table`).
+
+    Parameters
+    ----------
+    records : list of dict
+        The records of :func:`run_benchmark`, written to results.csv.
+    summary : list of dict
+        The rows of :func:`summarise`, written to summary.json, summary.md and
+        tau_sweep.png.
+    out_dir : str
+        The folder, created if needed; existing files are overwritten.
+    main_tau : float
+        The ``tau`` the summary reports as "with SLOT".
+    title : str
+        The heading of summary.md.
+    label : str, default=None
+        The SLOT column's heading (see :func:`format_table`).
+
+    Returns
+    -------
+    paths : dict of str to str
+        Each file's path, by its name.
     """
     os.makedirs(out_dir, exist_ok=True)
     paths = {

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import warnings
 from collections.abc import Sequence
-from dataclasses import fields
 
 from . import __version__
 from .bench import (
@@ -27,7 +25,7 @@ from .bench import (
 )
 from .datasets import EMBEDDED_DATASETS, FeatureTable, load_dataset, load_table
 from .datasets._tables import table_kind
-from .flower.config import DeploymentConfig, write_flower_app
+from .flower.config import DeploymentConfig, Setting, write_flower_app
 from .label_shift import CLIENT_TAU_RULES
 from .summary import COVARIANCES
 
@@ -204,11 +202,18 @@ def build_parser() -> argparse.ArgumentParser:
         "training row kept (the same as --alphas none) (default: dirichlet)",
     )
     bench.add_argument(
+        "--summary-covariance",
+        choices=COVARIANCES,
+        default=None,
+        help="the clients' summaries: of all their rows ('total', the paper's) or of their "
+        "class-centred rows ('within', label-aware alignment) (default: "
+        f"{BenchmarkConfig.summary_covariance})",
+    )
+    bench.add_argument(
         "--covariance",
         choices=COVARIANCES,
-        default="total",
-        help="the clients' summaries: of all their rows ('total', the paper's) or of their "
-        "class-centred rows ('within', label-aware alignment) (default: total)",
+        default=None,
+        help="deprecated: use --summary-covariance",
     )
     bench.add_argument(
         "--client-tau",
@@ -309,58 +314,48 @@ def build_parser() -> argparse.ArgumentParser:
         "its [tool.flwr.app.config]; see docs/deployment.md (running it needs skslot[flower]).",
     )
     flower.add_argument("directory", help="the App directory to write (created if needed)")
-    for f in fields(DeploymentConfig):
-        flower.add_argument(
-            "--" + f.name.replace("_", "-"),
-            dest=f.name,
-            default=None,
-            metavar="VALUE",
-            help=f"{_first_sentence(f.name)} (default: {_shown(f.default)})",
-        )
+    for part in DeploymentConfig.parts().values():
+        title = part.__name__.removesuffix("Settings").lower() + " settings"
+        group = flower.add_argument_group(title, _first_line(part))
+        for s in part.settings():
+            group.add_argument(
+                "--" + s.key,
+                dest=s.name,
+                default=None,
+                metavar=_metavar(s),
+                help=_help(s),
+            )
     return parser
 
 
-def _first_sentence(name: str) -> str:
-    """The first sentence of a DeploymentConfig parameter's description, as plain text."""
-    doc = "".join(part.__doc__ or "" for part in DeploymentConfig.__mro__)
-    match = re.search(
-        rf"^    (?:\w+, )*{name}(?:, \w+)* : [^\n]*\n((?:        [^\n]*\n)+)", doc, re.M
-    )
-    if not match:
-        return name.replace("_", " ")
-    text = " ".join(line.strip() for line in match.group(1).splitlines())
-    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "'")
-    return text.split(". ")[0].rstrip(".")
+def _first_line(part: type) -> str:
+    """The first line of a settings part's docstring, as plain text."""
+    return (part.__doc__ or "").strip().splitlines()[0].replace("``", "'")
 
 
-def _shown(value: object) -> str:
-    if value == "auto":
-        return "auto"
-    if isinstance(value, bool):
-        return str(value).lower()
-    return "none" if value is None else str(value) if not isinstance(value, str) else repr(value)
+def _help(s: Setting) -> str:
+    """A setting's ``--help`` line: its help, what it allows (unless listed), its default."""
+    allowed = "" if s.options or s.kind is bool else f"{s.allowed}; "
+    return f"{s.help} ({allowed}default: {s.shown_default})".replace("%", "%%")
 
 
-def _scalar(text: str) -> object:
-    """A command-line value as a run config holds it: a bool, an int, a float, else the string."""
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+def _metavar(s: Setting) -> str:
+    """How ``--help`` shows a setting's value: its options, or its kind."""
+    if s.options or s.kind is bool:
+        return "{" + ",".join(s.options or ("true", "false")) + "}"
+    words = (*s.words, *(("none",) if s.nullable else ()))
+    kind = {int: "INT", float: "NUMBER"}.get(s.kind, "TEXT")
+    return "|".join((kind, *words))
 
 
 def _flower_app(args: argparse.Namespace) -> int:
     settings = {
-        f.name.replace("_", "-"): _scalar(getattr(args, f.name))
-        for f in fields(DeploymentConfig)
-        if getattr(args, f.name) is not None
+        s.name: s.from_text(getattr(args, s.name))
+        for s in DeploymentConfig.settings()
+        if getattr(args, s.name) is not None
     }
     try:
-        config = DeploymentConfig.from_run_config(settings)
+        config = DeploymentConfig(**settings)
     except (TypeError, ValueError) as exc:
         print(f"skslot flower-app: {exc}", file=sys.stderr)
         return 2
@@ -385,6 +380,15 @@ def _resolve(args: argparse.Namespace) -> None:
     """Check the bench options together and fill in what they imply (``args`` in place)."""
     if 0.0 not in args.taus:
         raise _UsageError("--taus must include 0 (the head without SLOT)")
+    if args.covariance is not None:
+        if args.summary_covariance not in (None, args.covariance):
+            raise _UsageError(
+                "--covariance is the deprecated name of --summary-covariance: give only "
+                "--summary-covariance"
+            )
+        args.summary_covariance = args.covariance
+    if args.summary_covariance is None:
+        args.summary_covariance = BenchmarkConfig.summary_covariance
     if not 0.0 <= args.main_tau <= 1.0:
         raise _UsageError("--main-tau must lie in [0, 1]")
     if args.skew == "none":
@@ -481,6 +485,22 @@ def _warning_lines(caught: list[warnings.WarningMessage]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``skslot`` command: ``bench``, ``flower-app`` or ``flower-run``.
+
+    Parameters
+    ----------
+    argv : sequence of str, default=None
+        The command line without the program's name (``None``:
+        ``sys.argv[1:]``).
+
+    Returns
+    -------
+    status : int
+        The exit status: 0 on success; 2 when the options or the data cannot
+        work (the reason printed on stderr); for ``flower-run``, that of
+        :func:`skslot.flower.launch.run_and_wait`.  An option ``argparse``
+        refuses exits (``SystemExit``) with status 2.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["flower-run"]:  # its options are the launcher's own
         from .flower.launch import main as launch_main
@@ -494,6 +514,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         print(f"skslot bench: {exc}", file=sys.stderr)
         return 2
+    if args.covariance is not None:
+        print(
+            "skslot bench: --covariance is deprecated and will be removed in a future "
+            "release: use --summary-covariance",
+            file=sys.stderr,
+        )
     try:
         data = _load(args)
     except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
@@ -514,7 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         auto=args.auto,
         validation_fraction=args.validation_fraction,
         split=args.split,
-        covariance=args.covariance,
+        summary_covariance=args.summary_covariance,
         client_tau=args.client_tau,
         mean_tau=args.mean_tau,
     )
@@ -529,7 +555,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     title = (
         f"{data.name}: macro accuracy over domains (%), mean +- std over {len(config.seeds)} seeds"
     )
-    kind = "" if args.covariance == "total" else f"-{args.covariance}"
+    kind = "" if args.summary_covariance == "total" else f"-{args.summary_covariance}"
     kind += "" if args.client_tau == BenchmarkConfig.client_tau else f"-{args.client_tau}"
     if args.mean_tau != BenchmarkConfig.mean_tau:
         kind += f"-mean-tau-{_shown_fraction(args.mean_tau)}"

@@ -26,45 +26,52 @@ is indistinguishable from an honest client with unusual data
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, fields
+from numbers import Real
+from typing import ClassVar
 
 import numpy as np
 
-from ._validation import check_in_range
+from ._deprecation import moved_names
+from ._param_validation import Interval, Options, validate_parameter_constraints
 from .gaussian import GaussianSummary
 from .screening import ScreeningEvidence, strongest_case
 
 __all__ = [
     "DefenceBounds",
+    "NoDefence",
     "capped_counts",
     "implausible_counts",
     "implausible_norms",
     "implausible_summaries",
-    "inconsistent_parts",
-    "inconsistent_statistics",
     "ratios_to_median",
     "summary_deviations",
 ]
 
 
-class _Moments(Protocol):
-    mean: np.ndarray
-    trace: float
-    n: int
-
-
-class _Statistics(Protocol):
-    """A head's statistics of some rows (FedCGS's class statistics, FedPFT's mixtures)."""
-
-    def implied_moments(self, covariance: str = "total") -> _Moments: ...
-
-    def class_counts(self) -> np.ndarray: ...
+#: The bounds' defaults (:class:`DefenceBounds`), written once.
+MAX_COUNT_RATIO, MAX_WEIGHT_RATIO, MAX_NORM_RATIO = 100.0, 10.0, 10.0
+MAX_VARIANCE_RATIO, MAX_MEAN_OFFSET = 100.0, 10.0
+SCREEN_SIGNIFICANCE, SCREEN_MIN_GAIN = 0.001, 0.02
+#: The bounds that are ratios to the median client's.
+RATIOS = ("max_count_ratio", "max_weight_ratio", "max_norm_ratio", "max_variance_ratio")
 
 
 def ratios_to_median(values: Sequence[float]) -> np.ndarray | None:
     """Each client's value over the clients' median, or None with fewer than three clients.
+
+    Parameters
+    ----------
+    values : sequence of float
+        One value per client.
+
+    Returns
+    -------
+    ndarray of float64 or None
+        Each value over their median, in the clients' order.
 
     Examples
     --------
@@ -83,10 +90,20 @@ def summary_deviations(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """How far each summary lies from the others: variance ratio and mean offset.
 
-    Returns, per client, its mean variance ``tr(S) / m`` over the clients'
-    median, and the distance of its mean from the coordinate-wise median mean
-    in median standard deviations (``sqrt(m * median variance)``); None with
-    fewer than three clients.  :func:`implausible_summaries` bounds both.
+    :func:`implausible_summaries` bounds both.
+
+    Parameters
+    ----------
+    summaries : sequence of GaussianSummary
+        One per client, of the same dimension ``m``.
+
+    Returns
+    -------
+    variance_ratio, mean_offset : ndarray of shape (n_clients,), or None
+        Per client, its mean variance ``tr(S) / m`` over the clients' median,
+        and the distance of its mean from the coordinate-wise median mean in
+        median standard deviations (``sqrt(m * median variance)``); None with
+        fewer than three clients.
 
     Examples
     --------
@@ -111,8 +128,8 @@ def summary_deviations(
 def implausible_summaries(
     summaries: Sequence[GaussianSummary],
     *,
-    max_variance_ratio: float = 100.0,
-    max_mean_offset: float = 10.0,
+    max_variance_ratio: float = MAX_VARIANCE_RATIO,
+    max_mean_offset: float = MAX_MEAN_OFFSET,
 ) -> dict[int, str]:
     """Positions of summaries far out of line with the others', with the reason.
 
@@ -120,6 +137,21 @@ def implausible_summaries(
     ``max_variance_ratio`` times above or below the median client's, or its
     mean lies more than ``max_mean_offset`` median standard deviations
     (``sqrt(m * median variance)``) from the coordinate-wise median mean.
+
+    Parameters
+    ----------
+    summaries : sequence of GaussianSummary
+        One per client (none is implausible with fewer than three).
+    max_variance_ratio : float, default=100
+        Largest ratio, either way, of a mean variance to the median client's.
+    max_mean_offset : float, default=10
+        Largest distance of a mean from the median mean, in median standard
+        deviations.
+
+    Returns
+    -------
+    dict of int to str
+        The reason for each implausible summary, by position.
 
     Examples
     --------
@@ -150,9 +182,23 @@ def implausible_summaries(
 
 
 def implausible_counts(
-    counts: Sequence[int], *, max_count_ratio: float = 100.0, what: str = "rows"
+    counts: Sequence[int], *, max_count_ratio: float = MAX_COUNT_RATIO, what: str = "rows"
 ) -> dict[int, str]:
     """Positions of clients declaring more than ``max_count_ratio`` times the median count.
+
+    Parameters
+    ----------
+    counts : sequence of int
+        One count per client (none is implausible with fewer than three).
+    max_count_ratio : float, default=100
+        Largest ratio of a count to the median count.
+    what : str, default="rows"
+        What is counted, named in the reasons.
+
+    Returns
+    -------
+    dict of int to str
+        The reason for each implausible count, by position.
 
     Examples
     --------
@@ -171,12 +217,26 @@ def implausible_counts(
     }
 
 
-def capped_counts(counts: Sequence[int], *, max_weight_ratio: float = 10.0) -> np.ndarray:
+def capped_counts(
+    counts: Sequence[int], *, max_weight_ratio: float = MAX_WEIGHT_RATIO
+) -> np.ndarray:
     """Each client's count, capped at ``max_weight_ratio`` times the median count.
 
     The weight a client takes in the barycenter and in the head is its capped
     count over the sum of capped counts (with fewer than three clients,
     counts are returned unchanged).
+
+    Parameters
+    ----------
+    counts : sequence of int
+        One count per client.
+    max_weight_ratio : float, default=10
+        The cap, in times the median count.
+
+    Returns
+    -------
+    ndarray of float64
+        The capped counts, in the clients' order.
 
     Examples
     --------
@@ -191,12 +251,26 @@ def capped_counts(counts: Sequence[int], *, max_weight_ratio: float = 10.0) -> n
 
 
 def implausible_norms(
-    norms: Sequence[float], *, max_norm_ratio: float = 10.0, what: str = "norm"
+    norms: Sequence[float], *, max_norm_ratio: float = MAX_NORM_RATIO, what: str = "norm"
 ) -> dict[int, str]:
     """Positions of clients whose ``norms`` exceed ``max_norm_ratio`` times the median.
 
     Used on O-FedAvg's local heads (Frobenius norm of ``[W, b]``): a client
     scaling its coefficients would otherwise dominate the average.
+
+    Parameters
+    ----------
+    norms : sequence of float
+        One norm per client (none is implausible with fewer than three).
+    max_norm_ratio : float, default=10
+        Largest ratio of a norm to the median norm.
+    what : str, default="norm"
+        What is measured, named in the reasons.
+
+    Returns
+    -------
+    dict of int to str
+        The reason for each implausible norm, by position.
 
     Examples
     --------
@@ -214,125 +288,11 @@ def implausible_norms(
     }
 
 
-def inconsistent_statistics(
-    summary: GaussianSummary,
-    mean: np.ndarray,
-    covariance_trace: float,
-    n_described: int | None = None,
-    trace_error: float = 0.0,
-    *,
-    covariance: str = "total",
-    rtol: float = 1e-2,
-) -> str | None:
-    """Why a client's head statistics disagree with its own summary, or None.
-
-    When both describe the same rows, the statistics' mean must equal the
-    summary's, and the trace of their sample covariance the summary's
-    (Ledoit-Wolf shrinkage keeps the trace: ``tr((1 - s) S + s (tr S / m) I) =
-    tr S``), up to ``rtol`` relative to the summary's scale (its transmit
-    rounding).  When the statistics describe ``n_described = n_s`` of the
-    summary's ``N`` rows (FedPFT does not send classes with too few rows), the
-    rest cannot be less spread than nothing: ``n_s tr S_s <= N tr S`` for
-    either kind of covariance, and for the total covariance
-    ``||mu_s - mu||^2 <= (N - n_s) / n_s tr S``, each up to ``rtol``.
-    ``trace_error`` widens the trace comparison by what the statistics' own
-    rounding allows (absolute).  A deployment never pairs statistics with a
-    private summary (``epsilon`` is refused with the statistics heads), and a
-    FedCGS summary is derived from its statistics, so this is FedPFT's check.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from skslot import GaussianSummary
-    >>> from skslot.defence import inconsistent_statistics
-    >>> s = GaussianSummary(10, np.zeros(2), np.eye(2))
-    >>> inconsistent_statistics(s, np.zeros(2), 2.0) is None
-    True
-    >>> inconsistent_statistics(s, np.zeros(2), 2e8)
-    "the statistics imply a total variance 1e+08 times the summary's"
-    >>> inconsistent_statistics(s, np.ones(2), 2.0, n_described=8)  # 2 rows unseen
-    "the statistics' mean lies 1 standard deviations from the summary's"
-    """
-    trace = float(np.trace(summary.covariance))
-    N = summary.n
-    n_s = N if n_described is None else int(n_described)
-    offset = float(np.linalg.norm(mean - summary.mean))
-    slack = rtol * (np.sqrt(trace) + float(np.linalg.norm(summary.mean)))
-    if n_s >= N:
-        if not abs(covariance_trace - trace) <= rtol * trace + trace_error:
-            ratio = covariance_trace / trace
-            return f"the statistics imply a total variance {ratio:.3g} times the summary's"
-        bound = 0.0
-    else:
-        if n_s <= 0:
-            return None if n_s == 0 else "the statistics describe a negative number of rows"
-        if not covariance_trace <= (1 + rtol) * trace * N / n_s + trace_error:
-            ratio = covariance_trace / trace
-            return (
-                f"the statistics imply a total variance {ratio:.3g} times the summary's, "
-                f"more than its {n_s} of {N} rows can have"
-            )
-        if covariance != "total":  # the within-class spread does not bound the means
-            return None
-        bound = float(np.sqrt((N - n_s) / n_s * trace))
-    if not offset <= (1 + rtol) * bound + slack:
-        return (
-            f"the statistics' mean lies {offset / np.sqrt(trace):.3g} standard deviations from "
-            "the summary's"
-        )
-    return None
-
-
-def inconsistent_parts(
-    fitting_mean: np.ndarray,
-    fitting_trace: float,
-    validation_mean: np.ndarray,
-    validation_trace: float,
-    *,
-    max_variance_ratio: float = 100.0,
-    max_mean_offset: float = 10.0,
-) -> str | None:
-    """Why a client's validation part is out of line with its fitting part, or None.
-
-    The two parts are one stratified split of one client's rows
-    (:func:`~skslot.selection.validation_split`), so they describe one
-    distribution; the summary, and so every check against it, describes the
-    fitting part alone, while the final head is refitted on both.  The
-    validation part's total variance ``tr(S_v)`` may not exceed
-    ``max_variance_ratio`` times the fitting part's, nor its mean lie more than
-    ``max_mean_offset`` of the fitting part's standard deviations
-    (``sqrt(tr S_f)``) from the fitting mean: the bounds
-    :func:`implausible_summaries` puts on a client against the others.  A
-    smaller spread is not refused (a part of one row per class has none).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from skslot.defence import inconsistent_parts
-    >>> inconsistent_parts(np.zeros(2), 2.0, np.full(2, 0.5), 1.5) is None
-    True
-    >>> print(inconsistent_parts(np.zeros(2), 2.0, np.zeros(2), 2e4))
-    its validation part's variance is 1e+04 times its fitting part's (max-variance-ratio = 100)
-    """
-    if not validation_trace <= max_variance_ratio * fitting_trace:
-        ratio = validation_trace / fitting_trace if fitting_trace > 0 else float("inf")
-        return (
-            f"its validation part's variance is {ratio:.3g} times its fitting part's "
-            f"(max-variance-ratio = {max_variance_ratio:g})"
-        )
-    offset = float(np.linalg.norm(np.asarray(validation_mean) - np.asarray(fitting_mean)))
-    if not offset <= max_mean_offset * np.sqrt(fitting_trace):
-        sd = np.sqrt(fitting_trace)
-        return (
-            f"its validation part's mean lies {offset / sd if sd > 0 else float('inf'):.3g} "
-            f"standard deviations from its fitting part's (max-mean-offset = {max_mean_offset:g})"
-        )
-    return None
-
-
 @dataclass(frozen=True)
 class DefenceBounds:
     """The server's bounds on what clients declare, and the checks that apply them.
+
+    Each ratio and ``max_mean_offset`` may be ``inf``: no bound.
 
     Parameters
     ----------
@@ -359,46 +319,38 @@ class DefenceBounds:
     >>> from skslot import GaussianSummary
     >>> from skslot.defence import DefenceBounds
     >>> clients = [GaussianSummary(n, np.zeros(2), np.eye(2)) for n in (100, 120, 90, 10**6)]
-    >>> rejected, weights = DefenceBounds().screen(clients)
+    >>> rejected, weights = DefenceBounds().check_summaries(clients)
     >>> sorted(rejected), weights.tolist()
     ([3], [100.0, 120.0, 90.0])
     """
 
-    max_count_ratio: float = 100.0
-    max_weight_ratio: float = 10.0
-    max_norm_ratio: float = 10.0
-    max_variance_ratio: float = 100.0
-    max_mean_offset: float = 10.0
-    screen_significance: float = 0.001
-    screen_min_gain: float = 0.02
+    max_count_ratio: float = MAX_COUNT_RATIO
+    max_weight_ratio: float = MAX_WEIGHT_RATIO
+    max_norm_ratio: float = MAX_NORM_RATIO
+    max_variance_ratio: float = MAX_VARIANCE_RATIO
+    max_mean_offset: float = MAX_MEAN_OFFSET
+    screen_significance: float = SCREEN_SIGNIFICANCE
+    screen_min_gain: float = SCREEN_MIN_GAIN
+
+    #: The upload's consistency checks apply (:func:`skslot.protocol.stages.upload.check`).
+    checks_consistency: ClassVar[bool] = True
+
+    #: The values each bound may take (``inf``: no bound).
+    _parameter_constraints: ClassVar[dict[str, list]] = {
+        **{
+            ratio: [Interval(Real, 1.0, None, closed="left"), Options((math.inf,))]
+            for ratio in RATIOS
+        },
+        "max_mean_offset": [Interval(Real, 0.0, None, closed="left"), Options((math.inf,))],
+        "screen_significance": [Interval(Real, 0.0, 1.0, closed="both")],
+        "screen_min_gain": [Interval(Real, 0.0, 1.0, closed="both")],
+    }
 
     def __post_init__(self) -> None:
-        for name in ("max_count_ratio", "max_weight_ratio", "max_norm_ratio"):
-            check_in_range(name, getattr(self, name), 1.0, None)
-        check_in_range("max_variance_ratio", self.max_variance_ratio, 1.0, None)
-        check_in_range("max_mean_offset", self.max_mean_offset, 0.0, None)
-        check_in_range("screen_significance", self.screen_significance, 0.0, 1.0)
-        check_in_range("screen_min_gain", self.screen_min_gain, 0.0, 1.0)
-
-    def inconsistent_parts(self, fitting: _Statistics, validation: _Statistics) -> str | None:
-        """Why a client's two parts of statistics are out of line (:func:`inconsistent_parts`).
-
-        Where the validation part leaves some of its rows undescribed (FedPFT
-        sends no class with fewer than ``min_samples_per_class`` rows), its
-        mean is that of other classes than the fitting part's, and only its
-        variance is bounded; where it describes none, nothing is.
-        """
-        fit, held = fitting.implied_moments("total"), validation.implied_moments("total")
-        if held.n == 0:
-            return None
-        complete = held.n == int(validation.class_counts().sum())
-        return inconsistent_parts(
-            fit.mean,
-            fit.trace,
-            held.mean,
-            held.trace,
-            max_variance_ratio=self.max_variance_ratio,
-            max_mean_offset=self.max_mean_offset if complete else np.inf,
+        validate_parameter_constraints(
+            self._parameter_constraints,
+            {f.name: getattr(self, f.name) for f in fields(self)},
+            type(self).__name__,
         )
 
     def strongest_case(
@@ -406,16 +358,36 @@ class DefenceBounds:
     ) -> tuple[Hashable | None, dict[Hashable, ScreeningEvidence]]:
         """The client the others' paired counts exclude, if any, by this defence's thresholds.
 
-        See :func:`skslot.screening.strongest_case`.
+        Parameters
+        ----------
+        votes : mapping
+            Per client, each other client's paired counts on it
+            (see :func:`skslot.screening.strongest_case`).
+
+        Returns
+        -------
+        flagged : address or None
+        evidence : dict of address to ScreeningEvidence
         """
         return strongest_case(
             votes, significance=self.screen_significance, min_gain=self.screen_min_gain
         )
 
-    def screen(self, summaries: Sequence[GaussianSummary]) -> tuple[dict[int, str], np.ndarray]:
+    def check_summaries(
+        self, summaries: Sequence[GaussianSummary]
+    ) -> tuple[dict[int, str], np.ndarray]:
         """Positions of implausible clients with the reason, and the others' capped weights.
 
-        The weights are in the order of the clients that remain.
+        Parameters
+        ----------
+        summaries : sequence of GaussianSummary
+
+        Returns
+        -------
+        reasons : dict of int to str
+            Why each implausible client (by position) is rejected.
+        weights : ndarray
+            The capped weights of the clients that remain, in their order.
         """
         reasons = implausible_summaries(
             summaries,
@@ -428,11 +400,38 @@ class DefenceBounds:
         kept = [n for k, n in enumerate(counts) if k not in reasons]
         return reasons, capped_counts(kept, max_weight_ratio=self.max_weight_ratio)
 
+    def screen(self, summaries: Sequence[GaussianSummary]) -> tuple[dict[int, str], np.ndarray]:
+        """Deprecated name of :meth:`check_summaries` ("screen" names the screening stage).
+
+        Parameters
+        ----------
+        summaries : sequence of GaussianSummary
+
+        Returns
+        -------
+        reasons : dict of int to str
+        weights : ndarray
+        """
+        warnings.warn(
+            "DefenceBounds.screen is deprecated; use DefenceBounds.check_summaries",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.check_summaries(summaries)
+
     def implausible_test_sizes(self, sizes: Sequence[int]) -> dict[int, str]:
         """Positions of clients announcing far more test rows than the others (``max_count_ratio``).
 
         Clients without test rows neither vote nor count: the median is that
         of the others' sizes.
+
+        Parameters
+        ----------
+        sizes : sequence of int
+
+        Returns
+        -------
+        dict of int to str
         """
         positions = [k for k, n in enumerate(sizes) if n > 0]
         found = implausible_counts(
@@ -441,5 +440,62 @@ class DefenceBounds:
         return {positions[k]: why for k, why in found.items()}
 
     def implausible_updates(self, norms: Sequence[float]) -> dict[int, str]:
-        """Positions of local heads whose norm is out of line with the others'."""
+        """Positions of local heads whose norm is out of line with the others'.
+
+        Parameters
+        ----------
+        norms : sequence of float
+
+        Returns
+        -------
+        dict of int to str
+        """
         return implausible_norms(norms, max_norm_ratio=self.max_norm_ratio, what="local head norm")
+
+
+@dataclass(frozen=True)
+class NoDefence(DefenceBounds):
+    """No defence: bounds that every client meets, and no screening's exclusion.
+
+    The protocol's stand-in for a missing :class:`DefenceBounds`
+    (``defence=None``): it finds nothing implausible, caps no weight, skips the
+    checks of consistency between a client's messages, and excludes no one.
+
+    Parameters
+    ----------
+    max_count_ratio, max_weight_ratio, max_norm_ratio : float, default=inf
+        No bound (see :class:`DefenceBounds`).
+    max_variance_ratio, max_mean_offset : float, default=inf
+        No bound.
+    screen_significance, screen_min_gain : float, default=0.0, 1.0
+        No sign test passes at level 0 (and the gain asked for is all the
+        rows): the screening excludes no one.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot import GaussianSummary
+    >>> from skslot.defence import NoDefence
+    >>> clients = [GaussianSummary(n, np.zeros(2), np.eye(2)) for n in (100, 10**6)]
+    >>> NoDefence().check_summaries(clients)
+    ({}, array([1.e+02, 1.e+06]))
+    """
+
+    max_count_ratio: float = math.inf
+    max_weight_ratio: float = math.inf
+    max_norm_ratio: float = math.inf
+    max_variance_ratio: float = math.inf
+    max_mean_offset: float = math.inf
+    screen_significance: float = 0.0
+    screen_min_gain: float = 1.0
+
+    checks_consistency: ClassVar[bool] = False
+
+
+__getattr__ = moved_names(
+    __name__,
+    {
+        name: ("skslot.protocol.stages.upload", name)
+        for name in ("inconsistent_parts", "inconsistent_statistics")
+    },
+)

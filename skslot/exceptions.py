@@ -1,4 +1,4 @@
-"""Warnings of skslot's estimators."""
+"""The errors and warnings of skslot's estimators and data types."""
 
 from __future__ import annotations
 
@@ -6,7 +6,19 @@ import warnings
 
 from ._validation import ROUTING_HINT
 
-__all__ = ["SingleClientWarning"]
+__all__ = ["InvalidSummaryError", "SingleClientWarning"]
+
+
+class InvalidSummaryError(ValueError):
+    """The values given for a Gaussian summary are invalid.
+
+    Raised by :class:`~skslot.GaussianSummary` when its count, mean,
+    covariance, shrinkage or client label fails a check (a covariance that is
+    not positive definite, a count below 2, non-finite values, ...).  The
+    decoding error :class:`~skslot.wire.SummaryFormatError` derives from it,
+    so ``except InvalidSummaryError`` also catches a payload that does not
+    decode to a valid summary.
+    """
 
 
 class SingleClientWarning(UserWarning):
@@ -19,7 +31,16 @@ class SingleClientWarning(UserWarning):
 
 
 def warn_single_client(estimator: str, *, stacklevel: int = 2) -> None:
-    """Warn that ``estimator`` was fitted on a single client (see :class:`SingleClientWarning`)."""
+    """Warn that ``estimator`` was fitted on a single client (see :class:`SingleClientWarning`).
+
+    Parameters
+    ----------
+    estimator : str
+        The name of the estimator, as the warning shows it.
+    stacklevel : int, default=2
+        The caller's frame the warning points at, counted from the caller
+        of this function.
+    """
     warnings.warn(
         f"{estimator} was fitted on a single client (client=None or a single label), so the "
         "reference is that client's own Gaussian and the alignment is the identity: transform "

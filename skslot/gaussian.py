@@ -1,12 +1,10 @@
 """The Gaussian summary: the moments a client shares, immutable and validated.
 
 A :class:`GaussianSummary` holds a count, a mean and a positive definite
-covariance.  Its byte format is in :mod:`skslot.wire.summary_codec` (the
-methods :meth:`~GaussianSummary.to_bytes` and :meth:`~GaussianSummary.from_bytes`
-call it), and the optimal-transport maps between summaries in
-:mod:`skslot.maps`; :class:`~skslot.maps.GaussianMap`,
-:func:`~skslot.maps.bures_wasserstein_distance` and
-:class:`~skslot.wire.SummaryFormatError` are importable from here too.
+covariance; invalid values raise :class:`~skslot.exceptions.InvalidSummaryError`.
+Its byte format is in :mod:`skslot.wire.summary_codec` (the methods
+:meth:`~GaussianSummary.to_bytes` and :meth:`~GaussianSummary.from_bytes` call
+it), and the optimal-transport maps between summaries in :mod:`skslot.maps`.
 """
 
 from __future__ import annotations
@@ -18,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from ._deprecation import moved_names
 from ._linalg import is_positive_definite
-from .maps import GaussianMap, bures_wasserstein_distance
-from .wire._errors import SummaryFormatError
+from .exceptions import InvalidSummaryError
+from .wire._errors import SummaryFormatError as _SummaryFormatError
 from .wire.summary_codec import (
     DEFAULT_MAX_DIMENSION,
     MAX_COUNT,
@@ -29,12 +28,14 @@ from .wire.summary_codec import (
     summary_payload_size,
 )
 
-__all__ = [
-    "GaussianMap",
-    "GaussianSummary",
-    "SummaryFormatError",
-    "bures_wasserstein_distance",
-]
+__all__ = ["GaussianSummary"]
+
+#: Names this module no longer defines, and the modules that do.
+_MOVED = {
+    "GaussianMap": "skslot.maps",
+    "bures_wasserstein_distance": "skslot.maps",
+    "SummaryFormatError": "skslot.wire",
+}
 
 #: Tolerance, relative to the largest entry, on the asymmetry of a covariance.
 SYMMETRY_RTOL = 1e-10
@@ -50,13 +51,13 @@ def _check_magnitude(mean: np.ndarray, cov: np.ndarray) -> None:
     low, high = VARIANCE_RANGE
     variance = float(np.sum(np.diagonal(cov) / cov.shape[0]))
     if not low <= variance <= high:
-        raise SummaryFormatError(
+        raise InvalidSummaryError(
             f"mean variance {variance:.3g} is outside the supported range [{low:g}, {high:g}] "
             "(products of such covariances leave float64's range); rescale the features"
         )
     largest = float(np.max(np.abs(mean)))
     if largest > high:
-        raise SummaryFormatError(
+        raise InvalidSummaryError(
             f"mean entries up to {largest:.3g} exceed the supported magnitude {high:g}; "
             "rescale or centre the features"
         )
@@ -66,9 +67,9 @@ def _readonly_float64(a: Any, name: str) -> np.ndarray:
     try:
         arr = np.array(a, dtype=np.float64, copy=True)
     except (TypeError, ValueError) as exc:
-        raise SummaryFormatError(f"{name} is not a numeric array: {exc}") from None
+        raise InvalidSummaryError(f"{name} is not a numeric array: {exc}") from None
     if not np.all(np.isfinite(arr)):
-        raise SummaryFormatError(f"{name} contains NaN or infinite values")
+        raise InvalidSummaryError(f"{name} contains NaN or infinite values")
     arr.flags.writeable = False
     return arr
 
@@ -97,6 +98,11 @@ class GaussianSummary:
     client : int, str or None, default=None
         Label of the client the summary comes from.
 
+    Raises
+    ------
+    InvalidSummaryError
+        If a value fails one of these checks.
+
     Examples
     --------
     >>> import numpy as np
@@ -118,39 +124,39 @@ class GaussianSummary:
     def __post_init__(self) -> None:
         n = self.n
         if isinstance(n, bool) or not isinstance(n, Integral):
-            raise SummaryFormatError(f"n must be an integer, got {n!r}")
+            raise InvalidSummaryError(f"n must be an integer, got {n!r}")
         if not 2 <= int(n) <= MAX_COUNT:
-            raise SummaryFormatError(
+            raise InvalidSummaryError(
                 f"n must be between 2 and 2**53 samples, got {n}"
                 + (f" for client {self.client!r}" if self.client is not None else "")
             )
         mean = _readonly_float64(self.mean, "mean")
         cov = _readonly_float64(self.covariance, "covariance")
         if mean.ndim != 1 or mean.shape[0] < 1:
-            raise SummaryFormatError(f"mean must be a non-empty 1-D array, got {mean.shape}")
+            raise InvalidSummaryError(f"mean must be a non-empty 1-D array, got {mean.shape}")
         m = mean.shape[0]
         if cov.shape != (m, m):
-            raise SummaryFormatError(
+            raise InvalidSummaryError(
                 f"covariance has shape {cov.shape}, expected ({m}, {m}) to match the mean"
             )
         scale = np.max(np.abs(cov))
         if np.max(np.abs(0.5 * cov - 0.5 * cov.T)) > 0.5 * SYMMETRY_RTOL * scale:
-            raise SummaryFormatError("covariance is not symmetric")
+            raise InvalidSummaryError("covariance is not symmetric")
         cov = 0.5 * cov + 0.5 * cov.T  # exactly symmetric, as transmitted (no overflow)
         cov.flags.writeable = False
         _check_magnitude(mean, cov)
         if not is_positive_definite(cov):
-            raise SummaryFormatError("covariance is not positive definite")
+            raise InvalidSummaryError("covariance is not positive definite")
         shrinkage = self.shrinkage
         if shrinkage is not None:
             if not isinstance(shrinkage, Real) or not 0.0 <= float(shrinkage) <= 1.0:
-                raise SummaryFormatError(f"shrinkage must lie in [0, 1], got {shrinkage!r}")
+                raise InvalidSummaryError(f"shrinkage must lie in [0, 1], got {shrinkage!r}")
             shrinkage = float(shrinkage)
         client = self.client
         if isinstance(client, np.generic):
             client = client.item()
         if client is not None and (isinstance(client, bool) or not isinstance(client, (int, str))):
-            raise SummaryFormatError(
+            raise InvalidSummaryError(
                 f"client label must be an int, a str or None, got {type(client).__name__}"
             )
         object.__setattr__(self, "n", int(n))
@@ -182,8 +188,20 @@ class GaussianSummary:
         float16 this is about 264 KB.  The codec is
         :func:`skslot.wire.encode_summary`.
 
+        Parameters
+        ----------
+        dtype : {"float16", "float32", "float64"}, default="float32"
+            Precision of the transmitted values.
+
+        Returns
+        -------
+        payload : bytes
+            The encoded summary.
+
         Raises
         ------
+        ValueError
+            If ``dtype`` is not float16, float32 or float64.
         SummaryFormatError
             If a value overflows ``dtype`` or the rounded covariance is no
             longer positive definite (use a wider dtype then).
@@ -195,6 +213,16 @@ class GaussianSummary:
 
         ``len(to_bytes(dtype))`` whenever the encoding succeeds (it can fail
         when the rounded covariance is no longer positive definite).
+
+        Parameters
+        ----------
+        dtype : {"float16", "float32", "float64"}, default="float32"
+            Precision of the transmitted values.
+
+        Returns
+        -------
+        size : int
+            Bytes of the payload.
 
         Examples
         --------
@@ -224,24 +252,52 @@ class GaussianSummary:
         max_dimension : int, default=16384
             Reject a header announcing a larger dimension before allocating.
 
+        Returns
+        -------
+        summary : GaussianSummary
+            The validated summary the payload carries.
+
         Raises
         ------
         SummaryFormatError
             If the payload is truncated, longer than its header implies, of
             another format version or dtype, declares ``n < 2`` or an absurd
-            ``n``, has the wrong dimension, or decodes to non-finite values or
-            a covariance that is not positive definite.
+            ``n``, has the wrong dimension, or decodes to values the
+            constructor rejects (non-finite values, a covariance that is not
+            positive definite, ...).
         """
-        return decode_summary(
-            payload,
-            expected_dimension=expected_dimension,
-            max_dimension=max_dimension,
-            summary_type=cls,
+        fields = decode_summary(
+            payload, expected_dimension=expected_dimension, max_dimension=max_dimension
         )
+        try:
+            return cls(*fields)
+        except InvalidSummaryError as exc:  # received values: a format error of the payload
+            raise _SummaryFormatError(str(exc)) from None
 
 
 def as_summary_list(summaries: Any) -> tuple[list, list[GaussianSummary]]:
-    """Client labels and summaries from a summary, a list or a dict of them."""
+    """Client labels and summaries from a summary, a list or a dict of them.
+
+    Parameters
+    ----------
+    summaries : GaussianSummary, sequence of GaussianSummary or mapping
+        One summary, several (labelled by their ``client``, or by position
+        when none has one), or a mapping from client label to summary.
+
+    Returns
+    -------
+    labels : list
+        One client label per summary, all distinct.
+    items : list of GaussianSummary
+        The summaries, all of the same dimension.
+
+    Raises
+    ------
+    ValueError
+        If there is no summary, two share a label, or their dimensions differ.
+    TypeError
+        If an item is not a :class:`GaussianSummary`.
+    """
     if isinstance(summaries, GaussianSummary):
         summaries = [summaries]
     if isinstance(summaries, Mapping):
@@ -271,3 +327,6 @@ def as_summary_list(summaries: Any) -> tuple[list, list[GaussianSummary]]:
     if len(dims) > 1:
         raise ValueError(f"summaries have different dimensions: {sorted(dims)}")
     return labels, items
+
+
+__getattr__ = moved_names(__name__, {n: (m, n) for n, m in _MOVED.items()})

@@ -33,6 +33,18 @@ def class_counts(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
     """Rows of each of ``classes`` among the labels ``y`` (int64, zero for absent classes).
 
     Raises ``ValueError`` naming labels that are not in ``classes``.
+
+    Parameters
+    ----------
+    y : array-like of shape (n_samples,)
+        Labels.
+    classes : array-like of shape (n_classes,)
+        The class set, sorted.
+
+    Returns
+    -------
+    counts : ndarray of shape (n_classes,)
+        Rows of each class, in the order of ``classes``.
     """
     y, classes = np.asarray(y), np.asarray(classes)
     position = np.searchsorted(classes, y)

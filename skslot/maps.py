@@ -58,22 +58,34 @@ References
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ._backend import empty_like_rows, matmul_into, to_backend
 from ._linalg import SymmetricEigh, cholesky_factor, sym_eigh, trace_sqrt
 from ._moments import ShiftedMoments
-
-if TYPE_CHECKING:
-    from .gaussian import GaussianSummary
+from .gaussian import GaussianSummary
 
 __all__ = ["GaussianMap", "bures_wasserstein_distance"]
 
 
 def bures_wasserstein_distance(source: GaussianSummary, target: GaussianSummary) -> float:
     """2-Wasserstein distance between the Gaussians of two summaries.
+
+    Parameters
+    ----------
+    source, target : GaussianSummary
+        The two Gaussians, of the same dimension.
+
+    Returns
+    -------
+    distance : float
+        ``W2(N(source), N(target))``, the module docstring's formula.
+
+    Raises
+    ------
+    ValueError
+        If the dimensions differ.
 
     Examples
     --------
@@ -132,6 +144,18 @@ class GaussianMap:
 
     @classmethod
     def identity(cls, dimension: int) -> GaussianMap:
+        """The map ``x -> x``.
+
+        Parameters
+        ----------
+        dimension : int
+            The dimension ``m`` it acts on.
+
+        Returns
+        -------
+        map : GaussianMap
+            ``A = I``, ``b = 0``.
+        """
         return cls(np.eye(dimension), np.zeros(dimension))
 
     @classmethod
@@ -144,9 +168,24 @@ class GaussianMap:
     ) -> GaussianMap:
         """The Monge map pushing ``N(source)`` onto ``N(target)``.
 
-        ``target_factor`` reuses a factor ``F`` of the target covariance
-        (``F F^T = S_t``; one factorisation of the reference serves every
-        client).  Default: its Cholesky factor.
+        Parameters
+        ----------
+        source, target : GaussianSummary
+            The Gaussians, of the same dimension.
+        target_factor : ndarray of shape (m, m), optional
+            A factor ``F`` of the target covariance, ``F F^T = S_t``, to reuse
+            (one factorisation of the reference serves every client).
+            Default: its Cholesky factor.
+
+        Returns
+        -------
+        map : GaussianMap
+            ``T(x) = A x + b`` of the module docstring.
+
+        Raises
+        ------
+        ValueError
+            If the dimensions differ.
         """
         _check_same_dimension(source, target)
         F = cholesky_factor(target.covariance) if target_factor is None else target_factor
@@ -161,7 +200,22 @@ class GaussianMap:
         source_mean: np.ndarray,
         target_mean: np.ndarray,
     ) -> GaussianMap:
-        """Map from a factor ``F`` of ``S_t`` and the eigendecomposition of ``F^T S_s F``."""
+        """Map from a factor ``F`` of ``S_t`` and the eigendecomposition of ``F^T S_s F``.
+
+        Parameters
+        ----------
+        target_factor : ndarray of shape (m, m)
+            ``F``, with ``F F^T = S_t``.
+        inner_eigh : SymmetricEigh
+            The eigendecomposition of ``F^T S_s F``.
+        source_mean, target_mean : ndarray of shape (m,)
+            ``mu_s`` and ``mu_t``.
+
+        Returns
+        -------
+        map : GaussianMap
+            ``A = F (F^T S_s F)^{-1/2} F^T`` and ``b = mu_t - A mu_s``.
+        """
         A = target_factor @ inner_eigh.inv_sqrt() @ target_factor.T
         A = 0.5 * (A + A.T)
         return cls(A, target_mean - A @ source_mean)
@@ -173,6 +227,17 @@ class GaussianMap:
         the same way and the anchor's image stays: the mean keeps its own
         fraction, whatever ``tau``.  Geodesics compose: ``T.geodesic(s).geodesic(t)``
         is ``T.geodesic(s * t)``.
+
+        Parameters
+        ----------
+        tau : float
+            Fraction of the way, ``0`` for the identity (up to the anchored
+            mean), ``1`` for this map.
+
+        Returns
+        -------
+        map : GaussianMap
+            ``T^tau``.
         """
         A = tau * self.linear
         A.flat[:: A.shape[0] + 1] += 1.0 - tau
@@ -196,6 +261,16 @@ class GaussianMap:
         source_mean : ndarray of shape (m,)
             ``mu``, the mean of the Gaussian this map transports.
 
+        Returns
+        -------
+        map : GaussianMap
+            The anchored map (this map itself when ``mean_tau`` is ``None``).
+
+        Raises
+        ------
+        ValueError
+            If this map is anchored already, or ``source_mean`` has another shape.
+
         Examples
         --------
         >>> import numpy as np
@@ -216,9 +291,18 @@ class GaussianMap:
         return GaussianMap(self.linear, mu + mean_tau * (image - mu) - self.linear @ mu, mu)
 
     def push(self, summary: GaussianSummary) -> GaussianSummary:
-        """Image of a Gaussian: ``N(A mu + b, A S A^T)``."""
-        from .gaussian import GaussianSummary  # here: that module re-exports this one's names
+        """Image of a Gaussian: ``N(A mu + b, A S A^T)``.
 
+        Parameters
+        ----------
+        summary : GaussianSummary
+            The Gaussian ``N(mu, S)``.
+
+        Returns
+        -------
+        image : GaussianSummary
+            Its image, with ``summary``'s count and client label (no shrinkage).
+        """
         (mean,), (cov,) = self.push_gaussians(summary.mean[None], summary.covariance[None])
         return GaussianSummary(summary.n, mean, cov, client=summary.client)
 
@@ -230,11 +314,16 @@ class GaussianMap:
         Parameters
         ----------
         means : ndarray of shape (J, m)
+            The means ``mu_j``.
         covariances : ndarray of shape (J, m, m)
+            The covariances ``S_j``.
 
         Returns
         -------
-        means, covariances : ndarrays of the same shapes (covariances exactly symmetric)
+        means : ndarray of shape (J, m)
+            The images' means.
+        covariances : ndarray of shape (J, m, m)
+            The images' covariances, exactly symmetric.
         """
         A = self.linear
         cov = A @ covariances @ A.T
@@ -246,7 +335,14 @@ class GaussianMap:
         Parameters
         ----------
         sums : ndarray of shape (C, m)
+            Sums ``s`` of groups of rows.
         counts : ndarray of shape (C,)
+            The number of rows ``n`` in each sum.
+
+        Returns
+        -------
+        sums : ndarray of shape (C, m)
+            The sums of the rows' images.
         """
         return sums @ self.linear.T + np.multiply.outer(counts, self.offset)
 
@@ -256,6 +352,21 @@ class GaussianMap:
         About the shift ``T(c)``: ``s1 -> A s1`` and ``G -> A G A^T`` (the
         module docstring), so precision is kept for features with a large
         mean.  Fourth-order sums are not affine-equivariant and are refused.
+
+        Parameters
+        ----------
+        moments : ShiftedMoments
+            Power sums of the rows, without fourth-order sums.
+
+        Returns
+        -------
+        moments : ShiftedMoments
+            The power sums of their images, about the image of the shift.
+
+        Raises
+        ------
+        ValueError
+            If ``moments`` holds fourth-order sums.
         """
         if moments.fourth_order:
             raise ValueError("fourth-order power sums cannot be pushed through an affine map")
@@ -286,6 +397,11 @@ class GaussianMap:
             Written in place and returned (it may not overlap ``X``).
         chunk_size : int, optional
             Rows per block, to bound temporaries (or stream a memory map).
+
+        Returns
+        -------
+        X_mapped : ndarray or torch tensor of shape (n, m)
+            The images of the rows (``out`` when given).
         """
         if out is None:
             out = empty_like_rows(X, tuple(X.shape))

@@ -88,6 +88,22 @@ def noise_generator(random_state: Any, delta: float, n: int, client: Any) -> np.
     by exactly that row's contribution): a :class:`PrivacyWarning` says so.
     ``delta`` above ``1 / n`` allows releasing a row outright with probability
     ``delta``: a :class:`PrivacyWarning` too.
+
+    Parameters
+    ----------
+    random_state : None, int or RandomState
+        ``None`` for fresh OS entropy; anything else seeds the noise (with a warning).
+    delta : float
+        The release's ``delta``, compared with ``1 / n``.
+    n : int
+        The client's row count.
+    client : object
+        The client's label, named in the warnings.
+
+    Returns
+    -------
+    rng : numpy.random.Generator
+        The generator of the release's noise.
     """
     if delta > 1.0 / n:
         warnings.warn(
@@ -113,6 +129,19 @@ def gaussian_mechanism_delta(sigma: float, epsilon: float, sensitivity: float) -
     ``delta(sigma) = Phi(D / (2 sigma) - epsilon sigma / D)
     - exp(epsilon) Phi(-D / (2 sigma) - epsilon sigma / D)`` with ``D`` the L2
     sensitivity (Balle and Wang 2018, Theorem 8); it decreases in ``sigma``.
+
+    Parameters
+    ----------
+    sigma : float
+        Standard deviation of the noise, ``> 0``.
+    epsilon : float
+        Privacy loss bound, ``> 0``.
+    sensitivity : float
+        L2 sensitivity ``D`` of the released vector.
+
+    Returns
+    -------
+    delta : float
     """
     a = sensitivity / (2.0 * sigma)
     b = epsilon * sigma / sensitivity
@@ -164,7 +193,23 @@ def gaussian_mechanism_sigma(epsilon: float, delta: float, sensitivity: float) -
 def noisy_moments(
     moments: ShiftedMoments, sigma: float, rng: np.random.Generator
 ) -> ShiftedMoments:
-    """``s1`` and ``G`` (about zero) plus Gaussian noise, symmetric on ``G``."""
+    """``s1`` and ``G`` (about zero) plus Gaussian noise, symmetric on ``G``.
+
+    Parameters
+    ----------
+    moments : ShiftedMoments
+        Sums of rows about zero (a non-zero shift raises ``ValueError``).
+    sigma : float
+        Standard deviation of the noise on each entry of ``s1`` and of the
+        upper triangle of ``G``.
+    rng : numpy.random.Generator
+        Source of the noise.
+
+    Returns
+    -------
+    noisy : ShiftedMoments
+        The same count and shift, noisy ``s1`` and ``G``.
+    """
     if np.any(moments.shift != 0):
         raise ValueError("private sums must be taken about zero (a data-free shift)")
     m = moments.s1.shape[0]
@@ -185,6 +230,23 @@ def noisy_mean_and_covariance(
     ``moments`` are the sums of the clipped rows about zero; they are
     released in units of ``clip_norm`` (rows in the unit ball, sensitivity
     :data:`SUMMARY_SENSITIVITY`), then mapped back (post-processing).
+
+    Parameters
+    ----------
+    moments : ShiftedMoments
+        Sums of the clipped rows about zero.
+    clip_norm : float
+        The clipping norm ``C``.
+    sigma : float
+        Standard deviation of the noise, in units of ``clip_norm``.
+    rng : numpy.random.Generator
+        Source of the noise.
+
+    Returns
+    -------
+    mean : ndarray of shape (m,)
+    covariance : ndarray of shape (m, m)
+        Positive semi-definite (:func:`psd_projection`).
     """
     C = clip_norm
     unit = ShiftedMoments(moments.n, moments.shift, moments.s1 / C, moments.gram / (C * C))
@@ -195,7 +257,17 @@ def noisy_mean_and_covariance(
 
 
 def psd_projection(S: np.ndarray) -> np.ndarray:
-    """The nearest positive semi-definite matrix in Frobenius norm (negative eigenvalues to 0)."""
+    """The nearest positive semi-definite matrix in Frobenius norm (negative eigenvalues to 0).
+
+    Parameters
+    ----------
+    S : ndarray of shape (m, m)
+        A matrix, symmetrised first.
+
+    Returns
+    -------
+    S_psd : ndarray of shape (m, m)
+    """
     return symmetrize(sym_eigh(symmetrize(S)).apply(lambda w: w.clip(min=0.0)))
 
 
@@ -204,6 +276,18 @@ def oas_shrinkage(S: np.ndarray, n: int) -> float:
 
     ``rho = min(1, (tr(S^2) / m + mu^2) / ((n + 1) (tr(S^2) / m - mu^2 / m)))``
     with ``mu = tr(S) / m`` (the form :func:`sklearn.covariance.oas` uses).
+
+    Parameters
+    ----------
+    S : ndarray of shape (m, m)
+        Covariance estimate.
+    n : int
+        Number of rows it was estimated from.
+
+    Returns
+    -------
+    rho : float
+        Shrinkage intensity, in ``[0, 1]``.
     """
     m = S.shape[0]
     mu = float(np.trace(S)) / m

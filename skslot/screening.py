@@ -1,67 +1,42 @@
-"""Screening contributions by the clients' own validation: leave-one-client-out heads.
+"""The screening's decision: which client the others' paired counts exclude.
 
-A client can stay inside every bound on what it sends and still take the
-model down: a degenerate summary whose map blows its statistics up, class
-sums moved between classes, flipped labels.  What such a contribution cannot
-hide is its effect on everyone else: the head fitted without it does better
-on the *other* clients' held-out rows.  The ``screening`` stage of the
-protocol (:class:`~skslot.protocol.OneShotProtocol`) measures exactly that,
-with counts only leaving the clients:
+For each client ``j``, every other client ``i`` compares on its held-out
+rows the head of all clients ``H`` with the head without ``j``, ``H_{-j}``,
+both predicting among the classes ``S_j`` clients other than ``j`` hold
+(:func:`comparable_classes`: a class only ``j`` holds would otherwise make
+``H_{-j}`` look better for having one class fewer to confuse), and sends
+three counts (the ``screening`` stage,
+:mod:`skslot.protocol.stages.screening`).  ``j`` is excluded
+(:func:`screening_evidence`) when, leaving out any one voter (so that no one
+client's counts can make the case), over the remaining voters
 
-1. *server*: at the chosen candidate, the head on every client's fitting
-   rows, ``H``, and for each client ``j`` the head without it, ``H_{-j}``;
-2. *client* ``i``: for every ``j != i``, compare ``H`` and ``H_{-j}`` row by
-   row on its validation rows, both predicting only among the classes
-   ``S_j`` that clients other than ``j`` hold (rows of other classes are not
-   scored), and send three counts: the rows only ``H_{-j}`` gets right, the
-   rows only ``H`` gets right, the rows scored (:func:`paired_counts`).  Its
-   own exclusion is never put to it;
-3. *server*: ``j`` is excluded (:func:`screening_evidence`) when, leaving
-   out any one voter (so that no one client's counts can make the case),
-   over the remaining voters
+- a strict majority found ``H_{-j}`` better (more rows only it gets right);
+- pooled, ``H_{-j}`` gets right at least ``min_gain`` of the scored rows
+  more than ``H`` does; and
+- the exact one-sided sign test (McNemar's) on the pooled discordant rows
+  rejects "no difference" at ``significance / K``, Bonferroni over the ``K``
+  clients tested.
 
-   - a strict majority found ``H_{-j}`` better (more rows only it gets right);
-   - pooled, ``H_{-j}`` gets right at least ``min_gain`` of the scored rows
-     more than ``H`` does; and
-   - the exact one-sided sign test (McNemar's) on the pooled discordant rows
-     rejects "no difference" at ``significance / K``, Bonferroni over the
-     ``K`` clients tested.
-
-   One client at most is excluded per comparison, the strongest case
-   (:func:`strongest_case`); the protocol then builds the reference again
-   without it, chooses again and screens again, on heads that no longer
-   hold it.
-
-Restricting both heads to ``S_j`` removes the label-skew confound: leaving
-out an honest client that alone holds a class removes that class from
-``H_{-j}``, which would otherwise make the others' rows look better (one
-class fewer to confuse them with).  What it keeps is a real effect of label
-skew on O-FedAvg: a client's local head scores the classes it lacks low
-everywhere, which hurts the others' rows of those classes; the significance
-level, the smallest gain and the any-one-voter rule keep honest clients in
-(measured: docs/results/screening.md).  What the
-screening cannot catch is said in docs/deployment.md ("Threat model").
+One client at most is excluded per comparison, the strongest case
+(:func:`strongest_case`).  Measured: docs/results/screening.md; what the
+screening cannot catch: docs/deployment.md ("Threat model").
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy.stats import binomtest
 
-from .gaussian import GaussianMap
-from .heads._wire import ArrayMessage, LinearScores, read_array
+from ._deprecation import moved_names
 
 __all__ = [
     "MIN_VOTERS",
     "SCREENING",
-    "PairedCounts",
     "ScreeningEvidence",
     "comparable_classes",
-    "paired_counts",
     "screening_evidence",
     "strongest_case",
 ]
@@ -70,49 +45,6 @@ __all__ = [
 SCREENING = ("auto", "on", "off")
 #: Fewest other clients whose counts can exclude a client (so no client's alone can).
 MIN_VOTERS = 2
-
-
-@dataclass(frozen=True, eq=False)
-class PairedCounts:
-    """A client's reply at the screening stage: one paired comparison per left-out head.
-
-    Attributes
-    ----------
-    better : ndarray of shape (n_heads,)
-        Validation rows the head without client ``j`` predicts right and the
-        head of all clients wrong.
-    worse : ndarray of shape (n_heads,)
-        Rows the head of all clients predicts right and the other wrong.
-    rows : ndarray of shape (n_heads,)
-        Rows scored: those of the classes both heads predict among.
-    """
-
-    better: np.ndarray
-    worse: np.ndarray
-    rows: np.ndarray
-
-    def to_arrays(self) -> ArrayMessage:
-        return {"better": self.better, "worse": self.worse, "rows": self.rows}
-
-    @classmethod
-    def from_arrays(cls, arrays: Mapping[str, Any], *, n_heads: int) -> PairedCounts:
-        """Decode received counts: three arrays of non-negative integers of length ``n_heads``.
-
-        How they agree with each other and with the client's validation part
-        is the server's intake check (:func:`skslot.protocol.intake.paired_counts_problem`),
-        the same for either transport.
-
-        Raises
-        ------
-        StatisticsFormatError
-            If a count is missing, of the wrong shape or not a non-negative integer.
-        """
-        return cls(
-            *(
-                read_array(arrays, name, (n_heads,), integer=True, nonnegative=True)
-                for name in ("better", "worse", "rows")
-            )
-        )
 
 
 def comparable_classes(class_counts: Sequence[np.ndarray]) -> np.ndarray:
@@ -151,64 +83,6 @@ def comparable_classes(class_counts: Sequence[np.ndarray]) -> np.ndarray:
     return by_others & (by_others.sum(axis=1, keepdims=True) >= 2)
 
 
-def paired_counts(
-    full: LinearScores,
-    left_out: Sequence[LinearScores],
-    masks: np.ndarray,
-    transport: GaussianMap,
-    tau: float,
-    X: np.ndarray,
-    y: np.ndarray,
-    classes: np.ndarray,
-) -> PairedCounts:
-    """Client step: compare the full head with each left-out head on the validation rows.
-
-    The rows are aligned once, with this client's own map at ``tau``; for each
-    left-out head ``k`` both heads predict among the classes of ``masks[k]``
-    only, and only rows of those classes are scored.
-
-    Parameters
-    ----------
-    full : LinearScores
-        The head of all clients.
-    left_out : sequence of LinearScores
-        The heads without one other client each.
-    masks : ndarray of bool, shape (len(left_out), C)
-        The classes each comparison predicts among.
-    transport : GaussianMap
-        This client's full map onto the reference.
-    tau : float
-        This client's fraction of its map.
-    X, y : ndarray
-        The client's validation rows and labels.
-    classes : ndarray
-        The global class set.
-    """
-    masks = np.asarray(masks, dtype=bool)
-    if masks.shape != (len(left_out), classes.shape[0]):
-        raise ValueError(
-            f"masks of shape {masks.shape} for {len(left_out)} heads and {classes.shape[0]} classes"
-        )
-    aligned = transport.geodesic(tau).apply(X)
-    codes = np.searchsorted(classes, y)
-    full_scores = full.decision_scores(aligned)
-    better, worse, rows = (np.zeros(len(left_out), dtype=np.int64) for _ in range(3))
-    for k, (head, mask) in enumerate(zip(left_out, masks, strict=True)):
-        scored = mask[codes]
-        truth = codes[scored]
-        right_full = _restricted_argmax(full_scores[scored], mask) == truth
-        right_without = _restricted_argmax(head.decision_scores(aligned[scored]), mask) == truth
-        better[k] = np.sum(right_without & ~right_full)
-        worse[k] = np.sum(right_full & ~right_without)
-        rows[k] = truth.shape[0]
-    return PairedCounts(better, worse, rows)
-
-
-def _restricted_argmax(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Position of each row's largest score among the classes of ``mask``."""
-    return np.where(mask, scores, -np.inf).argmax(axis=1)
-
-
 @dataclass(frozen=True)
 class ScreeningEvidence:
     """What the other clients' validation says of one client's contribution.
@@ -234,6 +108,7 @@ class ScreeningEvidence:
     threshold : float
         The level ``p_value`` is compared to (``significance / K``).
     excluded : bool
+        Whether the case holds without every voter: the client is excluded.
     """
 
     voters: int
@@ -252,6 +127,13 @@ class ScreeningEvidence:
         return (self.better - self.worse) / self.rows if self.rows else 0.0
 
     def describe(self) -> dict:
+        """The evidence as a dict of plain values, for the report.
+
+        Returns
+        -------
+        dict
+            The fields and :attr:`gain`, the floats rounded to six digits.
+        """
         return {
             "voters": self.voters,
             "discounted": self.discounted,
@@ -266,7 +148,12 @@ class ScreeningEvidence:
         }
 
     def reason(self) -> str:
-        """Why it was excluded, with the evidence."""
+        """Why it was excluded, with the evidence.
+
+        Returns
+        -------
+        str
+        """
         remaining = self.voters - (self.discounted is not None)
         return (
             f"its contribution hurts the others: without it, {self.agreeing} of {remaining} "
@@ -297,13 +184,18 @@ def screening_evidence(
     Parameters
     ----------
     votes : mapping of voter to (better, worse, rows)
-        Each other client's counts on it (:class:`PairedCounts`).
+        Each other client's counts on it (:class:`~skslot.protocol.stages.screening.PairedCounts`).
     n_tested : int
         Clients tested in the run (the Bonferroni factor).
     significance : float
         Family-wise level of the sign test.
     min_gain : float
         Smallest pooled accuracy gain (a fraction of the rows) that excludes.
+
+    Returns
+    -------
+    ScreeningEvidence
+        The weakest of the cases, and whether the client is excluded.
 
     Examples
     --------
@@ -385,3 +277,12 @@ def strongest_case(
     if not cases:
         return None, evidence
     return min(cases, key=lambda t: (evidence[t].p_value, -evidence[t].gain)), evidence
+
+
+__getattr__ = moved_names(
+    __name__,
+    {
+        name: ("skslot.protocol.stages.screening", name)
+        for name in ("PairedCounts", "paired_counts")
+    },
+)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
 from joblib import Parallel, delayed
@@ -14,14 +15,17 @@ from sklearn.utils.validation import check_is_fitted
 from ._backend import is_tensor
 from ._doc_link import DocLinkMixin
 from ._moments import DEFAULT_CHUNK_SIZE, RowMagnitude, ShiftedMoments
+from ._param_validation import (
+    Interval,
+    InvalidParameterError,
+    Options,
+    ParameterValidationMixin,
+)
 from ._validation import (
     FEATURE_RANGE,
     check_client_labels,
     check_feature_scale,
     check_finite_rows,
-    check_in_range,
-    check_option,
-    check_positive_int,
     check_row_labels,
     check_rows,
 )
@@ -72,6 +76,25 @@ def ledoit_wolf_summary(
     definite covariance, while ordinary clients (``s >= covariance_floor``)
     get exactly the Ledoit-Wolf estimate.
 
+    Parameters
+    ----------
+    moments : ShiftedMoments
+        The power sums of one client's rows, fourth order included.
+    covariance_floor : float, default=1e-8
+        The relative floor on the smallest eigenvalue.
+    client : int, str or None, default=None
+        The client label the summary carries.
+
+    Returns
+    -------
+    summary : GaussianSummary
+        The rows' mean and shrunk covariance, with the shrinkage.
+
+    Raises
+    ------
+    ValueError
+        If the client has fewer than 2 rows.
+
     References
     ----------
     .. [1] Ledoit and Wolf, "A well-conditioned estimator for large-dimensional
@@ -97,6 +120,20 @@ def ledoit_wolf_shrinkage(S: np.ndarray, s4: float, n: int) -> float:
 
     (0 for ``m = 1``, a zero ``S`` or ``beta <= 0``), exactly
     :func:`sklearn.covariance.ledoit_wolf_shrinkage` on the rows ``z_i``.
+
+    Parameters
+    ----------
+    S : ndarray of shape (m, m)
+        The maximum-likelihood covariance ``sum z_i z_i^T / n``.
+    s4 : float
+        ``sum ||z_i||^4``.
+    n : int
+        The number of rows.
+
+    Returns
+    -------
+    shrinkage : float
+        The shrinkage ``s``, in ``[0, 1]``.
     """
     m = S.shape[0]
     trace = float(np.trace(S))
@@ -133,6 +170,20 @@ def within_class_summary(
     ----------
     class_moments : sequence of ShiftedMoments
         The power sums of each class of one client (fourth order included).
+    covariance_floor : float, default=1e-8
+        The relative floor on the smallest eigenvalue (see :func:`ledoit_wolf_summary`).
+    client : int, str or None, default=None
+        The client label the summary carries.
+
+    Returns
+    -------
+    summary : GaussianSummary
+        The rows' mean and the shrunk within-class covariance.
+
+    Raises
+    ------
+    ValueError
+        If the client has fewer than 2 rows.
     """
     total = class_moments[0]
     for part in class_moments[1:]:
@@ -168,6 +219,26 @@ def shrunk_summary(
     """``(1 - s) S + s mu I`` with ``mu = tr(S) / m``, floored (see :func:`ledoit_wolf_summary`).
 
     ``S`` must be positive semi-definite; the result is positive definite.
+
+    Parameters
+    ----------
+    n : int
+        The number of rows (at least 2).
+    mean : ndarray of shape (m,)
+        The rows' mean.
+    S : ndarray of shape (m, m)
+        The positive semi-definite covariance to shrink.
+    shrinkage : float
+        The shrinkage ``s``, in ``[0, 1]``.
+    covariance_floor : float, default=1e-8
+        The relative floor on the smallest eigenvalue.
+    client : int, str or None, default=None
+        The client label the summary carries.
+
+    Returns
+    -------
+    summary : GaussianSummary
+        The summary with the shrunk, floored covariance.
     """
     m = mean.shape[0]
     mu = float(np.trace(S)) / m
@@ -189,7 +260,7 @@ def shrunk_summary(
     return GaussianSummary(n=n, mean=mean, covariance=cov, shrinkage=shrinkage, client=client)
 
 
-class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
+class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
     """Per-client mean and Ledoit-Wolf shrunk covariance (the client step).
 
     Each client's rows are reduced to mergeable power sums (count, sum, Gram
@@ -210,11 +281,12 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
         ``fit`` and ``partial_fit``, and has no differentially private
         release (``epsilon`` is refused).
     covariance_floor : float, default=1e-8
-        Relative floor on the smallest eigenvalue of each covariance, see
-        :func:`ledoit_wolf_summary`.  Only acts on degenerate clients.
+        Relative floor (``>= 0``) on the smallest eigenvalue of each
+        covariance, see :func:`ledoit_wolf_summary`.  Only acts on degenerate
+        clients.
     chunk_size : int, default=4096
-        Rows converted to float64 at a time; float32 input is never upcast
-        as a whole.
+        Rows converted to float64 at a time (a positive integer); float32
+        input is never upcast as a whole.
     n_jobs : int, default=None
         Clients summarised in parallel (joblib threads; BLAS releases the GIL).
     epsilon : float, default=None
@@ -224,10 +296,12 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
         sum and Gram matrix (about zero), the noisy covariance is projected to
         positive semi-definite and shrunk with the oracle approximating
         shrinkage.  ``None`` (default): the exact Ledoit-Wolf summary.
+        Otherwise ``> 0``.
     delta : float, default=1e-5
-        The ``delta`` of the guarantee; keep it well below ``1 / n``.
+        The ``delta`` of the guarantee, in ``[0, 1]`` and, with ``epsilon``,
+        in ``(0, 1)``; keep it well below ``1 / n``.
     clip_norm : float, default=None
-        Row-norm bound ``C``, required with ``epsilon``.  Pick it from public
+        Row-norm bound ``C > 0``, required with ``epsilon``.  Pick it from public
         knowledge (for example 1 for L2-normalised features), not from the data.
     random_state : int, RandomState instance or None, default=None
         Seed of the privacy noise.  ``None`` (the default, and the only
@@ -281,6 +355,17 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
     __metadata_request__fit = {"client": True}
     __metadata_request__partial_fit = {"client": True}
 
+    _parameter_constraints: ClassVar[dict] = {
+        "covariance": [Options(COVARIANCES)],
+        "covariance_floor": [Interval(Real, 0.0, None, closed="left")],
+        "chunk_size": [Interval(Integral, 1, None, closed="left")],
+        "n_jobs": [Interval(Integral, None, None, closed="neither"), None],
+        "epsilon": [Interval(Real, 0.0, None, closed="neither"), None],
+        "delta": [Interval(Real, 0.0, 1.0, closed="both")],
+        "clip_norm": [Interval(Real, 0.0, None, closed="neither"), None],
+        "random_state": ["random_state"],
+    }
+
     def __init__(
         self,
         *,
@@ -302,29 +387,35 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
         self.clip_norm = clip_norm
         self.random_state = random_state
 
-    def _check_params(self) -> None:
-        check_option("covariance", self.covariance, COVARIANCES)
-        if self.covariance == "within" and self.epsilon is not None:
-            raise ValueError(
-                "covariance='within' has no calibrated differentially private release yet "
-                "(its sensitivity is not derived): use covariance='total' with epsilon"
-            )
-        check_in_range("covariance_floor", self.covariance_floor, 0.0, None)
-        check_positive_int("chunk_size", self.chunk_size)
+    def _validate_params(self) -> None:
+        """The declared constraints, then those tying the privacy parameters together."""
+        super()._validate_params()
+        name = type(self).__name__
         if self.epsilon is None:
             if self.clip_norm is not None:
-                raise ValueError("clip_norm is only used with epsilon (differential privacy)")
-            self.noise_scale_ = 0.0
+                raise InvalidParameterError(
+                    f"{name}: clip_norm is only used with epsilon (differential privacy)"
+                )
             return
+        if self.covariance == "within":
+            raise InvalidParameterError(
+                f"{name}: covariance='within' has no calibrated differentially private release "
+                "yet (its sensitivity is not derived): use covariance='total' with epsilon"
+            )
         if self.clip_norm is None:
-            raise ValueError("epsilon needs clip_norm, the bound on each row's norm")
-        tiny = np.finfo(np.float64).tiny
-        check_in_range("clip_norm", self.clip_norm, tiny, None)
-        self.noise_scale_ = gaussian_mechanism_sigma(
-            check_in_range("epsilon", self.epsilon, tiny, None),
-            check_in_range("delta", self.delta, tiny, 1.0),
-            SUMMARY_SENSITIVITY,
-        )
+            raise InvalidParameterError(
+                f"{name}: epsilon needs clip_norm, the bound on each row's norm"
+            )
+        if not 0.0 < self.delta < 1.0:
+            raise InvalidParameterError(
+                f"{name}: with epsilon, delta must be in (0, 1), got {self.delta!r}"
+            )
+
+    def _noise_scale(self) -> float:
+        """``noise_scale_`` for the validated parameters (0 without ``epsilon``)."""
+        if self.epsilon is None:
+            return 0.0
+        return gaussian_mechanism_sigma(self.epsilon, self.delta, SUMMARY_SENSITIVITY)
 
     def _client_moments(
         self, X: Any, client: Any, *, reset: bool, ensure_min_samples: int = 1
@@ -426,6 +517,7 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            The rows.
         y : array-like of shape (n_samples,), default=None
             Class labels: required with ``covariance="within"``, ignored otherwise.
         client : None, int, str or array-like of shape (n_samples,), default=None
@@ -434,8 +526,10 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
         Returns
         -------
         self : object
+            The fitted estimator.
         """
-        self._check_params()
+        self._validate_params()
+        self.noise_scale_ = self._noise_scale()
         self._cells: dict = {}
         self._moments = self._client_moments(
             X, self._groups(X, y, client), reset=True, ensure_min_samples=2
@@ -489,8 +583,23 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
 
         A client may appear with a single row in one chunk; a summary is
         available once it has two rows in total.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            A chunk of rows.
+        y : array-like of shape (n_samples,), default=None
+            Class labels: required with ``covariance="within"``, ignored otherwise.
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client label of each row; ``None`` means one client.
+
+        Returns
+        -------
+        self : object
+            The updated estimator.
         """
-        self._check_params()
+        self._validate_params()
+        self.noise_scale_ = self._noise_scale()
         first = not hasattr(self, "_moments")
         if first:
             self._cells = {}
@@ -522,13 +631,24 @@ class GaussianSummaryEstimator(DocLinkMixin, BaseEstimator):
 
         The result equals one ``fit`` on the union of the rows (up to
         floating-point rounding): per-worker results merge exactly.
+
+        Parameters
+        ----------
+        *others : GaussianSummaryEstimator
+            Fitted estimators with this one's parameters and number of features.
+
+        Returns
+        -------
+        merged : GaussianSummaryEstimator
+            A new fitted estimator; this one and ``others`` are left unchanged.
         """
         check_is_fitted(self, "summaries_")
         merged = self.__class__(**self.get_params())
         merged.n_features_in_ = self.n_features_in_
         if hasattr(self, "feature_names_in_"):
             merged.feature_names_in_ = self.feature_names_in_
-        merged._check_params()
+        merged._validate_params()
+        merged.noise_scale_ = merged._noise_scale()
         merged._moments = dict(self._moments)
         merged._cells = dict(getattr(self, "_cells", {}))
         merged.summaries_ = dict(self.summaries_)

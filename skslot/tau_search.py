@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,9 +38,10 @@ __all__ = ["FederatedTauSearch"]
 class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
     """SLOT-Align in front of a one-shot head, with ``tau`` chosen by federated validation.
 
-    ``fit(X, y, client=...)`` runs, in process, exactly the protocol of
-    :mod:`skslot.selection` that the Flower apps run between real parties:
-    no step uses rows of more than one client.  Each client holds out a
+    ``fit(X, y, client=...)`` runs, in process, the one driver
+    (:class:`~skslot.protocol.OneShotProtocol`, docs/architecture.md) that
+    the Flower apps run between real parties: no step uses rows of more
+    than one client.  Each client holds out a
     stratified ``validation_fraction`` of its rows; the server fits one head
     per candidate ``(tau, head parameters)`` (for FedCGS and FedPFT from the
     clients' statistics, which it aligns itself; for O-FedAvg from one local
@@ -77,7 +79,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
         Share of each class of each client held out for validation, in
         ``(0, 1)``.  A client too small to hold out a row is left out of the
         choice (listed in ``left_out_``) but still trains.
-    rule : {"one-standard-error", "best"}, default="one-standard-error"
+    selection_rule : {"one-standard-error", "best"}, default="one-standard-error"
         How the server chooses from the candidates' mean balanced validation
         accuracy over clients: the least-transport candidate within one
         standard error of the best (robust to the few validation rows per
@@ -103,6 +105,9 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
     random_state : int, RandomState or None, default=None
         Seeds the clients' validation splits (one seed per client, by its
         position in sorted label order).
+    rule : {"one-standard-error", "best"}, default="deprecated"
+        Deprecated name of ``selection_rule``, used in its place (with a
+        ``FutureWarning``) when given; it will be removed in a future release.
 
     Attributes
     ----------
@@ -138,7 +143,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
 
     See Also
     --------
-    skslot.selection : the protocol's client and server functions.
+    skslot.protocol.OneShotProtocol : the protocol's driver, which ``fit`` runs in process.
 
     Examples
     --------
@@ -167,21 +172,23 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
         taus: Sequence[float] = DEFAULT_TAUS,
         head_grid: Mapping[str, Sequence] | None = None,
         validation_fraction: float = 0.2,
-        rule: str = "one-standard-error",
+        selection_rule: str = "one-standard-error",
         refit: bool = True,
         slot: Any = None,
         unknown_client: str = "fit",
         random_state: int | np.random.RandomState | None = None,
+        rule: str = "deprecated",
     ) -> None:
         self.head = head
         self.taus = taus
         self.head_grid = head_grid
         self.validation_fraction = validation_fraction
-        self.rule = rule
+        self.selection_rule = selection_rule
         self.refit = refit
         self.slot = slot
         self.unknown_client = unknown_client
         self.random_state = random_state
+        self.rule = rule
 
     def fit(self, X: Any, y: Any, *, client: Any = None) -> FederatedTauSearch:
         """Run the federated search over the clients in ``client``.
@@ -203,7 +210,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
             taus=self.taus,
             head_grid=self.head_grid,
             validation_fraction=self.validation_fraction,
-            rule=self.rule,
+            selection_rule=self._selection_rule(),
             refit=self.refit,
             reference=self._reference_step(),
             random_state=self.random_state,
@@ -259,6 +266,18 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
         self._store(selection, result.head, own, labels, classes)
         return self
 
+    def _selection_rule(self) -> str:
+        """``selection_rule``, or the deprecated ``rule`` where it is given."""
+        if isinstance(self.rule, str) and self.rule == "deprecated":
+            return self.selection_rule
+        warnings.warn(
+            "FederatedTauSearch's rule was renamed selection_rule; rule is deprecated and "
+            "will be removed in a future release",
+            FutureWarning,
+            stacklevel=3,
+        )
+        return self.rule
+
     def _slot(self) -> SLOTTransformer:
         """The transformer whose settings make the summaries and the reference."""
         slot = self.slot if self.slot is not None else SLOTTransformer()
@@ -308,22 +327,88 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
         return self.slot_.transform(X, client=client)
 
     def predict(self, X: Any, *, client: Any = None) -> np.ndarray:
-        """Align each row with its client's map at ``best_tau_``, then predict."""
+        """Align each row with its client's map at ``best_tau_``, then predict.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The rows to classify.
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client of each row (a client not seen in ``fit`` is handled as
+            ``unknown_client`` says).  ``None`` is allowed when ``fit`` saw a
+            single client.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+            ``best_estimator_``'s prediction for each aligned row.
+        """
         Z = self._aligned(X, client)
         return self.best_estimator_.predict(Z)
 
     def predict_proba(self, X: Any, *, client: Any = None) -> np.ndarray:
-        """Class probabilities of the aligned rows."""
+        """Class probabilities of the aligned rows.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The rows to classify.
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client of each row (a client not seen in ``fit`` is handled as
+            ``unknown_client`` says).  ``None`` is allowed when ``fit`` saw a
+            single client.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            ``best_estimator_``'s class probabilities, columns in the order of
+            ``classes_``.
+        """
         Z = self._aligned(X, client)
         return self.best_estimator_.predict_proba(Z)
 
     def decision_function(self, X: Any, *, client: Any = None) -> np.ndarray:
-        """Class scores of the aligned rows."""
+        """Class scores of the aligned rows.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The rows to score.
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client of each row (a client not seen in ``fit`` is handled as
+            ``unknown_client`` says).  ``None`` is allowed when ``fit`` saw a
+            single client.
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
+            ``best_estimator_``'s class scores; of shape (n_samples,) for two
+            classes.
+        """
         Z = self._aligned(X, client)
         return self.best_estimator_.decision_function(Z)
 
     def score(self, X: Any, y: Any, sample_weight: Any = None, *, client: Any = None) -> float:
-        """Accuracy of ``predict(X, client=client)``."""
+        """Accuracy of ``predict(X, client=client)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The rows to classify.
+        y : array-like of shape (n_samples,)
+            The true labels.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each row (``None``: equal weights).
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client of each row (a client not seen in ``fit`` is handled as
+            ``unknown_client`` says).  ``None`` is allowed when ``fit`` saw a
+            single client.
+
+        Returns
+        -------
+        score : float
+            The (weighted) share of rows whose prediction is ``y``.
+        """
         return float(accuracy_score(y, self.predict(X, client=client), sample_weight=sample_weight))
 
     def __sklearn_tags__(self):

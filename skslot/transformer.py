@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from numbers import Real
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
@@ -13,10 +14,10 @@ from sklearn.utils.validation import check_is_fitted
 from ._backend import empty_like_rows, row_index
 from ._doc_link import DocLinkMixin
 from ._linalg import cholesky_factor
+from ._param_validation import Interval, Options, ParameterValidationMixin
 from ._validation import (
     check_client_labels,
     check_in_range,
-    check_option,
     check_row_labels,
     check_rows,
     fitted_client,
@@ -27,9 +28,10 @@ from .barycenter import (
     as_summary_list,
     warn_single_client,
 )
-from .gaussian import GaussianMap, GaussianSummary
+from .gaussian import GaussianSummary
 from .label_shift import CLIENT_TAU_RULES, class_counts, label_shift_distances
-from .summary import COVARIANCES, GaussianSummaryEstimator
+from .maps import GaussianMap
+from .summary import GaussianSummaryEstimator
 
 if TYPE_CHECKING:  # the output types, without importing pandas or torch at run time
     import pandas
@@ -47,7 +49,9 @@ DEFAULT_MEAN_TAU = 1.0
 DEFAULT_CLIENT_TAU = "label-shift"
 
 
-class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+class SLOTTransformer(
+    DocLinkMixin, ParameterValidationMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator
+):
     """Align each client's features to a shared reference Gaussian (SLOT-Align).
 
     ``fit`` summarises every client (mean, Ledoit-Wolf covariance), builds the
@@ -79,7 +83,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         Fraction of the mean's transport, in ``[0, 1]``, the same for every
         client: each client's mean moves ``mean_tau`` of the way to the
         reference mean and its rows about it follow the covariance's geodesic
-        at ``tau`` (:meth:`~skslot.gaussian.GaussianMap.with_mean_fraction`).
+        at ``tau`` (:meth:`~skslot.maps.GaussianMap.with_mean_fraction`).
         ``None`` moves the mean by the client's ``tau`` too (the paper's
         geodesic, scaled by ``client_tau`` like it); ``mean_tau=1, tau=0`` is
         per-client centring onto the reference mean, ``mean_tau=0, tau=1,
@@ -122,7 +126,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
     reference_ : GaussianSummary
         The barycenter reference.
     maps_ : dict
-        Client label to its full (``tau = 1``) :class:`~skslot.gaussian.GaussianMap`.
+        Client label to its full (``tau = 1``) :class:`~skslot.maps.GaussianMap`.
     tau_scales_ : dict
         Client label to the factor of ``tau`` its rows move by: 1 with
         ``client_tau="uniform"``, ``d_k`` with ``"label-shift"``.
@@ -160,6 +164,20 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
     __metadata_request__fit = {"client": True}
     __metadata_request__transform = {"client": True}
 
+    _parameter_constraints: ClassVar[dict] = {
+        "tau": [Interval(Real, 0.0, 1.0, closed="both")],
+        "mean_tau": [Interval(Real, 0.0, 1.0, closed="both"), None],
+        "client_tau": [Options(CLIENT_TAU_RULES)],
+        "unknown_client": [Options(UNKNOWN_CLIENT)],
+        "covariance": GaussianSummaryEstimator._parameter_constraints["covariance"],
+        # the barycenter's own parameters (weights, solver, ..., n_jobs), declared there
+        **{
+            name: constraints
+            for name, constraints in BuresBarycenter._parameter_constraints.items()
+            if name != "device"
+        },
+    }
+
     def __init__(
         self,
         tau: float = DEFAULT_TAU,
@@ -195,11 +213,6 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         self.client_batch = client_batch
         self.n_jobs = n_jobs
 
-    def _check_fractions(self) -> None:
-        check_in_range("tau", self.tau, 0.0, 1.0)
-        if self.mean_tau is not None:
-            check_in_range("mean_tau", self.mean_tau, 0.0, 1.0)
-
     def _anchored(self, full: GaussianMap, source: GaussianSummary) -> GaussianMap:
         """A client's full map with its mean moved by ``mean_tau`` (as it is without)."""
         return full.with_mean_fraction(self.mean_tau, source.mean)
@@ -216,6 +229,11 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         """The (unfitted) :class:`~skslot.BuresBarycenter` with this transformer's settings.
 
         What the server of a federated run fits on the clients' summaries.
+
+        Returns
+        -------
+        barycenter : BuresBarycenter
+            A new estimator with this transformer's barycenter parameters.
         """
         return BuresBarycenter(
             weights=self.weights,
@@ -236,6 +254,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            The rows of every client.
         y : array-like of shape (n_samples,), default=None
             Class labels: used (and required) with ``covariance="within"``
             or ``client_tau="label-shift"``, ignored otherwise.
@@ -245,11 +264,9 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         Returns
         -------
         self : object
+            The fitted transformer.
         """
-        self._check_fractions()
-        check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
-        check_option("covariance", self.covariance, COVARIANCES)
-        check_option("client_tau", self.client_tau, CLIENT_TAU_RULES)
+        self._validate_params()
         if self.client_tau == "label-shift" and y is None:
             raise ValueError(
                 f"{type(self).__name__}(client_tau='label-shift') requires y to be passed, but "
@@ -269,7 +286,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
             warn_single_client(type(self).__name__)
         self.summaries_ = dict(zip(bary.clients_, bary.summaries_, strict=True))
         self.reference_ = bary.reference_
-        self.maps_ = bary.transport_maps()
+        self.maps_ = bary.maps()
         self.clients_ = bary.clients_
         self.tau_scales_ = self._tau_scales(X, y, client)
         self.barycenter_ = bary
@@ -294,7 +311,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         return {label: distances[label] for label in self.clients_}
 
     def _given_scales(self, tau_scales: Mapping[Any, float] | None) -> dict:
-        check_option("client_tau", self.client_tau, CLIENT_TAU_RULES)
+        """Each client's factor of ``tau`` as given to :meth:`from_reference`."""
         if tau_scales is None:
             if self.client_tau == "label-shift":
                 raise ValueError(
@@ -332,12 +349,26 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         summaries : GaussianSummary, list or dict of GaussianSummary
             This party's own summary (or several, keyed by client label).
         tau : float, default=0.6
+            Fraction of the covariance's transport, in ``[0, 1]``.
         tau_scales : dict, optional
             Client label to the factor of ``tau`` its rows move by (what the
             server computed from the class counts, with
             ``client_tau="label-shift"``); default 1 for every client.
         **params
             Other constructor parameters.
+
+        Returns
+        -------
+        transformer : SLOTTransformer
+            Fitted for the clients of ``summaries`` (``barycenter_`` is ``None``).
+
+        Raises
+        ------
+        TypeError
+            If ``reference`` is not a :class:`~skslot.GaussianSummary`.
+        ValueError
+            If a parameter is invalid, or ``tau_scales`` lacks a client or has
+            a factor outside ``[0, 1]``.
 
         Examples
         --------
@@ -354,7 +385,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         (50, 3)
         """
         self = cls(tau=tau, **params)
-        self._check_fractions()
+        self._validate_params()
         if not isinstance(reference, GaussianSummary):
             raise TypeError(f"reference must be a GaussianSummary, got {type(reference).__name__}")
         if isinstance(summaries, GaussianSummary):
@@ -425,7 +456,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
 
         Its fractions are this transformer's (``tau`` scaled by the client's
         factor, ``mean_tau``): what a server pushes a client's statistics
-        through (:meth:`~skslot.gaussian.GaussianMap.push_moments`).
+        through (:meth:`~skslot.maps.GaussianMap.push_moments`).
 
         Parameters
         ----------
@@ -435,9 +466,9 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         Returns
         -------
         map : GaussianMap
+            ``x -> A x + b`` for the client's rows.
         """
         check_is_fitted(self, "maps_")
-        self._check_fractions()
         if client not in self.maps_:
             raise ValueError(
                 f"client {client!r} was not seen during fit (fitted clients: {self.clients_})"
@@ -452,6 +483,7 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            The rows to align.
         client : None, int, str or array-like of shape (n_samples,), default=None
             Client of each row.  ``None`` is allowed when ``fit`` saw a single
             client.
@@ -464,8 +496,6 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
             ``set_output(transform="pandas")``, else an ndarray.
         """
         check_is_fitted(self, "maps_")
-        self._check_fractions()
-        check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         X = check_rows(self, X, reset=False)
         if client is None:
             client = fitted_client(self.clients_, client)
@@ -484,7 +514,22 @@ class SLOTTransformer(DocLinkMixin, OneToOneFeatureMixin, TransformerMixin, Base
     def fit_transform(
         self, X: Any, y: Any = None, *, client: Any = None
     ) -> np.ndarray | pandas.DataFrame | torch.Tensor:
-        """``fit(X, y, client=client).transform(X, client=client)``."""
+        """``fit(X, y, client=client).transform(X, client=client)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The rows of every client.
+        y : array-like of shape (n_samples,), default=None
+            Class labels (see :meth:`fit`).
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client label of each row (``None``: one client).
+
+        Returns
+        -------
+        X_aligned : ndarray, DataFrame or tensor of shape (n_samples, n_features)
+            The aligned rows (see :meth:`transform`).
+        """
         return self.fit(X, y, client=client).transform(X, client=client)
 
     def __sklearn_tags__(self):

@@ -23,6 +23,11 @@ from flwr.supercore.task_identity import TaskIdentity
 from skslot import GaussianSummary
 from skslot.flower import messages
 from skslot.heads import ClassStatistics, FedCGSClassifier
+from skslot.protocol import Evaluation, ServerWire, UploadRequest
+from skslot.protocol.stages import evaluation as evaluation_stage
+from skslot.protocol.stages import updates as updates_stage
+from skslot.protocol.stages import upload as upload_stage
+from skslot.wire.payload import ReceivedPayload
 
 SERVER_NODE_ID = SUPERLINK_NODE_ID  # the ServerApp's node id, as Flower's runtime sets it
 
@@ -169,6 +174,33 @@ def lost_reply(message_type: str, times: int = 1) -> Fault:
     return fault
 
 
+# -- messages built with the stages' codecs ------------------------------------------------------
+
+
+def upload_request(node: int, dtype: str = "float64", **settings) -> Message:
+    """The server's upload request to ``node``, as the Flower transport sends it."""
+    wire = ServerWire(FedCGSClassifier(), np.arange(4), summary_dtype=dtype)
+    payload = upload_stage.STAGE.encode_request(UploadRequest(0, **settings), wire)
+    return Message(messages.content(payload), dst_node_id=node, message_type="query.upload")
+
+
+def evaluation_reply(request: Message, n_correct: int, n_test: int) -> Message:
+    """A client's evaluation reply with the given counts."""
+    payload = evaluation_stage.STAGE.encode_reply(Evaluation(n_correct, n_test), None)
+    return Message(messages.content(payload), reply_to=request)
+
+
+def record_arrays(record: ArrayRecord, *, max_bytes: int) -> dict[str, np.ndarray]:
+    """A received ``ArrayRecord``'s arrays, read as a stage's decoder reads them."""
+    payload = ReceivedPayload({}, {"record": {k: a.data for k, a in record.items()}}, {})
+    return payload.arrays("record", max_bytes=max_bytes)
+
+
+def evaluated_rows(reply: Message) -> int:
+    """The test rows an evaluation reply counts."""
+    return messages.received(reply).metric(evaluation_stage.EVALUATION, "n-test", int)
+
+
 # -- faults of a hostile client: every message still valid on the wire --------------------------
 
 
@@ -184,8 +216,9 @@ def rewrite_upload(
     for name, record in reply.content.array_records.items():
         content[name] = record
     if statistics is not None:
-        arrays = {n: a.numpy() for n, a in reply.content.array_records[messages.STATISTICS].items()}
-        content[messages.STATISTICS] = messages.arrays_to_record(statistics(arrays))
+        record = reply.content.array_records[upload_stage.STATISTICS]
+        arrays = {n: a.numpy() for n, a in record.items()}
+        content[upload_stage.STATISTICS] = messages.arrays_to_record(statistics(arrays))
     return Message(content, reply_to=request)
 
 
@@ -199,10 +232,10 @@ def own_summary(reply: Message) -> GaussianSummary:
     config = reply.content.config_records[messages.CONFIG]
     if sends_summary(reply):
         return GaussianSummary.from_bytes(config["summary"])
-    arrays = {n: a.numpy() for n, a in reply.content.array_records[messages.STATISTICS].items()}
+    arrays = {n: a.numpy() for n, a in reply.content.array_records[upload_stage.STATISTICS].items()}
     C, m = arrays["sums"].shape
     fitting = ClassStatistics.from_arrays(arrays, classes=np.arange(C), n_features=m)
-    return FedCGSClassifier().protocol.derived_summary(  # of the fitting rows
+    return FedCGSClassifier().strategy.derived_summary(  # of the fitting rows
         fitting,
         config["shrinkage"],
         covariance="total",
@@ -217,7 +250,7 @@ def tamper_statistics(edit: Callable) -> Fault:
     def fault(request: Message, reply: Message) -> Message:
         if request.metadata.message_type != "query.upload" or reply.has_error():
             return reply
-        record = reply.content.array_records[messages.STATISTICS]
+        record = reply.content.array_records[upload_stage.STATISTICS]
         arrays = {name: array.numpy() for name, array in record.items()}
         raw = edit(arrays)
         record = ArrayRecord(
@@ -226,7 +259,7 @@ def tamper_statistics(edit: Callable) -> Fault:
         content = RecordDict({messages.CONFIG: reply.content.config_records[messages.CONFIG]})
         for name, kept in reply.content.array_records.items():  # the validation part stays
             content[name] = kept
-        content[messages.STATISTICS] = record
+        content[upload_stage.STATISTICS] = record
         return Message(content, reply_to=request)
 
     return fault
@@ -258,7 +291,7 @@ def inflated_count(factor: int) -> Fault:
             config = {"n-fit": reply.content.config_records[messages.CONFIG]["n-fit"] * factor}
             if not sends_summary(reply):  # FedCGS: the summary follows from the statistics
                 summary = None
-            if messages.STATISTICS not in reply.content.array_records:
+            if upload_stage.STATISTICS not in reply.content.array_records:
                 return rewrite_upload(request, reply, summary, config)
             scaled = ("n", "counts", "sums", "s1", "gram_upper")
             return rewrite_upload(
@@ -290,7 +323,8 @@ def _rewrite_updates(
     request: Message, reply: Message, selected: Callable[[str], bool], factor: float
 ) -> Message:
     """The updates reply with the ``selected`` arrays multiplied by ``factor``."""
-    arrays = {n: a.numpy() for n, a in reply.content.array_records[messages.UPDATES].items()}
+    record = reply.content.array_records[updates_stage.UPDATES]
+    arrays = {n: a.numpy() for n, a in record.items()}
     arrays = {n: a * factor if selected(n) else a for n, a in arrays.items()}
-    content = RecordDict({messages.UPDATES: messages.arrays_to_record(arrays)})
+    content = RecordDict({updates_stage.UPDATES: messages.arrays_to_record(arrays)})
     return Message(content, reply_to=request)

@@ -121,7 +121,7 @@ def test_reference_travels_and_maps_reach_it(rng):
     bary = BuresBarycenter().fit({f"c{k}": s for k, s in enumerate(items)})
     ref = GaussianSummary.from_bytes(bary.reference_.to_bytes(dtype="float64"))
     assert ref.n == sum(s.n for s in items) and ref.shrinkage is None
-    maps = bary.transport_maps()
+    maps = bary.maps()
     assert list(maps) == ["c0", "c1", "c2"]
     for s, T in zip(items, maps.values(), strict=True):
         pushed = T.push(s)
@@ -151,7 +151,7 @@ def test_kernel_rejects_unknown_options(rng):
 def test_unlabelled_summaries_are_keyed_by_position_and_duplicates_rejected(rng):
     a, b = (GaussianSummary(10, rng.normal(size=2), random_spd(rng, 2)) for _ in range(2))
     bary = BuresBarycenter().fit([a, b])
-    assert bary.clients_ == [0, 1] and len(bary.transport_maps()) == 2
+    assert bary.clients_ == [0, 1] and len(bary.maps()) == 2
     dup = GaussianSummary(10, np.zeros(2), np.eye(2), client="x")
     with pytest.raises(ValueError, match="two summaries have client label 'x'"):
         BuresBarycenter().fit([dup, dup])
@@ -327,9 +327,9 @@ def test_streamed_maps_equal_maps_from_the_kept_decompositions(rng):
     kept = BuresBarycenter().fit(items)
     streamed = BuresBarycenter(client_batch=2, n_jobs=2).fit(items)
     assert streamed._result.inner is None
-    assert list(streamed.transport_maps()) == list(kept.transport_maps()) == list(range(5))
+    assert list(streamed.maps()) == list(kept.maps()) == list(range(5))
     for a, b in zip(
-        kept.transport_maps().values(), streamed.transport_maps().values(), strict=True
+        kept.maps().values(), streamed.maps().values(), strict=True
     ):
         np.testing.assert_allclose(b.linear, a.linear, rtol=1e-10)
         np.testing.assert_allclose(b.offset, a.offset, rtol=1e-10, atol=1e-12)
@@ -361,7 +361,7 @@ def test_a_ray_backend_spreads_the_blocks_and_changes_nothing(rng):
         register_ray()
         with parallel_config(backend="ray", n_jobs=2):
             spread = bures_wasserstein_barycenter(covs, w, client_batch=2)
-            maps = BuresBarycenter(client_batch=2).fit(summaries(rng, K=3, m=4)).transport_maps()
+            maps = BuresBarycenter(client_batch=2).fit(summaries(rng, K=3, m=4)).maps()
     finally:
         ray.shutdown()
     assert spread.n_iter == threads.n_iter

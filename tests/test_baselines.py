@@ -11,7 +11,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skslot import ClientStandardScaler, GaussianSummary, SLOTTransformer
-from skslot.gaussian import GaussianMap, bures_wasserstein_distance
+from skslot.maps import GaussianMap, bures_wasserstein_distance
 
 SCALERS = [ClientStandardScaler(), ClientStandardScaler(with_std=False)]
 

@@ -21,8 +21,9 @@ from skslot.bench import (
     _Progress,
     run_benchmark,
 )
-from skslot.cli import build_parser, main
+from skslot.cli import _resolve, build_parser, main
 from skslot.datasets import dirichlet_partition, load_table, make_federated_classification
+from skslot.flower.config import DeploymentConfig
 from skslot.heads import FedCGSClassifier, FedPFTClassifier
 
 SITES = np.array(["north", "south", "east"])
@@ -300,3 +301,62 @@ def test_progress_rewrites_one_line_in_a_terminal_and_prints_lines_elsewhere():
     assert [line.split(" (")[0] for line in lines] == [
         f"[{i}/3] clinic alpha=0.1 seed={i - 1}" for i in (1, 2, 3)
     ]
+
+
+def test_flower_app_help_shows_each_setting_from_its_declaration(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["flower-app", "--help"])
+    assert info.value.code == 0
+    shown = "".join(capsys.readouterr().out.split())  # wrapped as the terminal's width allows
+    for s in DeploymentConfig.settings():
+        assert f"--{s.key}" in shown
+        assert "".join(s.help.split()) in shown, s.name
+        assert "".join(f"default: {s.shown_default})".split()) in shown, s.name
+    for part in DeploymentConfig.parts().values():
+        assert part.__name__.removesuffix("Settings").lower() + "settings:" in shown
+
+
+def test_flower_app_options_are_the_run_config_and_a_bad_one_names_its_key(tmp_path, capsys):
+    tomllib = pytest.importorskip("tomllib")
+    options = ["--tau", "auto", "--mean-tau", "none", "--selection-rule", "best"]
+    options += ["--seed", "3", "--defence", "false", "--screen", "off", "--head", "O-FedAvg"]
+    assert main(["flower-app", str(tmp_path), *options]) == 0
+    written = tomllib.loads((tmp_path / "pyproject.toml").read_text())
+    assert DeploymentConfig.from_run_config(written["tool"]["flwr"]["app"]["config"]) == (
+        DeploymentConfig(
+            tau="auto", mean_tau=None, selection_rule="best", seed=3, defence=False,
+            screen="off", head="O-FedAvg",
+        )
+    )  # fmt: skip
+    capsys.readouterr()
+    for option, value, message in [
+        ("--selection-rule", "max", "selection_rule must be one of 'one-standard-error', 'best'"),
+        ("--seed", "three", "seed must be a non-negative integer, got 'three'"),
+        ("--tau", "2", "tau must be in [0, 1] or 'auto', got 2.0"),
+    ]:
+        assert main(["flower-app", str(tmp_path), option, value]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"skslot flower-app: {message}") and err.count("\n") == 1, err
+        assert f"(run-config key '{option[2:]}')" in err
+
+
+def test_bench_covariance_is_the_deprecated_name_of_summary_covariance(capsys, monkeypatch):
+    parse = build_parser().parse_args
+    for argv, expected in [
+        ([], "total"),
+        (["--summary-covariance", "within"], "within"),
+        (["--covariance", "within"], "within"),
+    ]:
+        args = parse(["bench", *argv])
+        _resolve(args)
+        assert args.summary_covariance == expected
+
+    def stop(args):
+        raise OSError("not read")
+
+    monkeypatch.setattr(skslot.cli, "_load", stop)
+    assert main(["bench", "--covariance", "within", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--covariance is deprecated" in err and "use --summary-covariance" in err
+    assert main(["bench", "--covariance", "within", "--summary-covariance", "total"]) == 2
+    assert "give only --summary-covariance" in capsys.readouterr().err

@@ -241,7 +241,7 @@ def test_data_sets_by_name(tmp_path):
 def test_synthetic_generator_ground_truth_and_slot_removes_the_shift():
     from skslot import GaussianSummary, SLOTTransformer
     from skslot.datasets import make_federated_classification
-    from skslot.gaussian import bures_wasserstein_distance
+    from skslot.maps import bures_wasserstein_distance
 
     data = make_federated_classification(
         n_clients=3,

@@ -31,8 +31,6 @@ from skslot import (  # noqa: E402
 from skslot.datasets import make_federated_classification  # noqa: E402
 from skslot.flower import (  # noqa: E402
     DeploymentConfig,
-    DeploymentError,
-    ProtocolError,
     load_client_data,
     messages,
     run_one_shot,
@@ -40,19 +38,24 @@ from skslot.flower import (  # noqa: E402
 )
 from skslot.flower.client_app import app as client_app  # noqa: E402
 from skslot.heads import HEADS, make_head, message_bytes  # noqa: E402
-from skslot.protocol import ClientParty  # noqa: E402
-from skslot.protocol.exchanges import UploadRequest  # noqa: E402
+from skslot.protocol import ClientParty, ProtocolRunError, UploadRequest  # noqa: E402
+from skslot.protocol.stages import upload as upload_stage  # noqa: E402
+from skslot.wire import MessageFormatError  # noqa: E402
 
 from .conftest import PAPER, assert_close_in_norm  # noqa: E402
 from .flower_harness import (  # noqa: E402
     LocalGrid,
+    evaluated_rows,
+    evaluation_reply,
     inflated_count,
     lost_reply,
     own_summary,
+    record_arrays,
     rewrite_upload,
     scaled_heads,
     scaled_summary,
     tamper_statistics,
+    upload_request,
     write_node_files,
 )
 
@@ -237,10 +240,7 @@ def test_a_fedcgs_client_sends_its_shrinkage_and_the_server_derives_its_summary(
     grid = LocalGrid(client_app, node_configs, config.to_run_config())
     total = 0
     for node in node_configs:
-        request = Message(
-            messages.upload_request("float64", 0), dst_node_id=node, message_type="query.upload"
-        )
-        upload = grid._deliver(request)
+        upload = grid._deliver(upload_request(node))
         values = upload.content.config_records[messages.CONFIG]
         assert "summary" not in values and 0.0 <= values["shrinkage"] <= 1.0
         own = load_client_data(node_configs[node], config)
@@ -318,7 +318,7 @@ def test_dropout_at_upload_matches_in_process_without_that_client(node_configs):
 def test_below_min_clients_is_a_clear_error_naming_the_missing(node_configs):
     faults = {12: drop_at("upload"), 13: drop_at("upload")}
     with pytest.raises(
-        DeploymentError,
+        ProtocolRunError,
         match=r"only 2 client\(s\) completed the upload stage, "
         r"fewer than min_clients = 3 \(node 12 missing; node 13 missing\)",
     ) as info:
@@ -336,7 +336,7 @@ def test_a_client_that_fails_is_rejected_with_its_reason(node_configs):
 
 def test_labels_outside_the_configured_class_set_fail_that_client(node_configs):
     """The class set is the configuration's: a client cannot enlarge it."""
-    with pytest.raises(DeploymentError, match="only 0 client") as info:
+    with pytest.raises(ProtocolRunError, match="only 0 client") as info:
         deploy(node_configs, classes="0,1,2", min_clients=1)
     rejected = info.value.report.rejected["upload"]
     assert sorted(rejected) == [11, 12, 13, 14]
@@ -583,7 +583,7 @@ def test_inconsistent_evaluation_is_rejected(node_configs, n_correct, n_test, re
     def fault(request, reply):
         if request.metadata.message_type != "evaluate.head":
             return reply
-        return messages.evaluation_reply(request, n_correct=n_correct, n_test=n_test)
+        return evaluation_reply(request, n_correct=n_correct, n_test=n_test)
 
     report, _, _, _ = deploy(node_configs, faults={11: fault})
     assert reason in report.rejected["evaluation"][11]
@@ -601,7 +601,7 @@ def test_a_test_size_out_of_line_with_the_others_is_not_evaluated(node_configs, 
         if request.metadata.message_type == "query.upload":
             return rewrite_upload(request, reply, config={"n-test": n_test})
         if request.metadata.message_type == "evaluate.head":
-            return messages.evaluation_reply(request, n_correct=n_test, n_test=n_test)
+            return evaluation_reply(request, n_correct=n_test, n_test=n_test)
         return reply
 
     report = deploy(node_configs, faults={11: fault}, min_clients=3)[0]
@@ -672,16 +672,16 @@ def test_a_validation_part_the_split_cannot_make_is_rejected(
 )
 def test_hostile_npy_headers_raise_only_the_protocol_error(shape, descr):
     record = ArrayRecord({"classes": _header_array(shape, descr)})
-    with pytest.raises(ProtocolError):
-        messages.record_to_arrays(record, max_bytes=10**6)
+    with pytest.raises(MessageFormatError):
+        record_arrays(record, max_bytes=10**6)
 
 
 def test_record_to_arrays_checks_the_header_before_allocating():
     huge = _huge_header({})["gram_upper"]
-    with pytest.raises(ProtocolError, match="header does not match its size"):
-        messages.record_to_arrays(ArrayRecord({"gram_upper": huge}), max_bytes=1 << 20)
-    with pytest.raises(ProtocolError, match=r"not a valid \.npy"):
-        messages.record_to_arrays(
+    with pytest.raises(MessageFormatError, match="header does not match its size"):
+        record_arrays(ArrayRecord({"gram_upper": huge}), max_bytes=1 << 20)
+    with pytest.raises(MessageFormatError, match=r"not a valid \.npy"):
+        record_arrays(
             ArrayRecord(
                 {"x": Array(dtype="float64", shape=(1,), stype="numpy.ndarray", data=b"junk")}
             ),
@@ -773,11 +773,9 @@ def test_private_summaries_are_released_once_per_run(node_configs):
     """A server asking again gets the same bytes, not fresh noise to average out."""
     config = DeploymentConfig(epsilon=1.0, clip_norm=20.0, classes=CLASSES, head="O-FedAvg")
     grid = LocalGrid(client_app, node_configs, config.to_run_config())
-    request = Message(
-        messages.upload_request("float64", 0), dst_node_id=11, message_type="query.upload"
-    )
+    request = upload_request(11)
     first, second = (grid._deliver(request) for _ in range(2))
-    payload = [messages.read_upload_reply(r, n_classes=4).summary for r in (first, second)]
+    payload = [messages.received(r).value("summary", bytes) for r in (first, second)]
     assert payload[0] == payload[1]
 
 
@@ -792,19 +790,16 @@ def test_private_summaries_are_refused_beside_statistics_that_reveal_the_moments
         ClientParty(
             np.eye(3), np.arange(3), head=make_head(head), classes=np.arange(3),
             summary_estimator=GaussianSummaryEstimator(epsilon=1.0, clip_norm=1.0),
-        ).upload(UploadRequest(0))  # fmt: skip
+        ).answer("upload", UploadRequest(0))  # fmt: skip
     # why: the statistics give the server the client's exact mean
     config = DeploymentConfig(classes=CLASSES, head=head)
     grid = LocalGrid(client_app, node_configs, config.to_run_config())
-    request = Message(
-        messages.upload_request("float64", 0), dst_node_id=11, message_type="query.upload"
-    )
-    upload = messages.read_upload_reply(grid._deliver(request), n_classes=4)
+    upload = messages.received(grid._deliver(upload_request(11)))
     stats = config.make_head().decode_statistics(
-        messages.record_to_arrays(upload.statistics, max_bytes=1 << 20),
+        upload.arrays(upload_stage.STATISTICS, max_bytes=1 << 20),
         classes=config.class_set,
         n_features=M,
-        n_samples=upload.n_fit,
+        n_samples=upload.value("n-fit", int),
     )
     own = load_client_data(node_configs[11], config)
     implied = stats.implied_moments()
@@ -851,7 +846,7 @@ def test_a_failed_run_says_so_and_leaves_no_stale_outputs(node_configs, tmp_path
     before = {p.name: p.read_bytes() for p in first.iterdir()}
     assert sorted(before) == ["global_head.npz", "reference.bin", "report.json"]
 
-    with pytest.raises(DeploymentError, match="fewer than min_clients = 5"):
+    with pytest.raises(ProtocolRunError, match="fewer than min_clients = 5"):
         serve(node_configs, dataclasses.replace(ok, min_clients=5), 8)
     failed = out / "run-8"
     report = json.loads((failed / "report.json").read_text())
@@ -999,8 +994,8 @@ def test_the_first_reply_of_a_node_counts_and_later_ones_are_ignored(node_config
         def fault(request, reply):
             if request.metadata.message_type != "evaluate.head":
                 return reply
-            n_test = messages.read_evaluation_reply(reply)[1]
-            replies = {"honest": reply, "none": messages.evaluation_reply(request, 0, n_test)}
+            n_test = evaluated_rows(reply)
+            replies = {"honest": reply, "none": evaluation_reply(request, 0, n_test)}
             return [replies[first], replies[second]]
 
         return fault
@@ -1188,7 +1183,7 @@ def test_a_summary_that_breaks_the_reference_is_found_and_left_out(node_configs)
     assert report.accuracy == honest.accuracy
     # with only two clients nobody can be singled out: the run fails, saying why
     two = {n: c for n, c in node_configs.items() if n in (11, 14)}
-    with pytest.raises(DeploymentError, match="the reference could not be built"):
+    with pytest.raises(ProtocolRunError, match="the reference could not be built"):
         deploy(two, faults=faults, num_clients=2, **settings)
 
 

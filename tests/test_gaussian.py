@@ -1,10 +1,15 @@
+import ast
+import importlib
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from skslot import GaussianMap, GaussianSummary, SummaryFormatError
-from skslot.gaussian import bures_wasserstein_distance
+from skslot import GaussianMap, GaussianSummary, InvalidSummaryError, SummaryFormatError
+from skslot.maps import bures_wasserstein_distance
+from skslot.wire import WireFormatError, decode_summary, encode_summary
+from skslot.wire.summary_codec import SummaryFields
 
 from .conftest import random_spd
 
@@ -65,8 +70,17 @@ def test_summary_is_immutable_and_copies_input(rng):
 )
 def test_summary_validation(kwargs, match):
     base = {"n": 10, "mean": np.zeros(2), "covariance": np.eye(2)}
-    with pytest.raises(SummaryFormatError, match=match):
+    with pytest.raises(InvalidSummaryError, match=match) as info:
         GaussianSummary(**{**base, **kwargs})
+    assert not isinstance(info.value, WireFormatError)  # given values, not a received payload
+
+
+def test_decoding_errors_are_invalid_summary_errors_too():
+    assert issubclass(SummaryFormatError, WireFormatError)
+    assert issubclass(SummaryFormatError, InvalidSummaryError)
+    assert issubclass(InvalidSummaryError, ValueError)
+    with pytest.raises(InvalidSummaryError, match="bad magic"):
+        GaussianSummary.from_bytes(b"XXXX" + bytes(24))
 
 
 def _tamper(payload: bytes, offset: int, fmt: str, value) -> bytes:
@@ -100,6 +114,116 @@ def test_from_bytes_rejects_hostile_payloads(rng):
         GaussianSummary.from_bytes(p, expected_dimension=4)
     with pytest.raises(SummaryFormatError, match="must be bytes"):
         GaussianSummary.from_bytes("not bytes")
+
+
+def test_values_the_constructor_rejects_are_a_format_error_of_the_payload(rng):
+    """A well-formed payload whose values fail the summary's checks raises SummaryFormatError."""
+    s = make_summary(rng, m=2, client=None)
+    fields = SummaryFields(s.n, s.mean, s.covariance, 1.5, None)  # shrinkage outside [0, 1]
+    with pytest.raises(SummaryFormatError, match="shrinkage must lie in"):
+        GaussianSummary.from_bytes(encode_summary(fields, "float64"))
+    huge = SummaryFields(s.n, s.mean, 1e120 * np.eye(2), None, None)
+    with pytest.raises(SummaryFormatError, match="outside the supported range"):
+        GaussianSummary.from_bytes(encode_summary(huge, "float64"))
+
+
+@pytest.mark.parametrize("client", [None, 3, "site"])
+def test_the_codec_works_on_plain_fields(rng, client):
+    s = make_summary(rng, m=3, client=client)
+    payload = encode_summary(s, "float64")
+    fields = decode_summary(payload, expected_dimension=3)
+    assert isinstance(fields, SummaryFields)
+    assert (fields.n, fields.shrinkage, fields.client) == (s.n, s.shrinkage, s.client)
+    np.testing.assert_array_equal(fields.mean, s.mean)
+    np.testing.assert_array_equal(fields.covariance, s.covariance)
+    assert encode_summary(fields, "float64") == payload  # the fields round-trip as they are
+    assert GaussianSummary(*fields).to_bytes("float64") == payload
+
+
+@pytest.mark.parametrize(
+    ("name", "module"),
+    [
+        ("GaussianMap", "skslot.maps"),
+        ("bures_wasserstein_distance", "skslot.maps"),
+        ("SummaryFormatError", "skslot.wire"),
+    ],
+)
+def test_names_moved_out_of_the_gaussian_module_warn(name, module):
+    gaussian = importlib.import_module("skslot.gaussian")
+    with pytest.warns(DeprecationWarning, match=f"import {name} from {module}"):
+        value = getattr(gaussian, name)
+    assert value is getattr(importlib.import_module(module), name)
+    with pytest.warns(DeprecationWarning, match=f"{name} from skslot.gaussian is deprecated"):
+        exec(f"from skslot.gaussian import {name}", {})
+    assert name not in gaussian.__all__
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        gaussian.no_such_name  # noqa: B018
+
+
+SKSLOT = Path(__file__).resolve().parents[1] / "skslot"
+
+
+def _imported_modules(module: str) -> dict[str, bool]:
+    """The skslot modules ``module`` imports, each with whether it does so at module level."""
+    parts = module.split(".")
+    path = SKSLOT.parent.joinpath(*parts)
+    is_package = path.is_dir()
+    source = (path / "__init__.py") if is_package else path.with_suffix(".py")
+    tree = ast.parse(source.read_text())
+    top = {id(node) for node in tree.body}
+    found: dict[str, bool] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = parts[: len(parts) - node.level + (1 if is_package else 0)]
+                stem = ".".join([*base, node.module] if node.module else base)
+            else:
+                stem = node.module or ""
+            names = [stem] + [f"{stem}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            candidate = SKSLOT.parent.joinpath(*name.split("."))
+            if not name.startswith("skslot.") or not (
+                candidate.with_suffix(".py").is_file() or candidate.is_dir()
+            ):
+                continue
+            prefixes = name.split(".")  # a submodule's packages are imported first
+            for end in range(2, len(prefixes) + 1):
+                imported = ".".join(prefixes[:end])
+                if not f"{module}.".startswith(f"{imported}."):  # nor its own packages
+                    found[imported] = found.get(imported, False) or id(node) in top
+    return found
+
+
+def test_the_summary_layers_import_one_way():
+    """gaussian -> wire.summary_codec -> wire._errors -> exceptions; maps -> gaussian; no cycle."""
+    gaussian = _imported_modules("skslot.gaussian")
+    assert "skslot.maps" not in gaussian  # not even inside a function
+    assert gaussian.get("skslot.wire.summary_codec") is True
+    assert _imported_modules("skslot.maps").get("skslot.gaussian") is True  # at module level
+    wire = ["skslot.wire", *(f"skslot.wire.{p.stem}" for p in (SKSLOT / "wire").glob("[!_]*.py"))]
+    for module in [*wire, "skslot.wire._errors", "skslot.exceptions"]:
+        imported = _imported_modules(module)
+        assert "skslot.gaussian" not in imported and "skslot.maps" not in imported, module
+
+
+def test_no_import_cycle_through_the_summary():
+    """The modules the summary and the maps need, followed through every import, never loop."""
+
+    done: set[str] = set()
+
+    def follow(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, " -> ".join([*path, module])
+        if module not in done:
+            for child in _imported_modules(module):
+                follow(child, (*path, module))
+            done.add(module)
+
+    follow("skslot.maps", ())
+    assert {"skslot.gaussian", "skslot.wire", "skslot.exceptions"} <= done
 
 
 def test_to_bytes_refuses_lossy_dtype():

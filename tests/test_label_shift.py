@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import sklearn
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
-from skslot import FederatedTauSearch, GaussianSummaryEstimator, SLOTTransformer
+from skslot import (
+    FederatedTauSearch,
+    GaussianSummary,
+    GaussianSummaryEstimator,
+    SLOTTransformer,
+)
 from skslot.heads import FedCGSClassifier, OneShotFedAvgClassifier
 from skslot.label_shift import class_counts, label_shift_distances
-from skslot.protocol import intake
-from skslot.protocol.exchanges import Upload
+from skslot.protocol import Upload
+from skslot.protocol.stages import upload as upload_stage
 
 from .conftest import PAPER
 
@@ -154,7 +161,7 @@ def test_class_counts_are_tied_to_the_summary_and_the_statistics(data):
 
     def problem(upload_counts, statistics=stats, n_classes=classes.shape[0]):
         upload = Upload(summary, summary.n, 0, statistics=statistics, class_counts=upload_counts)
-        return intake.class_counts_problem(upload, n_classes)
+        return upload_stage.class_counts_problem(upload, n_classes)
 
     assert problem(counts) is None
     assert problem(None) == "the upload lacks the class counts the run asked for"
@@ -180,28 +187,34 @@ def test_class_counts_are_tied_to_the_summary_and_the_statistics(data):
 )
 def test_a_malformed_class_count_list_is_a_protocol_error(values):
     pytest.importorskip("flwr", reason="Flower is not installed: pip install '.[flower]'")
-    from flwr.app import ConfigRecord, Message
+    from flwr.app import Message
 
     from skslot.flower import messages
-    from skslot.wire import WireFormatError
+    from skslot.heads import OneShotFedAvgClassifier
+    from skslot.protocol import ClientWire, ServerWire, UploadRequest
 
     from .flower_harness import as_server_app
 
     as_server_app()
-    request = Message(
-        messages.upload_request("float64", 0, class_counts=True),
-        dst_node_id=11,
-        message_type="query.upload",
-    )
-    assert messages.read_upload_request(request)[3] is True
-    reply = messages.upload_reply(request, b"summary", n_fit=6, n_test=0, class_counts=[1, 2, 3])
-    assert messages.read_upload_reply(reply, n_classes=3).class_counts.tolist() == [1, 2, 3]
-    config = dict(reply.content.config_records[messages.CONFIG])
-    config["class-counts"] = values
-    reply.content.config_records[messages.CONFIG] = ConfigRecord(config)
+    classes = np.arange(3)
+    wire = ServerWire(OneShotFedAvgClassifier(), classes, summary_dtype="float64")
+
+    def over_flower(payload):
+        sent = Message(messages.content(payload), dst_node_id=11, message_type="query.upload")
+        return messages.received(sent)
+
+    request = UploadRequest(0, class_counts=True)
+    sent = over_flower(upload_stage.STAGE.encode_request(request, wire))
+    assert upload_stage.STAGE.decode_request(sent, ClientWire(classes, 2)).class_counts is True
+    summary = GaussianSummary(6, np.zeros(2), np.eye(2), client=0)
+    upload = Upload(summary, 6, 0, class_counts=np.array([1, 2, 3]))
+    reply = upload_stage.STAGE.encode_reply(upload, request)
+    replies, _ = upload_stage.STAGE.decode_replies({11: over_flower(reply)}, {11: request}, wire)
+    assert replies[11].class_counts.tolist() == [1, 2, 3]
+    reply.config["class-counts"] = values
+    _, rejected = upload_stage.STAGE.decode_replies({11: over_flower(reply)}, {11: request}, wire)
     expected = r"class-counts must be a list of 3 integers in \[0, 2\*\*53\]"
-    with pytest.raises(WireFormatError, match=expected):
-        messages.read_upload_reply(reply, n_classes=3)
+    assert re.fullmatch(expected, rejected[11])
 
 
 def test_fedpft_counts_agree_with_a_class_skipped_in_one_part_only():
@@ -221,7 +234,7 @@ def test_fedpft_counts_agree_with_a_class_skipped_in_one_part_only():
     upload = Upload(
         summary, 18, 0, fitting, validation, class_counts=class_counts(y, classes), n_validation=5
     )
-    assert intake.class_counts_problem(upload, 3) is None
+    assert upload_stage.class_counts_problem(upload, 3) is None
 
 
 def test_weights_set_the_federation_s_proportions():

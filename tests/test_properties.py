@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from skslot import BuresBarycenter, GaussianMap, GaussianSummary, SLOTTransformer
 from skslot._linalg import sym_eigh
-from skslot.gaussian import bures_wasserstein_distance
+from skslot.maps import bures_wasserstein_distance
 
 from .conftest import PAPER
 
@@ -59,7 +59,7 @@ def test_maps_push_exactly_and_contract_w2(problem, tau):
     summaries = random_summaries(*problem)
     bary = BuresBarycenter(tol=1e-11, max_iter=1000).fit(summaries)
     ref = bary.reference_
-    for s, T in zip(summaries, bary.transport_maps().values(), strict=True):
+    for s, T in zip(summaries, bary.maps().values(), strict=True):
         pushed = T.push(s)
         assert relative(pushed.covariance, ref.covariance) <= 1e-8
         full2 = bures_wasserstein_distance(s, ref) ** 2
@@ -91,7 +91,7 @@ def test_barycenter_is_equivariant_under_rotation_and_scaling(problem, log_scale
     b = BuresBarycenter(tol=1e-11, max_iter=1000).fit(moved)
     assert relative(b.covariance_, c**2 * Q @ a.covariance_ @ Q.T) <= 1e-8
     for (_, Ta), (_, Tb) in zip(
-        a.transport_maps().items(), b.transport_maps().items(), strict=True
+        a.maps().items(), b.maps().items(), strict=True
     ):
         assert relative(Tb.linear, Q @ Ta.linear @ Q.T) <= 1e-7
 

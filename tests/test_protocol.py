@@ -35,7 +35,7 @@ from skslot.protocol import (
     ReferenceStep,
     held_out_rows,
 )
-from skslot.protocol.driver import PROBE_ITERATIONS
+from skslot.protocol.state import PROBE_ITERATIONS
 from skslot.selection import validation_split
 
 from ._clients import train_test_by_client
@@ -121,12 +121,14 @@ class PoisonedValidation(ClientParty):
     The summary and every check against it describe the fitting part; the final head is
     refitted on both parts."""
 
-    def upload(self, request):
-        found = super().upload(request)
+    def answer(self, stage, request):
+        if stage != "upload":
+            return super().answer(stage, request)
+        found = super().answer(stage, request)
         fit, val = self.split
         X = self.X.copy()
         X[val] = X[val] * 50 + 500.0
-        _, validation = self.head.protocol.client_upload(
+        _, validation = self.head.strategy.client_upload(
             self.head, X, self.y, self.classes, (fit, val), client_index=request.client_index
         )
         return dataclasses.replace(found, validation=validation)
@@ -232,8 +234,10 @@ def test_held_out_rows_are_the_rows_the_clients_hold_out(clients):
 )
 def test_counts_an_in_process_upload_announces_are_non_negative_integers(clients, counts, reason):
     class Miscounting(ClientParty):
-        def upload(self, request):
-            return dataclasses.replace(super().upload(request), **counts)
+        def answer(self, stage, request):
+            if stage != "upload":
+                return super().answer(stage, request)
+            return dataclasses.replace(super().answer(stage, request), **counts)
 
     head = make_head("O-FedAvg", seed=0)
     transport = parties(clients, head)
@@ -352,7 +356,7 @@ def test_the_mean_fraction_reaches_the_clients_and_the_server_as_the_transformer
     slot = SLOTTransformer(tau=0.6, mean_tau=1.0, client_tau="label-shift").fit(X, y, client=client)
     for k, party in transport.items():
         Xt = clients[k][2]
-        own = party.transport_map().geodesic(0.6 * result.tau_scales[k]).apply(Xt)
+        own = party.full_map().geodesic(0.6 * result.tau_scales[k]).apply(Xt)
         np.testing.assert_allclose(own, slot.transform(Xt, client=k), rtol=1e-9, atol=1e-9)
     expected = clone(head).fit(slot.transform(X, client=client), y, client=client)
     np.testing.assert_allclose(
@@ -551,8 +555,10 @@ def test_the_culprit_search_probes_leave_one_out_sets_when_no_summary_breaks_alo
 class SummarySendingParty(ClientParty):
     """A FedCGS client that sends a summary of its own beside its statistics."""
 
-    def upload(self, request):
-        upload = super().upload(request)
+    def answer(self, stage, request):
+        if stage != "upload":
+            return super().answer(stage, request)
+        upload = super().answer(stage, request)
         own = GaussianSummaryEstimator().fit(self.X).summaries_[None]
         return dataclasses.replace(upload, summary=own, shrinkage=None)
 
@@ -562,8 +568,10 @@ class ShrinkageParty(ClientParty):
 
     value = 2.0
 
-    def upload(self, request):
-        return dataclasses.replace(super().upload(request), shrinkage=self.value)
+    def answer(self, stage, request):
+        if stage != "upload":
+            return super().answer(stage, request)
+        return dataclasses.replace(super().answer(stage, request), shrinkage=self.value)
 
 
 @pytest.mark.parametrize(

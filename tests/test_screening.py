@@ -11,14 +11,10 @@ from skslot import GaussianMap, GaussianSummary
 from skslot.datasets import make_federated_classification
 from skslot.defence import DefenceBounds
 from skslot.heads import LinearScores, make_head
-from skslot.protocol import ClientParty, InProcessTransport, OneShotProtocol, intake
-from skslot.screening import (
-    PairedCounts,
-    comparable_classes,
-    paired_counts,
-    screening_evidence,
-    strongest_case,
-)
+from skslot.protocol import ClientParty, InProcessTransport, OneShotProtocol
+from skslot.protocol.stages import screening as screening_stage
+from skslot.protocol.stages.screening import PairedCounts, paired_counts
+from skslot.screening import comparable_classes, screening_evidence, strongest_case
 
 from ._clients import train_test_by_client
 
@@ -159,7 +155,7 @@ def test_paired_counts_match_a_row_by_row_count():
 )
 def test_screening_counts_are_tied_to_the_class_counts(counts, message):
     reply = PairedCounts(*(np.array(c) for c in counts))
-    why = intake.paired_counts_problem(reply, np.array([5, 5, 5]))
+    why = screening_stage.check(reply, np.array([5, 5, 5]))
     assert why is not None and message in why
 
 
@@ -296,8 +292,10 @@ def test_flower_screens_as_in_process(clients, tmp_path):
 class LyingVoter(ClientParty):
     """Scores one row more than it holds in each comparison."""
 
-    def compare(self, request):
-        found = super().compare(request)
+    def answer(self, stage, request):
+        if stage != "screening":
+            return super().answer(stage, request)
+        found = super().answer(stage, request)
         return PairedCounts(found.better, found.worse, found.rows + 1)
 
 
@@ -375,10 +373,12 @@ class ShortValidation(ClientParty):
     Its totals and its summary's count agree with the claim: only the split, derived from
     the class counts, tells."""
 
-    def upload(self, request):
+    def answer(self, stage, request):
+        if stage != "upload":
+            return super().answer(stage, request)
         from dataclasses import replace
 
-        found = super().upload(request)
+        found = super().answer(stage, request)
         own = found.summary
         claimed = GaussianSummary(own.n + 1, own.mean, own.covariance, client=own.client)
         return replace(

@@ -21,12 +21,12 @@ from skslot.heads import (
     OneShotFedAvgClassifier,
     StatisticsFormatError,
 )
+from skslot.protocol.stages import validation as validation_stage
+from skslot.protocol.stages.validation import ValidationCounts, score_candidates
 from skslot.selection import (
     Candidate,
-    ValidationCounts,
     candidate_grid,
     check_tau_grid,
-    score_candidates,
     select_candidate,
     validation_split,
 )
@@ -198,20 +198,26 @@ def test_validation_split_is_stratified_and_keeps_a_fitting_row_per_class():
         validation_split(y, 1.0, seed=0)
 
 
-def test_validation_counts_are_checked_on_receipt():
+def test_validation_counts_are_decoded_then_checked_against_the_upload():
     good = {"correct": np.array([[1, 2], [0, 3]]), "total": np.array([2, 3])}
-    counts = ValidationCounts.from_arrays(good, n_candidates=2, n_classes=2, n_samples=5)
+    counts = ValidationCounts.from_arrays(good, n_candidates=2, n_classes=2)
     np.testing.assert_allclose(counts.balanced_accuracy(), [(0.5 + 2 / 3) / 2, 0.5])
-    with pytest.raises(StatisticsFormatError, match=r"cover 5 rows, but .* has 6"):
-        ValidationCounts.from_arrays(good, n_candidates=2, n_classes=2, n_samples=6)
-    bad = {"correct": np.array([[3, 2], [0, 3]]), "total": np.array([2, 3])}
-    with pytest.raises(StatisticsFormatError, match="more correct predictions"):
-        ValidationCounts.from_arrays(bad, n_candidates=2, n_classes=2, n_samples=5)
+    assert validation_stage.check(counts, 2, 2, 5) is None
+    assert validation_stage.check(counts, 2, 2, 6) == (
+        "validation counts cover 5 rows, but the client's validation part has 6"
+    )
+    bad = ValidationCounts.from_arrays(
+        {"correct": np.array([[3, 2], [0, 3]]), "total": np.array([2, 3])},
+        n_candidates=2,
+        n_classes=2,
+    )
+    assert "more correct predictions" in validation_stage.check(bad, 2, 2, 5)
+    assert "expected (3, 2)" in validation_stage.check(counts, 3, 2, 5)
     with pytest.raises(StatisticsFormatError, match="has shape"):
-        ValidationCounts.from_arrays(good, n_candidates=3, n_classes=2, n_samples=5)
+        ValidationCounts.from_arrays(good, n_candidates=3, n_classes=2)
     negative = {"correct": np.array([[-1, 2], [0, 3]]), "total": np.array([2, 3])}
     with pytest.raises(StatisticsFormatError, match="negative"):
-        ValidationCounts.from_arrays(negative, n_candidates=2, n_classes=2, n_samples=5)
+        ValidationCounts.from_arrays(negative, n_candidates=2, n_classes=2)
 
 
 def _counts(correct, total):

@@ -149,15 +149,21 @@ def test_honest_parts_with_one_row_per_class_or_far_apart_classes_pass(shift):
 
 def fedpft_upload_problem(head, X, y):
     from skslot import GaussianSummaryEstimator
-    from skslot.protocol import intake
-    from skslot.protocol.exchanges import Upload
+    from skslot.defence import DefenceBounds
+    from skslot.protocol import Upload
+    from skslot.protocol.stages import upload as upload_stage
 
     arrays = head.client_statistics(X, y, CLASSES).to_arrays()
     stats = head.decode_statistics(arrays, classes=CLASSES, n_features=X.shape[1], n_samples=len(y))
     summary = GaussianSummaryEstimator().fit(X).summaries_[None]
     upload = Upload(summary, summary.n, 0, statistics=stats)
-    return intake.upload_problem(
-        upload, X.shape[1], split=False, uploads_statistics=True, consistency=True
+    return upload_stage.check(
+        upload,
+        X.shape[1],
+        split=False,
+        uploads_statistics=True,
+        defence=DefenceBounds(),
+        derived=False,
     )
 
 
@@ -216,7 +222,7 @@ def test_the_fedcgs_summary_is_derived_exactly_from_the_statistics(rows, covaria
     fitting, validation = (
         FedCGSClassifier().client_statistics(X[h], y[h], CLASSES) for h in halves
     )
-    derived = FedCGSClassifier().protocol.derived_summary(
+    derived = FedCGSClassifier().strategy.derived_summary(
         fitting.merge(validation),
         direct.shrinkage,
         covariance=covariance,
@@ -249,7 +255,7 @@ def test_the_shrinkage_a_fedcgs_client_announces_is_ledoit_wolfs(rows, covarianc
     fitting, validation = (
         FedCGSClassifier().client_statistics(X[h], y[h], CLASSES) for h in halves
     )
-    found = FedCGSClassifier().protocol.derived_shrinkage(
+    found = FedCGSClassifier().strategy.derived_shrinkage(
         fitting.merge(validation), X, y, covariance=covariance
     )
     np.testing.assert_allclose(found, expected, rtol=1e-8)

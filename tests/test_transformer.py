@@ -10,7 +10,7 @@ from skslot import (
     SingleClientWarning,
     SLOTTransformer,
 )
-from skslot.gaussian import bures_wasserstein_distance
+from skslot.maps import bures_wasserstein_distance
 
 from .conftest import PAPER
 

@@ -66,14 +66,16 @@ def test_mutated_payloads_never_crash_and_decoded_ones_are_valid(valid_payloads)
     assert decoded > 0  # some byte flips land in values and still decode
 
 
-def test_npy_header_fuzz_raises_only_the_protocol_error():
-    """Any mutation of an array's .npy bytes decodes, or raises ProtocolError (nothing else)."""
+def test_npy_header_fuzz_raises_only_the_message_format_error():
+    """Any mutation of an array's .npy bytes decodes, or raises MessageFormatError, nothing else."""
     pytest.importorskip("flwr", reason="Flower is not installed: pip install '.[flower]'")
     import io
 
     from flwr.app import Array, ArrayRecord
 
-    from skslot.flower.messages import ProtocolError, record_to_arrays
+    from skslot.wire import MessageFormatError
+
+    from .flower_harness import record_arrays
 
     rng = np.random.default_rng(7)
     buffer = io.BytesIO()
@@ -114,8 +116,8 @@ def test_npy_header_fuzz_raises_only_the_protocol_error():
             {"x": Array(dtype="int64", shape=(3, 4), stype="numpy.ndarray", data=bytes(data))}
         )
         try:
-            record_to_arrays(record, max_bytes=1 << 20)
+            record_arrays(record, max_bytes=1 << 20)
             outcomes["decoded"] += 1
-        except ProtocolError:
+        except MessageFormatError:
             outcomes["rejected"] += 1
     assert outcomes["rejected"] > 1000 and outcomes["decoded"] > 0, outcomes

@@ -18,7 +18,7 @@ from sklearn.decomposition import PCA
 
 from skslot import SLOTTransformer
 from skslot.datasets import dirichlet_partition, load_office_caltech10
-from skslot.gaussian import bures_wasserstein_distance
+from skslot.maps import bures_wasserstein_distance
 
 data = load_office_caltech10()
 X = np.sqrt(data.X.astype(np.float64))  # variance-stabilised visual-word counts

@@ -40,6 +40,7 @@ class FederatedPartition:
 
     @property
     def n_clients(self) -> int:
+        """The number of clients."""
         return self.client_domain.shape[0]
 
 

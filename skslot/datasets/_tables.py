@@ -57,6 +57,10 @@ class FeatureTable:
 
         Class and client names become strings; ``is_test`` is not carried
         (the paper's protocol, :func:`dirichlet_partition`, splits by itself).
+
+        Returns
+        -------
+        DomainDataset
         """
         return DomainDataset(
             self.X,

@@ -15,39 +15,54 @@ installed; the other names import it on first use.
 from importlib import import_module
 from typing import Any
 
+from .._deprecation import moved_names
 from .config import (
+    AlignmentSettings,
     DataSettings,
     DefenceSettings,
     DeploymentConfig,
     PrivacySettings,
     ProtocolSettings,
     RunSettings,
+    Setting,
     write_flower_app,
 )
 
 _NEED_FLOWER = {
     "ClientData": "client_app",
     "load_client_data": "client_app",
-    "ProtocolError": "messages",
-    "DeploymentError": "server_app",
-    "DeploymentReport": "server_app",
     "FlowerTransport": "transport",
     "run_one_shot": "server_app",
 }
 
 __all__ = [
+    "AlignmentSettings",
     "DataSettings",
     "DefenceSettings",
     "DeploymentConfig",
     "PrivacySettings",
     "ProtocolSettings",
     "RunSettings",
+    "Setting",
     "write_flower_app",
     *sorted(_NEED_FLOWER),
 ]
 
 
+#: Deprecated names, and the one import path of what they name.
+_MOVED = {
+    "DeploymentError": ("skslot.protocol", "ProtocolRunError"),
+    "DeploymentReport": ("skslot.protocol", "ProtocolReport"),
+    "ProtocolError": ("skslot.wire", "MessageFormatError"),
+}
+
+
+_moved = moved_names(__name__, _MOVED)
+
+
 def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        return _moved(name)
     if name not in _NEED_FLOWER:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:

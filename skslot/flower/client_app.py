@@ -1,11 +1,12 @@
 """The client side of the one-shot protocol, as a Flower ``ClientApp``.
 
-Each handler decodes one stage's request (see :mod:`skslot.flower.messages`),
-answers it with the protocol's own client, :class:`skslot.protocol.ClientParty`
-(the same object :class:`~skslot.FederatedTauSearch` runs in process), and
-encodes the reply.  The summary exactly as the server decoded it and the
-reference are kept in the run's ``context.state`` (they never leave the node
-again), so every stage uses the same map.
+A thin entry point: each message type's handler decodes the request with its
+stage's codec (:data:`skslot.protocol.stages.STAGES`), answers it with the
+stage's client step on :class:`skslot.protocol.ClientParty` (the same step
+the in-process transport calls), and encodes the reply.  The party's state of
+the run (its summary exactly as the server decoded it, the reference) is kept
+in the run's ``context.state`` (it never leaves the node again), so every
+stage uses the same map.
 
 A node's data comes from its *node config* (``flower-supernode --node-config``):
 
@@ -29,7 +30,7 @@ A node's data comes from its *node config* (``flower-supernode --node-config``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,28 +40,31 @@ from flwr.clientapp import ClientApp
 
 from ..datasets import dirichlet_partition, load_dataset, load_table
 from ..datasets._loaders import open_npz
-from ..gaussian import GaussianSummary
-from ..protocol import (
-    ClientParty,
-    ClientState,
-    EvaluationRequest,
-    ScreeningRequest,
-    UpdatesRequest,
-    UploadRequest,
-    ValidationRequest,
-)
+from ..protocol import ClientParty, ClientState
+from ..protocol.stages import STAGES, ClientWire, Stage
 from ..selection import validation_split
 from . import messages
 from .config import DeploymentConfig
 
-__all__ = ["ClientData", "app", "load_client_data"]
+__all__ = ["HANDLERS", "ClientData", "app", "load_client_data"]
 
 STATE = "skslot-client"
 
 
 @dataclass(frozen=True, eq=False)
 class ClientData:
-    """One client's rows: its label, training and test split (float64)."""
+    """One client's rows: its label, training and test split (float64).
+
+    Parameters
+    ----------
+    client : int or str
+        The client's label: its ``partition-id``, or its node config's
+        ``client-id`` (default: the Flower node id).
+    X_train, y_train : ndarray
+        The training rows and their labels.
+    X_test, y_test : ndarray
+        The test rows and their labels.
+    """
 
     client: int | str
     X_train: np.ndarray
@@ -80,6 +84,27 @@ def load_client_data(
     node_config: Mapping[str, Any], config: DeploymentConfig, node_id: int = 0
 ) -> ClientData:
     """The rows a node holds, from its node config (see the module docstring).
+
+    Parameters
+    ----------
+    node_config : mapping of str to value
+        The node's config: ``partition-id`` (and ``dataset``), or ``data``
+        (and ``client-id``, ``label``, ``features``, ``split``).
+    config : DeploymentConfig
+        The run's config: the partition's settings, the class set and the
+        held-out share of a table without a split column.
+    node_id : int, default=0
+        The Flower node id, the client's label without ``client-id``.
+
+    Returns
+    -------
+    ClientData
+
+    Raises
+    ------
+    ValueError
+        If a node config value has the wrong type, or ``partition-id`` is out
+        of range.
 
     Examples
     --------
@@ -163,33 +188,9 @@ def _data(context: Context) -> tuple[DeploymentConfig, ClientData]:
     return config, data
 
 
-def _party(
-    context: Context,
-    config: DeploymentConfig,
-    data: ClientData,
-    reference: bytes | None = None,
-) -> ClientParty:
-    """This node as a party of the protocol: its rows and its state of this run.
-
-    ``reference``, when the request carries it, is stored in the run's state
-    first (it travels once per build of the reference, replacing an earlier one).
-    """
-    state = ClientState()
-    if STATE in context.state.config_records:
-        stored = context.state.config_records[STATE]
-        if reference is not None:
-            stored["reference"] = reference
-        state.summary = GaussianSummary.from_bytes(stored["summary"])
-        state.client_index = stored["client-index"]
-        seed = stored["split-seed"]
-        state.split_seed = None if seed < 0 else seed
-        state.mean_tau = config.mean_tau
-        if "reference" in stored:
-            state.reference = GaussianSummary.from_bytes(
-                stored["reference"], expected_dimension=state.summary.dimension
-            )
-    elif reference is not None:
-        raise RuntimeError("this node has no summary of this run (no upload stage ran here)")
+def _party(context: Context, config: DeploymentConfig, data: ClientData) -> ClientParty:
+    """This node as a party of the protocol: its rows and its state of this run."""
+    stored = context.state.config_records.get(STATE)
     return ClientParty(
         data.X_train,
         data.y_train,
@@ -200,101 +201,37 @@ def _party(
         y_test=data.y_test,
         summary_estimator=config.summary_estimator(),
         validation_fraction=config.validation_fraction,
-        state=state,
+        state=None if stored is None else ClientState.from_config(dict(stored)),
     )
+
+
+def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
+    """The ``ClientApp`` handler of one message type: decode, the stage's client step, encode.
+
+    The party's state of the run (its summary as the server decoded it, the
+    reference once received) is kept in the run's ``context.state`` between
+    messages, so every stage uses the same map.
+    """
+
+    def handle(message: Message, context: Context) -> Message:
+        config, data = _data(context)
+        wire = ClientWire(config.class_set, int(data.X_train.shape[1]))
+        request = stage.decode_request(messages.received(message), wire)
+        party = _party(context, config, data)
+        reply = party.answer(stage.name, request)
+        context.state[STATE] = ConfigRecord(party.state.to_config())
+        return Message(messages.content(stage.encode_reply(reply, request)), reply_to=message)
+
+    handle.__doc__ = f"Answer the {stage.message_type!r} message: {stage.name} stage."
+    return handle
 
 
 app = ClientApp()
 
-
-@app.query("upload")
-def upload(message: Message, context: Context) -> Message:
-    """Send the summary of the training rows and what the head uploads with it.
-
-    The summary is released once per run: a repeated request gets the same
-    bytes (for a private summary, no fresh noise to average out).
-    """
-    dtype, index, split_seed, counts = messages.read_upload_request(message)
-    config, data = _data(context)
-    party = _party(context, config, data)
-    reply = party.upload(
-        UploadRequest(
-            index,
-            split_seed,
-            class_counts=counts,
-            summary_covariance=config.summary_covariance,
-            covariance_floor=config.summary_estimator().covariance_floor,
-            mean_tau=config.mean_tau,
-        )
-    )
-    if reply.summary is None:  # derived from the statistics, in float64 as the server does
-        payload = party.state.summary.to_bytes("float64")
-    elif STATE in context.state.config_records:
-        payload = context.state.config_records[STATE]["summary"]
-    else:
-        payload = reply.summary.to_bytes(dtype)
-    context.state[STATE] = ConfigRecord(
-        {
-            "summary": payload,
-            "client-index": index,
-            "split-seed": -1 if split_seed is None else split_seed,
-        }
-    )
-    return messages.upload_reply(
-        message,
-        None if reply.summary is None else payload,
-        n_fit=reply.n_fit,
-        n_test=reply.n_test,
-        n_validation=reply.n_validation,
-        statistics=None if reply.statistics is None else reply.statistics.to_arrays(),
-        validation=None if reply.validation is None else reply.validation.to_arrays(),
-        class_counts=reply.class_counts,
-        shrinkage=reply.shrinkage,
-        label=reply.label,
-        dimension=None if reply.summary is not None else int(data.X_train.shape[1]),
-    )
-
-
-@app.train("updates")
-def updates(message: Message, context: Context) -> Message:
-    """Local heads trained on aligned rows: one per requested tau (O-FedAvg)."""
-    reference, taus, part = messages.read_updates_request(message)
-    config, data = _data(context)
-    party = _party(context, config, data, reference)
-    local = party.updates(UpdatesRequest(None, tuple(taus), part))
-    return messages.updates_reply(message, [u.to_arrays() for u in local])
-
-
-@app.query("validation")
-def validation(message: Message, context: Context) -> Message:
-    """Count each candidate head's correct predictions on the aligned validation rows."""
-    config, data = _data(context)
-    reference, heads, taus = messages.read_validation_request(
-        message, config.class_set, data.X_train.shape[1]
-    )
-    party = _party(context, config, data, reference)
-    counts = party.validate(ValidationRequest(None, tuple(heads), tuple(taus)))
-    return messages.validation_reply(message, counts.to_arrays())
-
-
-@app.query("screening")
-def screening(message: Message, context: Context) -> Message:
-    """Compare the chosen head with each head without one other client, on the validation rows."""
-    config, data = _data(context)
-    reference, full, left_out, masks, tau = messages.read_screening_request(
-        message, config.class_set, data.X_train.shape[1]
-    )
-    party = _party(context, config, data, reference)
-    counts = party.compare(ScreeningRequest(None, full, tuple(left_out), masks, tau))
-    return messages.screening_reply(message, counts.to_arrays())
-
-
-@app.evaluate("head")
-def evaluate(message: Message, context: Context) -> Message:
-    """Predict the local test split, aligned at the run's tau, with the global head."""
-    config, data = _data(context)
-    reference, head, tau = messages.read_head_request(
-        message, config.class_set, data.X_train.shape[1]
-    )
-    result = _party(context, config, data, reference).evaluate(EvaluationRequest(None, head, tau))
-    return messages.evaluation_reply(message, result.n_correct, result.n_test)
+#: The handler of each message type ("updates" and "refit" share one).
+HANDLERS: dict[str, Callable[[Message, Context], Message]] = {
+    stage.message_type: _handler(stage) for stage in STAGES.values()
+}
+for _type, _handle in HANDLERS.items():
+    _category, _, _action = _type.partition(".")
+    getattr(app, _category)(_action)(_handle)

@@ -109,11 +109,13 @@ def _run_config_dir(app_dir: Path, run_config: Sequence[str]) -> Path | None:
     """The ``output-dir`` the run will use: the App's default with the overrides applied."""
     from flwr.common.config import get_fused_config_from_dir, parse_config_args
 
+    from .config import RunSettings
+
     try:
         fused = get_fused_config_from_dir(app_dir, parse_config_args(list(run_config)))
     except Exception:  # an App or override Flower itself will refuse: no folder to read
         return None
-    value = fused.get("output-dir")
+    value = fused.get(RunSettings.setting("output_dir").key)
     return Path(value) if isinstance(value, str) and value else None
 
 
@@ -365,10 +367,25 @@ def run_and_wait(
 
     The outcome line goes to ``sys.stderr``: ``skslot: run <id> completed:
     macro accuracy 0.5701; outputs in out/run-<id>`` or ``skslot: run <id>
-    failed: DeploymentError: only 2 client(s) completed the upload stage, ...``.
-    Parameters are those of :func:`launch` (``federation_config``,
-    ``stream``, ``reconnect_timeout``, ``poll_interval``, ``env``, ``out``
-    by keyword).
+    failed: ProtocolRunError: only 2 client(s) completed the upload stage, ...``.
+
+    Parameters
+    ----------
+    app_dir : path
+        The Flower App directory (``skslot flower-app`` writes one).
+    superlink : str, optional
+        The SuperLink connection's name (the second argument of ``flwr run``;
+        its ``default`` when omitted).
+    run_config : sequence of str, default=()
+        ``flwr run --run-config`` values, such as ``"head='FedPFT' tau=0.6"``.
+    output_dir : path, optional
+        Where the ServerApp writes its run folders (by default the run
+        config's ``output-dir``).
+    timeout : float, optional
+        Seconds to wait for the run to finish (no limit by default).
+    **options
+        The other keywords of :func:`launch`: ``federation_config``,
+        ``stream``, ``reconnect_timeout``, ``poll_interval``, ``env``, ``out``.
 
     Returns
     -------

@@ -47,7 +47,12 @@ LATEST, LAST_COMPLETED = "latest", "last-completed"
 
 
 def utc_now() -> str:
-    """The current UTC time, ISO 8601 to the second (``2026-01-31T12:00:00Z``)."""
+    """The current UTC time, ISO 8601 to the second (``2026-01-31T12:00:00Z``).
+
+    Returns
+    -------
+    str
+    """
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -68,6 +73,17 @@ def write_outputs(
     Files of :data:`OUTPUT_FILES` already there are removed first and each
     file is written atomically, the report last, so the folder never mixes
     two writes.  :class:`RunOutputs` gives each run its own folder.
+
+    Parameters
+    ----------
+    directory : str or Path
+        The run's folder (created if needed).
+    report : ProtocolReport
+        Written to ``report.json``.
+    scores : LinearScores, optional
+        The global head, written to ``global_head.npz``.
+    reference : bytes, optional
+        The encoded reference summary, written to ``reference.bin``.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -83,7 +99,25 @@ def write_outputs(
 
 
 def read_pointer(output_dir: str | Path, name: str = LATEST) -> Path | None:
-    """The run folder a pointer file (``latest`` or ``last-completed``) names, or ``None``."""
+    """The run folder a pointer file (``latest`` or ``last-completed``) names, or ``None``.
+
+    Parameters
+    ----------
+    output_dir : str or Path
+        The deployment's output directory.
+    name : str, default="latest"
+        The pointer file, :data:`LATEST` or :data:`LAST_COMPLETED`.
+
+    Returns
+    -------
+    Path or None
+        The run folder, or ``None`` when the pointer file does not exist.
+
+    Raises
+    ------
+    ValueError
+        If the pointer file does not hold a plain folder name.
+    """
     pointer = Path(output_dir) / name
     try:
         folder = pointer.read_text().strip()
@@ -131,19 +165,47 @@ class RunOutputs:
         _write_atomically(self.output_dir / pointer, f"{self.name}\n".encode())
 
     def start(self, report: ProtocolReport) -> None:
-        """``report.json`` saying ``running``, and ``latest`` pointing at this run."""
+        """``report.json`` saying ``running``, and ``latest`` pointing at this run.
+
+        Parameters
+        ----------
+        report : ProtocolReport
+            The run's report so far.
+        """
         write_outputs(self.path, report)
         self._point(LATEST)
 
     def update(self, report: ProtocolReport) -> None:
-        """Rewrite ``report.json`` of a run still going on."""
+        """Rewrite ``report.json`` of a run still going on.
+
+        Parameters
+        ----------
+        report : ProtocolReport
+            The run's report so far.
+        """
         write_outputs(self.path, report)
 
     def completed(self, report: ProtocolReport, scores: LinearScores, reference: bytes) -> None:
-        """The head, the reference, the final report, then ``last-completed``."""
+        """The head, the reference, the final report, then ``last-completed``.
+
+        Parameters
+        ----------
+        report : ProtocolReport
+            The final report.
+        scores : LinearScores
+            The global head.
+        reference : bytes
+            The encoded reference summary.
+        """
         write_outputs(self.path, report, scores, reference)
         self._point(LAST_COMPLETED)
 
     def failed(self, report: ProtocolReport) -> None:
-        """The final report of a failed run (no head, no reference; no pointer moves)."""
+        """The final report of a failed run (no head, no reference; no pointer moves).
+
+        Parameters
+        ----------
+        report : ProtocolReport
+            The final report.
+        """
         write_outputs(self.path, report)

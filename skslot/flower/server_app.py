@@ -10,7 +10,8 @@ Decode, validate, tie to the client's other messages, screen, then combine:
 a node that does not answer within ``reply_timeout``, answers with an error,
 or sends a payload that fails a check is left out of the rest of the run and
 named in the report.  The run goes on while at least ``min_clients`` remain,
-and otherwise stops with a :class:`DeploymentError` carrying the report.
+and otherwise stops with a :class:`~skslot.protocol.ProtocolRunError` carrying
+the report.
 With an ``output-dir``, each run writes to a folder of its own
 (``run-<flower run id>``, :mod:`skslot.flower.outputs`) whose ``report.json``
 says ``"running"`` from the start and ends ``"completed"`` or ``"failed"``;
@@ -28,16 +29,11 @@ from flwr.serverapp import Grid, ServerApp
 from ..heads import LinearScores
 from ..protocol import ProtocolReport, ProtocolRunError
 from ..protocol.report import logger as protocol_logger
-from .config import DeploymentConfig
-from .outputs import RunOutputs, utc_now, write_outputs
+from .config import DeploymentConfig, RunSettings
+from .outputs import RunOutputs, utc_now
 from .transport import FlowerTransport
 
-__all__ = ["DeploymentError", "DeploymentReport", "app", "run_one_shot", "write_outputs"]
-
-#: What happened in a deployment run (the protocol's report).
-DeploymentReport = ProtocolReport
-#: A deployment run that could not complete (the protocol's error, with its report).
-DeploymentError = ProtocolRunError
+__all__ = ["app", "run_one_shot"]
 
 #: What a run with private summaries does and does not protect (logged and reported).
 PRIVACY_SCOPE = (
@@ -61,9 +57,25 @@ def run_one_shot(
 ) -> tuple[ProtocolReport, LinearScores, bytes]:
     """Run the protocol; returns the report, the global head and the reference bytes.
 
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+        The Flower grid the clients are reached through.
+    config : DeploymentConfig
+        The deployment's settings.
+
+    Returns
+    -------
+    report : ProtocolReport
+        What happened, stage by stage.
+    scores : LinearScores
+        The global head.
+    reference : bytes
+        The reference summary, encoded in ``config.summary_dtype``.
+
     Raises
     ------
-    DeploymentError
+    ProtocolRunError
         When fewer than ``config.min_clients`` clients complete a stage, or a
         server step fails on the clients' values; its ``report`` says why.
     """
@@ -105,7 +117,7 @@ def run_one_shot(
 
 def _start_outputs(context: Context, report: ProtocolReport) -> RunOutputs | None:
     """This run's folder in the run config's ``output-dir``, its report saying "running"."""
-    output_dir = context.run_config.get("output-dir")
+    output_dir = context.run_config.get(RunSettings.setting("output_dir").key)
     if not isinstance(output_dir, str) or not output_dir:
         return None
     outputs = RunOutputs(output_dir, report.run_id)

@@ -1,10 +1,11 @@
 """The Flower transport: the protocol's requests and replies as messages over a ``Grid``.
 
-:class:`FlowerTransport` is the server's side: it encodes each request of
-the driver (:class:`skslot.protocol.OneShotProtocol`) as a Flower message
-(:mod:`skslot.flower.messages`), waits for the replies, and decodes each one
-with every check a single message allows (wire format, the configured
-dimension bound and class set, sizes capped before anything is allocated).
+:class:`FlowerTransport` is the server's side: it moves bytes.  Each stage's
+codec (:data:`skslot.protocol.stages.STAGES`) encodes a request of the driver
+and decodes the replies with every check a message allows (wire format, the
+configured dimension bound and class set, sizes capped before anything is
+allocated); the transport turns payloads into Flower messages
+(:mod:`skslot.flower.messages`), waits for the replies, and retries.
 A node that does not answer in time is *missing*; one whose reply is an
 error or fails its checks is *rejected*, with the reason.  Clients are
 addressed by their Flower node id, never by a label they declare (logs show
@@ -32,34 +33,14 @@ from flwr.app import Message, RecordDict
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid
 
-from ..gaussian import GaussianSummary, SummaryFormatError
-from ..heads import OneShotHead, StatisticsFormatError
-from ..protocol import (
-    Evaluation,
-    EvaluationRequest,
-    Exchange,
-    ScreeningRequest,
-    UpdatesRequest,
-    Upload,
-    UploadRequest,
-    ValidationRequest,
-)
+from ..heads import OneShotHead
 from ..protocol.report import client_name, logger
-from ..screening import PairedCounts
-from ..selection import ValidationCounts
+from ..protocol.stages import STAGES, ServerWire
+from ..protocol.transport import Exchange
+from ..wire import WireFormatError
 from . import messages
 
-__all__ = ["MESSAGE_TYPES", "FlowerTransport"]
-
-#: The Flower message type of each stage.
-MESSAGE_TYPES = {
-    "upload": "query.upload",
-    "updates": "train.updates",
-    "validation": "query.validation",
-    "screening": "query.screening",
-    "refit": "train.updates",
-    "evaluation": "evaluate.head",
-}
+__all__ = ["FlowerTransport"]
 
 #: Seconds between the first polls for a stage's replies, and at most.
 _FIRST_POLL, _LAST_POLL = 0.05, 1.0
@@ -67,9 +48,6 @@ _FIRST_POLL, _LAST_POLL = 0.05, 1.0
 
 def _seconds(value: float) -> str:
     return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
-
-
-_DECODE_ERRORS = (messages.ProtocolError, SummaryFormatError, StatisticsFormatError)
 
 
 class FlowerTransport:
@@ -82,15 +60,16 @@ class FlowerTransport:
         The run's head: it decodes the statistics and bounds their size.
     classes : ndarray
         The run's class set.
-    summary_dtype : {"float16", "float32", "float64"}
+    summary_dtype : {"float16", "float32", "float64"}, default="float32"
         Precision of the summaries and of the reference on the wire.
     n_features : int, default=0
         The dimension every summary must have (0: any up to ``max_dimension``).
     max_dimension : int, default=4096
+        Largest dimension a summary's header may announce.
     num_clients : int, default=0
         Nodes to wait for (up to ``connect_timeout``); 0 takes whoever is
         connected after ``connect_timeout``.
-    connect_timeout, reply_timeout : float
+    connect_timeout, reply_timeout : float, default=60, 300
         Seconds to wait for nodes to connect, and for the replies of a stage.
     progress_interval : float, default=10
         Seconds between the progress lines logged while a stage's replies are
@@ -122,18 +101,28 @@ class FlowerTransport:
         progress_interval: float = 10.0,
         retry_interval: float = 10.0,
     ) -> None:
-        self.grid, self.head, self.classes = grid, head, np.asarray(classes)
-        self.summary_dtype = summary_dtype
-        self.n_features, self.max_dimension = n_features, max_dimension
+        self.grid = grid
+        self.wire = ServerWire(
+            head,
+            np.asarray(classes),
+            summary_dtype=summary_dtype,
+            n_features=n_features,
+            max_dimension=max_dimension,
+        )
         self.num_clients = num_clients
         self.connect_timeout, self.reply_timeout = connect_timeout, reply_timeout
         self.progress_interval, self.retry_interval = progress_interval, retry_interval
         self.waits: dict[str, dict] = {}
-        self._dimension: dict[int, int] = {}  # each node's summary dimension, as decoded
         self._labels: dict[int, Any] = {}  # the label each node's summary declared
 
     def parties(self) -> list[Hashable]:
-        """The connected nodes (waiting up to ``connect_timeout`` for ``num_clients``)."""
+        """The connected nodes (waiting up to ``connect_timeout`` for ``num_clients``).
+
+        Returns
+        -------
+        list of int
+            The nodes' ids, sorted.
+        """
         start = time.monotonic()
         deadline = start + self.connect_timeout
         while True:
@@ -154,10 +143,25 @@ class FlowerTransport:
             time.sleep(0.5)
 
     def exchange(self, stage: str, requests: Mapping[Hashable, Any]) -> Exchange:
-        """Send one message per node, wait for the replies, decode and check each."""
+        """Send one message per node, wait for the replies, decode each with its stage's codec.
+
+        Parameters
+        ----------
+        stage : str
+            A stage of :data:`~skslot.protocol.stages.STAGES`.
+        requests : mapping of node id to request
+
+        Returns
+        -------
+        Exchange
+        """
+        codec = STAGES[stage]
         result = Exchange()
-        contents = {node: self._encode(request) for node, request in requests.items()}
-        received, sends, why_missing = self._wait(stage, contents)
+        contents = {
+            node: messages.content(codec.encode_request(request, self.wire))
+            for node, request in requests.items()
+        }
+        received, sends, why_missing = self._wait(stage, codec.message_type, contents)
         for node, content in contents.items():
             result.bytes_sent[node] = messages.payload_bytes(content) * max(sends[node], 1)
         for node, reply in list(received.items()):
@@ -171,20 +175,35 @@ class FlowerTransport:
             for node in requests
             if node not in received and node not in result.rejected
         }
-        if stage == "upload":
-            self._decode_uploads(received, result)
-            return result
+        payloads = {}
         for node, reply in received.items():
             try:
-                result.replies[node] = self._decode(node, requests[node], reply)
-            except _DECODE_ERRORS as exc:
+                payloads[node] = messages.received(reply)
+            except WireFormatError as exc:
                 result.rejected[node] = str(exc)
+        replies, rejected = codec.decode_replies(payloads, requests, self.wire)
+        result.replies.update(replies)
+        result.rejected.update(rejected)
+        for node, reply in replies.items():
+            label = getattr(reply, "client_label", None)  # shown in logs once a node names itself
+            if label is not None:
+                self._labels[node] = label
         return result
 
     # -- waiting for a stage's replies -------------------------------------------------
 
     def name(self, node: Hashable) -> str:
-        """How logs name a node: its id, and the label its summary declared once decoded."""
+        """How logs name a node: its id, and the label its summary declared once decoded.
+
+        Parameters
+        ----------
+        node : int
+            The node's id.
+
+        Returns
+        -------
+        str
+        """
         return client_name(node, self._labels.get(node))
 
     def _names(self, nodes: list, most: int = 3) -> str:
@@ -192,8 +211,8 @@ class FlowerTransport:
         return shown + (f" and {len(nodes) - most} more" if len(nodes) > most else "")
 
     def _wait(
-        self, stage: str, contents: Mapping[Hashable, RecordDict]
-    ) -> tuple[dict[Hashable, Message], Counter]:
+        self, stage: str, message_type: str, contents: Mapping[Hashable, RecordDict]
+    ) -> tuple[dict[Hashable, Message], Counter, dict[Hashable, str]]:
         """Push the stage's messages, then poll for the replies until all came or time is up.
 
         Returns each node's first reply (later ones, and replies from nodes
@@ -210,7 +229,7 @@ class FlowerTransport:
         answered: dict[Hashable, Message] = {}
         sends: Counter = Counter()
         lost: dict[Hashable, str] = {}
-        self._push(stage, list(contents), contents, pending, due, sends, lost)
+        self._push(stage, message_type, list(contents), contents, pending, due, sends, lost)
         start = time.monotonic()  # as Grid.send_and_receive: the timeout runs from the push
         deadline = start + self.reply_timeout
         next_line = start + self.progress_interval
@@ -219,7 +238,7 @@ class FlowerTransport:
             now = time.monotonic()
             ready = [node for node, at in due.items() if at <= now]
             if ready:
-                self._push(stage, ready, contents, pending, due, sends, lost)
+                self._push(stage, message_type, ready, contents, pending, due, sends, lost)
             if pending:
                 for reply in self.grid.pull_messages(list(pending)):
                     self._take(stage, reply, contents, pending, due, answered, lost)
@@ -257,12 +276,12 @@ class FlowerTransport:
         )
         return answered, sends, why
 
-    def _push(self, stage, ready, contents, pending, due, sends, lost) -> None:
+    def _push(self, stage, message_type, ready, contents, pending, due, sends, lost) -> None:
         outgoing = [
             Message(
                 contents[node],
                 dst_node_id=node,
-                message_type=MESSAGE_TYPES[stage],
+                message_type=message_type,
                 group_id=stage,
             )
             for node in ready
@@ -321,127 +340,3 @@ class FlowerTransport:
             _seconds(elapsed),
             self._names(waiting),
         )
-
-    # -- requests out ------------------------------------------------------------------
-
-    def _reference(self, reference: GaussianSummary | None) -> bytes | None:
-        return None if reference is None else reference.to_bytes(self.summary_dtype)
-
-    def _encode(self, request: Any) -> RecordDict:
-        if isinstance(request, UploadRequest):
-            return messages.upload_request(
-                self.summary_dtype,
-                request.client_index,
-                request.split_seed,
-                class_counts=request.class_counts,
-            )
-        if isinstance(request, UpdatesRequest):
-            return messages.updates_request(
-                self._reference(request.reference), list(request.taus), request.part
-            )
-        if isinstance(request, ValidationRequest):
-            return messages.validation_request(
-                self._reference(request.reference), list(request.heads), list(request.taus)
-            )
-        if isinstance(request, ScreeningRequest):
-            return messages.screening_request(
-                self._reference(request.reference),
-                request.full,
-                list(request.left_out),
-                request.masks,
-                request.tau,
-            )
-        if isinstance(request, EvaluationRequest):
-            return messages.head_request(
-                self._reference(request.reference), request.head, request.tau
-            )
-        raise TypeError(f"no Flower message for a {type(request).__name__}")
-
-    # -- replies in --------------------------------------------------------------------
-
-    def _decode(self, node: int, request: Any, reply: Message) -> Any:
-        m, C = self._dimension[node], self.classes.shape[0]
-        if isinstance(request, UpdatesRequest):
-            n = len(request.taus)
-            arrays = messages.read_updates_reply(
-                reply,
-                n_updates=n,
-                max_bytes=n * self.head.protocol.max_update_bytes(self.head, C, m),
-            )
-            return [
-                self.head.decode_statistics(a, classes=self.classes, n_features=m) for a in arrays
-            ]
-        if isinstance(request, ValidationRequest):
-            n = len(request.taus)
-            arrays = messages.read_validation_reply(reply, max_bytes=8 * (n + 1) * C + 4096)
-            return ValidationCounts.from_arrays(arrays, n_candidates=n, n_classes=C)
-        if isinstance(request, ScreeningRequest):
-            n = len(request.left_out)
-            arrays = messages.read_screening_reply(reply, max_bytes=3 * 8 * n + 4096)
-            return PairedCounts.from_arrays(arrays, n_heads=n)
-        n_correct, n_test = messages.read_evaluation_reply(reply)
-        return Evaluation(n_correct, n_test)
-
-    def _decode_uploads(self, received: Mapping[int, Message], result: Exchange) -> None:
-        """Every upload: the summaries first, the run's dimension, then each one's statistics.
-
-        The run's dimension is the configured one, or the one most clients
-        sent (ties: the smallest); a client with another is rejected.
-        """
-        summaries = {}
-        for node, reply in received.items():
-            try:
-                upload = messages.read_upload_reply(reply, n_classes=self.classes.shape[0])
-                if upload.summary is None:  # derived from the statistics: their dimension
-                    summary, dimension = None, upload.dimension
-                    if not 1 <= dimension <= self.max_dimension:
-                        raise StatisticsFormatError(f"dimension {dimension} is out of range")
-                else:
-                    summary = GaussianSummary.from_bytes(
-                        upload.summary,
-                        expected_dimension=self.n_features or None,
-                        max_dimension=self.max_dimension,
-                    )
-                    dimension = summary.dimension
-            except _DECODE_ERRORS as exc:
-                result.rejected[node] = str(exc)
-                continue
-            summaries[node] = (summary, dimension, upload)
-            self._labels[node] = upload.label if summary is None else summary.client
-        dims = Counter(dimension for _, dimension, _ in summaries.values())
-        m = self.n_features or (max(dims, key=lambda d: (dims[d], -d)) if dims else 0)
-        for node, (summary, dimension, upload) in summaries.items():
-            n_fit = upload.n_fit
-            try:
-                if dimension != m:
-                    raise StatisticsFormatError(f"dimension {dimension}, expected {m}")
-                if n_fit < 1:  # the summary's count is tied to it at intake, as in process
-                    raise StatisticsFormatError(f"fitting part of {n_fit} rows")
-                cap = self.head.protocol.max_upload_bytes(self.head, self.classes.shape[0], m)
-                held = upload.n_validation
-                parts = []
-                for record, n in ((upload.statistics, n_fit), (upload.validation, held)):
-                    if record is None:
-                        parts.append(None)
-                        continue
-                    arrays = messages.record_to_arrays(record, max_bytes=cap)
-                    parts.append(
-                        self.head.decode_statistics(
-                            arrays, classes=self.classes, n_features=m, n_samples=n
-                        )
-                    )
-            except _DECODE_ERRORS as exc:
-                result.rejected[node] = str(exc)
-                continue
-            self._dimension[node] = m
-            result.replies[node] = Upload(
-                summary,
-                n_fit,
-                upload.n_test,
-                *parts,
-                summary_bytes=8 if summary is None else len(upload.summary),  # or its shrinkage
-                class_counts=upload.class_counts,
-                shrinkage=upload.shrinkage,
-                label=upload.label,
-                n_validation=upload.n_validation,
-            )

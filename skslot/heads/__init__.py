@@ -2,6 +2,13 @@
 
 from ..wire import StatisticsFormatError, message_bytes
 from ._base import OneShotHead
+from ._fitting import (
+    candidate_heads,
+    head_without,
+    local_heads,
+    refit_head,
+    statistics_of_parts,
+)
 from ._linear_scores import LinearScores
 from ._mixtures import ClassMixture, ClassMixtures
 from ._registry import HEADS, head_class, make_head
@@ -22,7 +29,12 @@ __all__ = [
     "OneShotFedAvgClassifier",
     "OneShotHead",
     "StatisticsFormatError",
+    "candidate_heads",
     "head_class",
+    "head_without",
+    "local_heads",
     "make_head",
     "message_bytes",
+    "refit_head",
+    "statistics_of_parts",
 ]

@@ -9,6 +9,7 @@ Pipeline execute the same code.
 
 from __future__ import annotations
 
+import warnings
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -20,25 +21,32 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._backend import as_host_rows
 from .._doc_link import DocLinkMixin
+from .._param_validation import ParameterValidationMixin
 from .._validation import (
     check_classification_data,
     check_client_labels,
     check_host_rows,
     spawn_seeds,
 )
-from ..gaussian import GaussianMap
-from ._strategy import HeadProtocol, LocalTrainingProtocol, StatisticsProtocol
-from ._wire import LinearScores, message_bytes
+from ..maps import GaussianMap
+from ..wire import message_bytes
+from ._linear_scores import LinearScores
+from ._strategy import LOCAL_TRAINING, HeadStrategy
 
 __all__ = ["LinearHeadMixin", "OneShotHead"]
 
 
-class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
+class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseEstimator):
     """Base class of the one-shot federated classifiers.
 
     Subclasses implement :meth:`_client_statistics` and
-    :meth:`_fit_from_statistics`; everything else (validation, the global
-    class set, client routing) lives here.
+    :meth:`_fit_from_statistics` and declare their parameters' constraints in
+    ``_parameter_constraints``; everything else (validation, the global class
+    set, client routing) lives here.  The parameters are validated at every
+    entry point (``fit``, :meth:`client_statistics`,
+    :meth:`fit_from_statistics`, :meth:`decode_statistics`) before any work;
+    a registry or a deployment calls ``_validate_params()`` when it builds the
+    head, before contacting any client.
     """
 
     __metadata_request__fit = {"client": True}
@@ -46,22 +54,24 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
     #: The class of what :meth:`client_statistics` returns; it has
     #: ``to_arrays()`` and ``from_arrays(arrays, classes=, n_features=, n_samples=)``.
     statistics_type: ClassVar[type]
-    #: Whether the statistics are moments an affine map acts on exactly, so the
-    #: server can align them itself (``fit_from_statistics(..., maps=...)``).
-    aligns_statistics: ClassVar[bool] = False
+    #: The shape of the one-shot protocol this head needs (:mod:`skslot.heads._strategy`):
+    #: local heads trained on aligned rows, unless the statistics are moments an affine
+    #: map acts on exactly, so the server aligns them itself
+    #: (``fit_from_statistics(..., maps=...)``, a :class:`StatisticsStrategy`).
+    strategy: ClassVar[HeadStrategy] = LOCAL_TRAINING
     #: Parameters used only by the server step: changing one needs no new
     #: client statistics (what a federated search may tune for free).
     server_params: ClassVar[tuple[str, ...]] = ()
 
     @property
-    def protocol(self) -> HeadProtocol:
-        """The shape of the one-shot protocol this head needs (:mod:`skslot.heads._strategy`).
-
-        Statistics uploaded once and aligned by the server when
-        ``aligns_statistics``; otherwise local heads trained on aligned rows.
-        A head with another shape overrides this property.
-        """
-        return _STATISTICS if self.aligns_statistics else _LOCAL_TRAINING
+    def protocol(self) -> HeadStrategy:
+        """Deprecated name of :attr:`strategy`."""
+        warnings.warn(
+            f"{type(self).__name__}.protocol is deprecated; use .strategy",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.strategy
 
     def fit(self, X: Any, y: Any, *, client: Any = None) -> OneShotHead:
         """Fit the head as one federated round over the clients in ``client``.
@@ -69,15 +79,18 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            The rows of every client.
         y : array-like of shape (n_samples,)
+            The class labels.
         client : None, int, str or array-like of shape (n_samples,), default=None
             Client of each row (``None``: one client).
 
         Returns
         -------
         self : object
+            The fitted head.
         """
-        self._check_params()
+        self._validate_params()
         X, y, classes = check_classification_data(self, X, y)
         labels, codes = check_client_labels(client, X.shape[0])
         stats = []
@@ -102,8 +115,19 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
             Position of this client among all clients in sorted label order;
             a randomised head draws this client's seed from ``random_state``
             at that position, exactly as ``fit`` does.
+
+        Returns
+        -------
+        statistics : object
+            This client's statistics, of type :attr:`statistics_type`.
+
+        Raises
+        ------
+        ValueError
+            If a label of ``y`` is not in ``classes`` or ``client_index`` is
+            not a non-negative int.
         """
-        self._check_params()
+        self._validate_params()
         X = np.asarray(check_host_rows(self, X, reset=True))
         classes = np.asarray(classes)
         y = np.asarray(as_host_rows(y))
@@ -134,13 +158,15 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
             One affine map per client, applied by the server to that client's
             statistics (statistics of unaligned rows, pushed exactly through
             the client's ``T_k^tau``).  Only heads with
-            ``aligns_statistics = True`` (FedCGS, FedPFT) accept it.
+            a :class:`~skslot.heads._strategy.StatisticsStrategy` (FedCGS, FedPFT)
+            accept it.
 
         Returns
         -------
         self : object
+            The fitted head.
         """
-        self._check_params()
+        self._validate_params()
         if not statistics:
             raise ValueError("no client statistics received")
         classes = np.asarray(classes)
@@ -148,7 +174,7 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
         if len(dims) != 1:
             raise ValueError(f"client statistics have different dimensions: {sorted(dims)}")
         if maps is not None:
-            if not self.aligns_statistics:
+            if not self.strategy.uploads_statistics:
                 raise TypeError(
                     f"{type(self).__name__} trains on aligned rows: its statistics cannot be "
                     "aligned by the server (send the reference to the clients instead)"
@@ -183,18 +209,26 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
         Parameters
         ----------
         arrays : mapping of str to ndarray
+            The received message.
         classes : array-like
             The global class set the server sent to the clients.
         n_features : int
+            The dimension of the features.
         n_samples : int, optional
             Rows the client announced earlier (in its summary); its
             statistics must account for exactly (at most, for FedPFT) as many.
+
+        Returns
+        -------
+        statistics : object
+            The client's statistics, of type :attr:`statistics_type`.
 
         Raises
         ------
         StatisticsFormatError
             If anything in the message is missing, malformed or inconsistent.
         """
+        self._validate_params()
         return self.statistics_type.from_arrays(
             arrays,
             classes=np.asarray(classes),
@@ -202,13 +236,6 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
             n_samples=n_samples,
             **self._decode_options(),
         )
-
-    def _check_params(self) -> None:
-        """Check the constructor parameters; run at every entry point, before any work.
-
-        Subclasses check each of their parameters here, once (a registry or a
-        deployment calls it when it builds the head, before contacting any client).
-        """
 
     def _decode_options(self) -> dict:
         """Head parameters a decoder needs besides the shapes (none by default)."""
@@ -218,6 +245,11 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
         """The fitted head as linear class scores ``X W^T + b``, ready to send.
 
         ``linear_scores().predict(X)`` equals ``predict(X)``.
+
+        Returns
+        -------
+        scores : LinearScores
+            The classes, ``W`` and ``b``.
 
         Raises
         ------
@@ -250,16 +282,50 @@ class OneShotHead(DocLinkMixin, ClassifierMixin, BaseEstimator):
         """Class scores of shape (n_samples, n_classes), larger is more likely."""
 
     def decision_function(self, X: Any) -> np.ndarray:
-        """Class scores; of shape (n_samples,) for two classes, as in scikit-learn."""
+        """Class scores; of shape (n_samples,) for two classes, as in scikit-learn.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The rows to score.
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
+            Larger is more likely; for two classes, the second class's score
+            minus the first's.
+        """
         scores = self._scores(self._validate_for_predict(X))
         return scores[:, 1] - scores[:, 0] if scores.shape[1] == 2 else scores
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """Class probabilities, columns in the order of ``classes_``."""
+        """Class probabilities, columns in the order of ``classes_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The rows to classify.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            The softmax of the class scores.
+        """
         return softmax(self._scores(self._validate_for_predict(X)), axis=1)
 
     def predict(self, X: Any) -> np.ndarray:
-        """Most likely class of each row."""
+        """Most likely class of each row.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The rows to classify.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+            A label of ``classes_`` per row.
+        """
         scores = self._scores(self._validate_for_predict(X))
         return self.classes_[np.argmax(scores, axis=1)]
 
@@ -280,10 +346,6 @@ class LinearHeadMixin:
 
     def _linear_parts(self) -> tuple[np.ndarray, np.ndarray]:
         return self.coef_, self.intercept_
-
-
-_STATISTICS = StatisticsProtocol()
-_LOCAL_TRAINING = LocalTrainingProtocol()
 
 
 def _client_seeds(head: Any, n_clients: int) -> list[int | None]:

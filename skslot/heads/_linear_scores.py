@@ -44,21 +44,65 @@ class LinearScores:
     intercept: np.ndarray
 
     def decision_scores(self, X: np.ndarray) -> np.ndarray:
-        """Class scores of shape (n_samples, C)."""
+        """Class scores ``X W^T + b``.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, m)
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples, C)
+        """
         return X @ self.coef.T.astype(X.dtype, copy=False) + self.intercept
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """Class of the largest score of each row."""
+        """Class of the largest score of each row.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, m)
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,)
+        """
         return self.classes[np.argmax(self.decision_scores(X), axis=1)]
 
     def to_arrays(self) -> ArrayMessage:
+        """The head as a message of arrays (the class set is agreed and not sent).
+
+        Returns
+        -------
+        arrays : dict of str to ndarray
+            ``"coef"`` and ``"intercept"``.
+        """
         return {"coef": self.coef, "intercept": self.intercept}
 
     @classmethod
     def from_arrays(
         cls, arrays: Mapping[str, Any], *, classes: np.ndarray, n_features: int
     ) -> LinearScores:
-        """Decode and check a received head against the agreed class set and dimension."""
+        """Decode and check a received head against the agreed class set and dimension.
+
+        Parameters
+        ----------
+        arrays : mapping of str to ndarray
+            The received message (:meth:`to_arrays`).
+        classes : ndarray of shape (C,)
+            The run's class set.
+        n_features : int
+            The run's dimension ``m``.
+
+        Returns
+        -------
+        LinearScores
+
+        Raises
+        ------
+        StatisticsFormatError
+            If an array is missing, of another shape or not finite.
+        """
         C = len(classes)
         coef = read_array(arrays, "coef", (C, n_features))
         # a class no client had scores very low but finite, as in the heads

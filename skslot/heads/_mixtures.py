@@ -48,6 +48,20 @@ class ClassMixture:
     (``"spherical"``, ``(1,)``), or for ``"lowrank"`` a factor and a diagonal
     side by side, ``[W | d]`` of shape ``(m, r + 1)``, for the covariance
     ``W W^T + diag(d)``.
+
+    Parameters
+    ----------
+    label : object
+        The class.
+    n : int
+        Rows of the class the mixture describes.
+    weights : ndarray of shape (k,)
+        Component weights, summing to 1.
+    means : ndarray of shape (k, m)
+    covariances : ndarray
+        Of shape ``(k, m, m)``, ``(k, m)``, ``(k, 1)`` or ``(k, m, r + 1)``,
+        by ``covariance_type``.
+    covariance_type : {"full", "diag", "spherical", "lowrank"}
     """
 
     label: Any
@@ -73,7 +87,17 @@ class ClassMixture:
         return np.sqrt(np.maximum(self.covariances, 0.0))  # diag: (k, m); spherical: (k, 1)
 
     def merge(self, other: ClassMixture) -> ClassMixture:
-        """This class's mixture over the rows of both (see :meth:`ClassMixtures.merge`)."""
+        """This class's mixture over the rows of both (see :meth:`ClassMixtures.merge`).
+
+        Parameters
+        ----------
+        other : ClassMixture
+            The same class's mixture over other rows, of the same covariance type.
+
+        Returns
+        -------
+        ClassMixture
+        """
         n = self.n + other.n
         a, b = self.n / n, other.n / n
         if self.weights.shape[0] == other.weights.shape[0] == 1:
@@ -98,13 +122,23 @@ class ClassMixture:
         )
 
     def as_full(self) -> ClassMixture:
-        """The same mixture with full covariance matrices."""
+        """The same mixture with full covariance matrices.
+
+        Returns
+        -------
+        ClassMixture
+        """
         return ClassMixture(
             self.label, self.n, self.weights, self.means, self.full_covariances(), "full"
         )
 
     def full_covariances(self) -> np.ndarray:
-        """The component covariances as full matrices, of shape (k, m, m)."""
+        """The component covariances as full matrices.
+
+        Returns
+        -------
+        covariances : ndarray of shape (k, m, m)
+        """
         if self.covariance_type == "full":
             return self.covariances
         if self.covariance_type == "lowrank":
@@ -117,7 +151,12 @@ class ClassMixture:
         return variances[:, :, None] * np.eye(m)
 
     def traces(self) -> np.ndarray:
-        """Each component covariance's trace, of shape (k,), without building it in full."""
+        """Each component covariance's trace, without building it in full.
+
+        Returns
+        -------
+        traces : ndarray of shape (k,)
+        """
         cov = self.covariances
         if self.covariance_type == "full":
             return np.trace(cov, axis1=1, axis2=2)
@@ -126,28 +165,50 @@ class ClassMixture:
         m = self.means.shape[1]
         return np.broadcast_to(cov, (cov.shape[0], m)).sum(axis=1)  # diag, or m * spherical
 
-    def aligned(self, transport: GaussianMap) -> ClassMixture:
+    def aligned(self, ot_map: GaussianMap) -> ClassMixture:
         """The exact pushforward through ``T``: each ``N(mu, S)`` becomes ``N(A mu + b, A S A^T)``.
 
         A diagonal or spherical covariance is no longer one after a general
         affine map, so the result is a full-covariance mixture in float64.
+
+        Parameters
+        ----------
+        ot_map : GaussianMap
+            The client's map ``T(x) = A x + b``.
+
+        Returns
+        -------
+        ClassMixture
         """
-        means, covariances = transport.push_gaussians(self.means, self.full_covariances())
+        means, covariances = ot_map.push_gaussians(self.means, self.full_covariances())
         return ClassMixture(self.label, self.n, self.weights, means, covariances, "full")
 
     def sample(
         self,
         n: int,
         rng: np.random.RandomState,
-        transport: GaussianMap | None = None,
+        ot_map: GaussianMap | None = None,
     ) -> np.ndarray:
-        """Draw ``n`` rows from the mixture, or from its pushforward through ``transport``.
+        """Draw ``n`` rows from the mixture, or from its pushforward through ``ot_map``.
 
         A draw ``x = mu + L z`` mapped by ``T`` is ``(A mu + b) + (A L) z``, a
         draw from ``N(A mu + b, A S A^T)`` (``A L`` is a factor of ``A S A^T``):
         sampling the pushforward costs one product with ``A`` on the drawn rows
         instead of a new factorisation per map.  With the same ``rng`` state the
         draws for two maps share their ``z`` (common random numbers).
+
+        Parameters
+        ----------
+        n : int
+            Number of rows to draw.
+        rng : numpy.random.RandomState
+            Source of the draws.
+        ot_map : GaussianMap, optional
+            A map applied to the draws.
+
+        Returns
+        -------
+        X : ndarray of shape (n, m)
         """
         m = self.means.shape[1]
         counts = rng.multinomial(n, self.weights / self.weights.sum())
@@ -166,7 +227,7 @@ class ClassMixture:
                 z = z * self.scales[j]
             rows.append(self.means[j] + z)
         X = np.vstack(rows)
-        return X if transport is None else transport.apply(X)
+        return X if ot_map is None else ot_map.apply(X)
 
 
 @dataclass(frozen=True, eq=False)
@@ -180,6 +241,26 @@ class ClassMixtures:
     the parameters were transmitted in (set by the client that rounds them
     and by the decoder alike; they bound what :meth:`implied_moments` can
     say).
+
+    Parameters
+    ----------
+    classes : ndarray of shape (C,)
+        The global class set.
+    mixtures : list of ClassMixture
+        The sent classes' mixtures, in the order of ``classes``.
+    skipped : list of (class, int)
+        The classes not sent, and their row counts.
+    n_features : int
+        The dimension ``m``.
+    covariance_type : {"full", "diag", "spherical", "lowrank"}, default="full"
+    dtype : str, default="float64"
+        The dtype the parameters travel in.
+    rank : int, default=0
+        The factor's rank of a ``"lowrank"`` covariance.
+    reg_covar : float, default=0.0
+        The variance added to every covariance's diagonal.
+    rounding : float, default=0.0
+        The relative precision of the transmitted parameters.
     """
 
     classes: np.ndarray
@@ -198,7 +279,12 @@ class ClassMixtures:
         return int(sum(mx.n for mx in self.mixtures) + sum(k for _, k in self.skipped))
 
     def class_counts(self) -> np.ndarray:
-        """Rows of each class (int64, skipped classes included), in the order of ``classes``."""
+        """Rows of each class (int64, skipped classes included), in the order of ``classes``.
+
+        Returns
+        -------
+        counts : ndarray of shape (C,)
+        """
         counts = dict(self.skipped)
         counts.update((mx.label, mx.n) for mx in self.mixtures)
         return np.array([counts.get(c, 0) for c in self.classes.tolist()], dtype=np.int64)
@@ -215,6 +301,16 @@ class ClassMixtures:
         Skipped classes are not described: the count says how many rows are,
         and the server compares with the client's summary accordingly
         (:func:`skslot.defence.inconsistent_statistics`).
+
+        Parameters
+        ----------
+        covariance : {"total", "within"}, default="total"
+            The covariance whose trace is returned.
+
+        Returns
+        -------
+        ImpliedMoments
+            The mean, ``tr(S)``, the rows described and the trace's error bound.
         """
         m = self.n_features
         counts, means, second, spread = [], [], [], []
@@ -242,7 +338,17 @@ class ClassMixtures:
         return ImpliedMoments(mean, trace, int(n.sum()), error)
 
     def scaled(self, factor: float) -> ClassMixtures:
-        """The message weighted by ``factor``: the server draws that share of its rows."""
+        """The message weighted by ``factor``: the server draws that share of its rows.
+
+        Parameters
+        ----------
+        factor : float
+            Multiplies each class's count (rounded, at least 1).
+
+        Returns
+        -------
+        ClassMixtures
+        """
         mixtures = [
             ClassMixture(
                 mx.label,
@@ -264,6 +370,16 @@ class ClassMixtures:
         within-part covariances plus the between-part term); mixtures of
         several components are concatenated, with weights scaled by each
         part's share of the rows.  Merged parameters are float64.
+
+        Parameters
+        ----------
+        other : ClassMixtures
+            A message over the same classes, of the same covariance type
+            (``ValueError`` otherwise).
+
+        Returns
+        -------
+        ClassMixtures
         """
         if other.covariance_type != self.covariance_type:
             raise ValueError("cannot merge mixtures of different covariance types")
@@ -299,11 +415,22 @@ class ClassMixtures:
         mixtures = [mx.as_full() for mx in self.mixtures]
         return replace(self, mixtures=mixtures, covariance_type="full", rank=0)
 
-    def aligned(self, transport: GaussianMap) -> ClassMixtures:
-        """Every mixture pushed through ``transport`` (:meth:`ClassMixture.aligned`)."""
+    def aligned(self, ot_map: GaussianMap) -> ClassMixtures:
+        """Every mixture pushed through ``ot_map`` (:meth:`ClassMixture.aligned`).
+
+        Parameters
+        ----------
+        ot_map : GaussianMap
+            The client's map.
+
+        Returns
+        -------
+        ClassMixtures
+            Full covariances, in float64.
+        """
         return ClassMixtures(
             self.classes,
-            [mx.aligned(transport) for mx in self.mixtures],
+            [mx.aligned(ot_map) for mx in self.mixtures],
             self.skipped,
             self.n_features,
             "full",
@@ -315,6 +442,12 @@ class ClassMixtures:
 
         Weights, means and covariances travel in ``dtype`` (the head's
         ``transmit_dtype``, which already rounded them, so the cast is exact).
+
+        Returns
+        -------
+        arrays : dict of str to ndarray
+            ``"index"``, ``"n"``, ``"n_components"``, ``"weights"``, ``"means"``,
+            ``"covariances"``, ``"skipped_index"`` and ``"skipped_count"``.
         """
         m = self.n_features
         mixtures = self.mixtures
@@ -366,6 +499,38 @@ class ClassMixtures:
         With ``min_samples_per_class``, a skipped class has fewer rows than
         that and a sent one at least that many (at least 2 either way), and
         the counts add up to exactly ``n_samples``.
+
+        Parameters
+        ----------
+        arrays : mapping of str to ndarray
+            The received message (:meth:`to_arrays`).
+        classes : ndarray of shape (C,)
+            The run's class set.
+        n_features : int
+            The run's dimension ``m``.
+        n_samples : int, optional
+            The row count the client announced.
+        covariance_type : {"full", "diag", "spherical", "lowrank"}, default="full"
+            The head's covariance type.
+        rank : int, default=0
+            The head's rank of a ``"lowrank"`` covariance (at most ``m``).
+        n_components : int, optional
+            The head's components per class.
+        min_samples_per_class : int, optional
+            The head's fewest rows of a sent class.
+        reg_covar : float, default=0.0
+            The head's variance on every covariance's diagonal.
+        eps : float, default=float64 eps
+            The relative rounding of the transmitted dtype.
+
+        Returns
+        -------
+        ClassMixtures
+
+        Raises
+        ------
+        StatisticsFormatError
+            If an array is malformed or a mixture breaks one of these checks.
         """
         classes = np.asarray(classes)
         C, m = len(classes), n_features

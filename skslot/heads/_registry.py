@@ -33,6 +33,16 @@ def head_class(name: str) -> type[OneShotHead]:
     A dotted ``"package.module.Class"`` works too.  The class must derive from
     :class:`~skslot.heads.OneShotHead`.
 
+    Parameters
+    ----------
+    name : str
+        ``"O-FedAvg"``, ``"FedCGS"``, ``"FedPFT"``, or a head class by import path.
+
+    Returns
+    -------
+    type
+        The :class:`~skslot.heads.OneShotHead` subclass.
+
     Raises
     ------
     ValueError
@@ -108,5 +118,5 @@ def make_head(
     if seed is not None and "random_state" in allowed and "random_state" not in params:
         params["random_state"] = seed
     head = cls(**params)
-    head._check_params()
+    head._validate_params()
     return head

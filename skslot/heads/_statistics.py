@@ -50,14 +50,34 @@ class ClassStatistics:
 
     @property
     def n_features(self) -> int:
+        """The dimension ``m`` of the rows."""
         return self.sums.shape[1]
 
     def class_counts(self) -> np.ndarray:
-        """Rows of each class (int64), in the order of ``classes``."""
+        """Rows of each class (int64), in the order of ``classes``.
+
+        Returns
+        -------
+        counts : ndarray of shape (C,)
+        """
         return np.rint(self.counts).astype(np.int64)
 
     @classmethod
     def from_rows(cls, X: np.ndarray, y: np.ndarray, classes: np.ndarray) -> ClassStatistics:
+        """The statistics of a client's rows.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, m)
+        y : ndarray of shape (n_samples,)
+            Labels, each one of ``classes``.
+        classes : ndarray of shape (C,)
+            The global class set, sorted.
+
+        Returns
+        -------
+        ClassStatistics
+        """
         onehot = (np.searchsorted(classes, y)[:, None] == np.arange(classes.shape[0])).astype(
             np.float64
         )
@@ -71,7 +91,17 @@ class ClassStatistics:
 
     @classmethod
     def combine(cls, parts: Sequence[ClassStatistics]) -> ClassStatistics:
-        """Statistics of the union of the clients' rows."""
+        """Statistics of the union of the clients' rows.
+
+        Parameters
+        ----------
+        parts : sequence of ClassStatistics
+            At least one, all over the same class set (``ValueError`` otherwise).
+
+        Returns
+        -------
+        ClassStatistics
+        """
         first = parts[0]
         for p in parts[1:]:
             if not np.array_equal(p.classes, first.classes):
@@ -87,37 +117,72 @@ class ClassStatistics:
         )
 
     def scaled(self, factor: float) -> ClassStatistics:
-        """The statistics weighted by ``factor`` (a server capping a client's weight)."""
+        """The statistics weighted by ``factor`` (a server capping a client's weight).
+
+        Parameters
+        ----------
+        factor : float
+            Multiplies the counts, the class sums and the moments.
+
+        Returns
+        -------
+        ClassStatistics
+        """
         m = self.moments
         moments = ShiftedMoments(m.n * factor, m.shift, factor * m.s1, factor * m.gram)
         return ClassStatistics(self.classes, factor * self.counts, factor * self.sums, moments)
 
     def merge(self, other: ClassStatistics) -> ClassStatistics:
-        """The statistics of the union of the two messages' rows (exact)."""
+        """The statistics of the union of the two messages' rows (exact).
+
+        Parameters
+        ----------
+        other : ClassStatistics
+            Statistics over the same class set.
+
+        Returns
+        -------
+        ClassStatistics
+        """
         return ClassStatistics.combine([self, other])
 
-    def aligned(self, transport: GaussianMap) -> ClassStatistics:
+    def aligned(self, ot_map: GaussianMap) -> ClassStatistics:
         """The statistics of the rows ``T(x)``, computed from these alone (exact).
 
         What a server holding a client's map ``T`` computes instead of asking
         the client to align its rows first (:meth:`GaussianMap.push_sums`,
         :meth:`GaussianMap.push_moments`).
+
+        Parameters
+        ----------
+        ot_map : GaussianMap
+            The client's map ``T``.
+
+        Returns
+        -------
+        ClassStatistics
         """
         return ClassStatistics(
             self.classes,
             self.counts,
-            transport.push_sums(self.sums, self.counts),
-            transport.push_moments(self.moments),
+            ot_map.push_sums(self.sums, self.counts),
+            ot_map.push_moments(self.moments),
         )
 
     @property
     def n_samples(self) -> int:
+        """The number of rows the statistics describe."""
         return int(self.moments.n)
 
     def to_arrays(self) -> ArrayMessage:
         """The message a client sends (see :mod:`skslot.wire.arrays`).
 
         The Gram matrix travels as its upper triangle, ``m (m + 1) / 2`` values.
+
+        Returns
+        -------
+        arrays : dict of str to ndarray
+            ``"n"``, ``"counts"``, ``"sums"``, ``"shift"``, ``"s1"`` and ``"gram_upper"``.
         """
         moments = self.moments
         return {
@@ -142,6 +207,26 @@ class ClassStatistics:
 
         ``n_samples``, when given, is the count the same client announced in
         its summary; the class counts must add up to it.
+
+        Parameters
+        ----------
+        arrays : mapping of str to ndarray
+            The received message (:meth:`to_arrays`).
+        classes : ndarray of shape (C,)
+            The run's class set.
+        n_features : int
+            The run's dimension ``m``.
+        n_samples : int, optional
+            The row count the client announced.
+
+        Returns
+        -------
+        ClassStatistics
+
+        Raises
+        ------
+        StatisticsFormatError
+            If an array is malformed, or the counts, sums and Gram matrix disagree.
         """
         C, m = len(classes), n_features
         n = read_sample_count(arrays, n_samples, "statistics count")
@@ -185,6 +270,16 @@ class ClassStatistics:
         class-centred rows (``"within"``): what the server compares with the
         same client's summary of that kind
         (:func:`skslot.defence.inconsistent_statistics`).
+
+        Parameters
+        ----------
+        covariance : {"total", "within"}, default="total"
+            The covariance whose trace is returned.
+
+        Returns
+        -------
+        ImpliedMoments
+            The mean, ``tr(S)`` and the row count (``error`` zero: the sums are exact).
         """
         total, within = pooled_covariances(self)
         S = total if covariance == "total" else within
@@ -203,6 +298,22 @@ class ClassStatistics:
         pass of ``O(n m)`` over the rows instead of a second Gram matrix
         (:func:`skslot.summary.ledoit_wolf_shrinkage`, exactly scikit-learn's
         on the centred rows).
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, m)
+            The rows these statistics were computed from.
+        y : ndarray of shape (n_samples,)
+            Their labels.
+        covariance : {"total", "within"}, default="total"
+            The covariance to shrink: of all rows, or of the class-centred rows.
+        chunk_size : int, default=4096
+            Rows per pass of the fourth-order sum (bounds the memory).
+
+        Returns
+        -------
+        shrinkage : float
+            In ``[0, 1]``.
 
         Raises
         ------
@@ -251,6 +362,27 @@ class ClassStatistics:
         statistics do not hold).  A head whose statistics determine the summary
         this way (FedCGS) sends the shrinkage alone: the server derives the
         summary, so the summary and the statistics cannot disagree.
+
+        Parameters
+        ----------
+        shrinkage : float
+            The client's Ledoit-Wolf shrinkage, in ``[0, 1]``.
+        covariance : {"total", "within"}, default="total"
+            The covariance of the summary.
+        covariance_floor : float, default=1e-8
+            Relative floor of the shrunk covariance's eigenvalues
+            (:func:`skslot.summary.shrunk_summary`).
+        client : int or str, optional
+            The summary's client label.
+
+        Returns
+        -------
+        GaussianSummary
+
+        Raises
+        ------
+        StatisticsFormatError
+            If the shrinkage is not in ``[0, 1]`` or the statistics hold fewer than 2 rows.
         """
         from ..summary import COVARIANCES, shrunk_summary
 

@@ -1,31 +1,23 @@
 """What shape of one-shot protocol a head needs: the head decides, the driver asks.
 
-The protocol driver (:mod:`skslot.protocol.driver`) holds the order of the
-stages and never asks what kind of head it drives; it asks the head's
-:class:`HeadProtocol` for what the clients upload with their summary and how
-to fit the candidate and the final heads.  Two shapes exist:
-
-* :class:`StatisticsProtocol` (FedCGS, FedPFT): the statistics are moments an
-  affine map acts on exactly, so each client uploads the statistics of its
-  *unaligned* rows once, with its summary, and the server aligns them itself
-  for every candidate ``tau``.  Where the statistics determine the summary
-  (:class:`GramProtocol`, FedCGS: class sums and the Gram matrix), the client
-  sends its Ledoit-Wolf shrinkage instead of a summary and the server derives
-  the summary from the statistics;
-* :class:`LocalTrainingProtocol` (O-FedAvg): a client trains on aligned rows,
-  so the server sends the reference and asks for one local head per ``tau``
-  (one more ``updates`` stage, and a ``refit`` stage after a choice).
-
-A new head picks one of these (or implements its own :class:`HeadProtocol`)
-as its ``protocol`` class attribute: nothing outside this package changes.
+The protocol's driver never asks what kind of head it drives; it asks the
+head's :class:`HeadStrategy` what the clients upload with their summary and
+how to fit the candidate and the final heads.  Two shapes exist:
+:class:`StatisticsStrategy` (FedCGS, FedPFT: statistics of unaligned rows,
+aligned by the server; :class:`GramStrategy` where they determine the
+summary) and :class:`LocalTrainingStrategy` (O-FedAvg: local heads trained on
+aligned rows, received by the ``updates`` and ``refit`` stages).  A new head
+picks one (or implements its own) as its ``strategy``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+from ._fitting import candidate_heads, head_without, refit_head, statistics_of_parts
 
 if TYPE_CHECKING:
     from ..gaussian import GaussianSummary
@@ -34,11 +26,11 @@ if TYPE_CHECKING:
     from ._base import OneShotHead
 
 __all__ = [
-    "GramProtocol",
-    "HeadProtocol",
-    "LocalTrainingProtocol",
+    "GramStrategy",
+    "HeadStrategy",
+    "LocalTrainingStrategy",
     "ServerSide",
-    "StatisticsProtocol",
+    "StatisticsStrategy",
 ]
 
 
@@ -56,18 +48,20 @@ class ServerSide(Protocol):
     def maps(self) -> list[GaussianMap] | None:
         """Each accepted client's full map onto the reference (``None`` without SLOT)."""
 
-    def local_updates(self, stage: str, taus: Sequence[float], part: str) -> dict[float, list]:
-        """Ask every client for a local head per ``tau`` on its ``part`` ("fit" or "all")."""
+    def local_heads(self, part: str, tau: float) -> list:
+        """Each accepted client's local head at ``tau`` on its ``part`` ("fit" or "all")."""
 
     def server_step(self, what: str, step: Callable[[], Any]) -> Any:
         """Run a server step on client values; a failure fails the run with a report."""
 
 
-class HeadProtocol:
+class HeadStrategy:
     """The head-specific part of the one-shot protocol (see the module docstring)."""
 
     #: Whether a client's upload carries the head's statistics.
     uploads_statistics: bool = False
+    #: Whether the clients train local heads on aligned rows (the ``updates`` stages).
+    trains_locally: bool = False
     #: Whether the statistics determine the client's summary: the client then sends its
     #: shrinkage instead of a summary, and both sides derive it (:meth:`derived_summary`).
     derives_summary: bool = False
@@ -116,13 +110,9 @@ class HeadProtocol:
         raise NotImplementedError
 
     def fit_final(
-        self, head: OneShotHead, candidate: Candidate, server: ServerSide, *, stage: str
+        self, head: OneShotHead, candidate: Candidate, server: ServerSide
     ) -> OneShotHead:
-        """Server: the head at ``candidate`` on all the clients' rows.
-
-        ``stage`` names the exchange this may need: ``"updates"`` at a fixed
-        ``tau`` (the run's only training round), ``"refit"`` after a choice.
-        """
+        """Server: the head at ``candidate`` on all the clients' rows."""
         raise NotImplementedError
 
     def max_upload_bytes(self, head: OneShotHead, n_classes: int, n_features: int) -> int:
@@ -134,19 +124,15 @@ class HeadProtocol:
         return 0
 
 
-class StatisticsProtocol(HeadProtocol):
+class StatisticsStrategy(HeadStrategy):
     """Statistics of unaligned rows uploaded once; the server aligns them (FedCGS, FedPFT)."""
 
     uploads_statistics = True
 
     def client_upload(self, head, X, y, classes, split, *, client_index):
-        from ..selection import client_statistics
-
-        return client_statistics(head, X, y, classes, split, client_index=client_index)
+        return statistics_of_parts(head, X, y, classes, split, client_index=client_index)
 
     def fit_candidates(self, head, candidates, server):
-        from ..selection import candidate_heads
-
         return server.server_step(
             "the candidate heads",
             lambda: candidate_heads(
@@ -155,13 +141,9 @@ class StatisticsProtocol(HeadProtocol):
         )
 
     def leave_one_out(self, head, candidate, server, k):
-        from ..selection import head_without
-
         return head_without(head, candidate, server.statistics(), server.classes, k, server.maps())
 
-    def fit_final(self, head, candidate, server, *, stage):
-        from ..selection import refit_head
-
+    def fit_final(self, head, candidate, server):
         return server.server_step(
             "the final head",
             lambda: refit_head(
@@ -179,7 +161,7 @@ class StatisticsProtocol(HeadProtocol):
         return 8 * (n_classes * components + 2) * (n_features + 2) ** 2 + (1 << 20)
 
 
-class GramProtocol(StatisticsProtocol):
+class GramStrategy(StatisticsStrategy):
     """Class sums and a Gram matrix (FedCGS): they determine the summary, so it is derived."""
 
     derives_summary = True
@@ -193,33 +175,33 @@ class GramProtocol(StatisticsProtocol):
         return fitting.ledoit_wolf_shrinkage(X, y, covariance=covariance)
 
 
-class LocalTrainingProtocol(HeadProtocol):
+class LocalTrainingStrategy(HeadStrategy):
     """Local heads trained on aligned rows, one per ``tau`` (O-FedAvg)."""
+
+    trains_locally = True
 
     def max_update_bytes(self, head, n_classes, n_features):
         return 8 * (n_classes + 1) * (n_features + 2) + 4096
 
     def fit_candidates(self, head, candidates, server):
-        from ..selection import candidate_heads
-
-        taus = sorted({c.tau for c in candidates})
-        updates = server.local_updates("updates", taus, "fit")
+        updates = {tau: server.local_heads("fit", tau) for tau in {c.tau for c in candidates}}
         return server.server_step(
             "the candidate heads",
             lambda: candidate_heads(head, candidates, updates, server.classes),
         )
 
     def leave_one_out(self, head, candidate, server, k):
-        from ..selection import head_without
-
-        updates = server.local_updates("updates", [candidate.tau], "fit")  # already received
+        updates = {candidate.tau: server.local_heads("fit", candidate.tau)}
         return head_without(head, candidate, updates, server.classes, k)
 
-    def fit_final(self, head, candidate, server, *, stage):
-        from ..selection import refit_head
-
-        updates: Mapping[float, list] = server.local_updates(stage, [candidate.tau], "all")
+    def fit_final(self, head, candidate, server):
+        updates = server.local_heads("all", candidate.tau)
         return server.server_step(
-            "the final head",
-            lambda: refit_head(head, candidate, server.classes, updates[candidate.tau]),
+            "the final head", lambda: refit_head(head, candidate, server.classes, updates)
         )
+
+
+#: The strategies of the library's heads (stateless: one instance each).
+STATISTICS = StatisticsStrategy()
+GRAM = GramStrategy()
+LOCAL_TRAINING = LocalTrainingStrategy()

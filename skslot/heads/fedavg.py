@@ -5,14 +5,16 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.optimize
 from scipy.special import log_softmax
 from sklearn.exceptions import ConvergenceWarning
 
-from .._validation import check_in_range, check_option, check_positive_int, client_weights
+from .._param_validation import Interval, Options
+from .._validation import client_weights
 from ..wire.arrays import ArrayMessage, read_array, read_count, read_sample_count
 from ._base import LinearHeadMixin, OneShotHead
 
@@ -21,7 +23,19 @@ __all__ = ["LinearHeadUpdate", "OneShotFedAvgClassifier", "fit_softmax_regressio
 
 @dataclass(frozen=True, eq=False)
 class LinearHeadUpdate:
-    """A client's locally trained head: ``coef`` (C, m), ``intercept`` (C,), count ``n``."""
+    """A client's locally trained head: ``coef`` (C, m), ``intercept`` (C,), count ``n``.
+
+    Parameters
+    ----------
+    classes : ndarray of shape (C,)
+        The global class set.
+    coef : ndarray of shape (C, m)
+    intercept : ndarray of shape (C,)
+    n : int
+        Rows the head was trained on: its weight in the server's average.
+    n_iter : int, default=0
+        Iterations of the client's solver.
+    """
 
     classes: np.ndarray
     coef: np.ndarray
@@ -31,24 +45,49 @@ class LinearHeadUpdate:
 
     @property
     def n_features(self) -> int:
+        """The dimension ``m`` of the rows."""
         return self.coef.shape[1]
 
     @property
     def n_samples(self) -> int:
+        """The averaging weight ``n``, as an int."""
         return int(self.n)
 
     def norm(self) -> float:
-        """Frobenius norm of ``[W, b]`` (what the defence compares across clients)."""
+        """Frobenius norm of ``[W, b]`` (what the defence compares across clients).
+
+        Returns
+        -------
+        norm : float
+            ``||[W, b]||_F``.
+        """
         return float(np.linalg.norm(np.column_stack([self.coef, self.intercept])))
 
     def scaled(self, factor: float) -> LinearHeadUpdate:
-        """The update with its averaging weight ``n`` multiplied by ``factor``."""
+        """The update with its averaging weight ``n`` multiplied by ``factor``.
+
+        Parameters
+        ----------
+        factor : float
+            The multiplier of ``n``.
+
+        Returns
+        -------
+        update : LinearHeadUpdate
+            A new update with the same head.
+        """
         return LinearHeadUpdate(
             self.classes, self.coef, self.intercept, self.n * factor, self.n_iter
         )
 
     def to_arrays(self) -> ArrayMessage:
-        """The message a client sends (see :mod:`skslot.wire.arrays`)."""
+        """The message a client sends (see :mod:`skslot.wire.arrays`).
+
+        Returns
+        -------
+        arrays : dict of str to ndarray
+            ``coef``, ``intercept``, ``n`` and ``n_iter``.
+        """
         return {
             "coef": self.coef,
             "intercept": self.intercept,
@@ -65,7 +104,29 @@ class LinearHeadUpdate:
         n_features: int,
         n_samples: int | None = None,
     ) -> LinearHeadUpdate:
-        """Decode a received local head; ``n`` must match the client's summary."""
+        """Decode a received local head; ``n`` must match the client's summary.
+
+        Parameters
+        ----------
+        arrays : mapping of str to ndarray
+            The received message (:meth:`to_arrays`).
+        classes : ndarray of shape (C,)
+            The global class set.
+        n_features : int
+            The dimension of the features.
+        n_samples : int, optional
+            The rows the client announced; ``n`` must equal it.
+
+        Returns
+        -------
+        update : LinearHeadUpdate
+            The decoded update.
+
+        Raises
+        ------
+        StatisticsFormatError
+            If an array is missing or malformed, or ``n`` disagrees with ``n_samples``.
+        """
         n = read_sample_count(arrays, n_samples, "local head trained on")
         return cls(
             np.asarray(classes),
@@ -105,6 +166,30 @@ def fit_softmax_regression(
     :data:`RESCALE_ABOVE`) are solved in rescaled coordinates ``x / s``,
     ``W s``, with ``C s^2``: the same objective and optimum, but a first
     step L-BFGS can take (at ``1e20`` it would otherwise stop at once).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, m)
+        The rows.
+    codes : ndarray of shape (n,)
+        Each row's class, as an index into the class set.
+    n_classes : int
+        The size of the class set.
+    C : float
+        Inverse L2 regularisation strength, ``> 0``.
+    max_iter : int
+        Most L-BFGS iterations.
+    tol : float, default=1e-4
+        Tolerance on the largest gradient entry.
+    init : ndarray of shape (n_classes, m + 1)
+        The packed starting point ``[W, b]``.
+
+    Returns
+    -------
+    solution : ndarray of shape (n_classes, m + 1)
+        The packed ``[W, b]``.
+    n_iter : int
+        The L-BFGS iterations run.
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     n, m = X.shape
@@ -206,6 +291,14 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
 
     statistics_type = LinearHeadUpdate
     server_params = ("weighting",)
+    _parameter_constraints: ClassVar[dict] = {
+        "C": [Interval(Real, 0.0, None, closed="neither")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0.0, None, closed="left")],
+        "weighting": [Options(("samples", "uniform"))],
+        "init_scale": [Interval(Real, 0.0, None, closed="left")],
+        "random_state": ["random_state"],
+    }
 
     def __init__(
         self,
@@ -224,16 +317,22 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         self.init_scale = init_scale
         self.random_state = random_state
 
-    def _check_params(self) -> None:
-        check_in_range("C", self.C, np.finfo(float).tiny, None)
-        check_positive_int("max_iter", self.max_iter)
-        check_in_range("tol", self.tol, 0.0, None)
-        check_option("weighting", self.weighting, ("samples", "uniform"))
-        check_in_range("init_scale", self.init_scale, 0.0, None)
-
     def shared_initialisation(self, n_classes: int, n_features: int) -> np.ndarray:
-        """The initial ``[W, b]`` every client starts from (same seed, same values)."""
-        check_in_range("init_scale", self.init_scale, 0.0, None)
+        """The initial ``[W, b]`` every client starts from (same seed, same values).
+
+        Parameters
+        ----------
+        n_classes : int
+            The size of the global class set.
+        n_features : int
+            The dimension of the features.
+
+        Returns
+        -------
+        init : ndarray of shape (n_classes, n_features + 1)
+            ``init_scale`` times standard normal draws seeded by
+            ``random_state`` (0 when it is ``None``), the intercepts last.
+        """
         rng = np.random.RandomState(self.random_state if self.random_state is not None else 0)
         return self.init_scale * rng.normal(size=(n_classes, n_features + 1))
 

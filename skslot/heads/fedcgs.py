@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from numbers import Real
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.linalg
 
-from .._validation import check_in_range, check_option
+from .._param_validation import Interval, Options
 from ._base import LinearHeadMixin, OneShotHead
 from ._statistics import ClassStatistics, pooled_covariances
-from ._strategy import GramProtocol, HeadProtocol
+from ._strategy import GRAM
 
 __all__ = ["FedCGSClassifier"]
 
@@ -65,13 +66,13 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
     """
 
     statistics_type = ClassStatistics
-    aligns_statistics = True
+    strategy = GRAM
     server_params = ("covariance", "shrinkage", "priors")
-
-    @property
-    def protocol(self) -> HeadProtocol:
-        """Statistics uploaded once, from which the server derives the client's summary."""
-        return _GRAM
+    _parameter_constraints: ClassVar[dict] = {
+        "covariance": [Options(("total", "within"))],
+        "shrinkage": [Interval(Real, 0.0, None, closed="left")],
+        "priors": [Options(("empirical", "uniform"))],
+    }
 
     def __init__(
         self,
@@ -83,11 +84,6 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         self.covariance = covariance
         self.shrinkage = shrinkage
         self.priors = priors
-
-    def _check_params(self) -> None:
-        check_option("covariance", self.covariance, ("total", "within"))
-        check_option("priors", self.priors, ("empirical", "uniform"))
-        check_in_range("shrinkage", self.shrinkage, 0.0, None)
 
     def _client_statistics(
         self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: Any
@@ -132,4 +128,3 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         self.intercept_ = intercept
 
 
-_GRAM = GramProtocol()

@@ -6,7 +6,8 @@ The mixtures a client sends, and their arrays, are in :mod:`skslot.heads._mixtur
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import clone
@@ -14,7 +15,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.mixture import GaussianMixture
 from sklearn.utils import check_random_state
 
-from .._validation import check_in_range, check_option, check_positive_int
+from .._param_validation import HasMethods, Interval, InvalidParameterError, Options
 from ._base import OneShotHead
 from ._mixtures import (
     ClassMixture,
@@ -24,6 +25,7 @@ from ._mixtures import (
     _low_rank_plus_diagonal,
     covariance_factor,  # noqa: F401 (importable from here, its former module)
 )
+from ._strategy import STATISTICS
 
 __all__ = ["ClassMixture", "ClassMixtures", "FedPFTClassifier"]
 
@@ -107,8 +109,19 @@ class FedPFTClassifier(OneShotHead):
     """
 
     statistics_type = ClassMixtures
-    aligns_statistics = True
+    strategy = STATISTICS
     server_params = ("estimator",)
+    _parameter_constraints: ClassVar[dict] = {
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "covariance_type": [Options(COVARIANCE_TYPES)],
+        "rank": [Interval(Integral, 1, None, closed="left")],
+        "reg_covar": [Interval(Real, 0.0, None, closed="left")],
+        "min_samples_per_class": [Interval(Integral, 1, None, closed="left")],
+        "max_synthetic_per_client": [Interval(Integral, 1, None, closed="left")],
+        "transmit_dtype": [Options(TRANSMIT_DTYPES)],
+        "estimator": [None, HasMethods("fit")],
+        "random_state": ["random_state"],
+    }
 
     def __init__(
         self,
@@ -139,7 +152,17 @@ class FedPFTClassifier(OneShotHead):
 
         ``m + 2`` float16 values per (client, class): 25.9 KB per client at
         m = 1280 with 10 classes, and 7 to 15 points less accurate than the
-        default on digits features (docs/results.md).  ``params`` override.
+        default on digits features (docs/results.md).
+
+        Parameters
+        ----------
+        **params
+            Constructor parameters overriding the baseline's settings.
+
+        Returns
+        -------
+        head : FedPFTClassifier
+            The unfitted head.
 
         Examples
         --------
@@ -151,15 +174,14 @@ class FedPFTClassifier(OneShotHead):
         settings = {"covariance_type": "spherical", "n_components": 1, "transmit_dtype": "float16"}
         return cls(**{**settings, **params})
 
-    def _check_params(self) -> None:
-        n_components = check_positive_int("n_components", self.n_components)
-        check_positive_int("min_samples_per_class", self.min_samples_per_class)
-        check_option("covariance_type", self.covariance_type, COVARIANCE_TYPES)
-        check_in_range("reg_covar", self.reg_covar, 0.0, None)
-        check_option("transmit_dtype", self.transmit_dtype, TRANSMIT_DTYPES)
-        check_positive_int("max_synthetic_per_client", self.max_synthetic_per_client)
-        if self._rank() and n_components > 1:
-            raise ValueError("covariance_type='lowrank' fits one component: set n_components=1")
+    def _validate_params(self) -> None:
+        """The declared constraints, then the one low-rank mixtures add."""
+        super()._validate_params()
+        if self.covariance_type == "lowrank" and self.n_components > 1:
+            raise InvalidParameterError(
+                f"{type(self).__name__}: covariance_type='lowrank' fits one component: "
+                "set n_components=1"
+            )
 
     def _client_statistics(
         self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
@@ -208,8 +230,7 @@ class FedPFTClassifier(OneShotHead):
         """
         if self.covariance_type != "lowrank":
             return 0
-        rank = check_positive_int("rank", self.rank)
-        return rank if n_features is None else min(rank, n_features)
+        return self.rank if n_features is None else min(self.rank, n_features)
 
     def _fit_mixture(
         self, rows: np.ndarray, n_components: int, seed: int | None
@@ -258,13 +279,13 @@ class FedPFTClassifier(OneShotHead):
         drawn = []
         for k, message in enumerate(statistics):
             rng = np.random.RandomState(_message_seed(root, message, classes))
-            transport = None if maps is None else maps[k]
+            ot_map = None if maps is None else maps[k]
             declared = sum(mixture.n for mixture in message.mixtures)
             scale = min(1.0, cap / declared) if declared else 1.0
             X_parts, y_parts = [], []
             for mixture in message.mixtures:
                 n = max(1, int(mixture.n * scale)) if scale < 1.0 else mixture.n
-                X_parts.append(mixture.sample(n, rng, transport))
+                X_parts.append(mixture.sample(n, rng, ot_map))
                 y_parts.append(np.full(n, mixture.label, dtype=classes.dtype))
             if X_parts:
                 drawn.append((np.vstack(X_parts), np.concatenate(y_parts)))
@@ -291,7 +312,6 @@ class FedPFTClassifier(OneShotHead):
         self._columns = np.searchsorted(classes, self.estimator_.classes_)
 
     def _decode_options(self) -> dict:
-        self._check_params()
         return {
             "covariance_type": self.covariance_type,
             "rank": self._rank(),

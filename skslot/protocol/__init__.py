@@ -1,14 +1,4 @@
-"""The one-shot protocol, written once: its driver, its client side and its transports.
-
-* :class:`OneShotProtocol` (:mod:`~skslot.protocol.driver`): the stage order;
-* :class:`ClientParty` (:mod:`~skslot.protocol.client`): what a client runs at
-  each stage, the same objects in process and in the Flower ``ClientApp``;
-* :class:`InProcessTransport`: clients as objects in this process; the Flower
-  transport (:mod:`skslot.flower.transport`) moves the same requests and
-  replies over a Flower ``Grid``;
-* :mod:`~skslot.protocol.intake`: the checks that tie each client's messages
-  together; :mod:`~skslot.protocol.reference`: the server's reference step;
-  :class:`ProtocolReport`: what happened, per client and stage.
+"""The one-shot protocol, written once: its driver, its stages, its clients and transports.
 
 Examples
 --------
@@ -31,42 +21,45 @@ Examples
 """
 
 from .client import ClientParty, ClientState
-from .driver import OneShotProtocol, ProtocolResult, Transport, held_out_rows
-from .exchanges import (
-    STAGES,
-    Evaluation,
-    EvaluationRequest,
-    Exchange,
-    ScreeningRequest,
-    UpdatesRequest,
-    Upload,
-    UploadRequest,
-    ValidationRequest,
-)
+from .driver import OneShotProtocol, ProtocolResult, held_out_rows
 from .in_process import InProcessTransport
-from .reference import FixedReference, Reference, ReferenceStep
 from .report import ProtocolReport, ProtocolRunError
+from .stages import STAGES, ClientWire, ServerWire, Stage
+from .stages.evaluation import Evaluation, EvaluationRequest
+from .stages.reference import FixedReference, Reference, ReferenceStep
+from .stages.screening import PairedCounts, ScreeningRequest
+from .stages.updates import UpdatesRequest
+from .stages.upload import Upload, UploadRequest
+from .stages.validation import ValidationCounts, ValidationRequest
+from .state import RunState
+from .transport import Exchange, Transport
 
 __all__ = [
     "STAGES",
     "ClientParty",
     "ClientState",
+    "ClientWire",
     "Evaluation",
     "EvaluationRequest",
     "Exchange",
     "FixedReference",
     "InProcessTransport",
     "OneShotProtocol",
+    "PairedCounts",
     "ProtocolReport",
     "ProtocolResult",
     "ProtocolRunError",
     "Reference",
     "ReferenceStep",
+    "RunState",
     "ScreeningRequest",
+    "ServerWire",
+    "Stage",
     "Transport",
     "UpdatesRequest",
     "Upload",
     "UploadRequest",
+    "ValidationCounts",
     "ValidationRequest",
     "held_out_rows",
 ]

@@ -1,13 +1,4 @@
-"""The client's side of the one-shot protocol, written once.
-
-A :class:`ClientParty` holds one client's rows and answers each stage with the
-library's own objects: :class:`~skslot.GaussianSummaryEstimator` for the
-summary, :meth:`~skslot.GaussianMap.optimal_transport` for its map, the
-head's protocol for what it uploads, and :mod:`skslot.selection` for local
-heads and validation counts.  The in-process transport calls these methods
-directly; the Flower ``ClientApp`` rebuilds the party from the node's data and
-the run's state and calls the same methods, so both run the same code.
-"""
+"""A client of the protocol: its rows, its settings and what it keeps between stages."""
 
 from __future__ import annotations
 
@@ -16,55 +7,42 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_feature_scale
-from ..gaussian import GaussianMap, GaussianSummary
+from ..gaussian import GaussianSummary
 from ..heads import OneShotHead
-from ..label_shift import class_counts
-from ..screening import PairedCounts, paired_counts
-from ..selection import ValidationCounts, local_updates, score_candidates, validation_split
+from ..maps import GaussianMap
+from ..selection import validation_split
 from ..summary import GaussianSummaryEstimator
-from .exchanges import (
-    Evaluation,
-    EvaluationRequest,
-    ScreeningRequest,
-    UpdatesRequest,
-    Upload,
-    UploadRequest,
-    ValidationRequest,
-)
+from .stages import STAGES
 
-__all__ = ["ClientParty", "ClientState", "private_summary_problem"]
-
-
-def private_summary_problem(head: OneShotHead, epsilon: float | None) -> str | None:
-    """Why a private summary (``epsilon``) is refused with this head, or ``None``.
-
-    A statistics head's messages are exact moments of the client's rows
-    (FedCGS's class sums and Gram matrix determine its mean and covariance,
-    FedPFT's mixtures its class means and covariances), so beside them a
-    private summary would cost accuracy and protect nothing.
-    """
-    if epsilon is None or not head.protocol.uploads_statistics:
-        return None
-    return (
-        f"epsilon is refused with {type(head).__name__}: its statistics are exact moments of "
-        "each client's rows, from which the server reads the mean and covariance a private "
-        "summary is meant to protect (see the privacy guide's 'Where the guarantee stops'); "
-        "use O-FedAvg with epsilon, or no epsilon"
-    )
+__all__ = ["ClientParty", "ClientState"]
 
 
 @dataclass
 class ClientState:
     """What a client keeps between the stages of one run.
 
-    ``summary`` is its summary exactly as the server received it, and
-    ``reference`` the server's reference once received, so every stage uses
-    the same map.  ``fixed_map``, where the run's maps were fitted before it
-    (:class:`~skslot.protocol.reference.FixedReference`), is this client's
-    map among them, used in place of the one its summary would make.
-    ``mean_tau`` is the run's fraction of the mean's transport, received
-    with the upload request.
+    Every stage uses the same summary and reference, so the same map.
+
+    Parameters
+    ----------
+    summary : GaussianSummary or None, default=None
+        The client's summary, exactly as the server received it.
+    reference : GaussianSummary or None, default=None
+        The server's reference, once received.
+    client_index : int or None, default=None
+        The client's position in the run's order, received with the upload
+        request.
+    split_seed : int or None, default=None
+        The seed of its validation split, received with the upload request
+        (``None``: no split).
+    fixed_map : GaussianMap or None, default=None
+        Where the run's maps were fitted before it
+        (:class:`~skslot.protocol.stages.reference.FixedReference`), this
+        client's map among them, used in place of the one its summary would
+        make.  Kept in process only.
+    mean_tau : float or None, default=None
+        The run's fraction of the mean's transport, received with the upload
+        request (``None``: the mean follows ``tau``).
     """
 
     summary: GaussianSummary | None = None
@@ -74,9 +52,60 @@ class ClientState:
     fixed_map: GaussianMap | None = None
     mean_tau: float | None = None
 
+    def to_config(self) -> dict[str, int | float | bytes]:
+        """The state as scalar settings, to keep between a transport's calls.
+
+        Summaries are kept in float64: exactly the values received or derived.
+
+        Returns
+        -------
+        dict of str to int, float or bytes
+            What :meth:`from_config` reads back.
+        """
+        if self.fixed_map is not None:
+            raise ValueError("a state with a fixed map is kept in process only")
+        values: dict[str, int | float | bytes] = {
+            "client-index": -1 if self.client_index is None else self.client_index,
+            "split-seed": -1 if self.split_seed is None else self.split_seed,
+            "mean-tau": -1.0 if self.mean_tau is None else float(self.mean_tau),
+        }
+        for name in ("summary", "reference"):
+            summary = getattr(self, name)
+            if summary is not None:
+                values[name] = summary.to_bytes("float64")
+        return values
+
+    @classmethod
+    def from_config(cls, values: dict[str, Any]) -> ClientState:
+        """The state :meth:`to_config` wrote.
+
+        Parameters
+        ----------
+        values : mapping of str to int, float or bytes
+
+        Returns
+        -------
+        ClientState
+        """
+        summaries = {
+            name: GaussianSummary.from_bytes(values[name]) if name in values else None
+            for name in ("summary", "reference")
+        }
+        index, seed, mean_tau = values["client-index"], values["split-seed"], values["mean-tau"]
+        return cls(
+            **summaries,
+            client_index=None if index < 0 else index,
+            split_seed=None if seed < 0 else seed,
+            mean_tau=None if mean_tau < 0 else mean_tau,
+        )
+
 
 class ClientParty:
     """One client of the protocol: its rows, its head settings and its run state.
+
+    The stages' client steps (``answer`` in each module of
+    :mod:`skslot.protocol.stages`) read and update it; the in-process
+    transport and the Flower ``ClientApp`` call the same steps on it.
 
     Parameters
     ----------
@@ -122,16 +151,33 @@ class ClientParty:
         self.validation_fraction = validation_fraction
         self.state = state if state is not None else ClientState()
 
-    # -- what the stages share ---------------------------------------------------------
+    @property
+    def estimator(self) -> GaussianSummaryEstimator:
+        """The summary's estimator (exact Ledoit-Wolf unless one was given)."""
+        return self.summary_estimator or GaussianSummaryEstimator()
+
+    @property
+    def n_test(self) -> int:
+        """The client's test rows."""
+        return 0 if self.y_test is None else int(self.y_test.shape[0])
 
     def summarise(self) -> GaussianSummary:
-        """The summary of this client's fitting rows (all its training rows without a split)."""
+        """The summary of this client's fitting rows (all its training rows without a split).
+
+        Returns
+        -------
+        GaussianSummary
+        """
         X, y = self.fitting_rows()
-        estimator = self.summary_estimator or GaussianSummaryEstimator()
-        return estimator.fit(X, y, client=self.label).summaries_[self.label]
+        return self.estimator.fit(X, y, client=self.label).summaries_[self.label]
 
     def fitting_rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """The rows and labels the client fits on: those it does not hold out."""
+        """The rows and labels the client fits on: those it does not hold out.
+
+        Returns
+        -------
+        X, y : ndarray
+        """
         split = self.split
         if split is None:
             return self.X, self.y
@@ -144,8 +190,36 @@ class ClientParty:
             return None
         return validation_split(self.y, self.validation_fraction, self.state.split_seed)
 
-    def transport_map(self, reference: GaussianSummary | None = None) -> GaussianMap:
-        """This client's full map onto the reference (stored on first receipt)."""
+    def held_out(self, stage: str) -> tuple[np.ndarray, np.ndarray]:
+        """This client's validation rows and labels, for ``stage``.
+
+        Parameters
+        ----------
+        stage : str
+            The stage that needs them (named in the error without a split).
+
+        Returns
+        -------
+        X, y : ndarray
+        """
+        split = self.split
+        if split is None:
+            raise RuntimeError(f"{stage} was requested, but this run has no validation split")
+        return self.X[split[1]], self.y[split[1]]
+
+    def full_map(self, reference: GaussianSummary | None = None) -> GaussianMap:
+        """This client's full map onto the reference (the reference stored on first receipt).
+
+        Parameters
+        ----------
+        reference : GaussianSummary, optional
+            The reference, where the request carries it.
+
+        Returns
+        -------
+        GaussianMap
+            The map at ``tau = 1``, its mean moved by the run's ``mean_tau``.
+        """
         state = self.state
         if reference is not None:
             state.reference = reference
@@ -159,127 +233,21 @@ class ClientParty:
         full = GaussianMap.optimal_transport(own, state.reference)
         return full.with_mean_fraction(state.mean_tau, own.mean)
 
-    # -- the stages --------------------------------------------------------------------
-
-    def upload(self, request: UploadRequest) -> Upload:
-        """Stage "upload": the summary of its fitting rows and what the head uploads with it.
-
-        With a validation split (``request.split_seed``) the summary, and so
-        the map, leaves the held-out rows out: the validation then scores rows
-        new to the map, as the test does.  The summary is made once per run: a
-        repeated request with the same split gets the same one (for a private
-        summary, no fresh noise to average out; another split summarises
-        other rows, a new release).  Where the head's statistics determine the
-        summary (FedCGS), the client sends its Ledoit-Wolf shrinkage instead
-        and keeps the summary the server derives from the same statistics
-        (:meth:`~skslot.heads.ClassStatistics.summary`), with the run's summary
-        settings (``request``), which must be its own.
-        """
-        state, protocol = self.state, self.head.protocol
-        estimator = self.summary_estimator or GaussianSummaryEstimator()
-        why = private_summary_problem(self.head, estimator.epsilon)
-        if why:
-            raise ValueError(why)
-        if state.summary is not None and state.split_seed != request.split_seed:
-            state.summary = None  # another split: another fitting part to summarise
-        state.client_index, state.split_seed = request.client_index, request.split_seed
-        state.mean_tau = request.mean_tau
-        split = self.split
-        X_fit, y_fit = self.fitting_rows()
-        if protocol.derives_summary:  # its summary's scale check, as the estimator's
-            check_feature_scale(X_fit)
-        fitting, validation = protocol.client_upload(
-            self.head, self.X, self.y, self.classes, split, client_index=request.client_index
-        )
-        derived = protocol.derives_summary
-        if derived:  # exact (never private): derived afresh from this upload's statistics
-            settings = (estimator.covariance, estimator.covariance_floor)
-            if settings != (request.summary_covariance, request.covariance_floor):
-                raise ValueError(
-                    f"this client summarises with covariance={settings[0]!r}, "
-                    f"covariance_floor={settings[1]!r}, but the run derives summaries with "
-                    f"covariance={request.summary_covariance!r}, covariance_floor="
-                    f"{request.covariance_floor!r}: the client would map its rows with another "
-                    "summary than the server's"
-                )
-            state.summary = protocol.derived_summary(
-                fitting,
-                protocol.derived_shrinkage(
-                    fitting, X_fit, y_fit, covariance=request.summary_covariance
-                ),
-                covariance=request.summary_covariance,
-                covariance_floor=request.covariance_floor,
-                client=self.label,
-            )
-        elif state.summary is None:
-            state.summary = self.summarise()
-        return Upload(
-            None if derived else state.summary,
-            n_fit=y_fit.shape[0],
-            n_validation=0 if split is None else split[1].shape[0],
-            n_test=0 if self.y_test is None else int(self.y_test.shape[0]),
-            statistics=fitting,
-            validation=validation,
-            class_counts=class_counts(self.y, self.classes) if request.class_counts else None,
-            shrinkage=state.summary.shrinkage if derived else None,
-            label=self.label if derived else None,
-        )
-
-    def updates(self, request: UpdatesRequest) -> list:
-        """Stages "updates" and "refit": one local head per ``tau``, on aligned rows."""
-        transport = self.transport_map(request.reference)
-        split = self.split
-        rows = split[0] if request.part == "fit" and split is not None else slice(None)
-        return local_updates(
-            self.head,
-            self.X[rows],
-            self.y[rows],
-            self.classes,
-            transport,
-            request.taus,
-            client_index=self.state.client_index or 0,
-        )
-
-    def held_out(self, stage: str) -> tuple[np.ndarray, np.ndarray]:
-        """This client's validation rows and labels, for ``stage``."""
-        split = self.split
-        if split is None:
-            raise RuntimeError(f"{stage} was requested, but this run has no validation split")
-        return self.X[split[1]], self.y[split[1]]
-
-    def validate(self, request: ValidationRequest) -> ValidationCounts:
-        """Stage "validation": correct predictions of each candidate on its held-out rows."""
-        transport = self.transport_map(request.reference)
-        X, y = self.held_out("validation")
-        return score_candidates(request.heads, request.taus, transport, X, y, self.classes)
-
-    def compare(self, request: ScreeningRequest) -> PairedCounts:
-        """Stage "screening": the full head against each left-out head, on its held-out rows."""
-        transport = self.transport_map(request.reference)
-        X, y = self.held_out("screening")
-        return paired_counts(
-            request.full, request.left_out, request.masks, transport, request.tau, X, y,
-            self.classes,
-        )  # fmt: skip
-
-    def evaluate(self, request: EvaluationRequest) -> Evaluation:
-        """Stage "evaluation": the global head's correct predictions on its test rows."""
-        transport = self.transport_map(request.reference)
-        if self.X_test is None or self.y_test is None or self.y_test.shape[0] == 0:
-            return Evaluation(0, 0)
-        predictions = request.head.predict(transport.geodesic(request.tau).apply(self.X_test))
-        return Evaluation(int(np.sum(predictions == self.y_test)), int(self.y_test.shape[0]))
-
     def answer(self, stage: str, request: Any) -> Any:
-        """The reply to ``request`` at ``stage`` (what a transport calls)."""
-        handlers = {
-            "upload": self.upload,
-            "updates": self.updates,
-            "refit": self.updates,
-            "validation": self.validate,
-            "screening": self.compare,
-            "evaluation": self.evaluate,
-        }
-        if stage not in handlers:
-            raise ValueError(f"unknown stage {stage!r}; the stages are {list(handlers)}")
-        return handlers[stage](request)
+        """The reply to ``request`` at ``stage``: the stage's client step on this party.
+
+        Parameters
+        ----------
+        stage : str
+            A stage of :data:`~skslot.protocol.stages.STAGES`.
+        request : object
+            The stage's request.
+
+        Returns
+        -------
+        object
+            The stage's reply.
+        """
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}; the stages are {list(STAGES)}")
+        return STAGES[stage].answer(self, request)

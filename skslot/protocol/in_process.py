@@ -7,7 +7,7 @@ from typing import Any
 
 from .._validation import check_option
 from .client import ClientParty
-from .exchanges import Exchange
+from .transport import Exchange
 
 __all__ = ["InProcessTransport"]
 
@@ -29,9 +29,9 @@ class InProcessTransport:
     -----
     Requests and replies are the protocol's objects themselves: nothing is
     encoded, so an in-process run computes exactly what the parties compute
-    (the Flower transport casts summaries to their wire precision).  A client
-    whose stage raises is reported as rejected with the error, as a Flower
-    node's error reply is (with ``errors="reject"``).
+    (the Flower transport casts summaries to their wire precision).  Each
+    client answers with its stage's client step (:meth:`ClientParty.answer`), as
+    a Flower ``ClientApp`` does.
     """
 
     def __init__(self, clients: Mapping[Hashable, ClientParty], *, errors: str = "raise") -> None:
@@ -39,9 +39,27 @@ class InProcessTransport:
         self.errors = check_option("errors", errors, ("raise", "reject"))
 
     def parties(self) -> list[Hashable]:
+        """The clients' addresses.
+
+        Returns
+        -------
+        list
+        """
         return list(self.clients)
 
     def exchange(self, stage: str, requests: Mapping[Hashable, Any]) -> Exchange:
+        """Each client's answer to its request at ``stage``.
+
+        Parameters
+        ----------
+        stage : str
+            A stage of :data:`~skslot.protocol.stages.STAGES`.
+        requests : mapping of address to request
+
+        Returns
+        -------
+        Exchange
+        """
         result = Exchange()
         for address, request in requests.items():
             try:

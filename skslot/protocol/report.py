@@ -20,6 +20,17 @@ def client_name(node: Any, label: Any = None) -> str:
 
     The one way logs and errors name a client: by its address, which is what
     identifies it, with the label it declared, which is only informational.
+
+    Parameters
+    ----------
+    node : object
+        The client's transport address (a Flower node id).
+    label : object, optional
+        The label the client declared.
+
+    Returns
+    -------
+    str
     """
     return f"node {node}" if label is None else f"node {node} (client {label!r})"
 
@@ -66,11 +77,16 @@ class ProtocolReport:
     bytes_sent, bytes_received : dict
         Per client, per stage, bytes of the message contents (as Flower counts
         them: array data, keys and values), where the transport counts them.
+    n_features : int or None
+        The run's dimension ``m``, once the uploads gave it.
+    summary_values : int or None
+        The number of values a summary payload encodes, ``m (m + 1) / 2 + m +
+        1`` (1 where the server derives the summary from the head's
+        statistics: FedCGS's shrinkage, 8 bytes).
     summary_payload_bytes : dict
-        Per client, length of the summary payload; ``summary_values`` is the
-        number of values it encodes, ``m (m + 1) / 2 + m + 1`` (1 where the
-        server derives the summary from the head's statistics: FedCGS's
-        shrinkage, 8 bytes).
+        Per client, length of the summary payload.
+    classes : list
+        The run's class set.
     barycenter_iterations : int or None
         Iterations of the last build of the reference.
     reference_clients : list
@@ -103,6 +119,8 @@ class ProtocolReport:
         but for ``min_clients`` (``kept``); or why it was skipped.
     accuracy : dict
         Per client, accuracy on its local test split.
+    n_test : dict
+        Per client, the rows of its local test split.
     macro_accuracy : float
         Mean of ``accuracy`` over clients.
     """
@@ -138,14 +156,42 @@ class ProtocolReport:
     macro_accuracy: float | None = None
 
     def name(self, node: Any) -> str:
-        """``node <id> (client <label>)``, or just the node when it declared no label."""
+        """``node <id> (client <label>)``, or just the node when it declared no label.
+
+        Parameters
+        ----------
+        node : object
+            The client's transport address.
+
+        Returns
+        -------
+        str
+        """
         return client_name(node, self.clients.get(node))
 
     def reject(self, stage: str, node: Any, reason: Exception | str) -> None:
+        """Record, and log, a client's reply rejected at a stage.
+
+        Parameters
+        ----------
+        stage : str
+            The stage's name.
+        node : object
+            The client's transport address.
+        reason : Exception or str
+            Why the reply was rejected.
+        """
         self.rejected.setdefault(stage, {})[node] = str(reason)
         logger.warning("rejected %s at the %s stage: %s", self.name(node), stage, reason)
 
     def to_json(self) -> str:
+        """The report as JSON text (keys as strings, NumPy values as Python ones).
+
+        Returns
+        -------
+        str
+        """
+
         def keys(d: Any) -> Any:
             if isinstance(d, dict):
                 return {str(k): keys(v) for k, v in d.items()}
@@ -165,7 +211,15 @@ def _json_default(value: Any) -> Any:
 
 
 class ProtocolRunError(RuntimeError):
-    """The run could not complete; ``report`` says who was missing or rejected, and why."""
+    """The run could not complete; ``report`` says who was missing or rejected, and why.
+
+    Parameters
+    ----------
+    message : str
+        Why the run stopped.
+    report : ProtocolReport
+        The run's report up to the failure.
+    """
 
     def __init__(self, message: str, report: ProtocolReport) -> None:
         super().__init__(message)

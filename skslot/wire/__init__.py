@@ -8,12 +8,18 @@ Nothing here needs Flower.  Every decoder raises a subclass of
                                   (:mod:`skslot.wire.summary_codec`)
 :class:`StatisticsFormatError`    a head message of named arrays
                                   (:mod:`skslot.wire.arrays`)
-:class:`ProtocolError`            a transport message or its ``.npy`` buffers
+:class:`MessageFormatError`       a transport message or its ``.npy`` buffers
                                   (:mod:`skslot.wire.npy`)
 ================================  ============================================
 """
 
-from ._errors import ProtocolError, StatisticsFormatError, SummaryFormatError, WireFormatError
+from .._deprecation import moved_names
+from ._errors import (
+    MessageFormatError,
+    StatisticsFormatError,
+    SummaryFormatError,
+    WireFormatError,
+)
 from .arrays import (
     check_psd_up_to_rounding,
     message_bytes,
@@ -26,7 +32,7 @@ from .npy import npy_header, read_npy_arrays
 from .summary_codec import decode_summary, encode_summary, summary_payload_size
 
 __all__ = [
-    "ProtocolError",
+    "MessageFormatError",
     "StatisticsFormatError",
     "SummaryFormatError",
     "WireFormatError",
@@ -42,3 +48,6 @@ __all__ = [
     "sample_count_problem",
     "summary_payload_size",
 ]
+
+
+__getattr__ = moved_names(__name__, {"ProtocolError": ("skslot.wire", "MessageFormatError")})

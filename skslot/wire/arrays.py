@@ -46,6 +46,16 @@ def message_bytes(arrays: Mapping[str, np.ndarray]) -> int:
     :func:`skslot.bench.run_benchmark` and the Flower deployment's
     ``report.json`` give one number.
 
+    Parameters
+    ----------
+    arrays : mapping of str to ndarray
+        The message, by array name.
+
+    Returns
+    -------
+    n_bytes : int
+        The ``.npy`` lengths plus the names' lengths.
+
     Examples
     --------
     >>> import numpy as np
@@ -122,7 +132,29 @@ def read_array(
 
 
 def read_count(arrays: Mapping[str, Any], name: str, low: int, high: int | None = None) -> int:
-    """A scalar integer field in ``[low, high]``."""
+    """A scalar integer field in ``[low, high]``.
+
+    Parameters
+    ----------
+    arrays : mapping of str to ndarray
+        The received message.
+    name : str
+        Key of the field.
+    low : int
+        Smallest value accepted.
+    high : int, optional
+        Largest value accepted; no bound by default.
+
+    Returns
+    -------
+    value : int
+        The field's value.
+
+    Raises
+    ------
+    StatisticsFormatError
+        If the field is missing, not a scalar integer, or out of range.
+    """
     value = int(read_array(arrays, name, (), integer=True))
     if value < low or (high is not None and value > high):
         bound = f"[{low}, {high}]" if high is not None else f">= {low}"
@@ -131,14 +163,49 @@ def read_count(arrays: Mapping[str, Any], name: str, low: int, high: int | None 
 
 
 def sample_count_problem(n: int, n_samples: int | None, what: str) -> str | None:
-    """Why a message's row count ``n`` disagrees with the ``n_samples`` its client announced."""
+    """Why a message's row count ``n`` disagrees with the ``n_samples`` its client announced.
+
+    Parameters
+    ----------
+    n : int
+        The rows the message accounts for.
+    n_samples : int or None
+        The rows the client announced; ``None``: nothing to compare with.
+    what : str
+        What the message is, for the reason (``"<what> <n> rows ..."``).
+
+    Returns
+    -------
+    problem : str or None
+        The reason, or ``None`` when the counts agree.
+    """
     if n_samples is not None and n != n_samples:
         return f"{what} {n} rows but the client announced {n_samples}"
     return None
 
 
 def read_sample_count(arrays: Mapping[str, Any], n_samples: int | None, what: str) -> int:
-    """The message's row count ``n``, equal to ``n_samples`` (the client's announced) when given."""
+    """The message's row count ``n``, equal to ``n_samples`` (the client's announced) when given.
+
+    Parameters
+    ----------
+    arrays : mapping of str to ndarray
+        The received message, with a scalar field ``n >= 1``.
+    n_samples : int or None
+        The rows the client announced; ``None``: any count.
+    what : str
+        What the message is, for the error message.
+
+    Returns
+    -------
+    n : int
+        The message's row count.
+
+    Raises
+    ------
+    StatisticsFormatError
+        If ``n`` is missing or invalid, or differs from ``n_samples``.
+    """
     n = read_count(arrays, "n", 1)
     why = sample_count_problem(n, n_samples, what)
     if why is not None:
@@ -152,6 +219,21 @@ def check_psd_up_to_rounding(name: str, matrix: np.ndarray, eps: float) -> None:
     A PSD matrix whose entries were each rounded with relative precision
     ``eps`` moves by at most ``m * eps * max_i A_ii`` in spectral norm, so
     ``A + m * eps * max_i A_ii * I`` must still admit a Cholesky factor.
+
+    Parameters
+    ----------
+    name : str
+        What the matrix is, for the error message.
+    matrix : ndarray of shape (..., m, m)
+        One matrix or a stack of them.
+    eps : float
+        The relative precision its entries were rounded with.
+
+    Raises
+    ------
+    StatisticsFormatError
+        If a matrix is not symmetric, has a negative variance, or is not
+        positive semi-definite up to that rounding.
     """
     m = matrix.shape[-1]
     transpose = np.swapaxes(matrix, -1, -2)

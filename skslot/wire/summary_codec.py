@@ -1,4 +1,4 @@
-"""The byte format of a Gaussian summary (never pickle), and its validating decoder.
+"""The byte format of a Gaussian summary (never pickle), and its decoder.
 
 Layout: a 28-byte little-endian header (magic ``SKSG``, format version, dtype
 code, flags, dimension ``m``, count ``n``, shrinkage), an optional client label
@@ -6,26 +6,80 @@ code, flags, dimension ``m``, count ``n``, shrinkage), an optional client label
 the ``m (m + 1) / 2`` values of the covariance's upper triangle, row by row, in
 float16, float32 or float64.  For ``m = 512`` in float16 this is about 264 KB.
 
+The codec works on the plain fields of a summary (:class:`SummaryFields`, or
+any object with the same attributes, such as a
+:class:`~skslot.GaussianSummary`).
 :meth:`GaussianSummary.to_bytes <skslot.GaussianSummary.to_bytes>`,
 :meth:`~skslot.GaussianSummary.from_bytes` and
 :meth:`~skslot.GaussianSummary.payload_size` call :func:`encode_summary`,
-:func:`decode_summary` and :func:`summary_payload_size`.
+:func:`decode_summary` and :func:`summary_payload_size`; ``from_bytes`` then
+validates the decoded fields as a summary.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from .._linalg import is_positive_definite, symmetric_from_upper, upper_triangle
 from ._errors import SummaryFormatError
 
-if TYPE_CHECKING:
-    from ..gaussian import GaussianSummary
+__all__ = [
+    "SummaryFields",
+    "check_wire_label",
+    "decode_summary",
+    "encode_summary",
+    "summary_payload_size",
+]
 
-__all__ = ["check_wire_label", "decode_summary", "encode_summary", "summary_payload_size"]
+
+class SummaryFields(NamedTuple):
+    """The fields of a Gaussian summary, as the wire format carries them.
+
+    What :func:`decode_summary` returns: structurally checked, not yet
+    validated as a summary (``GaussianSummary(*fields)`` does that).
+
+    Parameters
+    ----------
+    n : int
+        Number of samples summarised.
+    mean : ndarray of shape (m,)
+        The mean.
+    covariance : ndarray of shape (m, m)
+        The covariance, symmetric by construction.
+    shrinkage : float or None
+        The Ledoit-Wolf shrinkage intensity, if the payload carries one.
+    client : int, str or None
+        The client label, if the payload carries one.
+    """
+
+    n: int
+    mean: np.ndarray
+    covariance: np.ndarray
+    shrinkage: float | None
+    client: int | str | None
+
+
+class _Summary(Protocol):
+    """What the encoder reads: the attributes of :class:`SummaryFields`."""
+
+    @property
+    def n(self) -> int: ...
+
+    @property
+    def mean(self) -> np.ndarray: ...
+
+    @property
+    def covariance(self) -> np.ndarray: ...
+
+    @property
+    def shrinkage(self) -> float | None: ...
+
+    @property
+    def client(self) -> int | str | None: ...
+
 
 #: Largest sample count a payload may declare (exactly representable in float64).
 MAX_COUNT = 2**53
@@ -66,7 +120,24 @@ def _label_bytes(client: int | str | None) -> tuple[int, bytes]:
 
 
 def check_wire_label(client: object) -> int | str | None:
-    """``client`` if the format can carry it as a client label (else SummaryFormatError)."""
+    """``client`` if the format can carry it as a client label.
+
+    Parameters
+    ----------
+    client : object
+        A candidate client label.
+
+    Returns
+    -------
+    client : int, str or None
+        ``client`` itself.
+
+    Raises
+    ------
+    SummaryFormatError
+        If ``client`` is not an int, a str or ``None``, or does not fit the
+        format (an int beyond 64 bits, a label longer than 1024 UTF-8 bytes).
+    """
     if client is not None and (type(client) not in (int, str)):
         raise SummaryFormatError(
             f"a client label must be an int, a string or None, got {type(client).__name__}"
@@ -75,20 +146,36 @@ def check_wire_label(client: object) -> int | str | None:
     return client  # type: ignore[return-value]
 
 
-def encode_summary(summary: GaussianSummary, dtype: str | np.dtype = "float32") -> bytes:
-    """The payload of ``summary`` with its values in ``dtype`` (the module's layout).
+def encode_summary(summary: _Summary, dtype: str | np.dtype = "float32") -> bytes:
+    """The payload of a summary's fields with its values in ``dtype`` (the module's layout).
+
+    Parameters
+    ----------
+    summary : GaussianSummary or SummaryFields
+        The fields to encode (anything with the attributes of
+        :class:`SummaryFields`), with a finite mean and a symmetric positive
+        definite covariance, as a :class:`~skslot.GaussianSummary` holds them.
+    dtype : {"float16", "float32", "float64"}, default="float32"
+        The precision of the transmitted values.
+
+    Returns
+    -------
+    payload : bytes
+        The header, the client label and the values.
 
     Raises
     ------
     ValueError
         If ``dtype`` is not float16, float32 or float64.
     SummaryFormatError
-        If a value overflows ``dtype`` or the rounded covariance is no
-        longer positive definite (use a wider dtype then).
+        If a value overflows ``dtype``, the rounded covariance is no longer
+        positive definite (use a wider dtype then), or the client label does
+        not fit the format.
     """
     dt = _wire_dtype(dtype)
-    m = summary.dimension
-    values = np.concatenate([summary.mean, upper_triangle(summary.covariance)])
+    mean = np.asarray(summary.mean, dtype=np.float64)
+    m = mean.shape[0]
+    values = np.concatenate([mean, upper_triangle(np.asarray(summary.covariance, np.float64))])
     with np.errstate(over="ignore"):
         packed = values.astype(dt.newbyteorder("<"))
     if not np.all(np.isfinite(packed)):
@@ -115,10 +202,23 @@ def encode_summary(summary: GaussianSummary, dtype: str | np.dtype = "float32") 
     return header + label + packed.tobytes()
 
 
-def summary_payload_size(summary: GaussianSummary, dtype: str | np.dtype = "float32") -> int:
-    """Length of :func:`encode_summary`'s payload in ``dtype``, without encoding the values."""
+def summary_payload_size(summary: _Summary, dtype: str | np.dtype = "float32") -> int:
+    """Length of :func:`encode_summary`'s payload in ``dtype``, without encoding the values.
+
+    Parameters
+    ----------
+    summary : GaussianSummary or SummaryFields
+        The fields to encode (only the mean's length and the client label are read).
+    dtype : {"float16", "float32", "float64"}, default="float32"
+        The precision of the transmitted values.
+
+    Returns
+    -------
+    size : int
+        ``len(encode_summary(summary, dtype))`` whenever the encoding succeeds.
+    """
     dt = _wire_dtype(dtype)
-    m = summary.dimension
+    m = len(summary.mean)
     label = _label_bytes(summary.client)[1]
     return _HEADER.size + len(label) + (m * (m + 1) // 2 + m) * dt.itemsize
 
@@ -128,15 +228,39 @@ def decode_summary(
     *,
     expected_dimension: int | None = None,
     max_dimension: int = DEFAULT_MAX_DIMENSION,
-    summary_type: type[GaussianSummary] | None = None,
-) -> GaussianSummary:
-    """Decode and validate a payload written by :func:`encode_summary`.
+) -> SummaryFields:
+    """Decode a payload written by :func:`encode_summary` into its fields.
 
-    ``payload``, ``expected_dimension``, ``max_dimension`` and the
-    :class:`SummaryFormatError` raised are those of
-    :meth:`GaussianSummary.from_bytes <skslot.GaussianSummary.from_bytes>`.
-    ``summary_type`` is the class built (default
-    :class:`~skslot.GaussianSummary`, whose constructor validates the values).
+    The structure is checked: the header, the dimension, the count, the
+    client label and the payload's length, and the values must be finite.
+    The values are not validated as a summary (positive definite covariance,
+    magnitudes): :meth:`GaussianSummary.from_bytes
+    <skslot.GaussianSummary.from_bytes>` builds the summary from these fields
+    and does, so receive summaries with it.
+
+    Parameters
+    ----------
+    payload : bytes-like
+        The received bytes.  Nothing is unpickled or evaluated.
+    expected_dimension : int, optional
+        Reject a payload of any other dimension.
+    max_dimension : int, default=16384
+        Reject a header announcing a larger dimension before allocating.
+
+    Returns
+    -------
+    fields : SummaryFields
+        The count, mean, covariance (exactly symmetric), shrinkage and client
+        label the payload carries.
+
+    Raises
+    ------
+    SummaryFormatError
+        If the payload is not bytes, is truncated or longer than its header
+        implies, has another magic, format version, dtype or unknown flags,
+        declares ``n < 2`` or ``n > 2**53``, has a dimension outside
+        ``[1, max_dimension]`` or other than ``expected_dimension``, or
+        decodes to non-finite values.
     """
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise SummaryFormatError(f"payload must be bytes, got {type(payload).__name__}")
@@ -200,14 +324,6 @@ def decode_summary(
         shrink: float | None = float(shrinkage)
     else:
         shrink = None
-    if summary_type is None:
-        from ..gaussian import GaussianSummary  # here: the summary's module imports this one
-
-        summary_type = GaussianSummary
-    return summary_type(
-        n=n,
-        mean=values[:m],
-        covariance=symmetric_from_upper(values[m:], m),
-        shrinkage=shrink,
-        client=client,
+    return SummaryFields(
+        int(n), values[:m], symmetric_from_upper(values[m:], m), shrink, client
     )

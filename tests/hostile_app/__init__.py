@@ -13,6 +13,7 @@ from flwr.clientapp import ClientApp
 
 from skslot.flower import client_app as honest
 from skslot.flower import messages
+from skslot.protocol.stages import upload as upload_stage
 
 app = ClientApp()
 
@@ -25,16 +26,16 @@ def crafted_npy() -> bytes:
 
 @app.query("upload")
 def upload(message: Message, context: Context) -> Message:
-    reply = honest.upload(message, context)
+    reply = honest.HANDLERS["query.upload"](message, context)
     if not context.node_config.get("hostile"):
         return reply
-    record = reply.content.array_records[messages.STATISTICS]
+    record = reply.content.array_records[upload_stage.STATISTICS]
     arrays = dict(record.items())
     arrays["counts"] = Array(dtype="int64", shape=(1,), stype="numpy.ndarray", data=crafted_npy())
     content = RecordDict(
         {
             messages.CONFIG: reply.content.config_records[messages.CONFIG],
-            messages.STATISTICS: ArrayRecord(arrays),
+            upload_stage.STATISTICS: ArrayRecord(arrays),
         }
     )
     return Message(content, reply_to=message)
@@ -42,4 +43,4 @@ def upload(message: Message, context: Context) -> Message:
 
 @app.evaluate("head")
 def evaluate(message: Message, context: Context) -> Message:
-    return honest.evaluate(message, context)
+    return honest.HANDLERS["evaluate.head"](message, context)

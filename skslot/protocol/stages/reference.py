@@ -9,16 +9,27 @@ from dataclasses import dataclass, replace
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
-from ..barycenter import BuresBarycenter
-from ..exceptions import SingleClientWarning
-from ..gaussian import GaussianMap, GaussianSummary
+from ...barycenter import BuresBarycenter
+from ...exceptions import SingleClientWarning
+from ...gaussian import GaussianSummary
+from ...maps import GaussianMap
 
 __all__ = ["FixedReference", "Reference", "ReferenceStep"]
 
 
 @dataclass(frozen=True, eq=False)
 class Reference:
-    """A built reference, each client's full map onto it (by address), the iterations."""
+    """A built reference, each client's full map onto it (by address), the iterations.
+
+    Parameters
+    ----------
+    reference : GaussianSummary
+        The barycenter of the clients' summaries.
+    maps : dict of address to GaussianMap
+        Each client's full map onto ``reference`` (at ``tau = 1``).
+    n_iter : int
+        The barycenter's iterations.
+    """
 
     reference: GaussianSummary
     maps: dict[Hashable, GaussianMap]
@@ -47,7 +58,12 @@ class ReferenceStep:
         self.wire_dtype = wire_dtype
 
     def check_clients(self, clients: Sequence[Hashable]) -> None:
-        """Raise ``ValueError`` if the step cannot serve these clients (any can be served here)."""
+        """Raise ``ValueError`` if the step cannot serve these clients (any can be served here).
+
+        Parameters
+        ----------
+        clients : sequence of addresses
+        """
 
     def build(
         self,
@@ -59,8 +75,23 @@ class ReferenceStep:
     ) -> Reference:
         """The barycenter of ``summaries`` (one per client address) with ``weights``.
 
-        ``max_iter`` caps the barycenter's iterations (a probe: does the step
-        break on these summaries?), without warning that it did not converge.
+        Parameters
+        ----------
+        clients : sequence of addresses
+            The clients, in the order of ``summaries``.
+        summaries : sequence of GaussianSummary
+            One per client.
+        weights : sequence of float
+            The clients' weights as the server accepted them (used unless the
+            barycenter's ``weights`` say otherwise).
+        max_iter : int, optional
+            Caps the barycenter's iterations (a probe: does the step break on
+            these summaries?), without warning that it did not converge.
+
+        Returns
+        -------
+        Reference
+            The reference and each client's map, by address.
         """
         # a client is its address: the barycenter and the maps are keyed by it
         labelled = [replace(s, client=c) for c, s in zip(clients, summaries, strict=True)]
@@ -76,13 +107,23 @@ class ReferenceStep:
             barycenter.fit(labelled)
         if self.wire_dtype is not None:
             barycenter.reference_.to_bytes(self.wire_dtype)  # raises if it cannot travel
-        maps = barycenter.transport_maps()  # by label, in the order of the summaries
+        maps = barycenter.maps()  # by label, in the order of the summaries
         by_address = {c: maps[label] for c, label in zip(clients, barycenter.clients_, strict=True)}
         return Reference(barycenter.reference_, by_address, int(barycenter.n_iter_))
 
 
 class FixedReference(ReferenceStep):
-    """A reference built before the run (a fitted :class:`~skslot.SLOTTransformer`'s)."""
+    """A reference built before the run (a fitted :class:`~skslot.SLOTTransformer`'s).
+
+    Parameters
+    ----------
+    reference : GaussianSummary
+        The fitted reference.
+    maps : mapping of address to GaussianMap
+        Each client's fitted map onto it.
+    n_iter : int, default=0
+        The barycenter iterations it took, for the report.
+    """
 
     def __init__(
         self, reference: GaussianSummary, maps: Mapping[Hashable, GaussianMap], n_iter: int = 0
@@ -90,12 +131,38 @@ class FixedReference(ReferenceStep):
         self.fixed = Reference(reference, dict(maps), n_iter)
 
     def check_clients(self, clients: Sequence[Hashable]) -> None:
-        """Raise ``ValueError`` naming the clients the fitted reference has no map for."""
+        """Raise ``ValueError`` naming the clients the fitted reference has no map for.
+
+        Parameters
+        ----------
+        clients : sequence of addresses
+        """
         missing = [c for c in clients if c not in self.fixed.maps]
         if missing:
             raise ValueError(f"the fitted reference has no map for clients {missing}")
 
     def build(self, clients, summaries, weights, *, max_iter=None):
+        """The fitted reference and the maps of ``clients`` (the summaries are not used).
+
+        Parameters
+        ----------
+        clients : sequence of addresses
+        summaries : sequence of GaussianSummary
+            Ignored.
+        weights : sequence of float
+            Ignored.
+        max_iter : int, optional
+            Ignored.
+
+        Returns
+        -------
+        Reference
+
+        Raises
+        ------
+        ValueError
+            If the fitted reference has no map for one of ``clients``.
+        """
         self.check_clients(clients)
         return Reference(
             self.fixed.reference, {c: self.fixed.maps[c] for c in clients}, self.fixed.n_iter

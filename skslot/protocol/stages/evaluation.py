@@ -1,0 +1,174 @@
+"""Stage "evaluation": the global head out, each client's test counts back.
+
+Each client aligns its test rows with its map at the run's ``tau`` and counts
+the global head's correct predictions (:class:`Evaluation`); the server ties
+the counts to the test size the client announced at upload (:func:`check`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...gaussian import GaussianSummary
+from ...heads import LinearScores
+from ...wire.payload import Payload, ReceivedPayload
+from ._stage import ClientWire, ServerWire, Stage
+
+if TYPE_CHECKING:
+    from ...heads import OneShotHead
+    from ..client import ClientParty
+    from ..state import RunState
+
+__all__ = [
+    "STAGE",
+    "Evaluation",
+    "EvaluationRequest",
+    "EvaluationStage",
+    "check",
+    "evaluate",
+]
+
+#: The groups the head and the counts travel in.
+HEAD, EVALUATION = "head", "evaluation"
+
+
+@dataclass(frozen=True, eq=False)
+class EvaluationRequest:
+    """The global head and the client's fraction of its map.
+
+    Parameters
+    ----------
+    reference : GaussianSummary or None
+        The reference, with a client's first request after it was built.
+    head : LinearScores
+    tau : float
+    """
+
+    reference: GaussianSummary | None
+    head: LinearScores
+    tau: float
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A client's local test result: correct predictions among its test rows.
+
+    Parameters
+    ----------
+    n_correct, n_test : int
+    """
+
+    n_correct: int
+    n_test: int
+
+
+def check(evaluation: Evaluation, n_test: int) -> str | None:
+    """Why test counts do not match the test size the client announced at upload.
+
+    Parameters
+    ----------
+    evaluation : Evaluation
+    n_test : int
+        The test rows its upload announced.
+
+    Returns
+    -------
+    str or None
+    """
+    if evaluation.n_test != n_test:
+        return f"evaluated {evaluation.n_test} test rows, but announced {n_test}"
+    if not 0 <= evaluation.n_correct <= n_test:
+        return f"evaluation counts are inconsistent ({evaluation.n_correct} of {n_test})"
+    return None
+
+
+def evaluate(run: RunState, final: OneShotHead, tau: float) -> None:
+    """The server's step: the global head out, local test counts back into the report.
+
+    Clients announcing a test size out of line with the others' are not
+    evaluated (the defence).
+
+    Parameters
+    ----------
+    run : RunState
+    final : OneShotHead
+        The global head.
+    tau : float
+        The run's ``tau``.
+    """
+    report = run.report
+    scores = final.linear_scores()
+    sizes = [run.clients[c].upload.n_test for c in run.order]
+    implausible = {
+        run.order[k]: why for k, why in run.defence.implausible_test_sizes(sizes).items()
+    }
+    for c, why in implausible.items():
+        run.reject("evaluation", c, f"implausible: {why}")
+    requests = {
+        c: EvaluationRequest(run.reference_for(c), scores, run.client_taus(c, [tau])[0])
+        for c in run.order
+        if c not in implausible
+    }
+    exchange = run.exchange("evaluation", requests)
+    for c in run.order:
+        if c not in exchange.replies:
+            continue
+        result: Evaluation = exchange.replies[c]
+        n_test = run.clients[c].upload.n_test
+        why = check(result, n_test)
+        if why:
+            run.reject("evaluation", c, why)
+            continue
+        report.n_test[c] = n_test
+        if n_test:
+            report.accuracy[c] = result.n_correct / n_test
+    run.keep("evaluation", [c for c in run.order if c in report.n_test])
+    if report.accuracy:
+        report.macro_accuracy = float(np.mean(list(report.accuracy.values())))
+
+
+class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
+    """Stage "evaluation": the global head and the client's ``tau`` out, its test counts back.
+
+    The client aligns its test rows with its map at ``tau`` and counts the
+    global head's correct predictions; the counts travel as metrics.
+    """
+
+    name = "evaluation"
+    message_type = "evaluate.head"
+    request = EvaluationRequest
+    reply = Evaluation
+    check = staticmethod(check)
+
+    def answer(self, party: ClientParty, request: EvaluationRequest) -> Evaluation:
+        full_map = party.full_map(request.reference)
+        if party.n_test == 0:
+            return Evaluation(0, 0)
+        predictions = request.head.predict(full_map.geodesic(request.tau).apply(party.X_test))
+        return Evaluation(int(np.sum(predictions == party.y_test)), party.n_test)
+
+    def encode_request(self, request: EvaluationRequest, wire: ServerWire) -> Payload:
+        values = wire.with_reference({"tau": float(request.tau)}, request.reference)
+        return Payload(values, {HEAD: request.head.to_arrays()})
+
+    def decode_request(self, payload: ReceivedPayload, wire: ClientWire) -> EvaluationRequest:
+        tau = float(payload.value("tau", (float, int)))
+        head = wire.head(payload.arrays(HEAD, max_bytes=wire.head_bytes))
+        return EvaluationRequest(wire.reference(payload), head, tau)
+
+    def encode_reply(self, reply: Evaluation, request: EvaluationRequest) -> Payload:
+        counts = {"n-correct": reply.n_correct, "n-test": reply.n_test}
+        return Payload(metrics={EVALUATION: counts})
+
+    def decode_reply(
+        self, payload: ReceivedPayload, request: EvaluationRequest, wire: ServerWire
+    ) -> Evaluation:
+        return Evaluation(
+            payload.metric(EVALUATION, "n-correct", int), payload.metric(EVALUATION, "n-test", int)
+        )
+
+
+STAGE = EvaluationStage()

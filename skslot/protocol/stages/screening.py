@@ -1,0 +1,398 @@
+"""Stage "screening": the chosen head and the heads without one other client each out,
+paired counts back.
+
+Each client compares, on its held-out rows, the head of all clients with the
+head without each other client (:func:`paired_counts`: three counts per
+comparison); the server ties the counts to the client's class counts
+(:func:`check`) and excludes the client with the strongest case against it
+(:mod:`skslot.screening`, with the defence's thresholds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...gaussian import GaussianSummary
+from ...heads import LinearScores
+from ...maps import GaussianMap
+from ...screening import MIN_VOTERS, comparable_classes
+from ...selection import Candidate, validation_sizes
+from ...wire import MessageFormatError
+from ...wire.arrays import ArrayMessage, read_array
+from ...wire.payload import Payload, ReceivedPayload, array_list
+from ...wire.summary_codec import MAX_COUNT
+from ..transport import Exchange
+from ._stage import ClientWire, ServerWire, Stage
+
+if TYPE_CHECKING:
+    from ...heads import OneShotHead
+    from ..client import ClientParty
+    from ..state import RunState
+
+__all__ = [
+    "STAGE",
+    "PairedCounts",
+    "ScreeningRequest",
+    "ScreeningStage",
+    "check",
+    "paired_counts",
+    "screen",
+]
+
+#: The groups of arrays the heads and the counts travel in.
+HEAD, LEFT_OUT, PAIRED = "head", "left-out", "paired-counts"
+
+
+@dataclass(frozen=True, eq=False)
+class ScreeningRequest:
+    """The head of all clients and those without one other client each.
+
+    ``masks[k]`` holds the classes the comparison with ``left_out[k]``
+    predicts among (those clients other than the left-out one hold);
+    ``tau`` is this client's fraction of its map.  A client is never sent the
+    head without itself.
+
+    Parameters
+    ----------
+    reference : GaussianSummary or None
+        The reference, with a client's first request after it was built.
+    full : LinearScores
+    left_out : tuple of LinearScores
+    masks : ndarray of bool, shape (len(left_out), C)
+    tau : float
+    """
+
+    reference: GaussianSummary | None
+    full: LinearScores
+    left_out: tuple[LinearScores, ...]
+    masks: np.ndarray
+    tau: float
+
+
+@dataclass(frozen=True, eq=False)
+class PairedCounts:
+    """A client's reply at the screening stage: one paired comparison per left-out head.
+
+    Attributes
+    ----------
+    better : ndarray of shape (n_heads,)
+        Validation rows the head without client ``j`` predicts right and the
+        head of all clients wrong.
+    worse : ndarray of shape (n_heads,)
+        Rows the head of all clients predicts right and the other wrong.
+    rows : ndarray of shape (n_heads,)
+        Rows scored: those of the classes both heads predict among.
+    """
+
+    better: np.ndarray
+    worse: np.ndarray
+    rows: np.ndarray
+
+    def to_arrays(self) -> ArrayMessage:
+        """The counts as named arrays (:meth:`from_arrays` reads them back).
+
+        Returns
+        -------
+        dict of str to ndarray
+        """
+        return {"better": self.better, "worse": self.worse, "rows": self.rows}
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, Any], *, n_heads: int) -> PairedCounts:
+        """Decode received counts: three arrays of non-negative integers of length ``n_heads``.
+
+        How they agree with each other and with the client's validation part
+        is the server's check (:func:`check`),
+        the same for either transport.
+
+        Parameters
+        ----------
+        arrays : mapping of str to ndarray
+        n_heads : int
+            The comparisons asked for.
+
+        Returns
+        -------
+        PairedCounts
+
+        Raises
+        ------
+        StatisticsFormatError
+            If a count is missing, of the wrong shape or not a non-negative integer.
+        """
+        return cls(
+            *(
+                read_array(arrays, name, (n_heads,), integer=True, nonnegative=True)
+                for name in ("better", "worse", "rows")
+            )
+        )
+
+
+def paired_counts(
+    full: LinearScores,
+    left_out: Sequence[LinearScores],
+    masks: np.ndarray,
+    full_map: GaussianMap,
+    tau: float,
+    X: np.ndarray,
+    y: np.ndarray,
+    classes: np.ndarray,
+) -> PairedCounts:
+    """Compare the full head with each left-out head on the validation rows.
+
+    The rows are aligned once, with this client's own map at ``tau``; for each
+    left-out head ``k`` both heads predict among the classes of ``masks[k]``
+    only, and only rows of those classes are scored.
+
+    Parameters
+    ----------
+    full : LinearScores
+        The head of all clients.
+    left_out : sequence of LinearScores
+        The heads without one other client each.
+    masks : ndarray of bool, shape (len(left_out), C)
+        The classes each comparison predicts among.
+    full_map : GaussianMap
+        This client's full map onto the reference.
+    tau : float
+        This client's fraction of its map.
+    X, y : ndarray
+        The client's validation rows and labels.
+    classes : ndarray
+        The global class set.
+
+    Returns
+    -------
+    PairedCounts
+    """
+    masks = np.asarray(masks, dtype=bool)
+    if masks.shape != (len(left_out), classes.shape[0]):
+        raise ValueError(
+            f"masks of shape {masks.shape} for {len(left_out)} heads and {classes.shape[0]} classes"
+        )
+    aligned = full_map.geodesic(tau).apply(X)
+    codes = np.searchsorted(classes, y)
+    full_scores = full.decision_scores(aligned)
+    better, worse, rows = (np.zeros(len(left_out), dtype=np.int64) for _ in range(3))
+    for k, (head, mask) in enumerate(zip(left_out, masks, strict=True)):
+        scored = mask[codes]
+        truth = codes[scored]
+        right_full = _restricted_argmax(full_scores[scored], mask) == truth
+        right_without = _restricted_argmax(head.decision_scores(aligned[scored]), mask) == truth
+        better[k] = np.sum(right_without & ~right_full)
+        worse[k] = np.sum(right_full & ~right_without)
+        rows[k] = truth.shape[0]
+    return PairedCounts(better, worse, rows)
+
+
+def _restricted_argmax(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Position of each row's largest score among the classes of ``mask``."""
+    return np.where(mask, scores, -np.inf).argmax(axis=1)
+
+
+def check(counts: PairedCounts, expected_rows: np.ndarray) -> str | None:
+    """Why screening counts do not match the comparisons asked for.
+
+    Parameters
+    ----------
+    counts : PairedCounts
+    expected_rows : ndarray of int
+        The rows each comparison must score: the client's validation rows of
+        the comparison's classes, derived from its class counts
+        (:func:`~skslot.selection.validation_sizes`).
+
+    Returns
+    -------
+    str or None
+    """
+    expected_rows = np.asarray(expected_rows)
+    arrays = (counts.better, counts.worse, counts.rows)
+    if any(np.shape(a) != expected_rows.shape for a in arrays):
+        shapes = [np.shape(a) for a in arrays]
+        return f"screening counts of shapes {shapes}, expected {expected_rows.shape}"
+    if any(np.asarray(a).dtype.kind not in "iu" for a in arrays):
+        return "screening counts must be integers"
+    better, worse, rows = (np.asarray(a).astype(object) for a in arrays)  # no wrap-around
+    if any(np.any(a < 0) for a in (better, worse)):
+        return "negative screening counts"
+    if not np.array_equal(rows, expected_rows.astype(object)):
+        return (
+            f"the comparisons score {rows.tolist()} rows, but its class counts make "
+            f"{expected_rows.tolist()} validation rows of those classes"
+        )
+    if np.any(better + worse > rows):
+        return "more discordant rows than rows scored"
+    return None
+
+
+def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) -> list:
+    """The server's step: each client's contribution judged by the others' validation.
+
+    ``heads`` are the candidate heads on every client's fitting rows; the one
+    at ``candidate`` is compared, on each client's held-out rows, with the
+    head without each other client (:mod:`skslot.screening`).  The client
+    with the strongest case against it is rejected with the evidence (unless
+    fewer than ``min_clients`` would remain), and so are voters whose counts
+    fail their checks.  The weight caps stay those of the upload stage.
+
+    Parameters
+    ----------
+    run : RunState
+    candidate : Candidate
+        The chosen candidate.
+    heads : sequence of OneShotHead
+        The candidate heads, in the order of the protocol's candidates.
+
+    Returns
+    -------
+    list
+        Every client it removed (the run then builds the reference again
+        without them, chooses and screens again).
+    """
+    protocol, report = run.protocol, run.report
+    order = run.order
+    earlier = (report.screening or {}).get("excluded", [])  # by an earlier round
+    voters = [c for c in order if run.clients[c].upload.n_validation > 0]
+    if len(order) <= MIN_VOTERS or len(voters) < MIN_VOTERS:
+        report.screening = {
+            "skipped": f"{len(order)} clients, {len(voters)} with validation rows: the "
+            f"screening needs {MIN_VOTERS + 1} clients and {MIN_VOTERS} with validation rows",
+            "excluded": earlier,
+        }
+        return []
+    counts = [run.clients[c].upload.class_counts for c in order]
+    masks = comparable_classes(counts)
+    fraction = protocol.validation_fraction  # each client's validation rows per class:
+    sizes = {c: validation_sizes(n, fraction) for c, n in zip(order, counts, strict=True)}
+    head = protocol.head
+    without: dict[int, LinearScores] = {}
+    unfit: dict[Hashable, str] = {}
+    for k, c in enumerate(order):  # only where some voter has something to compare
+        if not masks[k].any() or not any(v != c for v in voters):
+            continue
+        try:
+            without[k] = head.strategy.leave_one_out(head, candidate, run, k).linear_scores()
+        except run.SERVER_STEP_ERRORS as exc:  # e.g. too few classes left: not screenable
+            unfit[c] = f"the head without it could not be fitted: {type(exc).__name__}: {exc}"
+    full = heads[protocol.candidates.index(candidate)].linear_scores()
+    targets = {c: [k for k in without if order[k] != c] for c in voters}
+    requests = {
+        c: ScreeningRequest(
+            run.reference_for(c),
+            full,
+            tuple(without[k] for k in targets[c]),
+            masks[targets[c]],
+            run.client_taus(c, [candidate.tau])[0],
+        )
+        for c in voters
+        if targets[c]
+    }
+    exchange = run.exchange("screening", requests) if requests else Exchange()
+    votes: dict[Hashable, dict[Hashable, tuple[int, int, int]]] = {c: {} for c in order}
+    refused = [c for c in exchange.rejected if c in requests]
+    for c in requests:
+        if c not in exchange.replies:
+            continue  # missing (the transport said why), or refused on the wire
+        reply: PairedCounts = exchange.replies[c]
+        expected = [int(sizes[c][masks[k]].sum()) for k in targets[c]]
+        why = check(reply, np.array(expected, dtype=np.int64))
+        if why:
+            run.reject("screening", c, why)
+            refused.append(c)
+            continue
+        for i, k in enumerate(targets[c]):
+            votes[order[k]][c] = (int(reply.better[i]), int(reply.worse[i]), int(reply.rows[i]))
+    flagged, evidence = run.defence.strongest_case(votes)
+    room = len(order) - len(refused) - protocol.min_clients > 0
+    excluded = [flagged] if flagged is not None and room else []
+    kept = [flagged] if flagged is not None and not room else []
+    report.screening = {
+        "candidate": candidate.describe(),
+        "clients": {c: e.describe() for c, e in evidence.items()},
+        "excluded": [*earlier, *excluded],
+        "unscreenable": {
+            **{
+                c: "the other clients hold fewer than two classes"
+                if not masks[k].any()
+                else "no other client's counts on it were received"
+                for k, c in enumerate(order)
+                if c not in unfit and evidence[c].voters == 0
+            },
+            **unfit,
+        },
+        "kept": {c: "excluding it would leave fewer than min_clients" for c in kept},
+    }
+    for c in excluded:
+        run.reject("screening", c, evidence[c].reason())
+    run.keep("screening", [c for c in order if c not in excluded and c not in refused])
+    return excluded + refused
+
+
+class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
+    """Stage "screening": the full head and the heads without one other client out,
+    paired counts back.
+
+    The client compares them on its held-out rows (:func:`paired_counts`); each
+    left-out head travels with the mask of the classes its comparison predicts
+    among.
+    """
+
+    name = "screening"
+    message_type = "query.screening"
+    request = ScreeningRequest
+    reply = PairedCounts
+    check = staticmethod(check)
+
+    def answer(self, party: ClientParty, request: ScreeningRequest) -> PairedCounts:
+        full_map = party.full_map(request.reference)
+        X, y = party.held_out("screening")
+        return paired_counts(
+            request.full, request.left_out, request.masks, full_map, request.tau, X, y,
+            party.classes,
+        )  # fmt: skip
+
+    def encode_request(self, request: ScreeningRequest, wire: ServerWire) -> Payload:
+        values = wire.with_reference(
+            {"tau": float(request.tau), "n-heads": len(request.left_out)}, request.reference
+        )
+        heads = [
+            {**h.to_arrays(), "mask": np.asarray(m, dtype=np.uint8)}
+            for h, m in zip(request.left_out, request.masks, strict=True)
+        ]
+        return Payload(values, {HEAD: request.full.to_arrays(), LEFT_OUT: array_list(heads)})
+
+    def decode_request(self, payload: ReceivedPayload, wire: ClientWire) -> ScreeningRequest:
+        tau = float(payload.value("tau", (float, int)))
+        n = payload.value("n-heads", int)
+        if not 1 <= n <= MAX_COUNT:
+            raise MessageFormatError(f"'n-heads' must be a positive count, got {n}")
+        full = wire.head(payload.arrays(HEAD, max_bytes=wire.head_bytes))
+        parts = payload.array_list(LEFT_OUT, n, max_bytes=n * wire.head_bytes)
+        masks = []
+        classes = wire.classes
+        for arrays in parts:
+            mask = arrays.pop("mask", None)
+            if mask is None or mask.shape != classes.shape or not np.isin(mask, (0, 1)).all():
+                raise MessageFormatError(
+                    f"each left-out head needs a 0/1 mask over the {classes.shape[0]} classes"
+                )
+            masks.append(mask.astype(bool))
+        heads = tuple(wire.head(arrays) for arrays in parts)
+        return ScreeningRequest(wire.reference(payload), full, heads, np.array(masks), tau)
+
+    def encode_reply(self, reply: PairedCounts, request: ScreeningRequest) -> Payload:
+        return Payload(arrays={PAIRED: reply.to_arrays()})
+
+    def decode_reply(
+        self, payload: ReceivedPayload, request: ScreeningRequest, wire: ServerWire
+    ) -> PairedCounts:
+        n = len(request.left_out)
+        arrays = payload.arrays(PAIRED, max_bytes=3 * 8 * n + 4096)
+        return PairedCounts.from_arrays(arrays, n_heads=n)
+
+
+STAGE = ScreeningStage()

@@ -1,0 +1,206 @@
+"""Stages "updates" and "refit": local heads trained on aligned rows, one per ``tau``.
+
+A head that trains on aligned rows (O-FedAvg) cannot be aligned by the
+server: each client trains one local head per requested fraction of its map,
+on its fitting rows (``part="fit"``, the candidates) or on all its rows
+(``part="all"``, the final head).  The server ties each reply to the
+client's upload (:func:`check`), scales it by the client's capped weight and
+compares its norm with the others' (the defence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ...gaussian import GaussianSummary
+from ...heads._fitting import local_heads
+from ...wire import MessageFormatError
+from ...wire.arrays import sample_count_problem
+from ...wire.payload import Payload, ReceivedPayload, array_list
+from ._stage import ClientWire, ServerWire, Stage
+
+if TYPE_CHECKING:
+    from ..client import ClientParty
+    from ..state import RunState
+
+__all__ = [
+    "REFIT",
+    "STAGE",
+    "LocalHeads",
+    "RefitStage",
+    "UpdatesRequest",
+    "UpdatesStage",
+    "check",
+    "collect",
+]
+
+#: The group of arrays the local heads travel in.
+UPDATES = "updates"
+#: The parts of a client's rows a local head is trained on.
+PARTS = ("fit", "all")
+
+
+@dataclass(frozen=True, eq=False)
+class UpdatesRequest:
+    """One local head per ``tau`` on ``part`` of the rows.
+
+    Parameters
+    ----------
+    reference : GaussianSummary or None
+        The reference, with a client's first request after it was built.
+    taus : tuple of float
+        The fractions of the client's map to train at.
+    part : {"fit", "all"}
+        The fitting rows, or all the client's training rows.
+    """
+
+    reference: GaussianSummary | None
+    taus: tuple[float, ...]
+    part: str
+
+
+class LocalHeads(list):
+    """A client's reply: its local heads (:class:`~skslot.heads.LinearHeadUpdate`), one per
+    requested ``tau``, in the request's order."""
+
+
+def check(updates: Sequence, n_updates: int, n_samples: int) -> str | None:
+    """Why a client's local heads do not match the request and its upload.
+
+    Parameters
+    ----------
+    updates : sequence of local heads
+    n_updates : int
+        The heads requested.
+    n_samples : int
+        The rows of the requested part, as its upload announced them.
+
+    Returns
+    -------
+    str or None
+    """
+    if len(updates) != n_updates:
+        return f"{len(updates)} local heads, but {n_updates} were requested"
+    for update in updates:
+        why = sample_count_problem(update.n_samples, n_samples, "local head trained on")
+        if why is not None:
+            return why
+    return None
+
+
+def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> list:
+    """The server's step: ask each client for the local heads it has not sent on this reference.
+
+    The same rows at the same fraction of the same map give the same head,
+    so a choice made again costs no new training unless the reference or
+    the clients' fractions changed.  Each reply is tied to the client's
+    upload (:func:`check`) and scaled by its capped weight; the defence
+    rejects heads whose norm is out of line with the others'.
+
+    Parameters
+    ----------
+    run : RunState
+    stage : {"updates", "refit"}
+    taus : sequence of float
+        The run's fractions (each client moves its own share of them).
+    part : {"fit", "all"}
+
+    Returns
+    -------
+    list
+        The clients that left the run at this stage (rejected or missing).
+    """
+    cache = run.local_heads_cache(part)
+    wanted = {
+        c: [t for t in run.client_taus(c, taus) if t not in cache.get(c, {})] for c in run.order
+    }
+    requests = {
+        c: UpdatesRequest(run.reference_for(c), tuple(ts), part) for c, ts in wanted.items() if ts
+    }
+    if not requests:
+        return []
+    exchange = run.exchange(stage, requests)
+    received = {}
+    for c, updates in exchange.replies.items():
+        upload = run.clients[c].upload
+        expected = upload.n_fit if part == "fit" else upload.n_rows
+        why = check(updates, len(wanted[c]), expected)
+        if why:
+            run.reject(stage, c, why)
+            continue
+        received[c] = [u.scaled(run.weight_factor(c)) for u in updates]
+    order = list(received)
+    norms = [max(u.norm() for u in received[c]) for c in order]
+    for k, why in run.defence.implausible_updates(norms).items():
+        run.reject(stage, order[k], f"implausible: {why}")
+        del received[order[k]]
+    for c, updates in received.items():
+        cache.setdefault(c, {}).update(zip(wanted[c], updates, strict=True))
+    return run.keep(stage, [c for c in run.order if c in received or c not in requests])
+
+
+class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
+    """Stage "updates": one local head per ``tau`` on a part of the client's rows.
+
+    The client trains on its rows aligned at each fraction of its map
+    (:func:`skslot.heads._fitting.local_heads`); the heads travel as one group of
+    arrays, decoded and checked by the run's head.
+    """
+
+    name = "updates"
+    message_type = "train.updates"
+    request = UpdatesRequest
+    reply = LocalHeads
+    check = staticmethod(check)
+
+    def answer(self, party: ClientParty, request: UpdatesRequest) -> LocalHeads:
+        full_map = party.full_map(request.reference)
+        split = party.split
+        rows = split[0] if request.part == "fit" and split is not None else slice(None)
+        heads = local_heads(
+            party.head,
+            party.X[rows],
+            party.y[rows],
+            party.classes,
+            full_map,
+            request.taus,
+            client_index=party.state.client_index or 0,
+        )
+        return LocalHeads(heads)
+
+    def encode_request(self, request: UpdatesRequest, wire: ServerWire) -> Payload:
+        values = {"taus": [float(t) for t in request.taus], "part": request.part}
+        return Payload(wire.with_reference(values, request.reference))
+
+    def decode_request(self, payload: ReceivedPayload, wire: ClientWire) -> UpdatesRequest:
+        part = payload.value("part", str)
+        if part not in PARTS:
+            raise MessageFormatError(f"part must be 'fit' or 'all', got {part!r}")
+        return UpdatesRequest(wire.reference(payload), tuple(payload.floats("taus")), part)
+
+    def encode_reply(self, reply: LocalHeads, request: UpdatesRequest) -> Payload:
+        return Payload(arrays={UPDATES: array_list([u.to_arrays() for u in reply])})
+
+    def decode_reply(
+        self, payload: ReceivedPayload, request: UpdatesRequest, wire: ServerWire
+    ) -> LocalHeads:
+        head, C, m = wire.head, wire.classes.shape[0], wire.dimension
+        n = len(request.taus)
+        arrays = payload.array_list(
+            UPDATES, n, max_bytes=n * head.strategy.max_update_bytes(head, C, m)
+        )
+        return LocalHeads(
+            head.decode_statistics(a, classes=wire.classes, n_features=m) for a in arrays
+        )
+
+
+class RefitStage(UpdatesStage):
+    """Stage "refit": the same exchange after a choice, local heads at the chosen ``tau``."""
+
+    name = "refit"
+
+
+STAGE = UpdatesStage()
+REFIT = RefitStage()

@@ -1,0 +1,551 @@
+"""One run's state on the server: the accepted clients, the reference, the report.
+
+:class:`RunState` is what the stages' server steps and the heads' strategies
+(:class:`skslot.heads.ServerSide`) see of a run: each change to the run (a
+client entered, rejected or dropped, the reference built or built again, a
+weight capped) is one named method that also writes the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from .._validation import spawn_seeds
+from ..defence import NoDefence
+from ..gaussian import GaussianSummary
+from ..label_shift import label_shift_distances
+from ..maps import GaussianMap
+from .report import ProtocolReport, ProtocolRunError, logger
+from .transport import Exchange, Transport
+
+if TYPE_CHECKING:
+    from ..defence import DefenceBounds
+    from ..selection import Selection
+    from .driver import OneShotProtocol
+    from .stages.upload import Upload
+
+__all__ = ["SERVER_STEP_ERRORS", "RunState", "order_key", "split_seeds"]
+
+#: Server steps whose failure on the clients' values fails the run with a report.
+SERVER_STEP_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError, MemoryError)
+#: Barycenter iterations of each leave-one-out probe of the culprit search.
+PROBE_ITERATIONS = 2
+
+T = TypeVar("T")
+
+
+def order_key(address: Hashable) -> tuple:
+    """Clients in a stable order: by address, integers before strings.
+
+    Parameters
+    ----------
+    address : hashable
+
+    Returns
+    -------
+    tuple
+    """
+    return (isinstance(address, str), address)
+
+
+def split_seeds(parties: Sequence[Hashable], random_state: Any) -> dict[Hashable, int]:
+    """Each client's seed of its validation split: the run's ``k``-th for the ``k``-th client.
+
+    Parameters
+    ----------
+    parties : sequence of addresses
+    random_state : int, RandomState or None
+
+    Returns
+    -------
+    dict of address to int
+    """
+    order = sorted(parties, key=order_key)
+    return dict(zip(order, spawn_seeds(random_state, len(order)), strict=True))
+
+
+@dataclass(eq=False)
+class _Client:
+    """What the server holds about one accepted client."""
+
+    upload: Upload
+    weight: float = 0.0
+    statistics: Any = None
+    validation: Any = None
+    tau_scale: float = 1.0
+
+    @property
+    def summary(self) -> GaussianSummary:
+        return self.upload.summary
+
+
+class RunState:
+    """One run's state: the accepted clients, the reference and every map, the report.
+
+    Parameters
+    ----------
+    protocol : OneShotProtocol
+        The run's settings.
+    transport : Transport
+    classes : ndarray
+        The run's class set.
+    """
+
+    SERVER_STEP_ERRORS = SERVER_STEP_ERRORS
+
+    def __init__(self, protocol: OneShotProtocol, transport: Transport, classes: np.ndarray):
+        self.protocol, self.transport, self.classes = protocol, transport, classes
+        self.defence: DefenceBounds | NoDefence = protocol.defence or NoDefence()
+        self.report = ProtocolReport(config=protocol.config)
+        self.report.classes = classes.tolist()
+        self.report.nodes = list(transport.parties())
+        self.clients: dict[Hashable, _Client] = {}
+        self.reference: GaussianSummary | None = None
+        self.full_maps: dict[Hashable, GaussianMap] = {}
+        self.has_reference: set = set()
+        #: Per part of the rows ("fit", "all"), each client's local heads by its fraction.
+        self._local_heads: dict[str, dict[Hashable, dict[float, Any]]] = {}
+
+    # -- the clients ---------------------------------------------------------------------
+
+    @property
+    def parties(self) -> list:
+        """Every client the transport reaches, in the run's order."""
+        return sorted(self.report.nodes, key=order_key)
+
+    @property
+    def order(self) -> list:
+        """The accepted clients, in the run's order."""
+        return sorted(self.clients, key=order_key)
+
+    def split_seeds(self) -> dict[Hashable, int]:
+        """Each client's seed of its validation split (see :func:`split_seeds`).
+
+        Returns
+        -------
+        dict of address to int
+        """
+        return split_seeds(self.parties, self.protocol.random_state)
+
+    def enter(self, c: Hashable, upload: Upload) -> None:
+        """Accept client ``c`` with its checked upload (at its own weight, until :meth:`weigh`).
+
+        Parameters
+        ----------
+        c : hashable
+            The client's address.
+        upload : Upload
+            Its checked upload.
+        """
+        self.clients[c] = _Client(
+            upload, float(upload.summary.n), upload.statistics, upload.validation
+        )
+
+    def reject(self, stage: str, c: Hashable, why: str) -> None:
+        """Report why client ``c``'s message at ``stage`` was refused (:meth:`keep` drops it).
+
+        Parameters
+        ----------
+        stage : str
+            The stage whose message was refused.
+        c : hashable
+            The client's address.
+        why : str
+            The reason, as reported.
+        """
+        self.report.reject(stage, c, why)
+
+    def keep(self, stage: str, accepted: Any) -> list:
+        """Drop the clients not in ``accepted``; fail when fewer than ``min_clients`` remain.
+
+        Parameters
+        ----------
+        stage : str
+            The stage the clients completed, named in the error.
+        accepted : iterable of addresses
+            The clients to keep.
+
+        Returns
+        -------
+        list
+            The clients dropped.
+        """
+        accepted = set(accepted)
+        dropped = [c for c in self.order if c not in accepted]
+        self.clients = {c: client for c, client in self.clients.items() if c in accepted}
+        if len(self.clients) < self.protocol.min_clients:
+            report = self.report
+            problems = [f"{report.name(n)} missing" for n in report.missing.get(stage, [])] + [
+                f"{report.name(n)} rejected: {why}"
+                for n, why in report.rejected.get(stage, {}).items()
+            ]
+            raise ProtocolRunError(
+                f"only {len(self.clients)} client(s) completed the {stage} stage, fewer than "
+                f"min_clients = {self.protocol.min_clients} "
+                f"({'; '.join(problems) or 'no other node'})",
+                report,
+            )
+        return dropped
+
+    def weigh(self) -> None:
+        """The defence: reject clients out of line with the others, cap the rest's weights."""
+        order = self.order
+        reasons, capped = self.defence.check_summaries([self.clients[c].summary for c in order])
+        for k, why in sorted(reasons.items()):
+            self.reject("upload", order[k], f"implausible: {why}")
+        self.keep("upload", [c for k, c in enumerate(order) if k not in reasons])
+        for c, weight in zip(self.order, capped, strict=True):
+            client = self.clients[c]
+            client.weight = float(weight)
+            n = client.summary.n
+            if weight < n:
+                factor = weight / n
+                self.report.capped[c] = round(factor, 6)
+                logger.warning("%s: weight capped to %.3g of its rows", self.report.name(c), factor)
+                if client.statistics is not None:
+                    client.statistics = client.statistics.scaled(factor)
+                if client.validation is not None:
+                    client.validation = client.validation.scaled(factor)
+
+    def weight_factor(self, c: Hashable) -> float:
+        """Client ``c``'s capped weight as a fraction of its rows.
+
+        Parameters
+        ----------
+        c : hashable
+            The client's address.
+
+        Returns
+        -------
+        float
+        """
+        client = self.clients[c]
+        return client.weight / client.summary.n
+
+    # -- the exchanges -------------------------------------------------------------------
+
+    def exchange(self, stage: str, requests: Mapping[Hashable, Any]) -> Exchange:
+        """One exchange over the transport, its bytes, rejections and missing clients reported.
+
+        Parameters
+        ----------
+        stage : str
+        requests : mapping of address to request
+
+        Returns
+        -------
+        Exchange
+        """
+        report = self.report
+        report.stages.append(stage)
+        result = self.transport.exchange(stage, requests)
+        for counted, found in (
+            (report.bytes_sent, result.bytes_sent),
+            (report.bytes_received, result.bytes_received),
+        ):
+            for c, n in found.items():  # a stage run twice (a choice made again) adds up
+                per_stage = counted.setdefault(c, {})
+                per_stage[stage] = per_stage.get(stage, 0) + n
+        for c, why in result.rejected.items():
+            report.reject(stage, c, why)
+        missing = sorted(result.missing, key=order_key)
+        report.missing[stage] = sorted({*report.missing.get(stage, []), *missing}, key=order_key)
+        for c in missing:
+            logger.warning(
+                "%s missing at the %s stage: %s", report.name(c), stage, result.missing[c]
+            )
+        return result
+
+    def reference_for(self, c: Hashable) -> GaussianSummary | None:
+        """The reference the first time a client is sent a message after it was built.
+
+        Parameters
+        ----------
+        c : hashable
+            The client's address.
+
+        Returns
+        -------
+        GaussianSummary or None
+            The reference, or ``None`` if ``c`` was already sent it (or none is built).
+        """
+        if c in self.has_reference:
+            return None
+        self.has_reference.add(c)
+        return self.reference
+
+    def client_taus(self, c: Hashable, taus: Sequence[float]) -> tuple[float, ...]:
+        """The fractions client ``c`` moves by at the run's ``taus`` (``client_tau``).
+
+        Parameters
+        ----------
+        c : hashable
+            The client's address.
+        taus : sequence of float
+            The run's fractions.
+
+        Returns
+        -------
+        tuple of float
+            Each of ``taus`` times the client's ``tau_scale``.
+        """
+        scale = self.clients[c].tau_scale
+        return tuple(float(t) * scale for t in taus)
+
+    def server_step(self, what: str, step: Callable[[], T]) -> T:
+        """A server step on client values; its failure fails the run with a report.
+
+        Parameters
+        ----------
+        what : str
+            The step, named in the error.
+        step : callable
+            The step, called without arguments.
+
+        Returns
+        -------
+        object
+            What ``step`` returns.
+
+        Raises
+        ------
+        ProtocolRunError
+            If ``step`` raises one of :data:`SERVER_STEP_ERRORS`.
+        """
+        try:
+            return step()
+        except SERVER_STEP_ERRORS as exc:
+            raise ProtocolRunError(
+                f"{what} failed: {type(exc).__name__}: {exc}", self.report
+            ) from exc
+
+    # -- the reference -------------------------------------------------------------------
+
+    def build_reference(self, stage: str = "upload") -> None:
+        """The reference, every client's map and fraction of ``tau``.
+
+        Clients whose summaries break the reference are found
+        (:meth:`_culprits`), rejected at ``stage`` (the upload, or the stage
+        after which the reference is built again) and the reference built
+        without them.
+
+        Parameters
+        ----------
+        stage : str, default="upload"
+            The stage at which the clients that break the reference are rejected.
+        """
+        while True:
+            order = self.order
+            summaries = [self.clients[c].summary for c in order]
+            weights = [self.clients[c].weight for c in order]
+            try:
+                built = self.protocol.reference.build(order, summaries, weights)
+            except SERVER_STEP_ERRORS as exc:
+                culprits = self._culprits(order, summaries, weights, exc)
+                for c in culprits:
+                    self.reject(stage, c, f"its summary breaks the reference: {exc}")
+                self.keep(stage, [c for c in order if c not in culprits])
+                continue
+            break
+        self.reference, self.full_maps = built.reference, built.maps
+        self.report.barycenter_iterations = built.n_iter
+        self.report.reference_clients = list(order)
+        self._scale_taus()
+
+    def refresh_reference(self, stage: str) -> bool:
+        """Build the reference again if a client it was built from has since left the run.
+
+        A client rejected or missing after the reference was built (at the
+        updates stage, or excluded by the screening) must not shape the
+        reference of the final head: the reference, the maps and the clients'
+        fractions of ``tau`` are made again from the clients still in, sent
+        to every client with its next request, and the local heads trained
+        on the old reference are dropped.
+
+        Parameters
+        ----------
+        stage : str
+            The stage at which the clients that break the new reference are rejected.
+
+        Returns
+        -------
+        bool
+            Whether it was built again.
+        """
+        built_from = self.report.reference_clients
+        if self.order == built_from:
+            return False
+        gone = [c for c in built_from if c not in self.clients]
+        logger.info(
+            "skslot: the reference is built again without %s",
+            ", ".join(self.report.name(c) for c in gone),
+        )
+        previous = self.reference
+        self.build_reference(stage)
+        if self.reference is not previous:  # a fixed reference stays the same
+            self.has_reference.clear()
+            self._local_heads.clear()
+        return True
+
+    def _culprits(
+        self, order: list, summaries: list, weights: list, error: Exception
+    ) -> list[Hashable]:
+        """The clients whose summaries break the reference, in O(K) barycenter iterations.
+
+        First each summary alone (a one-client reference: one iteration each):
+        those that break the step by themselves.  If none does, each
+        leave-one-out set, probed with ``PROBE_ITERATIONS`` iterations: the
+        one client whose removal lets the step through.  Otherwise the run
+        fails.
+        """
+
+        def breaks(kept: list[int], max_iter: int) -> bool:
+            try:
+                self.protocol.reference.build(
+                    [order[i] for i in kept],
+                    [summaries[i] for i in kept],
+                    [weights[i] for i in kept],
+                    max_iter=max_iter,
+                )
+            except SERVER_STEP_ERRORS:
+                return True
+            return False
+
+        K = len(order)
+        culprits = [c for k, c in enumerate(order) if breaks([k], 1)]
+        if not culprits and K > self.protocol.min_clients:
+            culprits = [
+                c
+                for k, c in enumerate(order)
+                if not breaks([i for i in range(K) if i != k], PROBE_ITERATIONS)
+            ]
+            culprits = culprits if len(culprits) == 1 else []
+        if not culprits or K - len(culprits) < self.protocol.min_clients:
+            raise ProtocolRunError(
+                f"the reference could not be built from the clients' summaries: {error}",
+                self.report,
+            ) from error
+        return culprits
+
+    def _scale_taus(self) -> None:
+        """Each accepted client's factor of ``tau``, from the accepted clients' class counts."""
+        if self.protocol.client_tau == "uniform":
+            return
+        order = self.order
+        capped = any(c in self.report.capped for c in order)
+        weights = {  # the capped weights, in the class counts' rows (fitting and held out)
+            c: self.weight_factor(c) * self.clients[c].upload.n_rows for c in order
+        }
+        distances = label_shift_distances(
+            {c: self.clients[c].upload.class_counts for c in order},
+            weights if capped else None,  # else pooled
+        )
+        for c in order:
+            self.clients[c].tau_scale = distances[c]
+        self.report.tau_scales = {c: round(distances[c], 6) for c in order}
+
+    # -- what a head's strategy sees (skslot.heads.ServerSide) ---------------------------
+
+    def statistics(self) -> list:
+        """Each accepted client's fitting statistics (weight-capped), in the run's order.
+
+        Returns
+        -------
+        list
+        """
+        return [self.clients[c].statistics for c in self.order]
+
+    def validation_statistics(self) -> list:
+        """Each accepted client's validation statistics (``None`` where it has none).
+
+        Returns
+        -------
+        list
+        """
+        return [self.clients[c].validation for c in self.order]
+
+    def maps(self) -> list[GaussianMap]:
+        """Each client's map at ``tau = 1``: its full map, or that scaled by its ``tau_scale``.
+
+        With ``mean_tau`` the map is anchored at the client's mean, which
+        moves by ``mean_tau`` at every ``tau``
+        (:meth:`~skslot.maps.GaussianMap.with_mean_fraction`), unless the
+        run's maps came anchored (a fitted transformer's,
+        :class:`~skslot.protocol.stages.reference.FixedReference`).
+
+        Returns
+        -------
+        list of GaussianMap
+            In the run's order.
+        """
+        scaled, mean_tau = [], self.protocol.mean_tau
+        for c in self.order:
+            full, scale = self.full_maps[c], self.clients[c].tau_scale
+            if full.anchor is None:  # a fitted transformer's maps come anchored
+                full = full.with_mean_fraction(mean_tau, self.clients[c].summary.mean)
+            scaled.append(full if scale == 1.0 else full.geodesic(scale))
+        return scaled
+
+    def local_heads_cache(self, part: str) -> dict[Hashable, dict[float, Any]]:
+        """The local heads received on the current reference, per client and fraction.
+
+        Parameters
+        ----------
+        part : {"fit", "all"}
+            The part of the clients' rows the heads were trained on.
+
+        Returns
+        -------
+        dict of address to dict of float to head
+            The cache itself, filled by the stages that receive the heads.
+        """
+        return self._local_heads.setdefault(part, {})
+
+    def local_heads(self, part: str, tau: float) -> list:
+        """Each accepted client's local head at the run's ``tau`` on ``part`` of its rows.
+
+        They were received by the ``updates`` or ``refit`` stage
+        (:func:`skslot.protocol.stages.updates.collect`).
+
+        Parameters
+        ----------
+        part : {"fit", "all"}
+            The part of the clients' rows the heads were trained on.
+        tau : float
+            The run's fraction (each client's own is scaled by its ``tau_scale``).
+
+        Returns
+        -------
+        list
+            In the run's order.
+        """
+        cache = self.local_heads_cache(part)
+        return [cache[c][self.client_taus(c, [tau])[0]] for c in self.order]
+
+    # -- the report ----------------------------------------------------------------------
+
+    def record_selection(self, selection: Selection, left_out: Mapping[Hashable, str]) -> None:
+        """The validation's choice and its table, into the report.
+
+        Parameters
+        ----------
+        selection : Selection
+            The validation's choice.
+        left_out : mapping of address to str
+            The clients left out of the validation, and why.
+        """
+        table = selection.table()
+        self.report.selection = {
+            "candidates": table["params"],
+            "clients": selection.clients,
+            "scores": selection.scores.tolist(),
+            "mean_validation_score": table["mean_validation_score"].tolist(),
+            "std_error_validation_score": table["std_error_validation_score"].tolist(),
+            "chosen": selection.candidate.describe(),
+            "left_out": dict(left_out),
+        }
+        logger.info("skslot: validation chose %s", selection.candidate.describe())

@@ -1,0 +1,268 @@
+"""The deployment's settings: declared once, and every reader of them reads the declarations."""
+
+import dataclasses
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import skslot.flower.config as config_module
+from skslot import FederatedTauSearch
+from skslot.datasets import make_federated_classification
+from skslot.defence import DefenceBounds
+from skslot.flower import DeploymentConfig
+from skslot.flower.config import AlignmentSettings, Setting
+from skslot.heads import FedCGSClassifier
+from skslot.selection import DEFAULT_TAUS
+from skslot.transformer import DEFAULT_CLIENT_TAU, DEFAULT_MEAN_TAU, DEFAULT_TAU
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = DeploymentConfig.settings()
+NAMES = [s.name for s in SETTINGS]
+
+#: A valid value other than the default, for every setting.
+OTHER = {
+    "head": "FedPFT",
+    "head_params": '{"rank": 2}',
+    "classes": "cat,dog,eel",
+    "seed": 3,
+    "summary_dtype": "float64",
+    "server_jobs": -1,
+    "client_batch": 4,
+    "tau": "auto",
+    "mean_tau": None,
+    "client_tau": "uniform",
+    "summary_covariance": "within",
+    "taus": "0,0.5,1",
+    "head_grid": '{"shrinkage": [0.01, 0.1]}',
+    "validation_fraction": 0.25,
+    "selection_rule": "best",
+    "defence": False,
+    "max_dimension": 512,
+    "n_features": 256,
+    "max_count_ratio": 50.0,
+    "max_weight_ratio": 5.0,
+    "max_norm_ratio": 3.0,
+    "max_variance_ratio": 20.0,
+    "max_mean_offset": 4.0,
+    "screen": "off",
+    "screen_significance": 0.01,
+    "screen_min_gain": 0.05,
+    "alpha": None,
+    "dataset": "office-caltech10",
+    "clients_per_domain": 2,
+    "test_size": 0.25,
+    "epsilon": 2.0,
+    "delta": 1e-6,
+    "clip_norm": 5.0,
+    "num_clients": 4,
+    "min_clients": 3,
+    "connect_timeout": 5.0,
+    "reply_timeout": 30.0,
+    "progress_interval": 0.0,
+    "retry_interval": 2.0,
+    "output_dir": 'C:\\out "x"',
+}
+#: Settings some values need beside them (a private summary needs O-FedAvg).
+CONTEXT = {"epsilon": {"head": "O-FedAvg"}, "head_params": {"head": "FedPFT"}}
+#: A value each string setting with its own format refuses, and the message it gives.
+BAD_STRINGS = {
+    "head": ("SVM", "unknown head 'SVM'"),
+    "head_params": ("[1]", "head_params must be a JSON object"),
+    "classes": ("1", "classes must list at least 2 distinct labels"),
+    "taus": ("0,0.4,0.4", "taus repeats"),
+    "head_grid": ('{"shrinkage": 0.1}', "head_grid['shrinkage'] must be a JSON list"),
+}
+
+
+def test_every_setting_has_a_test_value_and_one_name():
+    assert sorted(OTHER) == sorted(NAMES)
+    assert len(set(NAMES)) == len(NAMES)
+    assert [s.key for s in SETTINGS] == [name.replace("_", "-") for name in NAMES]
+    for s in SETTINGS:
+        assert DeploymentConfig.setting(s.key) is DeploymentConfig.setting(s.name) is s
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_setting_round_trips_through_the_run_config_and_the_command_line(name):
+    s = DeploymentConfig.setting(name)
+    config = DeploymentConfig(**CONTEXT.get(name, {}), **{name: OTHER[name]})
+    assert getattr(config, name) == OTHER[name] != s.default
+    run_config = config.to_run_config()
+    assert list(run_config) == [s.key for s in SETTINGS]
+    value = run_config[s.key]
+    assert type(value) in (bool, int, float, str)  # what a Flower run config holds
+    assert DeploymentConfig.from_run_config(run_config) == config
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    assert s.check(s.from_text(text)) == getattr(config, name)
+
+
+def test_a_run_config_value_is_the_one_python_value():
+    """``"none"`` is ``None`` and an integer a float, from a run config and from keywords."""
+    config = DeploymentConfig(alpha="none", mean_tau="None", tau=1, max_count_ratio=20)
+    assert config.alpha is None and config.mean_tau is None
+    assert type(config.tau) is float and type(config.max_count_ratio) is float
+    assert config == DeploymentConfig.from_run_config(
+        {"alpha": "none", "mean-tau": "none", "tau": 1.0, "max-count-ratio": 20}
+    )
+
+
+def _bad_values(s: Setting) -> list:
+    """Values of the wrong type, outside the bounds, or not among the options."""
+    wrong_type = {bool: "yes", int: 2.5, float: "lots", str: 3}[s.kind]
+    values = [wrong_type]
+    if s.low is not None:
+        values.append(s.low if s.low_open else s.low - 1)
+    if s.high is not None:
+        values.append(s.high if s.high_open else s.high + 1)
+    if s.nonzero:
+        values.append(0)
+    if s.options:
+        values.append("nope")
+    return values
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_bad_value_names_the_key_what_it_allows_and_the_value(name):
+    s = DeploymentConfig.setting(name)
+    for value in _bad_values(s):
+        for build, settings in (
+            (DeploymentConfig.from_run_config, {s.key: value}),
+            (lambda settings: DeploymentConfig(**settings), {name: value}),
+        ):
+            with pytest.raises(ValueError) as info:
+                build(settings)
+            message = str(info.value)
+            assert f"(run-config key '{s.key}')" in message
+            assert message.startswith(f"{name} must be ") and f"got {value!r}" in message
+
+
+@pytest.mark.parametrize("name", sorted(BAD_STRINGS))
+def test_a_string_in_a_bad_format_names_the_key(name):
+    s = DeploymentConfig.setting(name)
+    value, message = BAD_STRINGS[name]
+    context = {"tau": "auto"} if name == "taus" else {}
+    with pytest.raises(ValueError, match=re.escape(message)) as info:
+        DeploymentConfig.from_run_config({**context, s.key: value})
+    assert str(info.value).endswith(f"(run-config key '{s.key}')")
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"n_features": 5000}, "n_features must be at most max_dimension (4096)"),
+        ({"screen": "on", "defence": False}, "screen='on' needs a defence"),
+        ({"head": "FedPFT", "head_params": '{"ranks": 2}'}, "head-params"),
+        ({"tau": "auto", "head": "FedPFT", "head_grid": '{"shrinkage": [1]}'}, "head-grid"),
+        ({"epsilon": 1.0}, "epsilon is refused with FedCGSClassifier"),
+        ({"epsilon": 1.0, "head": "O-FedAvg", "summary_covariance": "within"}, "'epsilon'"),
+    ],
+)
+def test_settings_that_do_not_go_together_are_refused(settings, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        DeploymentConfig(**settings)
+
+
+def test_an_unknown_name_is_a_type_error_with_a_suggestion():
+    with pytest.raises(TypeError, match="no setting 'rule'; did you mean 'selection_rule'"):
+        DeploymentConfig(rule="best")
+    with pytest.raises(TypeError, match="alignment_settings must be AlignmentSettings, got dict"):
+        DeploymentConfig(alignment_settings={"tau": 0.4})
+
+
+def test_checks_run_once_from_the_declarations_without_a_driver(monkeypatch):
+    calls = []
+    check = Setting.check
+
+    def counted(self, value):
+        calls.append(self.name)
+        return check(self, value)
+
+    def no_driver(*args, **kwargs):
+        raise AssertionError("a protocol driver was built")
+
+    monkeypatch.setattr(Setting, "check", counted)
+    monkeypatch.setattr(config_module, "OneShotProtocol", no_driver)
+    config = DeploymentConfig(tau="auto", selection_rule="best")
+    assert sorted(calls) == sorted(NAMES)  # each setting checked once
+    calls.clear()
+    changed = dataclasses.replace(config, min_clients=5)
+    assert calls == [s.name for s in config.run_settings.settings()]  # only the part changed
+    assert changed.min_clients == 5 and changed.alignment_settings is config.alignment_settings
+    with pytest.raises(AssertionError, match="a protocol driver was built"):
+        config.protocol()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_driver_takes_every_configuration_the_checks_accept(name):
+    config = DeploymentConfig(**CONTEXT.get(name, {}), **{name: OTHER[name]})
+    protocol = config.protocol()
+    assert protocol.selection_rule == config.selection_rule
+    assert protocol.config == config.to_run_config()
+    assert (protocol.defence is None) == (not config.defence)
+
+
+def test_the_parts_hold_the_settings_and_the_config_reads_them_flat():
+    config = DeploymentConfig(tau=0.4, alpha=None, min_clients=3)
+    assert config.alignment_settings == AlignmentSettings(tau=0.4)
+    assert config.data_settings.alpha is None and config.run_settings.min_clients == 3
+    for part, cls in DeploymentConfig.parts().items():
+        assert isinstance(getattr(config, part), cls)
+        for s in cls.settings():
+            assert getattr(config, s.name) == getattr(getattr(config, part), s.name)
+    built = DeploymentConfig(alignment_settings=AlignmentSettings(tau=0.4), alpha=None)
+    assert built == DeploymentConfig(tau=0.4, alpha=None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.alignment_settings.tau = 0.2
+
+
+def test_defaults_that_belong_to_another_object_are_read_from_it():
+    config = DeploymentConfig()
+    for f in dataclasses.fields(DefenceBounds):
+        assert DeploymentConfig.setting(f.name).default == f.default == getattr(config, f.name)
+    assert config.defence_bounds() == DefenceBounds()
+    assert (config.tau, config.mean_tau, config.client_tau) == (
+        DEFAULT_TAU,
+        DEFAULT_MEAN_TAU,
+        DEFAULT_CLIENT_TAU,
+    )
+    assert config.tau_grid == DEFAULT_TAUS
+
+
+def test_the_documentation_is_written_from_the_declarations():
+    table = (ROOT / "docs" / "deployment.md").read_text()
+    table = table[table.index("### Run config") : table.index("## Faults and hostile input")]
+    for part in DeploymentConfig.parts().values():
+        for s in part.settings():
+            assert f"`{s.key}`" in table, s.key
+            entry = f"{s.name} : {s.doc_type}, default="
+            assert entry in part.__doc__
+            assert " ".join(s.help.split()) in " ".join(part.__doc__.split())
+            assert DeploymentConfig.__dict__[s.name].__doc__ == f"{s.help}."
+
+
+def test_class_names_are_sent_as_positions_and_labels_are_checked():
+    config = DeploymentConfig(classes="cat,dog,eel")
+    np.testing.assert_array_equal(config.class_set, [0, 1, 2])
+    np.testing.assert_array_equal(config.label_codes(["eel", "cat"]), [2, 0])
+    with pytest.raises(ValueError, match=r"labels \['fox'\] of the node's data"):
+        config.label_codes(["fox"])
+
+
+# -- one name per setting: the former names still work, with a warning ------------------
+
+
+def test_federated_tau_search_rule_is_the_deprecated_name_of_selection_rule():
+    data = make_federated_classification(
+        n_clients=3, n_samples_per_client=60, n_features=4, alpha=0.5, random_state=0
+    )
+    fit = {"X": data.X, "y": data.y, "client": data.client}
+    new = FederatedTauSearch(FedCGSClassifier(), selection_rule="best", random_state=0)
+    assert "selection_rule" in new.get_params() and new.get_params()["rule"] == "deprecated"
+    new.fit(**fit)
+    old = FederatedTauSearch(FedCGSClassifier(), rule="best", random_state=0)
+    with pytest.warns(FutureWarning, match="rule was renamed selection_rule"):
+        old.fit(**fit)
+    assert old.best_params_ == new.best_params_
+    assert old.best_score_ == new.best_score_

@@ -1,0 +1,237 @@
+"""The package's shape: one module per stage, no import cycle, each concern in its place."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import sys
+from collections.abc import Hashable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import skslot
+from skslot.datasets import make_federated_classification
+from skslot.defence import DefenceBounds
+from skslot.heads import make_head
+from skslot.protocol import (
+    STAGES,
+    ClientParty,
+    ClientWire,
+    Exchange,
+    InProcessTransport,
+    OneShotProtocol,
+    ServerWire,
+)
+from skslot.wire import WireFormatError
+from skslot.wire.payload import Payload
+
+from .conftest import PAPER
+
+PACKAGE = Path(skslot.__file__).parent
+PARTS = ("request", "reply", "answer", "check", "encode_request", "decode_request")
+CODEC = ("encode_reply", "decode_reply")
+
+
+def _modules() -> dict[str, Path]:
+    found = {"skslot": PACKAGE / "__init__.py"}
+    for info in pkgutil.walk_packages([str(PACKAGE)], prefix="skslot."):
+        module = importlib.util.find_spec(info.name)
+        found[info.name] = Path(module.origin)
+    return found
+
+
+def _runtime_imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The skslot modules ``name`` imports when it is imported (not under TYPE_CHECKING,
+    not inside functions)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def resolve(level: int, module: str | None) -> str:
+        base = package.split(".")
+        if level > 1:
+            base = base[: len(base) - (level - 1)]
+        return ".".join([*base, module] if module else base)
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.If):
+                test = node.test
+                if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+                    isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+                ):
+                    visit(node.orelse)
+                    continue
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.startswith("skslot"))
+            elif isinstance(node, ast.ImportFrom):
+                target = resolve(node.level, node.module) if node.level else node.module or ""
+                if not target.startswith("skslot"):
+                    continue
+                for alias in node.names:  # "from . import upload": the submodule
+                    sub = f"{target}.{alias.name}"
+                    found.add(sub if sub in known else target)
+
+    visit(tree.body)
+    return found & known - {name}
+
+
+def test_no_module_of_skslot_imports_itself_back():
+    modules = _modules()
+    graph = {name: _runtime_imports(name, path, set(modules)) for name, path in modules.items()}
+    cycles = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def walk(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                walk(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            walk(node)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_each_stage_is_one_module_with_its_messages_step_check_and_codec():
+    assert list(STAGES) == ["upload", "updates", "validation", "screening", "refit", "evaluation"]
+    for name, stage in STAGES.items():
+        module = sys.modules[stage.answer.__module__]
+        assert module.__name__.startswith("skslot.protocol.stages."), name
+        for part in (*PARTS, *CODEC):
+            assert getattr(stage, part).__module__ == module.__name__, (name, part)
+        assert stage.message_type.partition(".")[0] in ("query", "train", "evaluate")
+    reference = importlib.import_module("skslot.protocol.stages.reference")
+    assert hasattr(reference, "ReferenceStep")
+
+
+def _python_sources(root: Path) -> dict[Path, str]:
+    return {path: path.read_text() for path in sorted(root.rglob("*.py"))}
+
+
+def test_the_defence_is_an_object_never_a_branch():
+    for path, text in _python_sources(PACKAGE).items():
+        assert "defence is not None" not in text, path
+        assert "defence is None" not in text or path.name == "driver.py", path
+
+
+@pytest.mark.parametrize("call", ["fit_from_statistics", "client_statistics", "client_upload"])
+def test_only_the_heads_package_fits_heads(call):
+    """The server's and the clients' head fitting live in skslot/heads/; the protocol asks."""
+    for path, text in _python_sources(PACKAGE).items():
+        if path.is_relative_to(PACKAGE / "heads"):
+            continue
+        calls = [
+            node
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == call
+        ]
+        allowed = call == "client_upload" and path.name == "upload.py"  # the strategy's step
+        assert allowed or not calls, f"{path} calls {call}"
+
+
+class CodecTransport:
+    """In process, but every request and reply is encoded and decoded by its stage's codec."""
+
+    def __init__(self, clients: Mapping[Hashable, ClientParty], wire: ServerWire):
+        self.clients, self.wire = dict(clients), wire
+        self.payloads: dict[str, int] = {}
+
+    def parties(self) -> list[Hashable]:
+        return list(self.clients)
+
+    def exchange(self, stage: str, requests: Mapping[Hashable, Any]) -> Exchange:
+        codec = STAGES[stage]
+        received = {}
+        for address, request in requests.items():
+            party = self.clients[address]
+            client_wire = ClientWire(party.classes, party.X.shape[1])
+            sent = codec.encode_request(request, self.wire).received()
+            got = codec.decode_request(sent, client_wire)
+            reply = party.answer(stage, got)
+            received[address] = codec.encode_reply(reply, got).received()
+            self.payloads[stage] = self.payloads.get(stage, 0) + 1
+        replies, rejected = codec.decode_replies(received, requests, self.wire)
+        return Exchange(replies, rejected)
+
+
+@pytest.mark.parametrize("name", ["FedCGS", "FedPFT", "O-FedAvg"])
+def test_every_stage_s_codec_carries_what_the_objects_carry(name):
+    """A run whose messages all pass through the stages' codecs (float64 summaries) is the
+    in-process run: same choice, same screening, same accuracies."""
+    data = make_federated_classification(
+        n_clients=4, n_samples_per_client=120, n_features=5, alpha=0.5, random_state=1
+    )
+    classes = np.unique(data.y)
+    head = make_head(name, seed=0)
+
+    def parties():
+        out = {}
+        for k in range(4):
+            rows = np.flatnonzero(data.client == k)
+            test, train = rows[::4], np.setdiff1d(rows, rows[::4])
+            out[k] = ClientParty(
+                data.X[train], data.y[train], head=head, classes=classes, label=k,
+                X_test=data.X[test], y_test=data.y[test],
+            )  # fmt: skip
+        return out
+
+    protocol = OneShotProtocol(
+        head, tau="auto", taus=(0.0, 0.5, 1.0), defence=DefenceBounds(), random_state=0, **PAPER
+    )
+    plain = protocol.run(InProcessTransport(parties()), classes)
+    transport = CodecTransport(parties(), ServerWire(head, classes, summary_dtype="float64"))
+    coded = protocol.run(transport, classes)
+    assert coded.report.stages == plain.report.stages
+    assert set(transport.payloads) == set(plain.report.stages)
+    assert "screening" in transport.payloads and "validation" in transport.payloads
+    assert coded.tau == plain.tau and coded.report.rejected == plain.report.rejected
+    assert coded.report.accuracy == pytest.approx(plain.report.accuracy, abs=1e-12)
+
+
+def test_a_stage_decoder_refuses_a_malformed_reply_with_a_wire_error():
+    wire = ServerWire(make_head("FedCGS"), np.arange(3), summary_dtype="float64")
+    wire.dimension = 4
+    for name, stage in STAGES.items():
+        with pytest.raises(WireFormatError):
+            stage.decode_reply(Payload().received(), _request(name), wire)
+
+
+def _request(name: str) -> Any:
+    from skslot.heads import LinearScores
+    from skslot.protocol import (
+        EvaluationRequest,
+        ScreeningRequest,
+        UpdatesRequest,
+        UploadRequest,
+        ValidationRequest,
+    )
+
+    scores = LinearScores(np.arange(3), np.zeros((3, 4)), np.zeros(3))
+    return {
+        "upload": UploadRequest(0),
+        "updates": UpdatesRequest(None, (0.5,), "fit"),
+        "refit": UpdatesRequest(None, (0.5,), "all"),
+        "validation": ValidationRequest(None, (scores,), (0.5,)),
+        "screening": ScreeningRequest(None, scores, (scores,), np.ones((1, 3), bool), 0.5),
+        "evaluation": EvaluationRequest(None, scores, 0.5),
+    }[name]
