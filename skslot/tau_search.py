@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin
@@ -12,11 +12,11 @@ from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted
 
 from ._doc_link import DocLinkMixin
+from ._param_validation import HasMethods, Options, ParameterValidationMixin
 from ._validation import (
     check_classification_data,
     check_client_labels,
     check_host_rows,
-    check_option,
 )
 from .heads._base import OneShotHead
 from .protocol import (
@@ -35,7 +35,9 @@ from .transformer import UNKNOWN_CLIENT, SLOTTransformer
 __all__ = ["FederatedTauSearch"]
 
 
-class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
+class FederatedTauSearch(
+    DocLinkMixin, ParameterValidationMixin, MetaEstimatorMixin, ClassifierMixin, BaseEstimator
+):
     """SLOT-Align in front of a one-shot head, with ``tau`` chosen by federated validation.
 
     ``fit(X, y, client=...)`` runs, in process, the one driver
@@ -165,6 +167,16 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
     __metadata_request__decision_function = {"client": True}
     __metadata_request__score = {"client": True}
 
+    #: The search's own parameters; those of the protocol it runs (``head``, ``taus``,
+    #: ``head_grid``, ``validation_fraction``, ``selection_rule``, ``refit``,
+    #: ``random_state``) are :class:`~skslot.protocol.OneShotProtocol`'s, checked once
+    #: when ``fit`` builds it.
+    _parameter_constraints: ClassVar[dict] = {
+        "slot": [HasMethods(["fit", "transform"]), None],  # a (frozen) SLOTTransformer
+        "unknown_client": [Options(UNKNOWN_CLIENT)],
+        "rule": [str],
+    }
+
     def __init__(
         self,
         head: OneShotHead,
@@ -204,6 +216,7 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
         -------
         self : object
         """
+        self._validate_params()
         protocol = OneShotProtocol(
             self.head,
             tau="auto",
@@ -220,7 +233,6 @@ class FederatedTauSearch(DocLinkMixin, MetaEstimatorMixin, ClassifierMixin, Base
             covariance_floor=self._slot().covariance_floor,
             mean_tau=self._slot().mean_tau,
         )
-        check_option("unknown_client", self.unknown_client, UNKNOWN_CLIENT)
         X, y, classes = check_classification_data(self, X, y)
         labels, codes = check_client_labels(client, X.shape[0])
         protocol.reference.check_clients(labels)

@@ -442,10 +442,15 @@ class _Settings:
         KeyError
             For a name that is none of the part's settings.
         """
-        for s in cls._settings:
-            if name in (s.name, s.key):
-                return s
-        raise KeyError(f"{cls.__name__} has no setting {name!r}")
+        return _find_setting(cls._settings, name, f"{cls.__name__} has no setting")
+
+
+def _find_setting(settings: tuple[Setting, ...], name: str, missing: str) -> Setting:
+    """The setting of ``settings`` whose name or run-config key is ``name``."""
+    for s in settings:
+        if name in (s.name, s.key):
+            return s
+    raise KeyError(f"{missing} {name!r}")
 
 
 # -- the strings a run config holds --------------------------------------------------------
@@ -1100,10 +1105,7 @@ class DeploymentConfig:
         KeyError
             For a name that is no setting.
         """
-        for s in cls.settings():
-            if name in (s.name, s.key):
-                return s
-        raise KeyError(f"no setting {name!r}")
+        return _find_setting(cls.settings(), name, "no setting")
 
     @classmethod
     def parts(cls) -> dict[str, type[_Settings]]:
