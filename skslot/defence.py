@@ -334,6 +334,8 @@ class DefenceBounds:
 
     #: The upload's consistency checks apply (:func:`skslot.protocol.stages.upload.check`).
     checks_consistency: ClassVar[bool] = True
+    #: The clients' contributions may be screened with these thresholds.
+    screens: ClassVar[bool] = True
 
     #: The values each bound may take (``inf``: no bound).
     _parameter_constraints: ClassVar[dict[str, list]] = {
@@ -490,6 +492,18 @@ class NoDefence(DefenceBounds):
     screen_min_gain: float = 1.0
 
     checks_consistency: ClassVar[bool] = False
+    screens: ClassVar[bool] = False
+
+    def check_summaries(
+        self, summaries: Sequence[GaussianSummary]
+    ) -> tuple[dict[int, str], np.ndarray]:
+        return {}, np.array([float(s.n) for s in summaries])
+
+    def implausible_test_sizes(self, sizes: Sequence[int]) -> dict[int, str]:
+        return {}
+
+    def implausible_updates(self, norms: Sequence[float]) -> dict[int, str]:
+        return {}
 
 
 __getattr__ = moved_names(

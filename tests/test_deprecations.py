@@ -10,7 +10,7 @@ import pytest
 from skslot import BuresBarycenter, GaussianSummary
 from skslot.defence import DefenceBounds
 from skslot.heads import FedCGSClassifier, OneShotFedAvgClassifier
-from skslot.protocol import OneShotProtocol
+from skslot.protocol import ClientParty, OneShotProtocol
 
 
 @pytest.mark.parametrize(
@@ -62,6 +62,11 @@ def test_renamed_methods_and_arguments_warn():
     with pytest.warns(DeprecationWarning, match=r"use \.strategy"):
         assert FedCGSClassifier().protocol is FedCGSClassifier.strategy
     assert OneShotFedAvgClassifier.strategy.trains_locally
+    party = ClientParty(np.eye(3), np.arange(3), head=FedCGSClassifier(), classes=np.arange(3))
+    with pytest.raises(RuntimeError, match="no summary"), pytest.warns(
+        DeprecationWarning, match="full_map"
+    ):
+        party.transport_map()
     with pytest.warns(DeprecationWarning, match="selection_rule"):
         protocol = OneShotProtocol(FedCGSClassifier(), tau="auto", rule="best")
     assert protocol.selection_rule == "best"

@@ -235,3 +235,13 @@ def _request(name: str) -> Any:
         "screening": ScreeningRequest(None, scores, (scores,), np.ones((1, 3), bool), 0.5),
         "evaluation": EvaluationRequest(None, scores, 0.5),
     }[name]
+
+
+def test_an_explicit_null_defence_is_no_defence():
+    from skslot.defence import NoDefence
+
+    head = make_head("FedCGS")
+    assert not OneShotProtocol(head, tau="auto", defence=NoDefence()).screening
+    with pytest.raises(ValueError, match="needs a defence"):
+        OneShotProtocol(head, screen="on", defence=NoDefence())
+    assert NoDefence().implausible_updates([0.0, 0.0, 1.0]) == {}  # no median taken

@@ -229,8 +229,11 @@ def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
 app = ClientApp()
 
 #: The handler of each message type ("updates" and "refit" share one).
+_FIRST_STAGE: dict[str, Stage] = {}
+for _stage in STAGES.values():
+    _FIRST_STAGE.setdefault(_stage.message_type, _stage)
 HANDLERS: dict[str, Callable[[Message, Context], Message]] = {
-    stage.message_type: _handler(stage) for stage in STAGES.values()
+    message_type: _handler(stage) for message_type, stage in _FIRST_STAGE.items()
 }
 for _type, _handle in HANDLERS.items():
     _category, _, _action = _type.partition(".")

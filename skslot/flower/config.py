@@ -43,6 +43,7 @@ from ..screening import SCREENING
 from ..selection import DEFAULT_TAUS, SELECTION_RULES, candidate_grid, check_tau_grid
 from ..summary import COVARIANCES, GaussianSummaryEstimator
 from ..transformer import DEFAULT_CLIENT_TAU, DEFAULT_MEAN_TAU, DEFAULT_TAU
+from ..wire.summary_codec import SUMMARY_DTYPES
 
 __all__ = [
     "AlignmentSettings",
@@ -56,7 +57,6 @@ __all__ = [
     "write_flower_app",
 ]
 
-SUMMARY_DTYPES = ("float16", "float32", "float64")
 
 _SETTING = "skslot.setting"  # the key of a setting's declaration in its field's metadata
 _BOUNDS = {f.name: f.default for f in fields(DefenceBounds)}  # the defence's own defaults

@@ -83,8 +83,8 @@ def received(message: Message) -> ReceivedPayload:
     Raises
     ------
     MessageFormatError
-        If the message is an error reply, or a record of it has another kind
-        than the protocol uses.
+        If the message is an error reply.  A record of another kind than a
+        stage reads is not delivered: the stage's decoder then finds it missing.
     """
     if message.has_error():
         raise MessageFormatError(f"the other party reported an error: {message.error.reason}")

@@ -185,7 +185,7 @@ class FlowerTransport:
         result.replies.update(replies)
         result.rejected.update(rejected)
         for node, reply in replies.items():
-            label = getattr(reply, "client_label", None)  # shown in logs once a node names itself
+            label = codec.label(reply)  # shown in logs once a node names itself
             if label is not None:
                 self._labels[node] = label
         return result

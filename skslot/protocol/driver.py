@@ -14,7 +14,7 @@ import numpy as np
 from .._backend import as_host_rows
 from .._param_validation import InstanceOf, Interval, Options, validate_parameter_constraints
 from .._validation import check_client_labels, check_open_fraction, check_row_labels
-from ..defence import DefenceBounds
+from ..defence import DefenceBounds, NoDefence
 from ..gaussian import GaussianSummary
 from ..heads import OneShotHead
 from ..label_shift import CLIENT_TAU_RULES
@@ -86,8 +86,8 @@ class OneShotProtocol:
     ----------
     head : OneShotHead
         The head template (cloned for every fit, never modified); its
-        ``protocol`` attribute decides what the clients upload and whether
-        they train locally.
+        ``strategy`` decides what the clients upload and whether they train
+        locally.
     tau : float or "auto", default=0.4
         Fraction of the transport the clients apply, or ``"auto"``: chosen by
         the clients' validation over ``taus`` and ``head_grid``.
@@ -214,7 +214,7 @@ class OneShotProtocol:
             self._parameter_constraints, vars(self), type(self).__name__
         )
         head._validate_params()
-        if screen == "on" and defence is None:
+        if screen == "on" and not (defence or NoDefence()).screens:
             raise ValueError(
                 "screen='on' needs a defence: its thresholds are the DefenceBounds' "
                 "screen_significance and screen_min_gain"
@@ -234,7 +234,7 @@ class OneShotProtocol:
     @property
     def screening(self) -> bool:
         """Whether the clients' contributions are screened by the others' validation."""
-        if self.defence is None or self.screen == "off":
+        if not (self.defence or NoDefence()).screens or self.screen == "off":
             return False
         return self.screen == "on" or self.auto
 

@@ -29,7 +29,12 @@ from .arrays import (
     sample_count_problem,
 )
 from .npy import npy_header, read_npy_arrays
-from .summary_codec import decode_summary, encode_summary, summary_payload_size
+from .summary_codec import (
+    decode_summary,
+    encode_summary,
+    summary_dimension,
+    summary_payload_size,
+)
 
 __all__ = [
     "MessageFormatError",
@@ -46,6 +51,7 @@ __all__ = [
     "read_npy_arrays",
     "read_sample_count",
     "sample_count_problem",
+    "summary_dimension",
     "summary_payload_size",
 ]
 

@@ -27,10 +27,12 @@ from .._linalg import is_positive_definite, symmetric_from_upper, upper_triangle
 from ._errors import SummaryFormatError
 
 __all__ = [
+    "SUMMARY_DTYPES",
     "SummaryFields",
     "check_wire_label",
     "decode_summary",
     "encode_summary",
+    "summary_dimension",
     "summary_payload_size",
 ]
 
@@ -91,6 +93,8 @@ _FORMAT_VERSION = 1
 _HEADER = struct.Struct("<4sBBBxIQd")  # magic, version, dtype, flags, m, n, shrinkage
 _DTYPES = {1: np.dtype("<f2"), 2: np.dtype("<f4"), 3: np.dtype("<f8")}
 _DTYPE_CODES = {dt.name: code for code, dt in _DTYPES.items()}
+#: The precisions a summary may travel in.
+SUMMARY_DTYPES = tuple(dt.name for dt in _DTYPES.values())
 _FLAG_SHRINKAGE = 1
 _FLAG_INT_LABEL = 2
 _FLAG_STR_LABEL = 4
@@ -223,6 +227,52 @@ def summary_payload_size(summary: _Summary, dtype: str | np.dtype = "float32") -
     return _HEADER.size + len(label) + (m * (m + 1) // 2 + m) * dt.itemsize
 
 
+def summary_dimension(
+    payload: bytes | bytearray | memoryview, *, max_dimension: int = DEFAULT_MAX_DIMENSION
+) -> int:
+    """The dimension a summary payload's header announces, read without decoding the values.
+
+    A server learns each upload's dimension this way, decides the run's, and
+    decodes only the summaries of that dimension: a payload announcing another
+    costs no allocation.
+
+    Parameters
+    ----------
+    payload : bytes-like
+        The received bytes.
+    max_dimension : int, default=16384
+        Reject a header announcing a larger dimension.
+
+    Returns
+    -------
+    int
+        The dimension ``m`` of the header.
+
+    Raises
+    ------
+    SummaryFormatError
+        If the payload is not bytes, is shorter than the header, or its magic,
+        format version or dimension is invalid.
+    """
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise SummaryFormatError(f"payload must be bytes, got {type(payload).__name__}")
+    if len(payload) < _HEADER.size:
+        raise SummaryFormatError(
+            f"payload truncated: {len(payload)} bytes, shorter than the {_HEADER.size}-byte header"
+        )
+    magic, version, _, _, m, _, _ = _HEADER.unpack_from(payload)
+    if magic != _MAGIC:
+        raise SummaryFormatError("payload is not a skslot Gaussian summary (bad magic)")
+    if version != _FORMAT_VERSION:
+        raise SummaryFormatError(
+            f"unsupported summary format version {version} "
+            f"(this skslot reads version {_FORMAT_VERSION})"
+        )
+    if m < 1 or m > max_dimension:
+        raise SummaryFormatError(f"dimension {m} outside the accepted range [1, {max_dimension}]")
+    return int(m)
+
+
 def decode_summary(
     payload: bytes | bytearray | memoryview,
     *,
@@ -269,22 +319,14 @@ def decode_summary(
         raise SummaryFormatError(
             f"payload truncated: {len(data)} bytes, shorter than the {_HEADER.size}-byte header"
         )
-    magic, version, dtype_code, flags, m, n, shrinkage = _HEADER.unpack_from(data)
-    if magic != _MAGIC:
-        raise SummaryFormatError("payload is not a skslot Gaussian summary (bad magic)")
-    if version != _FORMAT_VERSION:
-        raise SummaryFormatError(
-            f"unsupported summary format version {version} "
-            f"(this skslot reads version {_FORMAT_VERSION})"
-        )
+    summary_dimension(data, max_dimension=max_dimension)  # the magic, version and dimension
+    _, _, dtype_code, flags, m, n, shrinkage = _HEADER.unpack_from(data)
     if dtype_code not in _DTYPES:
         raise SummaryFormatError(f"unknown dtype code {dtype_code}")
     if flags & ~(_FLAG_SHRINKAGE | _FLAG_INT_LABEL | _FLAG_STR_LABEL) or (
         flags & _FLAG_INT_LABEL and flags & _FLAG_STR_LABEL
     ):
         raise SummaryFormatError(f"invalid header flags {flags:#x}")
-    if m < 1 or m > max_dimension:
-        raise SummaryFormatError(f"dimension {m} outside the accepted range [1, {max_dimension}]")
     if expected_dimension is not None and m != expected_dimension:
         raise SummaryFormatError(
             f"dimension mismatch: payload has dimension {m}, expected {expected_dimension}"

@@ -244,6 +244,21 @@ class Stage(Generic[Request, Reply]):
         """
         raise NotImplementedError
 
+    def label(self, reply: Reply) -> int | str | None:
+        """The name a client gives itself in ``reply``, shown in logs, never trusted.
+
+        Parameters
+        ----------
+        reply : object
+            A decoded reply.
+
+        Returns
+        -------
+        int, str or None
+            ``None`` where the stage's replies carry none.
+        """
+        return None
+
     def decode_replies(
         self,
         payloads: Mapping[Hashable, ReceivedPayload],

@@ -145,7 +145,7 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
 
     def answer(self, party: ClientParty, request: EvaluationRequest) -> Evaluation:
         full_map = party.full_map(request.reference)
-        if party.n_test == 0:
+        if party.X_test is None or party.n_test == 0:
             return Evaluation(0, 0)
         predictions = request.head.predict(full_map.geodesic(request.tau).apply(party.X_test))
         return Evaluation(int(np.sum(predictions == party.y_test)), party.n_test)

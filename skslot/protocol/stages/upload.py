@@ -21,9 +21,20 @@ from ..._validation import check_feature_scale
 from ...gaussian import GaussianSummary
 from ...label_shift import class_counts
 from ...selection import validation_sizes
-from ...wire import MessageFormatError, StatisticsFormatError, WireFormatError
+from ...summary import COVARIANCES
+from ...wire import (
+    MessageFormatError,
+    StatisticsFormatError,
+    SummaryFormatError,
+    WireFormatError,
+)
 from ...wire.payload import Payload, ReceivedPayload
-from ...wire.summary_codec import MAX_COUNT, check_wire_label
+from ...wire.summary_codec import (
+    MAX_COUNT,
+    SUMMARY_DTYPES,
+    check_wire_label,
+    summary_dimension,
+)
 from ._stage import ClientWire, ServerWire, Stage
 
 if TYPE_CHECKING:
@@ -809,14 +820,24 @@ class UploadStage(Stage[UploadRequest, Upload]):
         floor = payload.value("covariance-floor", (float, int))
         if not floor >= 0.0:
             raise MessageFormatError(f"covariance-floor must be >= 0, got {floor}")
+        covariance = payload.value("summary-covariance", str)
+        if covariance not in COVARIANCES:
+            raise MessageFormatError(
+                f"summary-covariance must be one of {COVARIANCES}, got {covariance!r}"
+            )
+        dtype = payload.value("summary-dtype", str)
+        if dtype not in SUMMARY_DTYPES:
+            raise MessageFormatError(
+                f"summary-dtype must be one of {SUMMARY_DTYPES}, got {dtype!r}"
+            )
         return UploadRequest(
             index,
             payload.optional("split-seed", int),
             class_counts=counts == 1,
-            summary_covariance=payload.value("summary-covariance", str),
+            summary_covariance=covariance,
             covariance_floor=float(floor),
             mean_tau=None if mean_tau is None else float(mean_tau),
-            summary_dtype=payload.value("summary-dtype", str),
+            summary_dtype=dtype,
         )
 
     def encode_reply(self, reply: Upload, request: UploadRequest) -> Payload:
@@ -850,6 +871,9 @@ class UploadStage(Stage[UploadRequest, Upload]):
             raise MessageFormatError(rejected[0])
         return replies[0]
 
+    def label(self, reply: Upload) -> int | str | None:
+        return reply.client_label
+
     def decode_replies(
         self,
         payloads: Mapping[Hashable, ReceivedPayload],
@@ -863,30 +887,36 @@ class UploadStage(Stage[UploadRequest, Upload]):
             try:
                 header = _read_header(payload, C)
                 if header.summary is None:  # derived from the statistics: their dimension
-                    summary, dimension = None, header.dimension
+                    dimension = header.dimension
                     if not 1 <= dimension <= wire.max_dimension:
                         raise StatisticsFormatError(f"dimension {dimension} is out of range")
-                else:
-                    summary = GaussianSummary.from_bytes(
-                        header.summary,
-                        expected_dimension=wire.n_features or None,
-                        max_dimension=wire.max_dimension,
-                    )
-                    dimension = summary.dimension
+                else:  # its header's: no summary is decoded before the run's dimension is known
+                    dimension = summary_dimension(header.summary, max_dimension=wire.max_dimension)
             except WireFormatError as exc:
                 rejected[node] = str(exc)
                 continue
-            headers[node] = (summary, dimension, header)
-        dims = Counter(dimension for _, dimension, _ in headers.values())
+            headers[node] = (dimension, header)
+        dims = Counter(dimension for dimension, _ in headers.values())
         m = wire.n_features or (max(dims, key=lambda d: (dims[d], -d)) if dims else 0)
         wire.dimension = m
         head = wire.head
         cap = head.strategy.max_upload_bytes(head, C, m)
         replies = {}
-        for node, (summary, dimension, header) in headers.items():
+        for node, (dimension, header) in headers.items():
             try:
+                if dimension != m and header.summary is not None and wire.n_features:
+                    raise SummaryFormatError(
+                        f"dimension mismatch: payload has dimension {dimension}, expected {m}"
+                    )
                 if dimension != m:
                     raise StatisticsFormatError(f"dimension {dimension}, expected {m}")
+                summary = (
+                    None
+                    if header.summary is None
+                    else GaussianSummary.from_bytes(
+                        header.summary, expected_dimension=m, max_dimension=wire.max_dimension
+                    )
+                )
                 if header.n_fit < 1:  # the summary's count is tied to it by the check
                     raise StatisticsFormatError(f"fitting part of {header.n_fit} rows")
                 parts = []

@@ -1,0 +1,55 @@
+"""The stages' codecs and checks on hostile input, transport-independent."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+
+from skslot import GaussianSummary
+from skslot.heads import OneShotFedAvgClassifier
+from skslot.protocol import ServerWire, Upload, UploadRequest
+from skslot.protocol.stages import upload as upload_stage
+
+M = 256
+
+
+def _upload_payload(m: int, n: int = 500, client: int = 0):
+    rng = np.random.default_rng(m + client)
+    covariance = np.diag(rng.uniform(0.5, 2.0, size=m))
+    covariance[0, 1] = covariance[1, 0] = 0.1  # not merely diagonal on the wire
+    summary = GaussianSummary(n, rng.normal(size=m), covariance, client=client)
+    request = UploadRequest(client, summary_dtype="float32")
+    reply = upload_stage.STAGE.encode_reply(Upload(summary, n, 10), request)
+    return reply.received(), request
+
+
+def _decode_peak(payloads, requests) -> tuple[int, dict, dict]:
+    wire = ServerWire(OneShotFedAvgClassifier(), np.arange(3), summary_dtype="float32")
+    tracemalloc.start()
+    try:
+        replies, rejected = upload_stage.STAGE.decode_replies(payloads, requests, wire)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return peak, replies, rejected
+
+
+def test_a_summary_of_another_dimension_is_refused_before_it_is_decoded():
+    """A 4096-d summary among 256-d ones: its header is read, its values never decoded."""
+    honest = {k: _upload_payload(M, client=k) for k in range(3)}
+    payloads = {k: p for k, (p, _) in honest.items()}
+    requests = {k: r for k, (_, r) in honest.items()}
+    peak_honest, replies, rejected = _decode_peak(payloads, requests)
+    assert sorted(replies) == [0, 1, 2] and not rejected
+    big, big_request = _upload_payload(4096, client=3)
+    peak, replies, rejected = _decode_peak({**payloads, 3: big}, {**requests, 3: big_request})
+    assert sorted(replies) == [0, 1, 2]
+    assert rejected == {3: f"dimension 4096, expected {M}"}
+    assert peak < 2 * peak_honest, (peak, peak_honest)
+    # decoding the large summary alone would cost far more than the honest run
+    tracemalloc.start()
+    GaussianSummary.from_bytes(big.config["summary"])
+    decoded = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert decoded > 4 * peak_honest
