@@ -295,13 +295,32 @@ def test_dropout_is_reported_and_the_round_completes(node_configs, head, tau, st
         node_configs, faults={13: drop_at(stage)}, min_clients=3, head=head, tau=tau
     )
     assert report.missing[stage] == [13]
-    if stage == "validation":  # still trains and is evaluated; left out of the choice only
-        assert report.selection["left_out"] == {13: "did not answer the validation stage"}
-        assert len(report.accuracy) == N_CLIENTS
-        return
+    if stage == "validation":  # it leaves the run: the reference and the choice without it
+        assert report.selection["left_out"] == {}  # the choice made again, without it
+        assert report.reference_clients == [11, 12, 14]
+        assert report.stages.count("validation") == 2
     assert len(report.accuracy) == N_CLIENTS - 1
     assert 13 not in report.accuracy
     assert (13, "evaluate.head") not in grid.delivered or stage == "evaluation"
+
+
+@pytest.mark.parametrize("head", ["FedCGS", "O-FedAvg"])
+def test_a_client_silent_after_its_upload_costs_one_reply_timeout(node_configs, head):
+    """It misses the next stage it is asked to, leaves the run, and is asked nothing more:
+    the reference, the candidates and the choice are made again without it."""
+
+    def silent(request, reply):
+        return reply if request.metadata.message_type == "query.upload" else None
+
+    report, _, _, grid = deploy(
+        node_configs, faults={13: silent}, head=head, tau="auto", min_clients=3
+    )
+    asked = [kind for node, kind in grid.delivered if node == 13]
+    assert asked[0] == "query.upload" and len(asked) == 2  # one message after its upload
+    missing = {stage: nodes for stage, nodes in report.missing.items() if nodes}
+    assert missing == {report.stages[1]: [13]}  # no answer at one stage only
+    assert report.reference_clients == [11, 12, 14]
+    assert sorted(report.accuracy) == [11, 12, 14]
 
 
 def test_dropout_at_upload_matches_in_process_without_that_client(node_configs):

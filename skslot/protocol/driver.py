@@ -283,12 +283,12 @@ class OneShotProtocol:
                 if self.auto:
                     selection = validation.choose(run, heads)
                 chosen = selection.candidate if self.auto else self.candidates[0]
-                if not self.screening:
+                if self.screening:
+                    screening.screen(run, chosen, heads)
+                # a client excluded, or missing since the reference was built: the
+                # reference, the candidates, the choice and the screening again without it
+                if not run.refresh_reference(run.report.stages[-1]):
                     break
-                removed = screening.screen(run, chosen, heads)
-                if not removed:
-                    break
-                run.refresh_reference("screening")  # without the removed clients
             if self.refit or not self.auto:
                 self._local_heads(run, "refit", [chosen.tau], "all")
                 final = strategy.fit_final(head, chosen, run)

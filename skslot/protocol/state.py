@@ -232,6 +232,12 @@ class RunState:
     def exchange(self, stage: str, requests: Mapping[Hashable, Any]) -> Exchange:
         """One exchange over the transport, its bytes, rejections and missing clients reported.
 
+        A client that does not answer (after the transport's retries) leaves
+        the run here: it is asked nothing more, so a silent client costs one
+        reply timeout, and what it contributed to (the reference, the
+        candidates, the choice) is made again without it
+        (:meth:`refresh_reference`).
+
         Parameters
         ----------
         stage : str
@@ -259,6 +265,8 @@ class RunState:
             logger.warning(
                 "%s missing at the %s stage: %s", report.name(c), stage, result.missing[c]
             )
+        if stage != "upload":  # at upload, a client that does not answer never entered
+            self.keep(stage, [c for c in self.order if c not in result.missing])
         return result
 
     def reference_for(self, c: Hashable) -> GaussianSummary | None:

@@ -307,7 +307,7 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
         for i, k in enumerate(targets[c]):
             votes[order[k]][c] = (int(reply.better[i]), int(reply.worse[i]), int(reply.rows[i]))
     flagged, evidence = run.defence.strongest_case(votes)
-    room = len(order) - len(refused) - protocol.min_clients > 0
+    room = len(run.order) - len(refused) - protocol.min_clients > 0  # the missing left already
     excluded = [flagged] if flagged is not None and room else []
     kept = [flagged] if flagged is not None and not room else []
     report.screening = {
