@@ -789,8 +789,12 @@ def write_outputs(
     main_tau: float,
     title: str,
     label: str | None = None,
+    data: Mapping[str, object] | None = None,
 ) -> dict[str, str]:
     """Write results.csv, summary.json, summary.md (titled ``title``) and tau_sweep.png.
+
+    summary.json holds ``{"data": data, "rows": summary}``: what was run on
+    (the data set's name, its feature columns, ...) and the summary's rows.
 
     summary.md holds the table of :func:`format_table` (its SLOT column headed
     ``label``), then the accuracy per client (:func:`format_client_table`).
@@ -810,6 +814,9 @@ def write_outputs(
         The heading of summary.md.
     label : str, default=None
         The SLOT column's heading (see :func:`format_table`).
+    data : mapping, optional
+        What the run used, written to summary.json (e.g. ``{"name": ...,
+        "features": [...]}``).
 
     Returns
     -------
@@ -826,7 +833,7 @@ def write_outputs(
         writer.writeheader()
         writer.writerows(records)
     with open(paths["summary.json"], "w") as f:
-        json.dump(summary, f, indent=1)
+        json.dump({"data": dict(data or {}), "rows": summary}, f, indent=1)
     with open(paths["summary.md"], "w") as f:
         f.write(f"# {title}\n\n{format_table(summary, main_tau, label)}\n\n")
         f.write(f"## {CLIENT_TABLE_TITLE}\n\n{format_client_table(summary, main_tau)}\n")

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 
 from . import __version__
@@ -473,6 +475,29 @@ def _describe(data: object, config: BenchmarkConfig) -> str:
     )
 
 
+def _feature_names(data: object) -> list[str]:
+    """The feature columns the run uses (``x0``, ``x1``, ... for arrays without names)."""
+    if isinstance(data, FeatureTable):
+        return [str(name) for name in data.feature_names]
+    return [f"x{j}" for j in range(data.X.shape[1])]
+
+
+def _leftover_columns(names: list[str]) -> tuple[str | None, list[str]]:
+    """The prefix most feature columns share (``f`` of ``f0, f1, ...``), and the others."""
+    prefixes = Counter(m.group(1) for n in names if (m := re.fullmatch(r"(.*?)[0-9]+", n)))
+    if not prefixes:
+        return None, []
+    prefix, count = prefixes.most_common(1)[0]
+    if count < 2:
+        return None, []
+    return prefix, [n for n in names if not re.fullmatch(re.escape(prefix) + r"[0-9]+", n)]
+
+
+def _shown_names(names: list[str], most: int = 8) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > most else "")
+
+
 def _warning_lines(caught: list[warnings.WarningMessage]) -> list[str]:
     """The warnings of a run, one line each: the benchmark's summary, then any other."""
     lines = []
@@ -545,6 +570,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         mean_tau=args.mean_tau,
     )
     print(_describe(data, config), file=sys.stderr)
+    features = _feature_names(data)
+    if isinstance(data, FeatureTable) and args.features is None and table_kind(args.data) != "npz":
+        prefix, others = _leftover_columns(features)
+        named = f"{prefix}0, {prefix}1, ..." if prefix is not None else _shown_names(features)
+        extra = f", and {_shown_names(others)} besides" if others else ""
+        print(
+            f"skslot bench: --features not given: every numeric column besides --label, "
+            f"--client and --split is one of the {len(features)} features ({named}{extra}); "
+            "choose them with --features",
+            file=sys.stderr,
+        )
+    else:
+        print(f"skslot bench: features: {_shown_names(features)}", file=sys.stderr)
     try:
         with warnings.catch_warnings(record=True) as caught:
             records = run_benchmark(data, config, progress=not args.quiet)
@@ -561,7 +599,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         kind += f"-mean-tau-{_shown_fraction(args.mean_tau)}"
     out = args.out or os.path.join("skslot-results", data.name + kind)
     label = slot_label(config)
-    paths = write_outputs(records, summary, out, main_tau=config.main_tau, title=title, label=label)
+    used = {"name": data.name, "rows": int(data.X.shape[0]), "features": features}
+    paths = write_outputs(
+        records, summary, out, main_tau=config.main_tau, title=title, label=label, data=used
+    )
     print(title)
     print(format_table(summary, config.main_tau, label))
     if len(config.alphas) == 1:  # one's own clients as they are: the table is short

@@ -42,7 +42,7 @@ def test_cli_runs_the_protocol_and_writes_outputs(small_npz, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "small: macro accuracy over domains" in out
     assert "| 0.1 | FedCGS |" in out and "| none | FedCGS |" in out
-    summary = json.loads((out_dir / "summary.json").read_text())
+    summary = json.loads((out_dir / "summary.json").read_text())["rows"]
     assert {r["alpha"] for r in summary} == {0.1, "none"}
     assert all(r["n_seeds"] == 2 for r in summary)
     assert (out_dir / "tau_sweep.png").read_bytes()[:4] == b"\x89PNG"

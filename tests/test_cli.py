@@ -70,7 +70,7 @@ def test_a_csv_with_string_labels_and_clients_runs_with_per_client_outputs(
     rows = results(out)
     assert {r["domain"] for r in rows} == set(SITES)  # the client names, not codes
     assert {r["n_test"] for r in rows} == {"30"}  # round(0.3 * 25) of each class per site
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())["rows"]
     assert [(r["alpha"], sorted(r["per_client"])) for r in summary] == [
         (a, sorted(SITES)) for a in (0.1, "none")
     ]
@@ -270,7 +270,8 @@ def test_the_cli_prints_one_warning_line_at_the_end(clinic_csv, tmp_path, capsys
     args += ["--heads", "FedPFT"]
     assert main([*args, "--no-auto", "--n-jobs", "1", "--out", str(tmp_path / "out")]) == 0
     lines = capsys.readouterr().err.splitlines()
-    assert [line.split(" (")[0] for line in lines[1:3]] == [
+    assert "--features not given" in lines[1]  # after the data's line: what the features are
+    assert [line.split(" (")[0] for line in lines[2:4]] == [
         "[1/2] clinic alpha=none seed=0",
         "[2/2] clinic alpha=none seed=1",
     ]
@@ -278,7 +279,7 @@ def test_the_cli_prints_one_warning_line_at_the_end(clinic_csv, tmp_path, capsys
     assert lines[-1].startswith(
         f"skslot bench: {fits} warnings from the runs: ConvergenceWarning x{fits} (lbfgs failed"
     )
-    assert sum("ConvergenceWarning" in line for line in lines) == 1 and len(lines) == 4
+    assert sum("ConvergenceWarning" in line for line in lines) == 1 and len(lines) == 5
 
 
 class Terminal(io.StringIO):
@@ -360,3 +361,26 @@ def test_bench_covariance_is_the_deprecated_name_of_summary_covariance(capsys, m
     assert "--covariance is deprecated" in err and "use --summary-covariance" in err
     assert main(["bench", "--covariance", "within", "--summary-covariance", "total"]) == 2
     assert "give only --summary-covariance" in capsys.readouterr().err
+
+
+def test_the_bench_says_which_columns_it_used_as_features(tmp_path, capsys):
+    """Without --features every numeric column is a feature: a line says so, naming them;
+    summary.json lists the features either way."""
+    frame = clinic_frame().assign(age=np.arange(300) % 90)  # numeric, not a feature
+    path = tmp_path / "clinic.csv"
+    frame.to_csv(path, index=False)
+    args = ["bench", "--data", str(path), "--label", "animal", "--client", "site"]
+    args += ["--alphas", "none", "--seeds", "1", *FAST]
+    out = tmp_path / "every"
+    assert main([*args, "--out", str(out)]) == 0
+    (line,) = [s for s in capsys.readouterr().err.splitlines() if "--features not given" in s]
+    assert "is one of the 9 features (f0, f1, ..., and age besides)" in line
+    used = json.loads((out / "summary.json").read_text())["data"]
+    assert used["features"] == [f"f{j}" for j in range(8)] + ["age"]
+    chosen = tmp_path / "chosen"
+    assert main([*args, "--features", "f", "--out", str(chosen)]) == 0
+    err = capsys.readouterr().err
+    assert "--features not given" not in err
+    assert "skslot bench: features: f0, f1, f2, f3, f4, f5, f6, f7\n" in err
+    used = json.loads((chosen / "summary.json").read_text())["data"]
+    assert used == {"name": "clinic", "rows": 300, "features": [f"f{j}" for j in range(8)]}
