@@ -7,7 +7,12 @@ one-shot federated learning head.
 
 from .barycenter import BuresBarycenter
 from .baselines import ClientStandardScaler
-from .exceptions import InvalidSummaryError, SingleClientWarning
+from .exceptions import (
+    InvalidSummaryError,
+    SingleClientWarning,
+    SmallClientWarning,
+    UnknownClientWarning,
+)
 from .gaussian import GaussianSummary
 from .maps import GaussianMap
 from .summary import GaussianSummaryEstimator
@@ -25,7 +30,9 @@ __all__ = [
     "InvalidSummaryError",
     "SLOTTransformer",
     "SingleClientWarning",
+    "SmallClientWarning",
     "SummaryFormatError",
+    "UnknownClientWarning",
 ]
 
 __version__ = "0.1.0"

@@ -6,7 +6,12 @@ import warnings
 
 from ._validation import ROUTING_HINT
 
-__all__ = ["InvalidSummaryError", "SingleClientWarning"]
+__all__ = [
+    "InvalidSummaryError",
+    "SingleClientWarning",
+    "SmallClientWarning",
+    "UnknownClientWarning",
+]
 
 
 class InvalidSummaryError(ValueError):
@@ -28,6 +33,37 @@ class SingleClientWarning(UserWarning):
     routing off in a Pipeline): every row then counts as one client, whose
     map onto itself is the identity.
     """
+
+
+class SmallClientWarning(UserWarning):
+    """A client holds no more rows than features: its covariance is mostly shrinkage.
+
+    With ``n <= m`` rows in ``m`` dimensions the sample covariance has rank
+    below ``m``; the Ledoit-Wolf summary is then mostly its scaled-identity
+    target, and the client's map carries little beyond its mean.
+    """
+
+
+class UnknownClientWarning(UserWarning):
+    """``transform`` met clients ``fit`` did not see (``unknown_client`` says what it did)."""
+
+
+def shown_labels(labels: list, most: int = 5) -> str:
+    """Client labels for a message: the first ``most``, and how many in all.
+
+    Parameters
+    ----------
+    labels : list
+        The labels.
+    most : int, default=5
+        How many to name.
+
+    Returns
+    -------
+    str
+    """
+    named = ", ".join(repr(label) for label in labels[:most])
+    return named + (f" ... ({len(labels)} in all)" if len(labels) > most else "")
 
 
 def warn_single_client(estimator: str, *, stacklevel: int = 2) -> None:

@@ -29,6 +29,7 @@ from ._validation import (
     check_row_labels,
     check_rows,
 )
+from .exceptions import SmallClientWarning, shown_labels
 from .gaussian import GaussianSummary
 from .privacy import (
     SUMMARY_SENSITIVITY,
@@ -537,6 +538,16 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         self.summaries_: dict = {}
         self.releases_: dict = {}
         self._finalise(self._clients_in(self._moments))
+        small = [c for c in self.clients_ if self.summaries_[c].n <= self.n_features_in_]
+        if small:
+            warnings.warn(
+                f"{type(self).__name__}: client(s) {shown_labels(small)} hold no more rows than "
+                f"the {self.n_features_in_} features (fewest: "
+                f"{min(self.summaries_[c].n for c in small)}): their covariance is mostly the "
+                "Ledoit-Wolf target, and their maps carry little beyond their means",
+                SmallClientWarning,
+                stacklevel=2,
+            )
         return self
 
     def _groups(self, X: Any, y: Any, client: Any) -> Any:

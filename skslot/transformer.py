@@ -28,6 +28,7 @@ from .barycenter import (
     as_summary_list,
     warn_single_client,
 )
+from .exceptions import SmallClientWarning, UnknownClientWarning, shown_labels
 from .gaussian import GaussianSummary
 from .label_shift import CLIENT_TAU_RULES, class_counts, label_shift_distances
 from .maps import GaussianMap
@@ -443,7 +444,9 @@ class SLOTTransformer(
                     "client's Gaussian from its rows and needs at least 2 (transform a new "
                     "client's rows together, or set unknown_client='identity' or 'error')"
                 )
-            summary = self._summary_estimator().fit(X, client=label).summaries_[label]
+            with warnings.catch_warnings():  # transform's own warning names the new client
+                warnings.simplefilter("ignore", SmallClientWarning)
+                summary = self._summary_estimator().fit(X, client=label).summaries_[label]
             full = GaussianMap.optimal_transport(
                 summary, self.reference_, target_factor=self._reference_factor
             )
@@ -502,6 +505,18 @@ class SLOTTransformer(
             if client is None:
                 return self._map_for(None, X).apply(X, chunk_size=self.chunk_size)
         labels, codes = check_client_labels(client, X.shape[0])
+        unknown = [label for label in labels if label not in self.maps_]
+        if unknown and self.unknown_client != "error":
+            what = {
+                "fit": "their maps are estimated from their rows here",
+                "identity": "their rows are left unchanged",
+            }[self.unknown_client]
+            warnings.warn(
+                f"{type(self).__name__}.transform: client(s) {shown_labels(unknown)} were not "
+                f"seen during fit: {what} (unknown_client={self.unknown_client!r})",
+                UnknownClientWarning,
+                stacklevel=2,
+            )
         if len(labels) == 1:
             return self._map_for(labels[0], X).apply(X, chunk_size=self.chunk_size)
         out = empty_like_rows(X, tuple(X.shape))

@@ -9,6 +9,8 @@ from skslot import (
     GaussianSummaryEstimator,
     SingleClientWarning,
     SLOTTransformer,
+    SmallClientWarning,
+    UnknownClientWarning,
 )
 from skslot.maps import bures_wasserstein_distance
 
@@ -147,3 +149,34 @@ def test_transform_rejects_wrong_shape_and_does_not_mutate(federated):
         slot.transform(X[:, :3], client=client)
     slot.transform(X, client=client)
     np.testing.assert_array_equal(X, federated.X)
+
+
+def test_a_client_with_no_more_rows_than_features_is_named_once():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(43, 10))
+    client = np.repeat(["a", "b", "small"], [20, 20, 3])
+    with pytest.warns(SmallClientWarning, match=r"client\(s\) 'small' hold no more rows than "
+                      r"the 10 features \(fewest: 3\)") as record:  # fmt: skip
+        GaussianSummaryEstimator().fit(X, client=client)
+    assert len(record) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every client larger than its dimension: silent
+        GaussianSummaryEstimator().fit(X[:40], client=client[:40])
+
+
+@pytest.mark.parametrize(
+    ("policy", "what"),
+    [("fit", "estimated from their rows"), ("identity", "left unchanged")],
+)
+def test_unknown_clients_at_transform_are_named_once(policy, what):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 3))
+    client = np.repeat([0, 1, 2], 20)
+    slot = SLOTTransformer(tau=0.5, unknown_client=policy, **PAPER).fit(X, client=client)
+    new = np.repeat([7, 8], 5)
+    with pytest.warns(UnknownClientWarning, match="client\\(s\\) 7, 8 were not seen") as record:
+        slot.transform(X[:10], client=new)
+    assert len(record) == 1 and what in str(record[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # fitted clients: silent
+        slot.transform(X[:10], client=np.repeat([0, 1], 5))
