@@ -9,7 +9,8 @@ training rows the Dirichlet partition left unused), then lies, either in its
 messages (a fault rewriting its replies, every message valid on the wire) or
 in its data (it trains on poisoned rows, so its messages are consistent).
 
-The attacks of issues #12 and #22, then adaptive ones, built to sit inside
+Attacks on each kind of message (scaled statistics, a degenerate summary,
+flipped labels), then adaptive ones, built to sit inside
 the defence's default bounds (:mod:`skslot.defence`) or to slip past its
 screening (:mod:`skslot.screening`).  Each is run three ways: with the
 defence's bounds and the leave-one-client-out screening (``screen = "on"``:
@@ -79,7 +80,7 @@ def scaled_gram(factor: float) -> Fault:
 
 def collapsed_summary(k: int, factor: float) -> Fault:
     """The summary's ``k`` largest eigenvalues set to ``factor`` x the mean variance, trace kept;
-    the statistics are the client's real ones (issue #22's first attack)."""
+    the statistics are the client's real ones."""
 
     def fault(request: Message, reply: Message) -> Message | None:
         if request.metadata.message_type != "query.upload":
@@ -119,7 +120,7 @@ def scaled_mixture_covariances(factor: float) -> Fault:
 def moved_class_sums(shift: float) -> Fault:
     """FedCGS class sums moved between the classes the client holds: its largest class's mean
     moves ``shift`` standard deviations, the others make up for it; totals, Gram matrix and
-    counts unchanged (issue #22)."""
+    counts unchanged."""
 
     def edit(arrays):
         counts, sums = arrays["counts"], arrays["sums"].copy()

@@ -1,4 +1,4 @@
-"""Research for issue #21 item 3: a validation estimate that sees the classes a client lacks.
+"""Research: a validation estimate for the choice of tau that sees the classes a client lacks.
 
 Under label skew a client's held-out rows only hold the classes it has, where
 SLOT costs a little; its gain lives on the classes it lacks, which its
@@ -9,7 +9,8 @@ macro test accuracy at each tau, from what the protocol could compute with
 counts only leaving the clients:
 
 * ``validation``: the mean over clients of their balanced accuracy on their
-  held-out rows (what ``FederatedTauSearch`` selects on);
+  held-out rows, each client's map estimated from all its rows (its held-out
+  rows inside the map's sample);
 * ``class-out``: for each client ``i`` and each class ``c`` it holds that
   another client also holds, the head without ``i``'s rows of ``c`` scored on
   all ``i``'s rows of ``c`` (rows of a class the head learned from other
@@ -17,8 +18,9 @@ counts only leaving the clients:
   those pairs;
 * ``validation, own rows out``: the same, but each client's map estimated
   from its fitting rows only, so its held-out rows are outside the sample
-  the map was estimated from, as its test rows are (the search estimates the
-  maps from all rows: at large tau the in-sample rows fare far worse);
+  the map was estimated from, as its test rows are (what
+  ``FederatedTauSearch`` selects on; at large tau the in-sample rows fare far
+  worse);
 * ``combined``: per client, its validation accuracy of each class it holds and
   its mean class-out accuracy for each class it lacks, averaged over the
   federation's classes (the structure of a domain's macro test accuracy),

@@ -8,7 +8,7 @@ whose covariance is sent as:
 * ``spherical`` (Flower's FedPFT baseline, ``FedPFTClassifier.flower_baseline()``),
 * ``diag``,
 * ``lowrank`` at ranks 8, 16, 32, 64 and 128 (``W W^T + diag(d)``),
-* ``full`` (the default until this study),
+* ``full`` (an ``m x m`` covariance),
 
 all in float16.  Prints macro accuracy over domains (mean over seeds) and the
 bytes each client sends (``upload_bytes_``, as Flower counts them), writes a
@@ -87,7 +87,7 @@ def one_partition(alpha: float | None, seed: int) -> dict:
                 )
             )
             out["bytes"][name] = float(np.mean(head.upload_bytes_))
-        # the server's factorisations of the float16 full covariances, old and new, same matrices
+        # the server's two factorisations of the float16 full covariances, on the same matrices
         classes = np.unique(data.y)
         covariances = [
             mx.covariances[0]

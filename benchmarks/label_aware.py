@@ -39,6 +39,8 @@ from skslot.label_shift import class_counts, label_shift_distances
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "label_aware"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effnet_lite0.npz"
+#: The paper's configuration, which every kind starts from (the library's defaults differ).
+PAPER = {"client_tau": "uniform", "mean_tau": None, "main_tau": 0.4}
 #: name -> (BenchmarkConfig settings, whether the federated choice of tau runs too)
 KINDS = {
     "total": ({"summary_covariance": "total"}, False),
@@ -63,7 +65,7 @@ def load(name: str):
 
 
 def kind_of(record: dict) -> str:
-    if record.get("kind"):  # written since the fine sweep was added
+    if record.get("kind"):  # the fine sweep's records name their kind
         return record["kind"]
     if record.get("client_tau", "uniform") == "label-shift":
         return "label-shift"
@@ -138,8 +140,9 @@ def gains(records: list[dict]) -> dict[tuple, float]:
     """(kind, tau, head, alpha) -> mean over seeds of the macro gain (%) against no SLOT.
 
     Each kind's gains are against its own ``tau = 0`` run (no SLOT, the same
-    partition): a kind run later than the others (FedPFT's sampling changed
-    between versions) is compared with a baseline drawn the same way.  The
+    partition): a kind whose records come from another run than the others'
+    (FedPFT's draws depend on how its sampling is seeded) is compared with a
+    baseline drawn the same way.  The
     fine sweep's points are shown as the label-shift kind's.
     """
     macro: dict[tuple, list[float]] = {}
@@ -223,7 +226,7 @@ def main(n_seeds: int, names: list[str], fresh: bool = False) -> None:
             run = [r for r in earlier if kind_of(r) == kind]
             if {r["seed"] for r in run} != seeds:
                 config = BenchmarkConfig(
-                    seeds=tuple(range(n_seeds)), auto=auto, n_jobs=2, **settings
+                    seeds=tuple(range(n_seeds)), auto=auto, n_jobs=2, **{**PAPER, **settings}
                 )
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", BenchmarkWarning)

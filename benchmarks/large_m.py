@@ -1,4 +1,4 @@
-"""Time of the summaries, barycenter and maps at large m with few rows (issue 12).
+"""Time of the summaries, barycenter and maps at large m with few rows.
 
 Four clients of n = 100 rows each in m = 4096 dimensions (synthetic, scaled
 and shifted per client), default threads.  Prints the time of each step; see

@@ -6,7 +6,7 @@ once to a float32 ``.npy`` stack on disk, then
 :func:`skslot.barycenter.bures_wasserstein_barycenter` runs on them in a fresh
 process per measurement, so that each peak memory is its own:
 
-* ``held``: today's default (``client_batch=None``): the covariances read
+* ``held``: the default (``client_batch=None``): the covariances read
   into memory in float64, as the server holds decoded summaries, and
   stacked for one batched iteration (K = 10, 100; at K = 1000 also m = 256);
 * ``streamed``: ``client_batch=16`` on the memory-mapped float32 stack, the

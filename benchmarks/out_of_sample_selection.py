@@ -1,22 +1,23 @@
-"""Research for issue #21 item 3: the federated choice with held-out rows outside the maps' sample.
+"""Research: the federated choice with held-out rows outside the maps' sample.
 
-Until session 12 ``FederatedTauSearch`` estimated each client's map from all
-its rows, its held-out rows included, so its validation scored rows inside
-the sample of the maps it validated (``docs/results/summary_kind_selection.md``:
-with within-class summaries the validation rose with tau while the test
-fell); it now estimates them from the fitting rows, as this study does.
+``FederatedTauSearch`` estimates each client's map from its fitting rows.
+Maps estimated from all its rows, its held-out rows included, would make its
+validation score rows inside the sample of the maps it validates
+(``docs/results/summary_kind_selection.md``: with within-class summaries that
+validation rises with tau while the test falls).
 This study, for FedCGS (whose candidate heads are closed-form), repeats the
 search's choice with the maps estimated from each client's fitting rows
-only, so that its held-out rows are new to its map as a test row is, and
-compares, over the paper's summary's candidates, the within-class summary's
-and both (the summary kind as a candidate), the test accuracy of the choice:
+only (out of sample), so that its held-out rows are new to its map as a test
+row is, and from all its rows (in sample), and compares, over the paper's
+summary's candidates, the within-class summary's and both (the summary kind as
+a candidate), the test accuracy of the choice:
 
 * the search's one-standard-error rule (the least transport within one
   binomial standard error of the best mean balanced validation accuracy;
   at equal tau the paper's summary first);
 * scored by the macro test accuracy of the head on all rows at the chosen
-  (kind, tau), the maps estimated from all rows (what the refit deploys),
-  against ``tau = 0``.
+  (kind, tau), the maps estimated from all rows (the fixed configuration's;
+  the search's refit keeps its fitting-row maps), against ``tau = 0``.
 
 Digits through the 256-d projection and Office-Caltech10 (both embedded),
 one client per domain, Dirichlet alpha in (0.1, 0.05, 0.01, none), 3 seeds,

@@ -1,4 +1,4 @@
-"""Research for issue #21 item 3: the summary kind as a candidate of the federated search.
+"""Research: the summary kind as a candidate of the federated search.
 
 ``FederatedTauSearch`` chooses ``tau`` by the clients' validation with one
 summary kind, the run's.  Would letting it choose the kind as well (the
@@ -12,7 +12,7 @@ tables are used) and applies the search's own rule
 least transport within one standard error of the best; at equal ``tau`` the
 paper's summary first) to
 
-* the paper's summary alone (what ``tau="auto"`` does today),
+* the paper's summary alone (what ``tau="auto"`` does),
 * the within-class summary alone,
 * both kinds as candidates (the joint search),
 
@@ -22,8 +22,8 @@ the refit head of a FedCGS or O-FedAvg search is the fixed head at the chosen
 tau, FedPFT's differs by its sampling, and the search's maps are estimated
 from the fitting rows where the fixed run's are from all rows).
 
-The search validates with maps estimated from each client's fitting rows
-(since session 12; before, from all its rows).  Why that matters is shown
+The search validates with maps estimated from each client's fitting rows,
+not from all its rows.  Why that matters is shown
 for FedCGS (3 seeds): the mean balanced validation accuracy of each kind's
 candidates with the maps estimated from all of a client's rows (its
 held-out rows inside the maps' sample) and from its fitting rows only
@@ -60,7 +60,7 @@ ALPHAS = (0.1, 0.05, 0.01, None)
 TAUS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 KINDS = ("total", "within")
 #: the choices compared: the kinds a search may choose among
-CHOICES = {"total (today's auto)": ("total",), "within": ("within",), "joint": KINDS}
+CHOICES = {"total (shipped auto)": ("total",), "within": ("within",), "joint": KINDS}
 BIAS_TAUS = (0.0, 0.4, 0.8, 1.0)
 
 
@@ -159,7 +159,7 @@ def main(n_seeds: int, names: list[str]) -> None:
     print(
         f"`python benchmarks/summary_kind_selection.py {n_seeds} {' '.join(names)}`: the "
         "federated search's one-standard-error rule over the paper's summary's candidates "
-        "(today's `tau=\"auto\"`), over the within-class summary's, and over both (a joint "
+        "(the shipped `tau=\"auto\"`), over the within-class summary's, and over both (a joint "
         "search), the same validation rows for all; gain (%) of the choice's macro test "
         f"accuracy against no SLOT, mean over {n_seeds} seeds, with the chosen "
         "(kind, tau) per seed (t: total, w: within); oracle: the best fixed configuration of "
@@ -208,9 +208,8 @@ def main(n_seeds: int, names: list[str]) -> None:
         print()
         print(
             "FedCGS, 3 seeds: mean balanced validation accuracy (%) with the maps estimated "
-            "from all rows (in sample, as the search did until session 12) / from the fitting rows "
-            "only (held-out "
-            "rows out of sample) / test accuracy:\n"
+            "from all rows (in sample) / from the fitting rows only (held-out rows out of sample, "
+            "as the search estimates them) / test accuracy:\n"
         )
         taus = " | ".join(f"tau {t:g}" for t in BIAS_TAUS)
         print(f"| alpha | summary | {taus} |")

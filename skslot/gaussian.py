@@ -30,7 +30,7 @@ from .wire.summary_codec import (
 
 __all__ = ["GaussianSummary"]
 
-#: Names this module no longer defines, and the modules that do.
+#: Deprecated names, and the modules that define them.
 _MOVED = {
     "GaussianMap": "skslot.maps",
     "bures_wasserstein_distance": "skslot.maps",

@@ -376,7 +376,7 @@ def select_candidate(
     )
 
 
-#: Names that moved: where they live now, and their names there.
+#: Deprecated names: the module that defines each, and its name there.
 _MOVED = {
     "ValidationCounts": ("skslot.protocol.stages.validation", "ValidationCounts"),
     "score_candidates": ("skslot.protocol.stages.validation", "score_candidates"),
