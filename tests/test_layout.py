@@ -245,3 +245,22 @@ def test_an_explicit_null_defence_is_no_defence():
     with pytest.raises(ValueError, match="needs a defence"):
         OneShotProtocol(head, screen="on", defence=NoDefence())
     assert NoDefence().implausible_updates([0.0, 0.0, 1.0]) == {}  # no median taken
+
+
+def test_docs_benchmarks_and_code_tell_no_development_history():
+    """The library as it is: no numbered sessions or issues (what changed: CHANGELOG.md)."""
+    import re
+
+    root = PACKAGE.parent
+    pattern = re.compile(r"\bsession [0-9]+|\bissue #?[0-9]+|\(#[0-9]+\)", re.IGNORECASE)
+    files = [root / "README.md", root / "CONTRIBUTING.md"]
+    files += sorted((root / "docs").glob("*.md")) + sorted((root / "docs" / "results").glob("*.md"))
+    files += sorted((root / "benchmarks").glob("*.py")) + sorted(PACKAGE.rglob("*.py"))
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for path in files
+        if path.exists()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, found
