@@ -36,6 +36,7 @@ from threadpoolctl import threadpool_limits
 
 from .baselines import ClientStandardScaler
 from .datasets import DomainDataset, FeatureTable, dirichlet_partition
+from .exceptions import UnknownClientWarning
 from .heads import HEADS, OneShotHead, make_head
 from .selection import NoValidationRowsError
 from .tau_search import FederatedTauSearch
@@ -364,6 +365,8 @@ def _evaluate_in_worker(
                 warnings.filterwarnings(
                     action, _pattern(message), category, _pattern(module), lineno
                 )
+        # the benchmark maps a client without training rows by the identity, by design
+        warnings.filterwarnings("ignore", category=UnknownClientWarning)
         records = evaluate_run(*args, **kwargs)
     text = [(w.category.__name__, (str(w.message).strip().splitlines() or [""])[0]) for w in caught]
     return records, text

@@ -505,26 +505,33 @@ class SLOTTransformer(
             if client is None:
                 return self._map_for(None, X).apply(X, chunk_size=self.chunk_size)
         labels, codes = check_client_labels(client, X.shape[0])
-        unknown = [label for label in labels if label not in self.maps_]
-        if unknown and self.unknown_client != "error":
-            what = {
-                "fit": "their maps are estimated from their rows here",
-                "identity": "their rows are left unchanged",
-            }[self.unknown_client]
-            warnings.warn(
-                f"{type(self).__name__}.transform: client(s) {shown_labels(unknown)} were not "
-                f"seen during fit: {what} (unknown_client={self.unknown_client!r})",
-                UnknownClientWarning,
-                stacklevel=2,
-            )
+        rows = [row_index(np.flatnonzero(codes == i), X) for i in range(len(labels))]
+        maps = [  # every map first: an unknown client that cannot be mapped raises here
+            self._map_for(label, None if label in self.maps_ else X[r])
+            for label, r in zip(labels, rows, strict=True)
+        ]
+        self._warn_unknown([label for label in labels if label not in self.maps_])
         if len(labels) == 1:
-            return self._map_for(labels[0], X).apply(X, chunk_size=self.chunk_size)
+            return maps[0].apply(X, chunk_size=self.chunk_size)
         out = empty_like_rows(X, tuple(X.shape))
-        for i, label in enumerate(labels):
-            rows = row_index(np.flatnonzero(codes == i), X)
-            X_rows = X[rows]
-            out[rows] = self._map_for(label, X_rows).apply(X_rows, chunk_size=self.chunk_size)
+        for r, client_map in zip(rows, maps, strict=True):
+            out[r] = client_map.apply(X[r], chunk_size=self.chunk_size)
         return out
+
+    def _warn_unknown(self, unknown: list) -> None:
+        """Name, once per call, the clients ``transform`` met that ``fit`` did not see."""
+        if not unknown:
+            return
+        what = {
+            "fit": "their maps are estimated from their rows here",
+            "identity": "their rows are left unchanged",
+        }[self.unknown_client]
+        warnings.warn(
+            f"{type(self).__name__}.transform: client(s) {shown_labels(unknown)} were not "
+            f"seen during fit: {what} (unknown_client={self.unknown_client!r})",
+            UnknownClientWarning,
+            stacklevel=3,
+        )
 
     def fit_transform(
         self, X: Any, y: Any = None, *, client: Any = None

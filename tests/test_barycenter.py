@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from skslot import BuresBarycenter, GaussianMap, GaussianSummary
+from skslot import BuresBarycenter, GaussianMap, GaussianSummary, SingleClientWarning
 from skslot._anderson import AndersonMixing
 from skslot._linalg import sym_eigh
 from skslot.barycenter import bures_wasserstein_barycenter
@@ -35,7 +35,8 @@ def fixed_point_residual(S, covs, w):
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_one_client_is_its_own_barycenter(rng, solver):
     (s,) = summaries(rng, K=1)
-    bary = BuresBarycenter(solver=solver).fit([s])
+    with pytest.warns(SingleClientWarning, match="BuresBarycenter was fitted on a single client"):
+        bary = BuresBarycenter(solver=solver).fit([s])
     np.testing.assert_allclose(bary.covariance_, s.covariance, rtol=1e-10)
     np.testing.assert_allclose(bary.mean_, s.mean)
     np.testing.assert_allclose(bary.weights_, [1.0])
@@ -348,6 +349,9 @@ def test_covariances_and_weights_must_agree(rng):
         bures_wasserstein_barycenter(covs, w[:2] / w[:2].sum())
 
 
+# Ray's own start-up and shutdown: log files it leaves open, processes it reaps later
+@pytest.mark.filterwarnings(r"ignore:unclosed file <_io\.\w+ name='/dev/null':ResourceWarning")
+@pytest.mark.filterwarnings(r"ignore:subprocess \d+ is still running:ResourceWarning")
 def test_a_ray_backend_spreads_the_blocks_and_changes_nothing(rng):
     """joblib's Ray backend runs the same blocks (on a cluster, once ray.init points at it)."""
     ray = pytest.importorskip("ray", reason="Ray is not installed: pip install '.[simulation]'")

@@ -6,15 +6,23 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.exceptions import ConvergenceWarning
 
-from skslot import FederatedTauSearch
+from skslot import FederatedTauSearch, SmallClientWarning
 from skslot.bench import BenchmarkConfig, evaluate_run, run_benchmark, slot_label, summarise
 from skslot.cli import main
 from skslot.datasets import digits_projection, load_npz, make_federated_classification
 from skslot.heads import FedCGSClassifier
 from skslot.selection import NoValidationRowsError
 
-from .conftest import PAPER, shared_npz
+from .conftest import PAPER, few_rows_per_client, shared_npz
+
+#: The runs leave the test rows of a client without training rows unaligned, by design
+#: (unknown_client="identity"), and the transformer says so.
+EMPTY_CLIENTS_UNALIGNED = pytest.mark.filterwarnings(
+    r"ignore:SLOTTransformer\.transform. client\(s\) .+ were not seen during fit. their rows "
+    "are left unchanged:skslot.UnknownClientWarning"
+)
 
 
 @pytest.fixture
@@ -84,6 +92,8 @@ def test_cli_rejects_a_sweep_without_baseline(capsys):
 KINDS = [(0.0, "fixed"), (0.4, "fixed"), (0.0, "centre"), (0.0, "z-score"), (1.0, "CORAL")]
 
 
+@few_rows_per_client
+@EMPTY_CLIENTS_UNALIGNED
 def test_summary_is_computed_from_the_records(small_npz):
     data = load_npz(small_npz)
     config = BenchmarkConfig(alphas=(0.1,), taus=(0.0, 0.4), seeds=(0, 1), heads=("FedCGS",))
@@ -108,6 +118,7 @@ def test_summary_is_computed_from_the_records(small_npz):
     assert row["coral"] == pytest.approx(100 * np.mean([macro[s, (1.0, "CORAL")] for s in (0, 1)]))
 
 
+@few_rows_per_client
 def test_the_baselines_are_the_heads_on_each_clients_own_scaling(small_npz):
     """The centre column is FedCGS (deterministic) on rows each client centred itself."""
     from skslot import ClientStandardScaler
@@ -141,6 +152,8 @@ def test_the_baselines_are_the_heads_on_each_clients_own_scaling(small_npz):
     )
 
 
+@few_rows_per_client
+@EMPTY_CLIENTS_UNALIGNED
 def test_empty_clients_are_reported_and_skipped(small_npz):
     data = load_npz(small_npz)
     config = BenchmarkConfig(taus=(0.0, 1.0), heads=("FedCGS",), clients_per_domain=3)
@@ -167,7 +180,16 @@ def digits_runs():
     config = BenchmarkConfig(
         alphas=(0.1, None), taus=(0.0, 0.4), seeds=(0, 1, 2), n_jobs=2, baselines=False, **PAPER
     )
-    return summarise(run_benchmark(data, config, progress=False), main_tau=0.4)
+    with warnings.catch_warnings():
+        # O-FedAvg's local heads stop at their default budget, and at alpha = 0.1 some clients
+        # hold fewer rows than the 256 dimensions (conftest: short_local_training,
+        # few_rows_per_client); ignored inside the runs, so that any other warning still
+        # comes as a BenchmarkWarning
+        warnings.filterwarnings("ignore", "local training reached max_iter", ConvergenceWarning)
+        small = r"GaussianSummaryEstimator: client\(s\) .+ hold no more rows"
+        warnings.filterwarnings("ignore", small, SmallClientWarning)
+        records = run_benchmark(data, config, progress=False)
+    return summarise(records, main_tau=0.4)
 
 
 def test_auto_tau_never_costs_more_than_half_a_point_on_real_digits(digits_runs):

@@ -23,11 +23,12 @@ from skslot.defence import (
 )
 from skslot.flower import DeploymentConfig
 
-from .conftest import shared_npz
+from .conftest import few_rows_per_client, shared_npz
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@few_rows_per_client  # 800 features: most clients hold fewer rows
 @pytest.mark.parametrize("per_domain", [1, 5])
 @pytest.mark.parametrize("alpha", [0.1, 0.05, 0.01, None])
 def test_honest_clients_of_office_caltech10_cross_no_default_bound(alpha, per_domain):

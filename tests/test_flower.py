@@ -42,7 +42,7 @@ from skslot.protocol import ClientParty, ProtocolRunError, UploadRequest  # noqa
 from skslot.protocol.stages import upload as upload_stage  # noqa: E402
 from skslot.wire import MessageFormatError  # noqa: E402
 
-from .conftest import PAPER, assert_close_in_norm  # noqa: E402
+from .conftest import PAPER, assert_close_in_norm, short_local_training  # noqa: E402
 from .flower_harness import (  # noqa: E402
     LocalGrid,
     evaluated_rows,
@@ -58,6 +58,9 @@ from .flower_harness import (  # noqa: E402
     upload_request,
     write_node_files,
 )
+
+# O-FedAvg runs through most of these tests at its default local budget (conftest)
+pytestmark = short_local_training
 
 N_CLIENTS = 4
 M = 6

@@ -59,6 +59,7 @@ from skslot.flower.launch import launch as launch_run
 from skslot.flower.outputs import LAST_COMPLETED, LATEST, read_pointer
 from skslot.heads import LinearScores
 
+from .conftest import few_rows_per_client, short_local_training
 from .test_flower import client_rows, in_process
 
 OFFLINE = {
@@ -145,6 +146,10 @@ def tails(logs: Path) -> str:
     )
 
 
+# Checking the runs in process: O-FedAvg at max_iter = 50 (run 2), and a partition at
+# alpha = 0.1 whose smaller clients hold fewer rows than the 256 dimensions
+@short_local_training
+@few_rows_per_client
 def test_flower_deployment_on_localhost(tmp_path, capsys):
     bin_dir = Path(sys.executable).parent
     link_port = free_port()

@@ -25,6 +25,7 @@ pytest.importorskip(
 
 from skslot.flower import DeploymentConfig, write_flower_app
 
+from .conftest import few_rows_per_client
 from .test_flower import in_process
 from .test_flower_deployment import flower_env, free_port, launch, stop, tails, wait_for_port
 
@@ -45,6 +46,7 @@ def ray_processes() -> set[int]:
     return found
 
 
+@few_rows_per_client  # twenty clients of the 256-d digits, checked in process
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find Ray")
 def test_simulation_engine_with_twenty_virtual_clients_equals_in_process(tmp_path):
     dataset, per_domain = "digits", 7  # the embedded deep features: 3 domains

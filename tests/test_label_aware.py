@@ -9,11 +9,16 @@ from sklearn.covariance import LedoitWolf
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
-from skslot import FederatedTauSearch, GaussianSummaryEstimator, SLOTTransformer
+from skslot import (
+    FederatedTauSearch,
+    GaussianSummaryEstimator,
+    SLOTTransformer,
+    UnknownClientWarning,
+)
 from skslot.heads import FedCGSClassifier
 from skslot.summary import within_class_summary
 
-from .conftest import PAPER, assert_close_in_norm, fitting_rows
+from .conftest import PAPER, assert_close_in_norm, fitting_rows, ignoring
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +133,10 @@ def test_a_supervised_pipeline_passes_the_labels_to_slot(data):
             )
         assert pipe.score(X, y, client=client) > 0.5
     # a client unseen in fit cannot be summarised without its labels
-    with pytest.raises(ValueError, match="needs its labels"):
+    with (
+        pytest.raises(ValueError, match="needs its labels"),
+        ignoring(UnknownClientWarning, r"SLOTTransformer\.transform: client\(s\) 99 were not seen"),
+    ):
         slot.transform(X[:5], client=np.full(5, 99))
 
 

@@ -15,13 +15,14 @@ from skslot import (
     GaussianSummary,
     GaussianSummaryEstimator,
     SLOTTransformer,
+    UnknownClientWarning,
 )
 from skslot.heads import FedCGSClassifier, OneShotFedAvgClassifier
 from skslot.label_shift import class_counts, label_shift_distances
 from skslot.protocol import Upload
 from skslot.protocol.stages import upload as upload_stage
 
-from .conftest import PAPER
+from .conftest import PAPER, ignoring, short_local_training
 
 
 @pytest.fixture(scope="module")
@@ -100,9 +101,14 @@ def test_label_shift_errors_name_the_problem(data):
     with pytest.raises(ValueError, match="client_tau must be one of"):
         SLOTTransformer(client_tau="per-client").fit(X, y, client=client)
     slot = SLOTTransformer(client_tau="label-shift").fit(X, y, client=client)
-    with pytest.raises(ValueError, match="its tau needs its class counts"):
+    unseen = r"SLOTTransformer\.transform: client\(s\) 99 were not seen during fit"
+    with (
+        pytest.raises(ValueError, match="its tau needs its class counts"),
+        ignoring(UnknownClientWarning, unseen),
+    ):
         slot.transform(X[:5], client=np.full(5, 99))
-    left = slot.set_params(unknown_client="identity").transform(X[:5], client=np.full(5, 99))
+    with pytest.warns(UnknownClientWarning, match=unseen + ": their rows are left unchanged"):
+        left = slot.set_params(unknown_client="identity").transform(X[:5], client=np.full(5, 99))
     np.testing.assert_array_equal(left, X[:5])
     reference, own = slot.reference_, slot.summaries_[0]
     with pytest.raises(ValueError, match="needs tau_scales"):
@@ -124,6 +130,7 @@ def test_a_pipeline_passes_the_labels_to_the_rule(data):
         assert pipe.score(X, y, client=client) > 0.5
 
 
+@short_local_training
 @pytest.mark.parametrize("head", [FedCGSClassifier(), OneShotFedAvgClassifier(max_iter=50)])
 def test_the_protocol_scales_every_client_by_the_counts_it_uploaded(data, head):
     """Both head shapes: the server scales the statistics' maps, or asks each client for its tau."""

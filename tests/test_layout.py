@@ -29,7 +29,7 @@ from skslot.protocol import (
 from skslot.wire import WireFormatError
 from skslot.wire.payload import Payload
 
-from .conftest import PAPER
+from .conftest import PAPER, short_local_training
 
 PACKAGE = Path(skslot.__file__).parent
 PARTS = ("request", "reply", "answer", "check", "encode_request", "decode_request")
@@ -174,6 +174,7 @@ class CodecTransport:
         return Exchange(replies, rejected)
 
 
+@short_local_training
 @pytest.mark.parametrize("name", ["FedCGS", "FedPFT", "O-FedAvg"])
 def test_every_stage_s_codec_carries_what_the_objects_carry(name):
     """A run whose messages all pass through the stages' codecs (float64 summaries) is the

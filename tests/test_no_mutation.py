@@ -13,7 +13,7 @@ from skslot import (
 from skslot.datasets import dirichlet_partition
 from skslot.heads import FedCGSClassifier, FedPFTClassifier, OneShotFedAvgClassifier
 
-from .conftest import PAPER
+from .conftest import PAPER, short_local_training
 
 MESSAGE = ("n", "counts", "sums", "shift", "s1", "gram_upper")
 
@@ -62,6 +62,7 @@ def calls(a):
     )
 
 
+@short_local_training
 def test_inputs_are_left_untouched(arrays):
     snapshot = {k: v.copy() for k, v in arrays.items()}
     n_calls = 0

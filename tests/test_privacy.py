@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.covariance import OAS, oas
 
-from skslot import GaussianSummaryEstimator
+from skslot import GaussianSummaryEstimator, SmallClientWarning
 from skslot._moments import ShiftedMoments
 from skslot.privacy import (
     SUMMARY_SENSITIVITY,
@@ -119,7 +119,8 @@ def test_strong_noise_still_gives_a_positive_definite_finite_summary():
     rng = np.random.default_rng(5)
     X = rng.normal(size=(20, 30))  # n < m and epsilon small: the noise dominates
     est = GaussianSummaryEstimator(epsilon=0.1, clip_norm=1.0, random_state=0)
-    summary = est.fit(X, client=np.repeat([0, 1], 10)).summaries_[1]
+    with pytest.warns(SmallClientWarning, match=r"client\(s\) 0, 1 hold no more rows than the 30 "):
+        summary = est.fit(X, client=np.repeat([0, 1], 10)).summaries_[1]
     assert np.all(np.isfinite(summary.covariance))
     assert np.linalg.eigvalsh(summary.covariance).min() > 0
 

@@ -3,9 +3,16 @@
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
+# the grouped search: each fold's held-out client is new to SLOT, as the README says
+@pytest.mark.filterwarnings(
+    r"ignore:SLOTTransformer\.transform. client\(s\) \d were not seen during fit. their maps "
+    "are estimated from their rows here:skslot.UnknownClientWarning"
+)
 def test_readme_python_blocks_run():
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
     assert blocks, "README.md has no python example"

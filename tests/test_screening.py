@@ -17,6 +17,10 @@ from skslot.protocol.stages.screening import PairedCounts, paired_counts
 from skslot.screening import comparable_classes, screening_evidence, strongest_case
 
 from ._clients import train_test_by_client
+from .conftest import short_local_training
+
+# the screening runs O-FedAvg at its default local budget (conftest)
+pytestmark = short_local_training
 
 CLASSES = np.arange(4)
 ATTACKER = 3

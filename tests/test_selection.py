@@ -11,7 +11,13 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skslot import FederatedTauSearch, GaussianMap, GaussianSummaryEstimator, SLOTTransformer
+from skslot import (
+    FederatedTauSearch,
+    GaussianMap,
+    GaussianSummaryEstimator,
+    SLOTTransformer,
+    UnknownClientWarning,
+)
 from skslot._moments import ShiftedMoments
 from skslot.datasets import make_federated_classification
 from skslot.heads import (
@@ -31,7 +37,7 @@ from skslot.selection import (
     validation_split,
 )
 
-from .conftest import PAPER, fitting_rows
+from .conftest import PAPER, fitting_rows, short_local_training
 
 TAUS = (0.0, 0.3, 0.7, 1.0)
 HEADS = [
@@ -138,6 +144,7 @@ def test_sampling_the_pushforward_maps_the_same_draws(rng):
     np.testing.assert_allclose(np.cov(mapped.T), target.covariances[0], rtol=0.05, atol=0.05)
 
 
+@short_local_training
 def test_a_head_trained_on_rows_refuses_server_side_maps(shifted):
     X, y, client, slot = shifted
     head = OneShotFedAvgClassifier()
@@ -278,6 +285,7 @@ def test_sklearn_compatible(estimator, check):
     check(estimator)
 
 
+@short_local_training
 @pytest.mark.parametrize("head", HEADS, ids=lambda h: type(h).__name__)
 def test_refit_equals_the_head_on_all_rows_aligned_at_the_chosen_tau(federated, head):
     X, y, client = federated.X, federated.y, federated.client
@@ -376,7 +384,14 @@ def test_small_clients_are_left_out_of_the_choice(federated):
         ({"taus": (0, 0, 1)}, ValueError, "repeats"),
         ({"taus": (0, 2)}, ValueError, r"each tau must be in \[0.0, 1.0\]"),
         ({"validation_fraction": 0.0}, ValueError, "validation_fraction"),
-        ({"rule": "max"}, ValueError, "rule must be one of"),
+        pytest.param(  # the deprecated name is validated too (its warning: test_deprecations)
+            {"rule": "max"},
+            ValueError,
+            "rule must be one of",
+            marks=pytest.mark.filterwarnings(
+                "ignore:FederatedTauSearch's rule was renamed selection_rule:FutureWarning"
+            ),
+        ),
         ({"head_grid": {"max_iter": [10]}}, ValueError, "server-side parameters"),
     ],
 )
@@ -418,7 +433,8 @@ def test_a_new_client_is_aligned_with_its_own_summary(federated):
     slot = SLOTTransformer(**PAPER)  # a new client's labels are not needed to map it
     search = FederatedTauSearch(FedCGSClassifier(), taus=(1.0,), slot=slot, random_state=0)
     search.fit(X[seen], y[seen], client=client[seen])
-    predicted = search.predict(X[~seen], client=client[~seen])
+    with pytest.warns(UnknownClientWarning, match=r"client\(s\) 3 were not seen during fit"):
+        predicted = search.predict(X[~seen], client=client[~seen])
     own = GaussianSummaryEstimator().fit(X[~seen], client=3).summaries_[3]
     T = GaussianMap.optimal_transport(own, search.slot_.reference_)
     expected = search.best_estimator_.predict(T.apply(X[~seen]))

@@ -17,7 +17,12 @@ from sklearn.model_selection import (
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skslot import BuresBarycenter, GaussianSummaryEstimator, SLOTTransformer
+from skslot import (
+    BuresBarycenter,
+    GaussianSummaryEstimator,
+    SLOTTransformer,
+    UnknownClientWarning,
+)
 
 from .conftest import PAPER
 
@@ -30,6 +35,15 @@ ESTIMATORS = [
 PRIVATE = GaussianSummaryEstimator(epsilon=4.0, clip_norm=10.0, random_state=0)
 
 
+# scikit-learn's checks fit without client labels (one client: the alignment is the identity),
+# and PRIVATE fixes its noise's seed so that the checks can compare fits
+@pytest.mark.filterwarnings(
+    "ignore:(BuresBarycenter|SLOTTransformer) was fitted on a single client"
+    ":skslot.SingleClientWarning"
+)
+@pytest.mark.filterwarnings(
+    "ignore:random_state fixes the privacy noise:skslot.privacy.PrivacyWarning"
+)
 @parametrize_with_checks([*ESTIMATORS, PRIVATE])
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
@@ -89,7 +103,9 @@ def test_grid_search_grouped_by_client_scores_held_out_clients(routing, federate
         {"slottransformer__tau": taus},
         cv=cv,
         error_score="raise",
-    ).fit(X, y, client=client, groups=client)
+    )
+    with pytest.warns(UnknownClientWarning, match=r"client\(s\) \d were not seen during fit"):
+        grid.fit(X, y, client=client, groups=client)
     scores = grid.cv_results_["mean_test_score"]
     assert np.isfinite(scores).all()
     assert grid.best_params_["slottransformer__tau"] > 0.0

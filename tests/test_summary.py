@@ -6,11 +6,14 @@ from sklearn.covariance import LedoitWolf
 
 from skslot import GaussianSummaryEstimator
 
+from .conftest import few_rows_per_client
+
 
 def rel(a, b):
     return np.max(np.abs(a - b)) / np.max(np.abs(b))
 
 
+@few_rows_per_client  # (30, 60) and (3, 4): Ledoit-Wolf where it matters most
 @pytest.mark.parametrize("shape", [(200, 5), (30, 60), (500, 1), (3, 4)])
 def test_matches_sklearn_ledoit_wolf(rng, shape):
     X = rng.normal(loc=3.0, size=shape) * rng.uniform(0.1, 5.0, size=shape[1])

@@ -10,6 +10,7 @@ from skslot import (  # noqa: E402
     GaussianMap,
     GaussianSummaryEstimator,
     SLOTTransformer,
+    UnknownClientWarning,
 )
 from skslot.barycenter import bures_wasserstein_barycenter  # noqa: E402
 
@@ -97,12 +98,13 @@ def test_unknown_client_fit_and_integer_tensors(federated):
     )
     expected = SLOTTransformer(unknown_client="fit", **PAPER).fit(X[seen], client=client[seen])
     rows = torch.tensor(X[~seen])
-    np.testing.assert_allclose(
-        slot.transform(rows, client=3).numpy(),
-        expected.transform(X[~seen], client=3),
-        rtol=1e-9,
-        atol=1e-9,
-    )
+    with pytest.warns(UnknownClientWarning, match=r"client\(s\) 3 were not seen during fit"):
+        np.testing.assert_allclose(
+            slot.transform(rows, client=3).numpy(),
+            expected.transform(X[~seen], client=3),
+            rtol=1e-9,
+            atol=1e-9,
+        )
     integers = torch.arange(40).reshape(10, 4)
     est = GaussianSummaryEstimator().fit(integers)
     np.testing.assert_allclose(est.summaries_[None].mean, integers.double().mean(0).numpy())

@@ -14,7 +14,7 @@ from skslot import (
 )
 from skslot.maps import bures_wasserstein_distance
 
-from .conftest import PAPER
+from .conftest import PAPER, ignoring
 
 
 def empirical_summary(Z):
@@ -76,11 +76,14 @@ def test_unknown_client_policies(federated):
     new_rows = X[~seen]
     with pytest.raises(ValueError, match="client 3 was not seen during fit"):
         slot.transform(new_rows, client=3)
+    unseen = r"SLOTTransformer\.transform: client\(s\) 3 were not seen during fit: "
     slot.set_params(unknown_client="identity")
-    np.testing.assert_array_equal(slot.transform(new_rows, client=3), new_rows)
+    with pytest.warns(UnknownClientWarning, match=unseen + "their rows are left unchanged"):
+        np.testing.assert_array_equal(slot.transform(new_rows, client=3), new_rows)
     slot.set_params(unknown_client="fit")
     maps_before = dict(slot.maps_)
-    Z = slot.transform(new_rows, client=3)
+    with pytest.warns(UnknownClientWarning, match=unseen + "their maps are estimated"):
+        Z = slot.transform(new_rows, client=3)
     assert slot.maps_ == maps_before and 3 not in slot.summaries_  # not mutated
     np.testing.assert_allclose(Z.mean(0), slot.reference_.mean, atol=1e-9)
 
@@ -90,9 +93,14 @@ def test_a_new_client_is_fitted_by_default_and_needs_two_rows(federated):
     seen = client != 3
     slot = SLOTTransformer(tau=1.0, **PAPER).fit(X[seen], client=client[seen])
     assert slot.unknown_client == "fit"
-    Z = slot.transform(X[~seen], client=3)
+    unseen = r"SLOTTransformer\.transform: client\(s\) 3 were not seen during fit"
+    with pytest.warns(UnknownClientWarning, match=unseen):
+        Z = slot.transform(X[~seen], client=3)
     np.testing.assert_allclose(Z.mean(0), slot.reference_.mean, atol=1e-9)
-    with pytest.raises(ValueError, match=r"SLOTTransformer: client 3 .* has 1 row .* at least 2"):
+    with (
+        pytest.raises(ValueError, match=r"SLOTTransformer: client 3 .* has 1 row .* at least 2"),
+        ignoring(UnknownClientWarning, unseen),
+    ):
         slot.transform(X[~seen][:1], client=3)
 
 

@@ -145,6 +145,10 @@ class _Stream:
         self.thread.start()
 
     def _copy(self, process: subprocess.Popen) -> None:
+        with process.stdout:  # type: ignore[union-attr]  # closed when the stream ends
+            self._copy_lines(process)
+
+    def _copy_lines(self, process: subprocess.Popen) -> None:
         position, replay = 0, True
         for line in process.stdout:  # type: ignore[union-attr]
             plain = _ANSI.sub("", line)
