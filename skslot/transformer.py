@@ -505,14 +505,16 @@ class SLOTTransformer(
             if client is None:
                 return self._map_for(None, X).apply(X, chunk_size=self.chunk_size)
         labels, codes = check_client_labels(client, X.shape[0])
+        if len(labels) == 1:  # every row the same client's: no row selection
+            client_map = self._map_for(labels[0], X)
+            self._warn_unknown([label for label in labels if label not in self.maps_])
+            return client_map.apply(X, chunk_size=self.chunk_size)
         rows = [row_index(np.flatnonzero(codes == i), X) for i in range(len(labels))]
         maps = [  # every map first: an unknown client that cannot be mapped raises here
             self._map_for(label, None if label in self.maps_ else X[r])
             for label, r in zip(labels, rows, strict=True)
         ]
         self._warn_unknown([label for label in labels if label not in self.maps_])
-        if len(labels) == 1:
-            return maps[0].apply(X, chunk_size=self.chunk_size)
         out = empty_like_rows(X, tuple(X.shape))
         for r, client_map in zip(rows, maps, strict=True):
             out[r] = client_map.apply(X[r], chunk_size=self.chunk_size)

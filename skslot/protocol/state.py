@@ -96,8 +96,6 @@ class RunState:
         The run's class set.
     """
 
-    SERVER_STEP_ERRORS = SERVER_STEP_ERRORS
-
     def __init__(self, protocol: OneShotProtocol, transport: Transport, classes: np.ndarray):
         self.protocol, self.transport, self.classes = protocol, transport, classes
         self.defence: DefenceBounds | NoDefence = protocol.defence or NoDefence()

@@ -25,6 +25,7 @@ from ...wire import MessageFormatError
 from ...wire.arrays import ArrayMessage, read_array
 from ...wire.payload import Payload, ReceivedPayload, array_list
 from ...wire.summary_codec import MAX_COUNT
+from ..state import SERVER_STEP_ERRORS
 from ..transport import Exchange
 from ._stage import ClientWire, ServerWire, Stage
 
@@ -276,7 +277,7 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
             continue
         try:
             without[k] = head.strategy.leave_one_out(head, candidate, run, k).linear_scores()
-        except run.SERVER_STEP_ERRORS as exc:  # e.g. too few classes left: not screenable
+        except SERVER_STEP_ERRORS as exc:  # e.g. too few classes left: not screenable
             unfit[c] = f"the head without it could not be fitted: {type(exc).__name__}: {exc}"
     full = heads[protocol.candidates.index(candidate)].linear_scores()
     targets = {c: [k for k in without if order[k] != c] for c in voters}

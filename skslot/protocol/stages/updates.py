@@ -90,7 +90,7 @@ def check(updates: Sequence, n_updates: int, n_samples: int) -> str | None:
     return None
 
 
-def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> list:
+def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None:
     """The server's step: ask each client for the local heads it has not sent on this reference.
 
     The same rows at the same fraction of the same map give the same head,
@@ -106,11 +106,6 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> list
     taus : sequence of float
         The run's fractions (each client moves its own share of them).
     part : {"fit", "all"}
-
-    Returns
-    -------
-    list
-        The clients that left the run at this stage (rejected or missing).
     """
     cache = run.local_heads_cache(part)
     wanted = {
@@ -120,7 +115,7 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> list
         c: UpdatesRequest(run.reference_for(c), tuple(ts), part) for c, ts in wanted.items() if ts
     }
     if not requests:
-        return []
+        return
     exchange = run.exchange(stage, requests)
     received = {}
     for c, updates in exchange.replies.items():
@@ -138,7 +133,7 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> list
         del received[order[k]]
     for c, updates in received.items():
         cache.setdefault(c, {}).update(zip(wanted[c], updates, strict=True))
-    return run.keep(stage, [c for c in run.order if c in received or c not in requests])
+    run.keep(stage, [c for c in run.order if c in received or c not in requests])
 
 
 class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
