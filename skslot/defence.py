@@ -55,7 +55,7 @@ __all__ = [
 #: The bounds' defaults (:class:`DefenceBounds`), written once.
 MAX_COUNT_RATIO, MAX_WEIGHT_RATIO, MAX_NORM_RATIO = 100.0, 10.0, 10.0
 MAX_VARIANCE_RATIO, MAX_MEAN_OFFSET = 100.0, 10.0
-SCREEN_SIGNIFICANCE, SCREEN_MIN_GAIN = 0.001, 0.02
+SCREEN_SIGNIFICANCE, SCREEN_MIN_GAIN = 0.01, 0.02
 #: The bounds that are ratios to the median client's.
 RATIOS = ("max_count_ratio", "max_weight_ratio", "max_norm_ratio", "max_variance_ratio")
 
@@ -306,7 +306,7 @@ class DefenceBounds:
     max_variance_ratio, max_mean_offset : float, default=100, 10
         Plausibility of a summary against the others' (see
         :func:`implausible_summaries`).
-    screen_significance : float, default=0.001
+    screen_significance : float, default=0.01
         Family-wise level of the leave-one-client-out screening's sign test
         (:mod:`skslot.screening`; Bonferroni over the clients tested).
     screen_min_gain : float, default=0.02

@@ -1,14 +1,19 @@
 """The screening's decision: which client the others' paired counts exclude.
 
 For each client ``j``, every other client ``i`` compares on its held-out
-rows the head of all clients ``H`` with the head without ``j``, ``H_{-j}``,
-both predicting among the classes ``S_j`` clients other than ``j`` hold
-(:func:`comparable_classes`: a class only ``j`` holds would otherwise make
-``H_{-j}`` look better for having one class fewer to confuse), and sends
-three counts (the ``screening`` stage,
-:mod:`skslot.protocol.stages.screening`).  ``j`` is excluded
-(:func:`screening_evidence`) when, leaving out any one voter (so that no one
-client's counts can make the case), over the remaining voters
+rows the head of all clients ``H`` with the head without ``j``, ``H_{-j}``
+(the ``screening`` stage, :mod:`skslot.protocol.stages.screening`).  Both
+are scored on ``i``'s rows of the classes ``S_j`` some client other than
+``j`` holds (:func:`comparable_classes`); ``H_{-j}`` predicts among ``S_j``
+(a class only ``j`` holds would otherwise make it look better for having one
+class fewer to confuse), while ``H`` predicts among every class the
+federation holds, as the final head does: a row ``H`` sends to a class only
+``j`` holds is an error ``j`` caused (absorption), counted against it even
+where ``H_{-j}`` errs too.
+``i`` sends three counts.  ``j`` is excluded (:func:`screening_evidence`)
+when, with its strongest accuser left out and then any one more voter (so
+that neither one liar's counts nor the vote of one more voter can make the
+case), over every remaining set of voters
 
 - a strict majority found ``H_{-j}`` better (more rows only it gets right);
 - pooled, ``H_{-j}`` gets right at least ``min_gain`` of the scored rows
@@ -17,9 +22,11 @@ client's counts can make the case), over the remaining voters
   rejects "no difference" at ``significance / K``, Bonferroni over the ``K``
   clients tested.
 
-One client at most is excluded per comparison, the strongest case
-(:func:`strongest_case`).  Measured: docs/results/screening.md; what the
-screening cannot catch: docs/deployment.md ("Threat model").
+An exclusion therefore needs at least :data:`MIN_VOTERS` voters (four
+clients).  One client at most is excluded per comparison, the strongest
+case (:func:`strongest_case`).  Measured: docs/results/screening.md and
+docs/results/attacks.md; what the screening cannot catch: docs/deployment.md
+("Threat model").
 """
 
 from __future__ import annotations
@@ -43,8 +50,9 @@ __all__ = [
 
 #: The ``screen`` settings: on where the run has a validation round, always, never.
 SCREENING = ("auto", "on", "off")
-#: Fewest other clients whose counts can exclude a client (so no client's alone can).
-MIN_VOTERS = 2
+#: Fewest other clients whose counts can exclude a client: with the strongest accuser
+#: and one more voter left out, one voter's case must remain in every set.
+MIN_VOTERS = 3
 
 
 def comparable_classes(class_counts: Sequence[np.ndarray]) -> np.ndarray:
@@ -87,17 +95,21 @@ def comparable_classes(class_counts: Sequence[np.ndarray]) -> np.ndarray:
 class ScreeningEvidence:
     """What the other clients' validation says of one client's contribution.
 
-    The case must hold without any one voter: the counts shown are those of
-    the voters less the one whose absence weakens the case most
-    (``discounted``), so no single voter's counts, an attacker's among them,
-    can exclude a client.
+    The case must hold without the client's strongest accuser and without
+    any one more voter: the counts shown are those of the voters less the
+    accuser and less the one whose absence weakens the case most
+    (``discounted``), so that no single voter's counts, an attacker's among
+    them, can make the case, nor tip it by agreeing.
 
     Attributes
     ----------
     voters : int
         Other clients that scored rows for it (none: it cannot be screened).
+    accuser : object or None
+        The strongest accuser (most rows gained without it, net), left out
+        of every case.
     discounted : object or None
-        The voter left out of the weakest case.
+        The voter left out, with the accuser, of the weakest case.
     agreeing : int
         Remaining voters whose rows the head without it got right more often.
     better, worse, rows : int
@@ -108,10 +120,11 @@ class ScreeningEvidence:
     threshold : float
         The level ``p_value`` is compared to (``significance / K``).
     excluded : bool
-        Whether the case holds without every voter: the client is excluded.
+        Whether the case holds in every set of voters: the client is excluded.
     """
 
     voters: int
+    accuser: Hashable | None
     discounted: Hashable | None
     agreeing: int
     better: int
@@ -120,6 +133,11 @@ class ScreeningEvidence:
     p_value: float
     threshold: float
     excluded: bool
+
+    @property
+    def remaining(self) -> int:
+        """Voters the weakest case rests on (all but the accuser and the discounted)."""
+        return max(self.voters - (self.accuser is not None) - (self.discounted is not None), 0)
 
     @property
     def gain(self) -> float:
@@ -136,6 +154,7 @@ class ScreeningEvidence:
         """
         return {
             "voters": self.voters,
+            "accuser": self.accuser,
             "discounted": self.discounted,
             "agreeing": self.agreeing,
             "better": self.better,
@@ -154,12 +173,12 @@ class ScreeningEvidence:
         -------
         str
         """
-        remaining = self.voters - (self.discounted is not None)
         return (
-            f"its contribution hurts the others: without it, {self.agreeing} of {remaining} "
-            f"other clients' held-out rows do better even leaving out any one voter, "
-            f"{100 * self.gain:+.1f} points on {self.rows} rows ({self.better} rows gained, "
-            f"{self.worse} lost; sign test p = {self.p_value:.2g} < {self.threshold:.2g})"
+            f"its contribution hurts the others: without it, {self.agreeing} of "
+            f"{self.remaining} other clients' held-out rows do better even leaving out its "
+            f"strongest accuser and any one more voter, {100 * self.gain:+.1f} points on "
+            f"{self.rows} rows ({self.better} rows gained, {self.worse} lost; sign test "
+            f"p = {self.p_value:.2g} < {self.threshold:.2g})"
         )
 
 
@@ -172,14 +191,16 @@ def screening_evidence(
 ) -> ScreeningEvidence:
     """Whether the other clients' paired counts exclude one client.
 
-    For each voter ``v`` in turn, the case is weighed over the other voters:
-    a strict majority of them found the head without the client better,
-    their pooled gain is at least ``min_gain``, and the exact one-sided sign
-    test on their pooled discordant rows gives ``p < significance /
-    n_tested``.  The client is excluded when the case holds without every
-    ``v``, so that any one voter's counts, however large, can neither make
-    nor break it; at least :data:`MIN_VOTERS` voters must have scored rows.
-    The evidence returned is the weakest of these cases.
+    The strongest accuser (the voter with most rows gained without the
+    client, net) is left out; then, for each other voter ``v`` in turn, the
+    case is weighed over the voters left: a strict majority of them found
+    the head without the client better, their pooled gain is at least
+    ``min_gain``, and the exact one-sided sign test on their pooled
+    discordant rows gives ``p < significance / n_tested``.  The client is
+    excluded when the case holds without every ``v``, so that one voter's
+    counts, however large, can neither make the case nor tip it by agreeing;
+    at least :data:`MIN_VOTERS` voters must have scored rows.  The evidence
+    returned is the weakest of these cases.
 
     Parameters
     ----------
@@ -200,33 +221,33 @@ def screening_evidence(
     Examples
     --------
     >>> from skslot.screening import screening_evidence
-    >>> votes = {"a": (40, 3, 200), "b": (35, 5, 180), "c": (50, 2, 210)}
-    >>> e = screening_evidence(votes, n_tested=4, significance=0.01, min_gain=0.02)
-    >>> e.excluded, e.discounted, e.agreeing, round(e.gain, 3)
-    (True, 'c', 2, 0.176)
-    >>> votes = {"a": (40, 27, 300), "b": (12, 0, 300)}  # b alone makes no case
-    >>> screening_evidence(votes, n_tested=3, significance=0.001, min_gain=0.02).excluded
+    >>> votes = {"a": (40, 3, 200), "b": (35, 5, 180), "c": (50, 2, 210), "d": (30, 4, 190)}
+    >>> e = screening_evidence(votes, n_tested=5, significance=0.01, min_gain=0.02)
+    >>> e.excluded, e.accuser, e.discounted, e.agreeing, round(e.gain, 3)
+    (True, 'c', 'a', 2, 0.151)
+    >>> votes = {"a": (40, 27, 300), "b": (12, 0, 300), "c": (300, 0, 300)}  # c lies
+    >>> screening_evidence(votes, n_tested=4, significance=0.001, min_gain=0.02).excluded
     False
     """
     scored = {v: tuple(int(x) for x in counts) for v, counts in votes.items() if counts[2]}
     threshold = significance / max(int(n_tested), 1)
-    cases = [
-        _case([c for w, c in scored.items() if w != v], v, threshold, min_gain) for v in scored
-    ]
-    if not cases:
-        return ScreeningEvidence(0, None, 0, 0, 0, 0, 1.0, threshold, False)
+    if len(scored) < MIN_VOTERS:
+        return ScreeningEvidence(len(scored), None, None, 0, 0, 0, 0, 1.0, threshold, False)
+    accuser = max(scored, key=lambda v: scored[v][0] - scored[v][1])  # first of equals
+    others = [v for v in scored if v != accuser]
+    cases = [_case([scored[w] for w in others if w != v], v, threshold, min_gain) for v in others]
     weakest = max(cases, key=lambda e: (not e.excluded, e.p_value, -e.gain))
-    excluded = len(scored) >= MIN_VOTERS and all(e.excluded for e in cases)
     return ScreeningEvidence(
-        len(scored), weakest.discounted, weakest.agreeing, weakest.better, weakest.worse,
-        weakest.rows, weakest.p_value, threshold, excluded,
+        len(scored), accuser, weakest.discounted, weakest.agreeing, weakest.better,
+        weakest.worse, weakest.rows, weakest.p_value, threshold,
+        all(e.excluded for e in cases),
     )  # fmt: skip
 
 
 def _case(
     kept: list[tuple[int, int, int]], discounted: Hashable, threshold: float, min_gain: float
 ) -> ScreeningEvidence:
-    """The case made by the voters ``kept`` (``discounted`` left out)."""
+    """The case made by the voters ``kept`` (the accuser and ``discounted`` left out)."""
     agreeing = sum(b > w for b, w, _ in kept)
     better = sum(b for b, _, _ in kept)
     worse = sum(w for _, w, _ in kept)
@@ -235,7 +256,7 @@ def _case(
     gain = (better - worse) / rows if rows else 0.0
     holds = bool(kept) and 2 * agreeing > len(kept) and gain >= min_gain and p < threshold
     return ScreeningEvidence(
-        len(kept) + 1, discounted, agreeing, better, worse, rows, float(p), threshold, holds
+        len(kept) + 2, None, discounted, agreeing, better, worse, rows, float(p), threshold, holds
     )
 
 

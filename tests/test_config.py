@@ -47,7 +47,7 @@ OTHER = {
     "max_variance_ratio": 20.0,
     "max_mean_offset": 4.0,
     "screen": "off",
-    "screen_significance": 0.01,
+    "screen_significance": 0.05,
     "screen_min_gain": 0.05,
     "alpha": None,
     "dataset": "office-caltech10",

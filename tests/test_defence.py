@@ -68,7 +68,7 @@ def test_the_defence_undoes_an_inflated_count_with_flipped_labels_on_real_digits
     attacks = _attacks_module()
     by_name = {a.name: a for a in attacks.ATTACKS}
     attack = by_name["n x1e6 and flipped labels"]
-    absent = by_name["none, attacker absent (the three honest clients alone)"]
+    absent = by_name["none, attacker absent (K = 4)"]
     defended = attacks.one_run(attack, "FedCGS", "bounds", 0)
     undefended = attacks.one_run(attack, "FedCGS", "off", 0)
     alone = attacks.one_run(absent, "FedCGS", "bounds", 0)

@@ -146,7 +146,10 @@ def node_of(client: int) -> int:
 
 @pytest.mark.parametrize("head", list(HEADS))
 def test_deployment_equals_in_process_pipeline(node_configs, head):
-    report, scores, reference, _ = deploy(node_configs, head=head, summary_dtype="float64")
+    # the in-process pipeline has no screening: the deployment without it
+    report, scores, reference, _ = deploy(
+        node_configs, head=head, summary_dtype="float64", screen="off"
+    )
     slot, expected, tests = in_process(node_configs, DeploymentConfig(head=head, classes=CLASSES))
     received = GaussianSummary.from_bytes(reference)
     np.testing.assert_allclose(received.covariance, slot.reference_.covariance, rtol=1e-12)
@@ -180,8 +183,8 @@ def test_a_streamed_parallel_server_step_gives_the_same_run(node_configs):
 @pytest.mark.parametrize("head", list(HEADS))
 def test_auto_tau_equals_the_in_process_search(node_configs, head):
     """tau = "auto" on Flower and FederatedTauSearch: the same choice, head and predictions."""
-    report, scores, _, _ = deploy(
-        node_configs, head=head, tau="auto", summary_dtype="float64", seed=5
+    report, scores, _, _ = deploy(  # the search has no screening: the deployment without it
+        node_configs, head=head, tau="auto", summary_dtype="float64", seed=5, screen="off"
     )
     config = DeploymentConfig(head=head, seed=5, classes=CLASSES)
     parts, X, y, client = client_rows(node_configs, config)
@@ -200,22 +203,28 @@ def test_auto_tau_equals_the_in_process_search(node_configs, head):
 
 
 @pytest.mark.parametrize(
-    ("head", "tau", "stages"),
+    ("head", "tau", "screen", "stages"),
     [
-        ("FedCGS", 0.4, ["upload", "evaluation"]),
-        ("FedPFT", 0.4, ["upload", "evaluation"]),
-        ("O-FedAvg", 0.4, ["upload", "updates", "evaluation"]),
-        ("FedCGS", "auto", ["upload", "validation", "screening", "evaluation"]),
+        ("FedCGS", 0.4, "auto", ["upload", "screening", "evaluation"]),
+        ("FedPFT", 0.4, "auto", ["upload", "screening", "evaluation"]),
+        ("O-FedAvg", 0.4, "auto", ["upload", "updates", "screening", "evaluation"]),
+        ("FedCGS", "auto", "auto", ["upload", "validation", "screening", "evaluation"]),
         (
             "O-FedAvg",
             "auto",
-            ["upload", "updates", "validation", "screening", "refit", "evaluation"],
+            "auto",
+            ["upload", "updates", "validation", "screening", "evaluation"],
         ),
+        ("FedCGS", 0.4, "off", ["upload", "evaluation"]),
+        ("O-FedAvg", 0.4, "off", ["upload", "updates", "evaluation"]),
+        ("O-FedAvg", "auto", "off", ["upload", "updates", "validation", "refit", "evaluation"]),
     ],
 )
-def test_stages_and_bytes_per_client(node_configs, head, tau, stages):
-    """Statistics heads: one upload, one download (head and reference) at a fixed tau."""
-    report, _, reference, grid = deploy(node_configs, head=head, tau=tau)
+def test_stages_and_bytes_per_client(node_configs, head, tau, screen, stages):
+    """Statistics heads: one upload, one download (head and reference) at a fixed tau without
+    the screening; the screening (the default, with a defence) is one more exchange, and the
+    final head is the screened one (no refit)."""
+    report, _, reference, grid = deploy(node_configs, head=head, tau=tau, screen=screen)
     assert report.stages == stages
     for node in node_configs:
         sent = [m for m in grid.messages if m.metadata.dst_node_id == node]
@@ -236,7 +245,7 @@ def test_a_fedcgs_client_sends_its_shrinkage_and_the_server_derives_its_summary(
     """FedCGS's statistics determine the summary: 8 bytes (the shrinkage) instead of 28 + 8 +
     27 values; the server's summary is the client's Ledoit-Wolf one (up to rounding), and the
     run equals the one where every client sends the summary it derives itself."""
-    report, _, reference, _ = deploy(node_configs, summary_dtype="float64")
+    report, _, reference, _ = deploy(node_configs, summary_dtype="float64", screen="off")
     assert report.summary_values == 1
     assert report.summary_payload_bytes == {node: 8 for node in node_configs}
     config = DeploymentConfig(classes=CLASSES)
@@ -328,7 +337,7 @@ def test_a_client_silent_after_its_upload_costs_one_reply_timeout(node_configs, 
 
 def test_dropout_at_upload_matches_in_process_without_that_client(node_configs):
     report, scores, _, _ = deploy(
-        node_configs, faults={12: drop_at("upload")}, summary_dtype="float64"
+        node_configs, faults={12: drop_at("upload")}, summary_dtype="float64", screen="off"
     )
     rest = {node: nc for node, nc in node_configs.items() if node != 12}
     _, expected, tests = in_process(rest, DeploymentConfig(classes=CLASSES))
@@ -654,7 +663,7 @@ def test_a_fitting_part_its_summary_does_not_count_is_rejected(node_configs):
 @pytest.mark.parametrize(
     ("tau", "n_validation", "reason"),
     [
-        (0.4, 5, "this run has no validation part"),
+        (0.4, 5, "this run has no validation part"),  # without the screening
         ("auto", -1, "row counts must be >= 0"),
         ("auto", 2**60, "n-validation must be at most 2**53 rows"),
         ("auto", 2**30, "a split at validation_fraction = 0.2 over 4 classes holds out"),
@@ -674,7 +683,10 @@ def test_a_validation_part_the_split_cannot_make_is_rejected(
             return rewrite_upload(request, reply, config={"n-validation": n_validation})
         return reply
 
-    report = deploy(node_configs, faults={11: fault}, head="O-FedAvg", tau=tau, min_clients=3)[0]
+    report = deploy(
+        node_configs, faults={11: fault}, head="O-FedAvg", tau=tau, min_clients=3,
+        screen="off" if tau != "auto" else "auto",
+    )[0]  # fmt: skip
     assert reason in report.rejected["upload"][11], report.rejected["upload"][11]
     assert sorted(report.accuracy) == [12, 13, 14]
 
@@ -1046,7 +1058,8 @@ def test_implausible_summaries_are_rejected_and_the_run_equals_the_others(
     O-FedAvg uploads the summary alone (FedCGS's statistics would first be
     found inconsistent with it: see the next test).
     """
-    settings = {"summary_dtype": "float64", "head": "O-FedAvg"}
+    # the bounds alone: the run of four (a screening's split) would differ from that of three
+    settings = {"summary_dtype": "float64", "head": "O-FedAvg", "screen": "off"}
     report, scores, _, _ = deploy(
         node_configs, faults={14: scaled_summary(factor, shift)}, **settings
     )
@@ -1085,16 +1098,28 @@ def test_an_inflated_count_is_rejected_or_its_weight_capped(node_configs):
     reject the count at the intake first).
     """
     report, _, _, _ = deploy(
-        node_configs, faults={14: inflated_count(10**6)}, summary_dtype="float64", **PAPER
+        node_configs,
+        faults={14: inflated_count(10**6)},
+        summary_dtype="float64",
+        screen="off",
+        **PAPER,
     )
     assert "declares 1.6e+08 rows, 1e+06 times the clients' median" in report.rejected["upload"][14]
     report, scores, _, _ = deploy(
-        node_configs, faults={14: inflated_count(50)}, summary_dtype="float64", **PAPER
+        node_configs,
+        faults={14: inflated_count(50)},
+        summary_dtype="float64",
+        screen="off",
+        **PAPER,
     )
     assert not report.rejected.get("upload") and report.capped == {14: 0.2}
     # capped at 10x the median count: the same head as an honest client weighing 10x
     honest, expected, _ = deploy(
-        node_configs, faults={14: inflated_count(10)}, summary_dtype="float64", **PAPER
+        node_configs,
+        faults={14: inflated_count(10)},
+        summary_dtype="float64",
+        screen="off",
+        **PAPER,
     )[:3]
     assert honest.capped == {}
     np.testing.assert_allclose(scores.coef, expected.coef, rtol=1e-9)
@@ -1118,7 +1143,7 @@ def test_fedcgs_statistics_are_its_summary_and_cannot_hide(node_configs, edit, r
             return {**arrays, "sums": sums, "shift": arrays["shift"] + shift}
         return {**arrays, "gram_upper": arrays["gram_upper"] * 1e8}
 
-    report, _, _, _ = deploy(node_configs, faults={14: tamper_statistics(tamper)})
+    report, _, _, _ = deploy(node_configs, faults={14: tamper_statistics(tamper)}, screen="off")
     assert reason in report.rejected["upload"][14], report.rejected
     assert sorted(report.accuracy) == [11, 12, 13]
 
@@ -1159,7 +1184,9 @@ def test_mixtures_inconsistent_with_the_summary_are_rejected(
 def test_oversized_local_heads_are_rejected(node_configs):
     """O-FedAvg: coefficients x 1e3 at an honest count would dominate the average."""
 
-    report, _, reference, _ = deploy(node_configs, faults={14: scaled_heads(1e3)}, head="O-FedAvg")
+    report, _, reference, _ = deploy(
+        node_configs, faults={14: scaled_heads(1e3)}, head="O-FedAvg", screen="off"
+    )
     why = report.rejected["updates"][14]
     assert re.search(r"local head norm \d+ times the clients' median", why), why
     assert sorted(report.accuracy) == [11, 12, 13]
@@ -1168,7 +1195,7 @@ def test_oversized_local_heads_are_rejected(node_configs):
     assert report.reference_clients == [11, 12, 13]
     assert report.stages.count("updates") == 2
     honest = {k: v for k, v in node_configs.items() if k != 14}
-    alone, _, alone_reference, _ = deploy(honest, head="O-FedAvg", num_clients=3)
+    alone, _, alone_reference, _ = deploy(honest, head="O-FedAvg", num_clients=3, screen="off")
     assert reference == alone_reference  # the same bytes
     assert report.accuracy == alone.accuracy
 

@@ -54,6 +54,7 @@ def test_simulation_engine_with_twenty_virtual_clients_equals_in_process(tmp_pat
     config = DeploymentConfig(
         head="FedCGS",
         tau=0.4,
+        screen="off",  # the in-process pipeline it is compared with has no screening
         alpha=None,  # no client is left without rows
         dataset=dataset,
         clients_per_domain=per_domain,

@@ -100,7 +100,8 @@ def test_held_out_rows_are_outside_the_maps_they_validate(clients, name, tau, sc
     """With a validation round, each map is estimated from the client's fitting rows only.
 
     Its summary is that of the fitting rows (FedCGS: derived from their statistics), the
-    map deployed is the one it makes, and the refit still trains on all rows."""
+    map deployed is the one it makes, and the final head is the screened one, fitted on the
+    fitting rows too (no refit on the held-out rows, which the screening never judged)."""
     head = make_head(name, seed=0)
     transport = parties(clients, head)
     result = OneShotProtocol(
@@ -115,8 +116,9 @@ def test_held_out_rows_are_outside_the_maps_they_validate(clients, name, tau, sc
         np.testing.assert_allclose(summary.mean, direct.mean, rtol=1e-12)
         np.testing.assert_allclose(summary.covariance, direct.covariance, rtol=1e-9, atol=1e-12)
         assert party.state.summary is summary or name == "FedCGS"
-    # O-FedAvg's final heads come from a round of local training on all rows
-    assert ("refit" in result.stages) == (name == "O-FedAvg")
+    assert "refit" not in result.stages
+    chosen = result.candidate_heads[0 if tau != "auto" else result.selection.index]
+    np.testing.assert_array_equal(result.head.linear_scores().coef, chosen.linear_scores().coef)
 
 
 class PoisonedValidation(ClientParty):
@@ -152,6 +154,40 @@ def test_a_validation_part_out_of_line_with_the_fitting_part_is_rejected(clients
     why = result.report.rejected["upload"][0]
     assert "validation part's variance is" in why and "times its fitting part's" in why
     assert result.clients == [1, 2, 3]
+
+
+class MovedValidation(ClientParty):
+    """Honest fitting part and summary; its validation part's rows moved 30 standard
+    deviations (its spread unchanged)."""
+
+    def answer(self, stage, request):
+        if stage != "upload":
+            return super().answer(stage, request)
+        found = super().answer(stage, request)
+        fit, val = self.split
+        X = self.X.copy()
+        X[val] += 30 * np.sqrt(np.trace(np.cov(X[fit].T))) / np.sqrt(X.shape[1])
+        _, validation = self.head.strategy.client_upload(
+            self.head, X, self.y, self.classes, (fit, val), client_index=request.client_index
+        )
+        return dataclasses.replace(found, validation=validation)
+
+
+def test_a_moved_fedpft_validation_part_is_rejected_though_it_skips_a_class(clients):
+    """A class too small to be sent in the validation part does not switch off the mean's
+    check: the two parts are compared on the classes the validation part describes."""
+    head = make_head("FedPFT", seed=0)
+    transport = parties(clients, head)
+    X, y, Xt, yt = clients[0]
+    keep = np.r_[np.flatnonzero(y != 3), np.flatnonzero(y == 3)[:5]]  # 5 rows: 1 held out
+    transport[0] = MovedValidation(
+        X[keep], y[keep], head=head, classes=CLASSES, label=0, X_test=Xt, y_test=yt
+    )
+    result = OneShotProtocol(
+        head, tau="auto", taus=(0.0, 0.5), defence=DefenceBounds(), random_state=0
+    ).run(InProcessTransport(transport), CLASSES)
+    why = result.report.rejected["upload"][0]
+    assert "validation part's mean lies" in why and "standard deviations" in why
 
 
 # at 1e3 from the origin the server's LogisticRegression on the synthetic rows stops at its
@@ -274,16 +310,17 @@ def test_counts_an_in_process_upload_announces_are_non_negative_integers(clients
                 "tau": 1.0,
                 "client_tau": "label-shift",
             },
-            ["upload", "updates", "evaluation"],
+            ["upload", "updates", "screening", "evaluation"],
         ),
         (
-            {"head": "FedPFT", "tau": 0.6, "mean_tau": 1.0, "client_tau": "label-shift"},
+            {"head": "FedPFT", "tau": 0.6, "mean_tau": 1.0, "client_tau": "label-shift"}
+            | {"screen": "off"},
             ["upload", "evaluation"],
         ),
         (
             {"head": "O-FedAvg", "head_params": '{"max_iter": 50}', "tau": "auto"}
-            | {"mean_tau": 0.5},
-            ["upload", "updates", "validation", "screening", "refit", "evaluation"],
+            | {"mean_tau": 0.5, "screen": "off"},
+            ["upload", "updates", "validation", "refit", "evaluation"],
         ),
     ],
     ids=[
@@ -331,8 +368,9 @@ def test_the_same_protocol_object_runs_over_both_transports(clients, tmp_path, s
         np.testing.assert_array_equal(
             flower.report.selection["scores"], in_process.report.selection["scores"]
         )
+    if "screening" in stages:
         assert {c - 11: e for c, e in flower.report.screening["clients"].items()} == {
-            c: {**e, "discounted": e["discounted"] + 11}
+            c: {**e, "discounted": e["discounted"] + 11, "accuser": e["accuser"] + 11}
             for c, e in in_process.report.screening["clients"].items()
         }
     np.testing.assert_array_equal(

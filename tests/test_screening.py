@@ -31,10 +31,10 @@ SETTINGS = {"n_tested": 4, "significance": 0.01, "min_gain": 0.02}
 def clients():
     """Four clients of one task (no label skew); 70 % of each client's rows train."""
     data = make_federated_classification(
-        n_clients=4, n_samples_per_client=600, n_features=6, alpha=None, domain_shift=1.0,
+        n_clients=4, n_samples_per_client=1000, n_features=6, alpha=None, domain_shift=1.0,
         random_state=0,
     )  # fmt: skip
-    return train_test_by_client(data, 420)
+    return train_test_by_client(data, 700)
 
 
 def parties(clients, head, *, attack: bool):
@@ -64,10 +64,11 @@ def honest_accuracy(result) -> float:
 
 
 def test_the_sign_test_is_the_exact_binomial_tail():
-    """p = P(Bin(b + w, 1/2) >= b), for the weakest case: without the voter most against it."""
-    votes = {"a": (7, 3, 50), "b": (0, 0, 50), "c": (9, 0, 50)}
+    """p = P(Bin(b + w, 1/2) >= b), for the weakest case: without the strongest accuser and
+    the voter whose absence weakens the case most."""
+    votes = {"a": (7, 3, 50), "b": (0, 0, 50), "c": (9, 0, 50), "d": (8, 2, 50)}
     e = screening_evidence(votes, **SETTINGS)
-    assert e.discounted == "c"
+    assert (e.accuser, e.discounted, e.remaining) == ("c", "d", 2)
     assert (e.better, e.worse, e.rows) == (7, 3, 100)
     assert e.p_value == pytest.approx(sum(comb(10, k) for k in range(7, 11)) / 2**10, rel=1e-12)
     assert e.threshold == 0.01 / 4
@@ -77,35 +78,48 @@ def test_the_sign_test_is_the_exact_binomial_tail():
 @pytest.mark.parametrize(
     ("votes", "excluded"),
     [
-        ({"a": (30, 2, 100), "b": (25, 1, 100), "c": (40, 0, 100)}, True),
+        ({"a": (30, 2, 100), "b": (25, 1, 100), "c": (40, 0, 100), "d": (28, 1, 100)}, True),
         # a strict majority of the remaining voters must agree
-        ({"a": (60, 2, 100), "b": (0, 1, 100), "c": (40, 0, 100)}, False),
+        ({"a": (60, 2, 100), "b": (0, 1, 100), "c": (40, 0, 100), "d": (0, 1, 100)}, False),
         # the gain must reach min_gain (here 1 % of the rows)
-        ({"a": (10, 0, 1000), "b": (10, 0, 1000), "c": (40, 0, 100)}, False),
+        ({"a": (10, 0, 1000), "b": (10, 0, 1000), "c": (40, 0, 100), "d": (10, 0, 1000)},
+         False),
         # one loud voter cannot make the case: it must hold without it
-        ({"a": (1, 0, 100), "b": (1, 0, 100), "c": (100, 0, 100)}, False),
-        # nor can a liar claiming a little less than the largest honest margin
-        ({"h": (40, 27, 300), "liar": (12, 0, 300)}, False),
-        # two voters, each making the case alone
-        ({"a": (40, 0, 100), "b": (35, 1, 100)}, True),
-        # two voters at least
-        ({"a": (90, 0, 100)}, False),
+        ({"a": (1, 0, 100), "b": (1, 0, 100), "c": (100, 0, 100), "d": (1, 0, 100)}, False),
+        # nor tip it: without the liar, h2's weak agreement would make h1's case a majority
+        ({"h1": (30, 2, 100), "h2": (3, 0, 100), "liar": (100, 0, 100)}, False),
+        # three voters: the two besides the strongest accuser each make the case alone
+        ({"a": (40, 0, 100), "b": (35, 1, 100), "c": (50, 0, 100)}, True),
+        # three voters at least: with two, the case would rest on one client's counts
+        ({"a": (90, 0, 100), "b": (90, 0, 100)}, False),
         # voters that scored no row do not count
-        ({"a": (90, 0, 100), "b": (0, 0, 0)}, False),
+        ({"a": (90, 0, 100), "b": (90, 0, 100), "c": (0, 0, 0)}, False),
     ],
     ids=[
-        "excluded", "no-majority", "small-gain", "loud-voter", "liar", "two-voters",
-        "one-voter", "empty-voter",
+        "excluded", "no-majority", "small-gain", "loud-voter", "liar-tips", "three-voters",
+        "two-voters", "empty-voter",
     ],
 )  # fmt: skip
-def test_exclusion_needs_every_condition_without_any_one_voter(votes, excluded):
+def test_exclusion_needs_every_condition_without_the_accuser_and_any_one_voter(votes, excluded):
     assert screening_evidence(votes, **SETTINGS).excluded is excluded
+
+
+def test_the_strongest_accuser_is_left_out_whoever_it_is():
+    """A liar agreeing with any margin is left out (or weaker than an honest accuser left
+    out): honest voters that each make the case exclude, one that does not keeps it in."""
+    honest = {"a": (20, 1, 100), "b": (18, 2, 100), "c": (16, 0, 100)}
+    for lie in [(100, 0, 100), (19, 0, 100), (1, 0, 100)]:
+        e = screening_evidence({**honest, "liar": lie}, **SETTINGS)
+        assert e.excluded and e.remaining == 2
+    framed = {"a": (20, 1, 100), "b": (0, 9, 100), "c": (16, 0, 100)}  # b: the target helps
+    assert not screening_evidence(framed, **SETTINGS).excluded
+    assert not screening_evidence({**framed, "liar": (100, 0, 100)}, **SETTINGS).excluded
 
 
 def test_one_client_at_most_is_excluded_per_comparison():
     """The strongest case (smallest p-value); the others wait for heads without it."""
     votes = {
-        0: {1: (30, 0, 100), 2: (28, 0, 100), 3: (90, 0, 100)},
+        0: {1: (20, 0, 100), 2: (18, 0, 100), 3: (90, 0, 100)},
         1: {0: (0, 0, 100), 2: (0, 0, 100), 3: (0, 0, 100)},
         2: {0: (0, 0, 100), 1: (0, 0, 100), 3: (0, 0, 100)},
         3: {0: (40, 1, 100), 1: (35, 2, 100), 2: (50, 0, 100)},
@@ -126,24 +140,47 @@ def test_comparable_classes_are_held_by_another_client():
     )
 
 
-def test_paired_counts_match_a_row_by_row_count():
+@pytest.mark.parametrize("full_mask", [None, [True, True, True, False]])
+def test_paired_counts_match_a_row_by_row_count(full_mask):
+    """The left-out head predicts among its comparison's classes, the full head among all
+    the federation holds: a row it sends to a class only the left-out client holds is its
+    error."""
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(60, 3)), rng.integers(0, 4, size=60)
     full = LinearScores(CLASSES, rng.normal(size=(4, 3)), rng.normal(size=4))
     others = [LinearScores(CLASSES, rng.normal(size=(4, 3)), rng.normal(size=4)) for _ in range(2)]
-    masks = np.array([[True, True, False, True], [True, True, True, True]])
+    masks = np.array([[True, True, False, False], [True, True, True, False]])
     identity = GaussianMap(np.eye(3), np.zeros(3))
-    found = paired_counts(full, others, masks, identity, 0.7, X, y, CLASSES)
+    found = paired_counts(
+        full, others, masks, identity, 0.7, X, y, CLASSES,
+        full_mask=None if full_mask is None else np.array(full_mask),
+    )  # fmt: skip
+    held = np.flatnonzero(np.ones(4, bool) if full_mask is None else full_mask)
+    absorbed = 0
     for k, (head, mask) in enumerate(zip(others, masks, strict=True)):
         better = worse = rows = 0
         for x, label in zip(X, y, strict=True):
             if not mask[label]:
                 continue
             allowed = np.flatnonzero(mask)
-            a = allowed[np.argmax(full.decision_scores(x[None])[0, allowed])] == label
+            guess = held[np.argmax(full.decision_scores(x[None])[0, held])]
+            a = guess == label
+            absorbed += not mask[guess]
             b = allowed[np.argmax(head.decision_scores(x[None])[0, allowed])] == label
-            better, worse, rows = better + (b and not a), worse + (a and not b), rows + 1
+            gained = (b and not a) or (not mask[guess] and not b)  # absorbed: its error
+            better, worse, rows = better + gained, worse + (a and not b), rows + 1
         assert (found.better[k], found.worse[k], found.rows[k]) == (better, worse, rows)
+    assert absorbed > 0  # the full head's absorption is among what is counted
+
+
+def test_the_full_head_must_predict_every_compared_class():
+    identity = GaussianMap(np.eye(3), np.zeros(3))
+    head = LinearScores(CLASSES, np.zeros((4, 3)), np.zeros(4))
+    with pytest.raises(ValueError, match="full head's classes"):
+        paired_counts(
+            head, [head], np.array([[True, True, True, False]]), identity, 0.5,
+            np.zeros((2, 3)), np.array([0, 1]), CLASSES, full_mask=np.array([1, 1, 0, 0], bool),
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -178,8 +215,11 @@ def test_an_attacker_is_excluded_and_the_others_recover(clients, name):
     assert "its contribution hurts the others" in screened.report.rejected["screening"][ATTACKER]
     assert honest_accuracy(screened) >= honest_accuracy(honest) - 0.02
     assert ATTACKER not in screened.clients
-    stages = screened.stages  # chosen and screened again without it
-    assert stages.count("screening") == 2 and stages.count("validation") == 2
+    stages = screened.stages  # chosen again without it; three clients left cannot vote
+    assert stages.count("screening") == 1 and stages.count("validation") == 2
+    assert "needs 4 clients" in screened.report.screening["skipped"]
+    assert screened.report.screening["excluded"] == [ATTACKER]
+    assert "refit" not in stages and "screened" in screened.report.final_head
     # on a reference built again without it: O-FedAvg's local heads are trained again
     assert stages.count("updates") == 2 * (name == "O-FedAvg")
     assert screened.report.reference_clients == [0, 1, 2]
@@ -201,31 +241,39 @@ def test_an_attacker_is_excluded_and_the_others_recover(clients, name):
 @pytest.mark.parametrize(
     ("name", "stages"),
     [
-        ("FedCGS", ["upload", "screening", "screening", "evaluation"]),
-        (
-            "O-FedAvg",
-            ["upload", "updates", "screening", "updates", "screening", "refit", "evaluation"],
-        ),
+        ("FedCGS", ["upload", "screening", "evaluation"]),
+        ("O-FedAvg", ["upload", "updates", "screening", "updates", "evaluation"]),
     ],
 )
 def test_screening_at_a_fixed_tau_is_one_more_exchange(clients, name, stages):
-    """One more exchange for statistics heads (two: the attacker out, the rest screened again);
-    O-FedAvg trains again on the reference built without the attacker, then on all rows."""
+    """On by default with a defence: one more exchange for statistics heads; O-FedAvg trains
+    again on the reference built without the attacker.  The final head is the screened one:
+    no refit on the validation rows."""
     head = make_head(name, seed=0)
-    plain = run(clients, head, attack=True, tau=0.4, screen="auto")  # auto: none at fixed tau
+    plain = run(clients, head, attack=True, tau=0.4, screen="off")
     assert "screening" not in plain.stages and plain.report.screening is None
-    screened = run(clients, head, attack=True, tau=0.4, screen="on")
+    assert plain.report.final_head == "every accepted client's rows"
+    screened = run(clients, head, attack=True, tau=0.4)
     assert screened.stages == stages
     assert screened.report.screening["excluded"] == [ATTACKER]
     assert screened.report.screening["candidate"] == {"tau": 0.4}
+    np.testing.assert_array_equal(
+        screened.head.linear_scores().coef, screened.candidate_heads[0].linear_scores().coef
+    )
 
 
-def test_screening_needs_three_clients(clients):
+@pytest.mark.parametrize("tau", ["auto", 0.4])
+def test_screening_needs_four_clients(clients, tau):
+    """With three, a case would rest on one voter once the strongest accuser is left out: no
+    screening, and at a fixed tau no validation rows held out either."""
     head = make_head("FedCGS")
-    two = {k: clients[k] for k in (0, 1)}
-    result = run(two, head, attack=False)
-    assert "screening needs 3 clients" in result.report.screening["skipped"]
+    three = {k: clients[k] for k in (0, 1, 2)}
+    result = run(three, head, attack=False, tau=tau)
     assert "screening" not in result.stages
+    assert "the screening needs 4" in result.report.screening["skipped"]
+    assert result.report.final_head == "every accepted client's rows"  # refitted
+    if tau != "auto":
+        assert result.stages == ["upload", "evaluation"]
 
 
 @pytest.mark.parametrize(
@@ -288,7 +336,10 @@ def test_flower_screens_as_in_process(clients, tmp_path):
     assert flower.report.screening["excluded"] == [11 + ATTACKER]
     assert in_process.report.screening["excluded"] == [ATTACKER]
     assert {c - 11: e for c, e in flower.report.screening["clients"].items()} == {
-        c: {**e, "discounted": None if e["discounted"] is None else e["discounted"] + 11}
+        c: {
+            **e,
+            **{k: None if e[k] is None else e[k] + 11 for k in ("discounted", "accuser")},
+        }
         for c, e in in_process.report.screening["clients"].items()
     }
 
@@ -398,3 +449,62 @@ def test_the_validation_part_is_the_one_the_class_counts_make(clients):
     result = run_parties(transport, head)
     assert "its class counts make" in result.report.rejected["upload"][2]
     assert 2 not in result.clients
+
+
+class FramingVoter(ClientParty):
+    """Claims, at the screening, every row it scores "better without" each client."""
+
+    def answer(self, stage, request):
+        found = super().answer(stage, request)
+        if stage != "screening":
+            return found
+        return PairedCounts(found.rows.copy(), np.zeros_like(found.rows), found.rows)
+
+
+@pytest.mark.parametrize("name", ["FedCGS", "O-FedAvg"])
+def test_a_framing_voter_excludes_no_honest_client(clients, name):
+    """Its counts pass their checks, but the case must hold without the strongest accuser:
+    the others' own counts decide, as in the run where it votes honestly."""
+    head = make_head(name, seed=0)
+    transport = parties(clients, head, attack=False)
+    X, y, Xt, yt = clients[ATTACKER]
+    transport[ATTACKER] = FramingVoter(
+        X, y, head=head, classes=CLASSES, label=ATTACKER, X_test=Xt, y_test=yt
+    )
+    framed = run_parties(transport, head)
+    honest = run_parties(parties(clients, head, attack=False), head)
+    assert framed.report.screening["excluded"] == honest.report.screening["excluded"] == []
+    for c in range(3):
+        assert framed.report.screening["clients"][c]["accuser"] == ATTACKER
+
+
+def own_class_parties(clients, head, *, rows):
+    """Clients 0-2 hold no row of class 3; client 3 holds its rows, ``rows(X, y)`` of them."""
+    out = {}
+    for k, (X, y, Xt, yt) in clients.items():
+        if k == ATTACKER:
+            X, y = rows(X, y)
+        else:
+            X, y = X[y != 3], y[y != 3]
+        out[k] = ClientParty(X, y, head=head, classes=CLASSES, label=k, X_test=Xt, y_test=yt)
+    return out
+
+
+@pytest.mark.parametrize("name", ["FedCGS", "FedPFT", "O-FedAvg"])
+def test_rows_sent_to_a_class_only_it_holds_count_against_it(clients, name):
+    """Every row labelled the class only it holds, five times over: the full head sends the
+    others' rows there, which the head without it cannot; the screening counts them."""
+    head = make_head(name, seed=0)
+
+    def all_class_3(X, y):
+        return np.tile(X, (5, 1)), np.full(5 * y.shape[0], 3)
+
+    def genuine(X, y):
+        return X, y
+
+    attacked = run_parties(own_class_parties(clients, head, rows=all_class_3), head)
+    assert attacked.report.screening["excluded"] == [ATTACKER]
+    evidence = attacked.report.screening["clients"][ATTACKER]
+    assert evidence["better"] > 4 * evidence["worse"] and evidence["gain"] > 0.1
+    honest = run_parties(own_class_parties(clients, head, rows=genuine), head)
+    assert honest.report.screening["excluded"] == []  # holding a class alone is no harm

@@ -166,7 +166,8 @@ def main(grid: Grid, context: Context) -> None:
     )
     log(
         logging.INFO,
-        "skslot: %s + SLOT (tau=%.2f%s): macro accuracy %.4f over %d clients: %s",
+        "skslot: %s + SLOT (tau=%.2f%s): macro accuracy %.4f over %d clients, as each "
+        "reports its own test rows (unchecked): %s",
         config.head,
         report.tau,
         ", chosen by validation" if config.auto else "",

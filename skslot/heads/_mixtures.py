@@ -10,7 +10,7 @@ to and decoded from named arrays (:meth:`ClassMixtures.to_arrays`,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -289,7 +289,18 @@ class ClassMixtures:
         counts.update((mx.label, mx.n) for mx in self.mixtures)
         return np.array([counts.get(c, 0) for c in self.classes.tolist()], dtype=np.int64)
 
-    def implied_moments(self, covariance: str = "total") -> ImpliedMoments:
+    def described_classes(self) -> list:
+        """The classes the mixtures describe (those sent, not skipped).
+
+        Returns
+        -------
+        list
+        """
+        return [mx.label for mx in self.mixtures]
+
+    def implied_moments(
+        self, covariance: str = "total", *, classes: Sequence | None = None
+    ) -> ImpliedMoments:
         """The mean, a total variance ``tr(S)`` and the count of the rows the mixtures describe.
 
         Exact for the sent classes, up to the transmit rounding (``error``)
@@ -306,6 +317,8 @@ class ClassMixtures:
         ----------
         covariance : {"total", "within"}, default="total"
             The covariance whose trace is returned.
+        classes : sequence, optional
+            Only the rows of these classes (``None``: every class described).
 
         Returns
         -------
@@ -314,7 +327,10 @@ class ClassMixtures:
         """
         m = self.n_features
         counts, means, second, spread = [], [], [], []
+        kept = set(self.described_classes() if classes is None else classes)
         for mx in self.mixtures:
+            if mx.label not in kept:
+                continue
             traces = mx.traces()
             squares = (mx.means**2).sum(axis=1)
             counts.append(mx.n)

@@ -98,7 +98,10 @@ class OneShotProtocol:
     selection_rule : {"one-standard-error", "best"}, default="one-standard-error"
         How the validation chooses (:func:`~skslot.selection.select_candidate`).
     refit : bool, default=True
-        With ``tau = "auto"``, refit the chosen candidate on all rows.
+        With ``tau = "auto"`` and no screening, refit the chosen candidate on
+        all rows (the validation parts too).  A screened run never refits:
+        its final head is the screened candidate, built from the
+        contributions the screening judged (the clients' fitting rows).
     reference : ReferenceStep, optional
         How the server builds the reference and the maps (the default
         :class:`~skslot.protocol.stages.reference.ReferenceStep`).
@@ -133,10 +136,13 @@ class OneShotProtocol:
     screen : {"auto", "on", "off"}, default="auto"
         Screen each client's contribution by the others' validation
         (:mod:`skslot.screening`, thresholds from ``defence``): ``"auto"``
-        where the run has a validation round (``tau = "auto"``) and a
-        defence; ``"on"`` also at a fixed ``tau`` (the clients then hold out
-        validation rows, and the final head is refitted on all rows: one more
-        exchange, two for O-FedAvg); ``"off"`` never.
+        wherever there is a defence (a :class:`~skslot.defence.DefenceBounds`
+        other than :class:`~skslot.defence.NoDefence`); ``"on"`` the same, but
+        a run without a defence is refused; ``"off"`` never.  A run screens
+        when it reaches more than :data:`~skslot.screening.MIN_VOTERS`
+        clients; the clients then hold out validation rows (at a fixed
+        ``tau`` too: one more exchange) and the final head is the screened
+        one, fitted on the fitting rows (docs/deployment.md gives the cost).
     config : dict, optional
         Shown in the report.
     rule : str, optional
@@ -210,9 +216,7 @@ class OneShotProtocol:
         self.covariance_floor = covariance_floor
         self.mean_tau = mean_tau
         self.screen = screen
-        validate_parameter_constraints(
-            self._parameter_constraints, vars(self), type(self).__name__
-        )
+        validate_parameter_constraints(self._parameter_constraints, vars(self), type(self).__name__)
         head._validate_params()
         if screen == "on" and not (defence or NoDefence()).screens:
             raise ValueError(
@@ -233,14 +237,17 @@ class OneShotProtocol:
 
     @property
     def screening(self) -> bool:
-        """Whether the clients' contributions are screened by the others' validation."""
-        if not (self.defence or NoDefence()).screens or self.screen == "off":
-            return False
-        return self.screen == "on" or self.auto
+        """Whether the clients' contributions are screened by the others' validation.
+
+        A run screens where it also reaches more than
+        :data:`~skslot.screening.MIN_VOTERS` clients (``RunState.screens``).
+        """
+        return self.screen != "off" and (self.defence or NoDefence()).screens
 
     @property
     def split(self) -> bool:
-        """Whether the clients hold out validation rows (to choose ``tau``, or to screen)."""
+        """Whether the clients hold out validation rows (to choose ``tau``, or to screen),
+        in a run that reaches enough clients to screen."""
         return self.auto or self.screening
 
     def run(self, transport: Transport, classes: Sequence) -> ProtocolResult:
@@ -249,9 +256,11 @@ class OneShotProtocol:
         The stages, in order (docs/architecture.md tells the protocol):
         ``upload``; the defence's weights and the reference; with a validation
         round, the candidates (``updates`` for heads that train locally),
-        ``validation`` and ``screening`` until the screening excludes no one,
-        then the final head (``refit``); at a fixed ``tau``, the final head
-        (``updates``); ``evaluation``.
+        ``validation`` (with ``tau = "auto"``) and ``screening`` (with a
+        defence) until the screening excludes no one, then the final head:
+        the screened candidate, or without a screening the chosen one refitted
+        on all rows (``refit``); with neither, the final head (``updates``);
+        ``evaluation``.
 
         Parameters
         ----------
@@ -275,7 +284,7 @@ class OneShotProtocol:
         run.weigh()  # the defence: clients against each other, weight caps
         run.build_reference()  # the reference step, without clients that break it
         selection, heads = None, []
-        if self.split:
+        if run.splits:
             taus = sorted({c.tau for c in self.candidates})
             while True:
                 self._local_heads(run, "updates", taus, "fit")
@@ -283,21 +292,29 @@ class OneShotProtocol:
                 if self.auto:
                     selection = validation.choose(run, heads)
                 chosen = selection.candidate if self.auto else self.candidates[0]
-                if self.screening:
+                if run.screens:
                     screening.screen(run, chosen, heads)
                 # a client excluded, or missing since the reference was built: the
                 # reference, the candidates, the choice and the screening again without it
                 if not run.refresh_reference(run.report.stages[-1]):
                     break
-            if self.refit or not self.auto:
+            if run.screened or not self.refit:
+                # what enters the final head is what the screening judged (or chose)
+                final = heads[self.candidates.index(chosen)]
+                run.report.final_head = (
+                    "the screened contributions: every accepted client's fitting rows"
+                    if run.screened
+                    else "every accepted client's fitting rows"
+                )
+            else:
                 self._local_heads(run, "refit", [chosen.tau], "all")
                 final = strategy.fit_final(head, chosen, run)
-            else:
-                final = heads[selection.index]
+                run.report.final_head = "every accepted client's rows"
         else:
             (chosen,) = self.candidates
             self._local_heads(run, "updates", [chosen.tau], "all")
             final = strategy.fit_final(head, chosen, run)
+            run.report.final_head = "every accepted client's rows"
         run.report.tau = float(chosen.tau)
         if self.evaluate:
             evaluation.evaluate(run, final, chosen.tau)
@@ -392,5 +409,3 @@ def held_out_rows(
         fit, val = validation_split(y[own], validation_fraction, seeds[c])
         rows[c] = (own[fit], own[val])
     return rows  # in the protocol's order: the labels are of one type, sorted
-
-

@@ -117,12 +117,17 @@ class ProtocolReport:
         last round, the clients excluded in every round, those it could not
         screen (``unscreenable``, with why) and those it would have excluded
         but for ``min_clients`` (``kept``); or why it was skipped.
+    final_head : str or None
+        What the final head was fitted on: with a screening, the screened
+        contributions only (the clients' fitting rows).
     accuracy : dict
-        Per client, accuracy on its local test split.
+        Per client, the accuracy it reports on its local test split: its
+        own count, which the server cannot check (the screening's evidence is
+        what the server checked).
     n_test : dict
         Per client, the rows of its local test split.
     macro_accuracy : float
-        Mean of ``accuracy`` over clients.
+        Mean of ``accuracy`` over clients: of their own claims.
     """
 
     config: dict
@@ -151,6 +156,7 @@ class ProtocolReport:
     capped: dict = field(default_factory=dict)
     privacy: str | None = None
     screening: dict | None = None
+    final_head: str | None = None
     accuracy: dict = field(default_factory=dict)
     n_test: dict = field(default_factory=dict)
     macro_accuracy: float | None = None

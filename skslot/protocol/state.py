@@ -20,6 +20,7 @@ from ..defence import NoDefence
 from ..gaussian import GaussianSummary
 from ..label_shift import label_shift_distances
 from ..maps import GaussianMap
+from ..screening import MIN_VOTERS
 from .report import ProtocolReport, ProtocolRunError, logger
 from .transport import Exchange, Transport
 
@@ -108,6 +109,18 @@ class RunState:
         self.has_reference: set = set()
         #: Per part of the rows ("fit", "all"), each client's local heads by its fraction.
         self._local_heads: dict[str, dict[Hashable, dict[float, Any]]] = {}
+        #: Whether this run screens: the protocol screens and enough clients can vote.
+        self.screens = protocol.screening and len(self.report.nodes) > MIN_VOTERS
+        if protocol.screening and not self.screens:
+            self.report.screening = {
+                "skipped": f"{len(self.report.nodes)} clients: the screening needs "
+                f"{MIN_VOTERS + 1}, so that no exclusion rests on one voter's counts",
+                "excluded": [],
+            }
+        #: Whether the clients hold out validation rows (to choose ``tau``, or to screen).
+        self.splits = protocol.auto or self.screens
+        #: Whether a screening round compared the clients' contributions.
+        self.screened = False
 
     # -- the clients ---------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ Each client compares, on its held-out rows, the head of all clients with the
 head without each other client (:func:`paired_counts`: three counts per
 comparison); the server ties the counts to the client's class counts
 (:func:`check`) and excludes the client with the strongest case against it
-(:mod:`skslot.screening`, with the defence's thresholds).
+(:mod:`skslot.screening`, with the defence's thresholds).  The head that is
+screened is the final head: nothing the screening did not judge enters it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ class ScreeningRequest:
     """The head of all clients and those without one other client each.
 
     ``masks[k]`` holds the classes the comparison with ``left_out[k]``
-    predicts among (those clients other than the left-out one hold);
+    predicts among and scores (those clients other than the left-out one
+    hold); the full head predicts among ``full_mask``, every class the
+    federation holds, as the final head does, so that a row it sends to a
+    class only the left-out client holds counts against that client.
     ``tau`` is this client's fraction of its map.  A client is never sent the
     head without itself.
 
@@ -65,6 +69,8 @@ class ScreeningRequest:
     left_out : tuple of LinearScores
     masks : ndarray of bool, shape (len(left_out), C)
     tau : float
+    full_mask : ndarray of bool, shape (C,), optional
+        The classes the full head predicts among (``None``: every class).
     """
 
     reference: GaussianSummary | None
@@ -72,6 +78,7 @@ class ScreeningRequest:
     left_out: tuple[LinearScores, ...]
     masks: np.ndarray
     tau: float
+    full_mask: np.ndarray | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,8 +88,10 @@ class PairedCounts:
     Attributes
     ----------
     better : ndarray of shape (n_heads,)
-        Validation rows the head without client ``j`` predicts right and the
-        head of all clients wrong.
+        Validation rows the head without client ``j`` handles better: it
+        predicts them right and the head of all clients wrong, or, both
+        wrong, the head of all clients sends them to a class only ``j``
+        holds (an error ``j`` caused).
     worse : ndarray of shape (n_heads,)
         Rows the head of all clients predicts right and the other wrong.
     rows : ndarray of shape (n_heads,)
@@ -142,12 +151,18 @@ def paired_counts(
     X: np.ndarray,
     y: np.ndarray,
     classes: np.ndarray,
+    *,
+    full_mask: np.ndarray | None = None,
 ) -> PairedCounts:
     """Compare the full head with each left-out head on the validation rows.
 
     The rows are aligned once, with this client's own map at ``tau``; for each
-    left-out head ``k`` both heads predict among the classes of ``masks[k]``
-    only, and only rows of those classes are scored.
+    left-out head ``k`` only rows of the classes of ``masks[k]`` are scored,
+    the left-out head predicting among those classes and the full head among
+    ``full_mask`` (as the final head predicts): a row the full head sends to
+    a class only client ``k`` holds is an error ``k`` caused (absorbed by its
+    class), counted "better without ``k``" even where the left-out head errs
+    too.
 
     Parameters
     ----------
@@ -165,6 +180,8 @@ def paired_counts(
         The client's validation rows and labels.
     classes : ndarray
         The global class set.
+    full_mask : ndarray of bool, shape (C,), optional
+        The classes the full head predicts among; ``None``: every class.
 
     Returns
     -------
@@ -175,16 +192,24 @@ def paired_counts(
         raise ValueError(
             f"masks of shape {masks.shape} for {len(left_out)} heads and {classes.shape[0]} classes"
         )
+    full_mask = (
+        np.ones(classes.shape[0], dtype=bool)
+        if full_mask is None
+        else np.asarray(full_mask, dtype=bool)
+    )
+    if full_mask.shape != classes.shape or np.any(masks & ~full_mask):
+        raise ValueError("the full head's classes must hold every comparison's classes")
     aligned = full_map.geodesic(tau).apply(X)
     codes = np.searchsorted(classes, y)
-    full_scores = full.decision_scores(aligned)
+    guess = _restricted_argmax(full.decision_scores(aligned), full_mask)
     better, worse, rows = (np.zeros(len(left_out), dtype=np.int64) for _ in range(3))
     for k, (head, mask) in enumerate(zip(left_out, masks, strict=True)):
         scored = mask[codes]
         truth = codes[scored]
-        right_full = _restricted_argmax(full_scores[scored], mask) == truth
+        right_full = guess[scored] == truth
+        absorbed = ~mask[guess[scored]]  # sent to a class only the left-out client holds
         right_without = _restricted_argmax(head.decision_scores(aligned[scored]), mask) == truth
-        better[k] = np.sum(right_without & ~right_full)
+        better[k] = np.sum((right_without & ~right_full) | (absorbed & ~right_without))
         worse[k] = np.sum(right_full & ~right_without)
         rows[k] = truth.shape[0]
     return PairedCounts(better, worse, rows)
@@ -259,14 +284,17 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
     earlier = (report.screening or {}).get("excluded", [])  # by an earlier round
     voters = [c for c in order if run.clients[c].upload.n_validation > 0]
     if len(order) <= MIN_VOTERS or len(voters) < MIN_VOTERS:
-        report.screening = {
+        report.screening = {  # an earlier round's evidence stays
+            **(report.screening or {}),
             "skipped": f"{len(order)} clients, {len(voters)} with validation rows: the "
             f"screening needs {MIN_VOTERS + 1} clients and {MIN_VOTERS} with validation rows",
             "excluded": earlier,
         }
         return []
+    run.screened = True
     counts = [run.clients[c].upload.class_counts for c in order]
     masks = comparable_classes(counts)
+    held = np.sum(counts, axis=0) > 0  # what the full head predicts among, as the final head
     fraction = protocol.validation_fraction  # each client's validation rows per class:
     sizes = {c: validation_sizes(n, fraction) for c, n in zip(order, counts, strict=True)}
     head = protocol.head
@@ -288,6 +316,7 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
             tuple(without[k] for k in targets[c]),
             masks[targets[c]],
             run.client_taus(c, [candidate.tau])[0],
+            held,
         )
         for c in voters
         if targets[c]
@@ -353,7 +382,7 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
         X, y = party.held_out("screening")
         return paired_counts(
             request.full, request.left_out, request.masks, full_map, request.tau, X, y,
-            party.classes,
+            party.classes, full_mask=request.full_mask,
         )  # fmt: skip
 
     def encode_request(self, request: ScreeningRequest, wire: ServerWire) -> Payload:
@@ -364,26 +393,28 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
             {**h.to_arrays(), "mask": np.asarray(m, dtype=np.uint8)}
             for h, m in zip(request.left_out, request.masks, strict=True)
         ]
-        return Payload(values, {HEAD: request.full.to_arrays(), LEFT_OUT: array_list(heads)})
+        full = request.full.to_arrays()
+        if request.full_mask is not None:
+            full["mask"] = np.asarray(request.full_mask, dtype=np.uint8)
+        return Payload(values, {HEAD: full, LEFT_OUT: array_list(heads)})
 
     def decode_request(self, payload: ReceivedPayload, wire: ClientWire) -> ScreeningRequest:
         tau = float(payload.value("tau", (float, int)))
         n = payload.value("n-heads", int)
         if not 1 <= n <= MAX_COUNT:
             raise MessageFormatError(f"'n-heads' must be a positive count, got {n}")
-        full = wire.head(payload.arrays(HEAD, max_bytes=wire.head_bytes))
-        parts = payload.array_list(LEFT_OUT, n, max_bytes=n * wire.head_bytes)
-        masks = []
         classes = wire.classes
-        for arrays in parts:
-            mask = arrays.pop("mask", None)
-            if mask is None or mask.shape != classes.shape or not np.isin(mask, (0, 1)).all():
-                raise MessageFormatError(
-                    f"each left-out head needs a 0/1 mask over the {classes.shape[0]} classes"
-                )
-            masks.append(mask.astype(bool))
+        arrays = payload.arrays(HEAD, max_bytes=wire.head_bytes)
+        full_mask = _class_mask(arrays.pop("mask", None), classes, "the full head")
+        full = wire.head(arrays)
+        parts = payload.array_list(LEFT_OUT, n, max_bytes=n * wire.head_bytes)
+        masks = np.array(
+            [_class_mask(a.pop("mask", None), classes, "each left-out head") for a in parts]
+        )
+        if np.any(masks & ~full_mask):
+            raise MessageFormatError("a comparison's classes lie outside the full head's")
         heads = tuple(wire.head(arrays) for arrays in parts)
-        return ScreeningRequest(wire.reference(payload), full, heads, np.array(masks), tau)
+        return ScreeningRequest(wire.reference(payload), full, heads, masks, tau, full_mask)
 
     def encode_reply(self, reply: PairedCounts, request: ScreeningRequest) -> Payload:
         return Payload(arrays={PAIRED: reply.to_arrays()})
@@ -394,6 +425,13 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
         n = len(request.left_out)
         arrays = payload.arrays(PAIRED, max_bytes=3 * 8 * n + 4096)
         return PairedCounts.from_arrays(arrays, n_heads=n)
+
+
+def _class_mask(mask: np.ndarray | None, classes: np.ndarray, what: str) -> np.ndarray:
+    """A received 0/1 mask over the classes, as booleans."""
+    if mask is None or mask.shape != classes.shape or not np.isin(mask, (0, 1)).all():
+        raise MessageFormatError(f"{what} needs a 0/1 mask over the {classes.shape[0]} classes")
+    return mask.astype(bool)
 
 
 STAGE = ScreeningStage()

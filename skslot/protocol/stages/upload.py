@@ -558,22 +558,28 @@ def inconsistent_parts(
 def _inconsistent_parts(fitting: Any, validation: Any, defence: DefenceBounds) -> str | None:
     """:func:`inconsistent_parts` of a client's two parts of statistics, with the defence's bounds.
 
-    Where the validation part leaves some of its rows undescribed (FedPFT
-    sends no class with fewer than ``min_samples_per_class`` rows), its mean
-    is that of other classes than the fitting part's, and only its variance
-    is bounded; where it describes none, nothing is.
+    Where the validation part leaves some of its classes undescribed (FedPFT
+    sends no class with fewer than ``min_samples_per_class`` rows), both parts
+    are compared on the classes the validation part describes, so a skipped
+    class never switches the check off; where it describes none, there is
+    nothing to compare.
     """
     fit, held = fitting.implied_moments("total"), validation.implied_moments("total")
     if held.n == 0:
         return None
-    complete = held.n == int(validation.class_counts().sum())
+    if held.n != int(validation.class_counts().sum()):  # some classes undescribed
+        described = validation.described_classes()
+        missing = [c for c in described if c not in set(fitting.described_classes())]
+        if missing:
+            return f"its validation part describes classes its fitting part does not: {missing}"
+        fit = fitting.implied_moments("total", classes=described)
     return inconsistent_parts(
         fit.mean,
         fit.trace,
         held.mean,
         held.trace,
         max_variance_ratio=defence.max_variance_ratio,
-        max_mean_offset=defence.max_mean_offset if complete else np.inf,
+        max_mean_offset=defence.max_mean_offset,
     )
 
 
@@ -643,8 +649,8 @@ def collect(run: RunState) -> None:
     """
     protocol, report = run.protocol, run.report
     parties = run.parties
-    seeds = run.split_seeds() if protocol.split else {}
-    counting = protocol.client_tau == "label-shift" or protocol.screening
+    seeds = run.split_seeds() if run.splits else {}
+    counting = protocol.client_tau == "label-shift" or run.screens
     requests = {
         c: UploadRequest(
             k,
@@ -694,7 +700,7 @@ def collect(run: RunState) -> None:
         why = check(
             replies[c],
             m,
-            split=protocol.split,
+            split=run.splits,
             uploads_statistics=head.strategy.uploads_statistics,
             defence=run.defence,
             derived=derives,
