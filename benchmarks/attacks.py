@@ -1,32 +1,37 @@
-"""One hostile client among four: poisoning attacks, with and without the defence.
+"""One hostile client among four (or three): poisoning attacks, with and without the defence.
 
 Three honest clients (the three digits domains, Dirichlet alpha = 0.1, one
-client per domain, tau = 0.4) and one attacker run skslot's real ServerApp and
-ClientApp in one process (``tests/flower_harness.py``'s ``LocalGrid``: the
-messages of a deployment, without a network).  The attacker holds genuine rows
-of the same distribution (as many as the median honest client, drawn from the
-training rows the Dirichlet partition left unused), then lies, either in its
-messages (a fault rewriting its replies, every message valid on the wire) or
-in its data (it trains on poisoned rows, so its messages are consistent).
+client per domain, tau = 0.4; two of them where K = 3) and one attacker run
+skslot's real ServerApp and ClientApp in one process
+(``tests/flower_harness.py``'s ``LocalGrid``: the messages of a deployment,
+without a network).  The attacker holds genuine rows of the same distribution
+(as many as the median honest client, drawn from the training rows the
+Dirichlet partition left unused), then lies, either in its messages (a fault
+rewriting its replies, every message valid on the wire) or in its data (it
+trains on poisoned rows, so its messages are consistent).  In the federations
+where "a class only it holds", the honest clients' training rows of the class
+the attacker holds most of are dropped (their test rows kept).
 
 Attacks on each kind of message (scaled statistics, a degenerate summary,
-flipped labels), then adaptive ones, built to sit inside
-the defence's default bounds (:mod:`skslot.defence`) or to slip past its
-screening (:mod:`skslot.screening`).  Each is run three ways: with the
-defence's bounds and the leave-one-client-out screening (``screen = "on"``:
-at this fixed tau the clients hold out validation rows), with the bounds
-alone (``screen = "off"``), and with no defence; the table gives the honest
-clients' macro accuracy (mean over the three honest domains of the test
-accuracy), mean and range over seeds, and what the server did with the
-attacker.  The no-attack row is the attacker sending its genuine rows.
+flipped labels), then adaptive ones, built to sit inside the defence's
+default bounds (:mod:`skslot.defence`) or to slip past its screening
+(:mod:`skslot.screening`): split views (one contribution to the screening,
+another to a later stage), a class only it holds, framing votes, false
+claims.  Each is run three ways: with the defence's default (its bounds and
+the leave-one-client-out screening, ``screen = "auto"``: at a fixed tau the
+clients then hold out validation rows), with the bounds alone (``screen =
+"off"``), and with no defence; the table gives the honest clients' macro
+accuracy (mean over the honest domains of the test accuracy), mean and range
+over seeds, what the server did with the attacker, and the verdict against
+the runs of the same federation without an attack.
 
 The 1280-d features go through a fixed, data-independent orthonormal
 projection to 256 dimensions first (a public linear layer every client
-applies; the same as tests/test_bench.py's), which keeps the 100-odd runs to a
-few minutes.
+applies; the same as tests/test_bench.py's), which keeps the 700-odd runs to
+about twenty minutes.
 
 Run: python benchmarks/attacks.py [n_seeds] > docs/results/attacks.md
-(about 5 minutes on 2 cores; needs ../shared/data).
+(about 20 minutes on 2 cores for 3 seeds; needs ../shared/data).
 """
 
 from __future__ import annotations
@@ -683,7 +688,8 @@ def _one_run(attack: Attack, head: str, mode: str, seed: int) -> dict:
             honest_out = sum(node not in report.accuracy for node in honest)
             claimed = report.macro_accuracy
         except ProtocolRunError as exc:
-            accuracy, fate, honest_out = [np.nan] * len(honest), f"run failed: {exc}"[:60], 3
+            accuracy, fate = [np.nan] * len(honest), f"run failed: {exc}"[:60]
+            honest_out = len(honest)
             claimed = np.nan
         return {
             "attack": attack.name,
@@ -778,7 +784,7 @@ def main(n_seeds: int = 3) -> None:
     headings = {
         next(a for a in ATTACKS if a.adaptive).name: "adaptive, inside the default bounds",
         next(a for a in ATTACKS if a.against_new_rules).name: (
-            "adaptive, against the screened final head, absorption and the vote rule"
+            "adaptive: split views, a class only it holds, votes and claims"
         ),
     }
     for attack in ATTACKS:
@@ -817,7 +823,8 @@ def main(n_seeds: int = 3) -> None:
     ]
     for head in ALL:
         found = [r for r in honest_runs if r["head"] == head]
-        out = sum(r["honest_out"] > 0 for r in found)
+        # the fourth client is honest here too: its exclusion counts
+        out = sum(r["honest_out"] > 0 or r["fate"].startswith("rejected") for r in found)
         print(
             f"\nWithout an attack ({head}, the fourth client genuine, every federation above), "
             f"the default defence excluded an honest client in {out} of {len(found)} runs."

@@ -8,7 +8,8 @@ float32: for each head, a fixed ``tau`` (the deployment's defaults) and
 ``tau = "auto"``, with the screening (the default wherever the defence is on)
 and without (``screen = "off"``): the stages, the megabytes each client sends
 and receives (as Flower counts message contents; mean over the clients), the
-server's CPU seconds, and the honest clients' macro accuracy.
+CPU seconds of the whole run in one process (the server and the four clients
+together), and the macro accuracy the clients report.
 
 Run: python benchmarks/protocol_cost.py > docs/results/protocol_cost.md
 (about 3 minutes on 2 cores).

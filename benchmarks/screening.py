@@ -22,7 +22,8 @@ final head, averaged over *all* clients, excluded ones included (an honest
 client wrongly excluded loses its say in the head, and its accuracy counts
 here).  The table gives the macro accuracy of each way, the largest change
 against ``none`` over the seeds, how many honest clients the screening
-excluded, and the bytes and CPU time the default costs.  The per-run records
+excluded, and the CPU time the default costs (its bytes:
+docs/results/protocol_cost.md).  The per-run records
 are written to docs/results/screening.csv.
 
 Run: python benchmarks/screening.py [n_seeds] > docs/results/screening.md

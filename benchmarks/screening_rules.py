@@ -178,6 +178,15 @@ def any_one_out(found: Mapping, n_tested: int, level: float = 0.001) -> bool:
     return all(_holds([c for w, c in counts.items() if w != v], n_tested, level) for v in counts)
 
 
+def accuser_out(found: Mapping, n_tested: int, level: float = 0.01) -> bool:
+    """The strongest accuser left out, the rest pooled (three voters at least)."""
+    counts = {v: c for v, c in found.items() if c[2]}
+    if len(counts) < 3:
+        return False
+    accuser = max(counts, key=lambda v: counts[v][0] - counts[v][1])
+    return _holds([c for v, c in counts.items() if v != accuser], n_tested, level)
+
+
 def pooled(found: Mapping, n_tested: int, level: float = 0.001) -> bool:
     """No voter left out: a strict majority of all voters, their pooled gain and sign test."""
     counts = [c for c in found.values() if c[2]]
@@ -192,6 +201,8 @@ RULES = {
     "current, level 0.05": current(0.05),
     "any one voter out, 0.001": any_one_out,
     "any one voter out, 0.01": lambda found, n: any_one_out(found, n, 0.01),
+    "accuser out, rest pooled, 0.01": accuser_out,
+    "accuser out, rest pooled, 0.05": lambda found, n: accuser_out(found, n, 0.05),
     "pooled (no voter left out), 0.001": pooled,
 }
 

@@ -48,7 +48,7 @@ __all__ = [
     "strongest_case",
 ]
 
-#: The ``screen`` settings: on where the run has a validation round, always, never.
+#: The ``screen`` settings: wherever there is a defence, the same but required, never.
 SCREENING = ("auto", "on", "off")
 #: Fewest other clients whose counts can exclude a client: with the strongest accuser
 #: and one more voter left out, one voter's case must remain in every set.

@@ -219,7 +219,14 @@ def test_an_attacker_is_excluded_and_the_others_recover(clients, name):
     assert stages.count("screening") == 1 and stages.count("validation") == 2
     assert "needs 4 clients" in screened.report.screening["skipped"]
     assert screened.report.screening["excluded"] == [ATTACKER]
-    assert "refit" not in stages and "screened" in screened.report.final_head
+    # the final head: what the screening judged; O-FedAvg's heads on the reference built
+    # again were not (three clients cannot be screened), and the report says so
+    assert "refit" not in stages
+    final = screened.report.final_head
+    if name == "O-FedAvg":
+        assert "trained again" in final and "not screened (3 clients left" in final
+    else:
+        assert final.startswith("the screened contributions") and "3 clients left" in final
     # on a reference built again without it: O-FedAvg's local heads are trained again
     assert stages.count("updates") == 2 * (name == "O-FedAvg")
     assert screened.report.reference_clients == [0, 1, 2]
@@ -508,3 +515,57 @@ def test_rows_sent_to_a_class_only_it_holds_count_against_it(clients, name):
     assert evidence["better"] > 4 * evidence["worse"] and evidence["gain"] > 0.1
     honest = run_parties(own_class_parties(clients, head, rows=genuine), head)
     assert honest.report.screening["excluded"] == []  # holding a class alone is no harm
+
+
+def test_clients_with_fewer_than_three_voters_are_reported_unscreenable(clients):
+    """A client holding out no row votes on no one: every other client has two voters, which
+    cannot make a case; the report names them and the head is not called screened."""
+    head = make_head("FedCGS")
+    transport = parties(clients, head, attack=False)
+    X, y, Xt, yt = clients[ATTACKER]
+    few = np.concatenate([np.flatnonzero(y == c)[:4] for c in CLASSES])  # 4 rows: none out
+    transport[ATTACKER] = ClientParty(
+        X[few], y[few], head=head, classes=CLASSES, label=ATTACKER, X_test=Xt, y_test=yt
+    )
+    result = run_parties(transport, head)
+    unscreenable = result.report.screening["unscreenable"]
+    assert sorted(unscreenable) == [0, 1, 2]
+    assert all("only 2 other clients scored rows for it" in why for why in unscreenable.values())
+    assert result.report.screening["excluded"] == []
+    assert result.report.final_head.startswith("the screened contributions")  # client 3 was
+    assert "(not screenable: node 0 (client 0), node 1 (client 1), node 2 (client 2))" in (
+        result.report.final_head
+    )
+
+
+@pytest.mark.parametrize(
+    ("full_mask", "message"),
+    [
+        (None, "the full head needs a 0/1 mask over the 4 classes"),
+        (np.array([1, 1, 0, 0], dtype=np.uint8), "lie outside the full head's"),
+        (np.array([1, 1, 2, 1], dtype=np.uint8), "the full head needs a 0/1 mask"),
+    ],
+)
+def test_a_request_whose_full_head_classes_are_malformed_is_refused(full_mask, message):
+    """The client reads the classes the full head predicts among and checks that every
+    comparison's lie within them before scoring anything."""
+    from skslot.protocol.stages._stage import ClientWire, ServerWire
+    from skslot.wire import MessageFormatError
+
+    rng = np.random.default_rng(0)
+    head = LinearScores(CLASSES, rng.normal(size=(4, 3)), rng.normal(size=4))
+    request = screening_stage.ScreeningRequest(
+        None, head, (head,), np.array([[True, True, True, False]]), 0.5, np.ones(4, bool)
+    )
+    payload = screening_stage.STAGE.encode_request(
+        request, ServerWire(make_head("FedCGS"), CLASSES)
+    )
+    if full_mask is None:
+        del payload.arrays[screening_stage.HEAD]["mask"]
+    else:
+        payload.arrays[screening_stage.HEAD]["mask"] = full_mask
+    with pytest.raises(MessageFormatError, match=message):
+        screening_stage.STAGE.decode_request(payload.received(), ClientWire(CLASSES, 3))
+    intact = screening_stage.STAGE.encode_request(request, ServerWire(make_head("FedCGS"), CLASSES))
+    got = screening_stage.STAGE.decode_request(intact.received(), ClientWire(CLASSES, 3))
+    np.testing.assert_array_equal(got.full_mask, np.ones(4, bool))

@@ -692,7 +692,7 @@ class AlignmentSettings(_Settings):
     validation_fraction: float = _setting(
         0.2,
         "The share of each class of each client held out for validation, with tau = 'auto' "
-        "or screen = 'on'",
+        "or a screening",
         low=0.0,
         high=1.0,
         low_open=True,
@@ -789,10 +789,11 @@ class DefenceSettings(_Settings):
     )
     screen: str = _setting(
         "auto",
-        "Screen each client's contribution by the other clients' validation: 'auto' with "
-        "tau = 'auto', 'on' at a fixed tau too, 'off' never",
-        details='See :mod:`skslot.screening`.  ``"on"`` at a fixed ``tau`` costs one more '
-        "exchange, and the clients hold out validation rows.  Needs ``defence``.",
+        "Screen each client's contribution by the other clients' validation: 'auto' wherever "
+        "the defence is on, 'on' the same but refused without it, 'off' never",
+        details="See :mod:`skslot.screening`.  A run of four clients or more screens (at a "
+        "fixed ``tau`` too: one more exchange); the clients then hold out validation rows, "
+        "and the final head is the screened one, fitted on the fitting rows.",
         options=SCREENING,
     )
     screen_significance: float = _setting(

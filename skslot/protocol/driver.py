@@ -32,7 +32,7 @@ from ..summary import COVARIANCES
 from .report import ProtocolReport
 from .stages import evaluation, screening, updates, upload, validation
 from .stages.reference import ReferenceStep
-from .state import RunState, split_seeds
+from .state import RunState, order_key, split_seeds
 from .transport import Transport
 
 __all__ = ["OneShotProtocol", "ProtocolResult", "held_out_rows"]
@@ -246,8 +246,8 @@ class OneShotProtocol:
 
     @property
     def split(self) -> bool:
-        """Whether the clients hold out validation rows (to choose ``tau``, or to screen),
-        in a run that reaches enough clients to screen."""
+        """Whether the clients hold out validation rows: to choose ``tau``, or to screen
+        (a run that reaches fewer than four clients does not screen: ``RunState.splits``)."""
         return self.auto or self.screening
 
     def run(self, transport: Transport, classes: Sequence) -> ProtocolResult:
@@ -287,6 +287,7 @@ class OneShotProtocol:
         if run.splits:
             taus = sorted({c.tau for c in self.candidates})
             while True:
+                run.screened = False
                 self._local_heads(run, "updates", taus, "fit")
                 heads = strategy.fit_candidates(head, self.candidates, run)
                 if self.auto:
@@ -294,18 +295,15 @@ class OneShotProtocol:
                 chosen = selection.candidate if self.auto else self.candidates[0]
                 if run.screens:
                     screening.screen(run, chosen, heads)
+                    run.ever_screened |= run.screened
                 # a client excluded, or missing since the reference was built: the
                 # reference, the candidates, the choice and the screening again without it
                 if not run.refresh_reference(run.report.stages[-1]):
                     break
-            if run.screened or not self.refit:
+            if run.ever_screened or not self.refit:
                 # what enters the final head is what the screening judged (or chose)
                 final = heads[self.candidates.index(chosen)]
-                run.report.final_head = (
-                    "the screened contributions: every accepted client's fitting rows"
-                    if run.screened
-                    else "every accepted client's fitting rows"
-                )
+                run.report.final_head = _final_fitting(run, strategy.trains_locally)
             else:
                 self._local_heads(run, "refit", [chosen.tau], "all")
                 final = strategy.fit_final(head, chosen, run)
@@ -347,6 +345,32 @@ class OneShotProtocol:
                 return
 
 
+def _final_fitting(run: RunState, trains_locally: bool) -> str:
+    """What a final head fitted on the clients' fitting contributions was fitted on."""
+    if run.screened:
+        unscreenable = sorted(
+            (c for c in (run.report.screening or {}).get("unscreenable", {}) if c in run.order),
+            key=order_key,
+        )
+        return "the screened contributions: every accepted client's fitting rows" + (
+            f" (not screenable: {', '.join(run.report.name(c) for c in unscreenable)})"
+            if unscreenable
+            else ""
+        )
+    if not run.ever_screened:
+        return "every accepted client's fitting rows"
+    left = f"{len(run.order)} clients left cannot be screened again"
+    if trains_locally:  # new local heads on the reference built again: nothing judged them
+        return (
+            "every accepted client's local heads on its fitting rows, trained again on the "
+            f"reference built without the excluded client(s), not screened ({left})"
+        )
+    return (
+        "the screened contributions (every accepted client's fitting statistics), aligned "
+        f"on the reference built without the excluded client(s) ({left})"
+    )
+
+
 def held_out_rows(
     y: Any,
     client: Any,
@@ -358,9 +382,10 @@ def held_out_rows(
 
     The split the clients of a :class:`~skslot.FederatedTauSearch` (and of a
     :class:`OneShotProtocol` over :class:`InProcessTransport`, whose clients
-    are addressed by label) draw with ``tau = "auto"`` or ``screen = "on"``:
-    the ``k``-th client in the protocol's order (by label) splits its rows
-    with the run's ``k``-th seed (:func:`skslot.selection.validation_split`).
+    are addressed by label) draw with ``tau = "auto"`` or a screening (a
+    defence and four clients or more): the ``k``-th client in the protocol's
+    order (by label) splits its rows with the run's ``k``-th seed
+    (:func:`skslot.selection.validation_split`).
     Its summary and map describe the fitting rows and the validation round
     counts on the others; e.g. to fit a frozen
     :class:`~skslot.SLOTTransformer` on the rows the search's maps are

@@ -114,13 +114,16 @@ class RunState:
         if protocol.screening and not self.screens:
             self.report.screening = {
                 "skipped": f"{len(self.report.nodes)} clients: the screening needs "
-                f"{MIN_VOTERS + 1}, so that no exclusion rests on one voter's counts",
+                f"{MIN_VOTERS + 1} (a case must hold without the strongest accuser and any "
+                "one more voter)",
                 "excluded": [],
             }
         #: Whether the clients hold out validation rows (to choose ``tau``, or to screen).
         self.splits = protocol.auto or self.screens
-        #: Whether a screening round compared the clients' contributions.
+        #: Whether the last screening round could judge the clients' contributions.
         self.screened = False
+        #: Whether any screening round could.
+        self.ever_screened = False
 
     # -- the clients ---------------------------------------------------------------------
 

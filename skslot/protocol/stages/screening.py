@@ -291,10 +291,11 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
             "excluded": earlier,
         }
         return []
-    run.screened = True
     counts = [run.clients[c].upload.class_counts for c in order]
     masks = comparable_classes(counts)
-    held = np.sum(counts, axis=0) > 0  # what the full head predicts among, as the final head
+    # the full head predicts among every class, as the final head does (declared counts,
+    # unchecked for O-FedAvg, never narrow what is compared)
+    every_class = np.ones(run.classes.shape[0], dtype=bool)
     fraction = protocol.validation_fraction  # each client's validation rows per class:
     sizes = {c: validation_sizes(n, fraction) for c, n in zip(order, counts, strict=True)}
     head = protocol.head
@@ -316,7 +317,7 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
             tuple(without[k] for k in targets[c]),
             masks[targets[c]],
             run.client_taus(c, [candidate.tau])[0],
-            held,
+            every_class,
         )
         for c in voters
         if targets[c]
@@ -349,13 +350,18 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
                 c: "the other clients hold fewer than two classes"
                 if not masks[k].any()
                 else "no other client's counts on it were received"
+                if evidence[c].voters == 0
+                else f"only {evidence[c].voters} other clients scored rows for it: a case "
+                f"needs {MIN_VOTERS}"
                 for k, c in enumerate(order)
-                if c not in unfit and evidence[c].voters == 0
+                if c not in unfit and evidence[c].voters < MIN_VOTERS
             },
             **unfit,
         },
         "kept": {c: "excluding it would leave fewer than min_clients" for c in kept},
     }
+    # the round judged the contributions if it could have excluded any of them
+    run.screened = any(e.voters >= MIN_VOTERS for e in evidence.values())
     for c in excluded:
         run.reject("screening", c, evidence[c].reason())
     run.keep("screening", [c for c in order if c not in excluded and c not in refused])

@@ -509,7 +509,8 @@ def inconsistent_parts(
     The two parts are one stratified split of one client's rows
     (:func:`~skslot.selection.validation_split`), so they describe one
     distribution; the summary, and so every check against it, describes the
-    fitting part alone, while the final head is refitted on both.  The
+    fitting part alone, while the final head of an unscreened run with
+    ``tau = "auto"`` is refitted on both.  The
     validation part's total variance ``tr(S_v)`` may not exceed
     ``max_variance_ratio`` times the fitting part's, nor its mean lie more than
     ``max_mean_offset`` of the fitting part's standard deviations
@@ -558,21 +559,27 @@ def inconsistent_parts(
 def _inconsistent_parts(fitting: Any, validation: Any, defence: DefenceBounds) -> str | None:
     """:func:`inconsistent_parts` of a client's two parts of statistics, with the defence's bounds.
 
-    Where the validation part leaves some of its classes undescribed (FedPFT
-    sends no class with fewer than ``min_samples_per_class`` rows), both parts
-    are compared on the classes the validation part describes, so a skipped
-    class never switches the check off; where it describes none, there is
-    nothing to compare.
+    Where either part leaves some of its classes undescribed (FedPFT sends no
+    class with fewer than ``min_samples_per_class`` rows), both parts are
+    compared on the classes both describe, so a skipped class never switches
+    the check off; a validation part that describes rows but no class the
+    fitting part does is refused; where it describes none, there is nothing
+    to compare.
     """
     fit, held = fitting.implied_moments("total"), validation.implied_moments("total")
     if held.n == 0:
         return None
-    if held.n != int(validation.class_counts().sum()):  # some classes undescribed
-        described = validation.described_classes()
-        missing = [c for c in described if c not in set(fitting.described_classes())]
-        if missing:
-            return f"its validation part describes classes its fitting part does not: {missing}"
-        fit = fitting.implied_moments("total", classes=described)
+    complete = (
+        held.n == int(validation.class_counts().sum())
+        and fit.n == int(fitting.class_counts().sum())
+    )
+    if not complete:  # compare the classes both parts describe
+        both = set(fitting.described_classes())
+        shared = [c for c in validation.described_classes() if c in both]
+        if not shared:
+            return "its validation part describes no class its fitting part describes"
+        fit = fitting.implied_moments("total", classes=shared)
+        held = validation.implied_moments("total", classes=shared)
     return inconsistent_parts(
         fit.mean,
         fit.trace,
