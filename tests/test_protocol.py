@@ -149,7 +149,12 @@ def test_a_validation_part_out_of_line_with_the_fitting_part_is_rejected(clients
         X, y, head=head, classes=CLASSES, label=0, X_test=Xt, y_test=yt
     )
     result = OneShotProtocol(
-        head, tau="auto", taus=(0.0, 0.5), defence=DefenceBounds(), random_state=0
+        head,
+        tau="auto",
+        taus=(0.0, 0.5),
+        defence=DefenceBounds(),
+        random_state=0,
+        screen="off",  # a screened run asks for no validation statistics
     ).run(InProcessTransport(transport), CLASSES)
     why = result.report.rejected["upload"][0]
     assert "validation part's variance is" in why and "times its fitting part's" in why
@@ -184,7 +189,12 @@ def test_a_moved_fedpft_validation_part_is_rejected_though_it_skips_a_class(clie
         X[keep], y[keep], head=head, classes=CLASSES, label=0, X_test=Xt, y_test=yt
     )
     result = OneShotProtocol(
-        head, tau="auto", taus=(0.0, 0.5), defence=DefenceBounds(), random_state=0
+        head,
+        tau="auto",
+        taus=(0.0, 0.5),
+        defence=DefenceBounds(),
+        random_state=0,
+        screen="off",  # a screened run asks for no validation statistics
     ).run(InProcessTransport(transport), CLASSES)
     why = result.report.rejected["upload"][0]
     assert "validation part's mean lies" in why and "standard deviations" in why
@@ -688,3 +698,20 @@ def test_every_heads_upload_refuses_features_out_of_float64s_range(name, scale):
         FederatedTauSearch(make_head(name, seed=0), random_state=0).fit(
             X, y, client=np.repeat([0, 1, 2], 40)
         )
+
+
+@pytest.mark.parametrize("name", ["FedCGS", "FedPFT"])
+def test_a_screened_run_asks_for_no_validation_statistics(clients, name):
+    """Its final head is fitted on the fitting parts alone: the validation part's statistics
+    are not sent, and one sent anyway is refused."""
+    head = make_head(name, seed=0)
+    protocol = OneShotProtocol(head, tau=0.4, defence=DefenceBounds(), random_state=0)
+    result = protocol.run(InProcessTransport(parties(clients, head)), CLASSES)
+    assert "screening" in result.stages and result.clients == [0, 1, 2, 3]
+    transport = parties(clients, head)
+    X, y, Xt, yt = clients[0]
+    transport[0] = PoisonedValidation(
+        X, y, head=head, classes=CLASSES, label=0, X_test=Xt, y_test=yt
+    )
+    result = protocol.run(InProcessTransport(transport), CLASSES)
+    assert result.report.rejected["upload"][0] == "the run asked for no validation statistics"

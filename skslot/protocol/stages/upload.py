@@ -85,6 +85,10 @@ class UploadRequest:
     summary_dtype : {"float16", "float32", "float64"} or None, default=None
         The precision the summary travels in: the client keeps its summary
         rounded to it, so that its map is the server's (``None``: exact).
+    validation_statistics : bool, default=True
+        With a validation part, send the head's statistics of it too (for the
+        refit of an unscreened run); a screened run's final head is fitted on
+        the fitting parts alone and does not ask for them.
     """
 
     client_index: int
@@ -94,6 +98,7 @@ class UploadRequest:
     covariance_floor: float = 1e-8
     mean_tau: float | None = None
     summary_dtype: str | None = None
+    validation_statistics: bool = True
 
 
 @dataclass(frozen=True, eq=False)
@@ -255,6 +260,7 @@ def check(
     uploads_statistics: bool,
     defence: DefenceBounds | NoDefence,
     derived: bool,
+    validation_statistics: bool = True,
     summary_covariance: str = "total",
     n_classes: int | None = None,
     validation_fraction: float | None = None,
@@ -288,6 +294,8 @@ def check(
         Its bounds apply to the consistency of the parts (none without a defence).
     derived : bool
         Whether the server derived the summary from the statistics.
+    validation_statistics : bool, default=True
+        Whether the run asked for the validation part's statistics.
     summary_covariance : {"total", "within"}, default="total"
     n_classes : int, optional
         The number of class counts the run asked for.
@@ -331,7 +339,10 @@ def check(
         return None
     if upload.statistics is None:
         return "the upload lacks the head's statistics"
-    if (upload.validation is None) != (upload.n_validation == 0):
+    if not validation_statistics:
+        if upload.validation is not None:
+            return "the run asked for no validation statistics"
+    elif (upload.validation is None) != (upload.n_validation == 0):
         return f"validation statistics do not match a validation part of {upload.n_validation} rows"
     if not defence.checks_consistency:
         return None
@@ -400,8 +411,12 @@ def class_counts_problem(
                 f"{held} at validation_fraction = {validation_fraction}"
             )
     if upload.statistics is not None:
-        parts = [p for p in (upload.statistics, upload.validation) if p is not None]
-        if not np.array_equal(sum(p.class_counts() for p in parts), counts):
+        described = upload.statistics.class_counts()
+        if upload.validation is not None:
+            described = described + upload.validation.class_counts()
+        elif validation_fraction is not None:  # its validation part sent no statistics
+            described = described + validation_sizes(counts, validation_fraction)
+        if not np.array_equal(described, counts):
             return "class counts differ from those of the client's statistics"
     return None
 
@@ -569,11 +584,9 @@ def _inconsistent_parts(fitting: Any, validation: Any, defence: DefenceBounds) -
     fit, held = fitting.implied_moments("total"), validation.implied_moments("total")
     if held.n == 0:
         return None
-    complete = (
-        held.n == int(validation.class_counts().sum())
-        and fit.n == int(fitting.class_counts().sum())
-    )
-    if not complete:  # compare the classes both parts describe
+    described = (fit.n, held.n)
+    rows = (int(fitting.class_counts().sum()), int(validation.class_counts().sum()))
+    if described != rows:  # some class undescribed: compare the classes both parts describe
         both = set(fitting.described_classes())
         shared = [c for c in validation.described_classes() if c in both]
         if not shared:
@@ -666,6 +679,7 @@ def collect(run: RunState) -> None:
             summary_covariance=protocol.summary_covariance,
             covariance_floor=protocol.covariance_floor,
             mean_tau=protocol.mean_tau,
+            validation_statistics=not run.screens,  # a screened final head never merges them
         )
         for k, c in enumerate(parties)
     }
@@ -711,6 +725,7 @@ def collect(run: RunState) -> None:
             uploads_statistics=head.strategy.uploads_statistics,
             defence=run.defence,
             derived=derives,
+            validation_statistics=not run.screens,
             summary_covariance=protocol.summary_covariance,
             n_classes=run.classes.shape[0] if counting else None,
             validation_fraction=protocol.validation_fraction,
@@ -769,6 +784,8 @@ class UploadStage(Stage[UploadRequest, Upload]):
         fitting, validation = strategy.client_upload(
             party.head, party.X, party.y, party.classes, split, client_index=request.client_index
         )
+        if not request.validation_statistics:
+            validation = None
         if derived:  # exact (never private): derived afresh from this upload's statistics
             settings = (estimator.covariance, estimator.covariance_floor)
             if settings != (request.summary_covariance, request.covariance_floor):
@@ -818,6 +835,8 @@ class UploadStage(Stage[UploadRequest, Upload]):
             values["class-counts"] = 1  # a flag (payload values are never booleans)
         if request.mean_tau is not None:
             values["mean-tau"] = float(request.mean_tau)
+        if not request.validation_statistics:
+            values["validation-statistics"] = 0  # a flag (payload values are never booleans)
         return Payload(values)
 
     def decode_request(self, payload: ReceivedPayload, wire: ClientWire) -> UploadRequest:
@@ -827,6 +846,9 @@ class UploadStage(Stage[UploadRequest, Upload]):
         counts = payload.optional("class-counts", int) or 0
         if counts not in (0, 1):
             raise MessageFormatError(f"class-counts must be 0 or 1, got {counts}")
+        parts = payload.optional("validation-statistics", int)
+        if parts not in (None, 0, 1):
+            raise MessageFormatError(f"validation-statistics must be 0 or 1, got {parts}")
         mean_tau = payload.optional("mean-tau", (float, int))
         if mean_tau is not None and not 0.0 <= mean_tau <= 1.0:
             raise MessageFormatError(f"mean-tau must lie in [0, 1], got {mean_tau}")
@@ -851,6 +873,7 @@ class UploadStage(Stage[UploadRequest, Upload]):
             covariance_floor=float(floor),
             mean_tau=None if mean_tau is None else float(mean_tau),
             summary_dtype=dtype,
+            validation_statistics=parts != 0,
         )
 
     def encode_reply(self, reply: Upload, request: UploadRequest) -> Payload:
