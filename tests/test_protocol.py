@@ -124,8 +124,11 @@ def test_held_out_rows_are_outside_the_maps_they_validate(clients, name, tau, sc
 class PoisonedValidation(ClientParty):
     """Honest fitting part and summary; its validation part's rows x50 + 500.
 
-    The summary and every check against it describe the fitting part; the final head is
-    refitted on both parts."""
+    The summary and every check against it describe the fitting part; the final head of an
+    unscreened run is refitted on both parts."""
+
+    def moved(self, X: np.ndarray, fit: np.ndarray) -> np.ndarray:
+        return X * 50 + 500.0
 
     def answer(self, stage, request):
         if stage != "upload":
@@ -133,11 +136,29 @@ class PoisonedValidation(ClientParty):
         found = super().answer(stage, request)
         fit, val = self.split
         X = self.X.copy()
-        X[val] = X[val] * 50 + 500.0
+        X[val] = self.moved(X[val], X[fit])
         _, validation = self.head.strategy.client_upload(
             self.head, X, self.y, self.classes, (fit, val), client_index=request.client_index
         )
         return dataclasses.replace(found, validation=validation)
+
+
+class MovedValidation(PoisonedValidation):
+    """Its validation part's rows moved 30 standard deviations (their spread unchanged)."""
+
+    def moved(self, X: np.ndarray, fit: np.ndarray) -> np.ndarray:
+        return X + 30 * np.sqrt(np.trace(np.cov(fit.T))) / np.sqrt(X.shape[1])
+
+
+def rejected_at_upload(head, transport) -> str:
+    """Why client 0 was rejected at the upload of an unscreened run with a validation round
+    (a screened run asks for no validation statistics)."""
+    result = OneShotProtocol(
+        head, tau="auto", taus=(0.0, 0.5), defence=DefenceBounds(), random_state=0,
+        screen="off",
+    ).run(InProcessTransport(transport), CLASSES)  # fmt: skip
+    assert 0 not in result.clients
+    return result.report.rejected["upload"][0]
 
 
 @pytest.mark.parametrize("name", ["FedCGS", "FedPFT"])
@@ -148,39 +169,13 @@ def test_a_validation_part_out_of_line_with_the_fitting_part_is_rejected(clients
     transport[0] = PoisonedValidation(
         X, y, head=head, classes=CLASSES, label=0, X_test=Xt, y_test=yt
     )
-    result = OneShotProtocol(
-        head,
-        tau="auto",
-        taus=(0.0, 0.5),
-        defence=DefenceBounds(),
-        random_state=0,
-        screen="off",  # a screened run asks for no validation statistics
-    ).run(InProcessTransport(transport), CLASSES)
-    why = result.report.rejected["upload"][0]
+    why = rejected_at_upload(head, transport)
     assert "validation part's variance is" in why and "times its fitting part's" in why
-    assert result.clients == [1, 2, 3]
-
-
-class MovedValidation(ClientParty):
-    """Honest fitting part and summary; its validation part's rows moved 30 standard
-    deviations (its spread unchanged)."""
-
-    def answer(self, stage, request):
-        if stage != "upload":
-            return super().answer(stage, request)
-        found = super().answer(stage, request)
-        fit, val = self.split
-        X = self.X.copy()
-        X[val] += 30 * np.sqrt(np.trace(np.cov(X[fit].T))) / np.sqrt(X.shape[1])
-        _, validation = self.head.strategy.client_upload(
-            self.head, X, self.y, self.classes, (fit, val), client_index=request.client_index
-        )
-        return dataclasses.replace(found, validation=validation)
 
 
 def test_a_moved_fedpft_validation_part_is_rejected_though_it_skips_a_class(clients):
     """A class too small to be sent in the validation part does not switch off the mean's
-    check: the two parts are compared on the classes the validation part describes."""
+    check: the two parts are compared on the classes both describe."""
     head = make_head("FedPFT", seed=0)
     transport = parties(clients, head)
     X, y, Xt, yt = clients[0]
@@ -188,15 +183,7 @@ def test_a_moved_fedpft_validation_part_is_rejected_though_it_skips_a_class(clie
     transport[0] = MovedValidation(
         X[keep], y[keep], head=head, classes=CLASSES, label=0, X_test=Xt, y_test=yt
     )
-    result = OneShotProtocol(
-        head,
-        tau="auto",
-        taus=(0.0, 0.5),
-        defence=DefenceBounds(),
-        random_state=0,
-        screen="off",  # a screened run asks for no validation statistics
-    ).run(InProcessTransport(transport), CLASSES)
-    why = result.report.rejected["upload"][0]
+    why = rejected_at_upload(head, transport)
     assert "validation part's mean lies" in why and "standard deviations" in why
 
 
