@@ -244,12 +244,6 @@ class OneShotProtocol:
         """
         return self.screen != "off" and (self.defence or NoDefence()).screens
 
-    @property
-    def split(self) -> bool:
-        """Whether the clients hold out validation rows: to choose ``tau``, or to screen
-        (a run that reaches fewer than four clients does not screen: ``RunState.splits``)."""
-        return self.auto or self.screening
-
     def run(self, transport: Transport, classes: Sequence) -> ProtocolResult:
         """Run every stage over ``transport``; the clients agree on the class set ``classes``.
 
