@@ -59,7 +59,6 @@ from skslot.protocol import ProtocolRunError
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from skslot.flower import messages
 from skslot.protocol.stages import screening as screening_stage
-from skslot.protocol.stages import updates as updates_stage
 from skslot.protocol.stages import upload as upload_stage
 from tests.flower_harness import (
     LocalGrid,
@@ -67,6 +66,7 @@ from tests.flower_harness import (
     evaluation_reply,
     inflated_count,
     own_summary,
+    rewrite_updates,
     rewrite_upload,
     scaled_heads,
     scaled_summary,
@@ -173,13 +173,12 @@ def refit_heads(factor: float) -> Fault:
             return reply
         if request.content.config_records[messages.CONFIG]["part"] != "all":
             return reply
-        record = reply.content.array_records[updates_stage.UPDATES]
-        arrays = {n: a.numpy() for n, a in record.items()}
-        scaled = {
-            n: a * factor if n.endswith(("coef", "intercept")) else a for n, a in arrays.items()
-        }
-        content = RecordDict({updates_stage.UPDATES: messages.arrays_to_record(scaled)})
-        return Message(content, reply_to=request)
+
+        def scaled(arrays: dict) -> dict:
+            heads = ("coef", "intercept")
+            return {n: a * factor if n.endswith(heads) else a for n, a in arrays.items()}
+
+        return rewrite_updates(request, reply, scaled)
 
     return fault
 
@@ -188,24 +187,23 @@ def one_class_heads(factor: float, target: int) -> Fault:
     """O-FedAvg local heads that score only class ``target``: every coefficient zero, that
     class's intercept ``factor`` times the norm of its genuine head."""
 
-    def fault(request: Message, reply: Message) -> Message | None:
-        if request.metadata.message_type != "train.updates" or reply.has_error():
-            return reply
-        record = reply.content.array_records[updates_stage.UPDATES]
-        arrays = {n: a.numpy() for n, a in record.items()}
+    def edit(arrays: dict) -> dict:
         out = {}
         for name, a in arrays.items():
             if name.endswith("coef"):
                 out[name] = np.zeros_like(a)
             elif name.endswith("intercept"):
                 coef = arrays[name[: -len("intercept")] + "coef"]
-                norm = np.sqrt(np.sum(coef**2) + np.sum(a**2))
                 out[name] = np.zeros_like(a)
-                out[name][target] = factor * norm
+                out[name][target] = factor * np.sqrt(np.sum(coef**2) + np.sum(a**2))
             else:
                 out[name] = a
-        content = RecordDict({updates_stage.UPDATES: messages.arrays_to_record(out)})
-        return Message(content, reply_to=request)
+        return out
+
+    def fault(request: Message, reply: Message) -> Message | None:
+        if request.metadata.message_type != "train.updates" or reply.has_error():
+            return reply
+        return rewrite_updates(request, reply, edit)
 
     return fault
 

@@ -323,8 +323,14 @@ def _rewrite_updates(
     request: Message, reply: Message, selected: Callable[[str], bool], factor: float
 ) -> Message:
     """The updates reply with the ``selected`` arrays multiplied by ``factor``."""
+    return rewrite_updates(
+        request, reply, lambda a: {n: v * factor if selected(n) else v for n, v in a.items()}
+    )
+
+
+def rewrite_updates(request: Message, reply: Message, edit: Callable[[dict], dict]) -> Message:
+    """The updates reply (local heads) with its arrays replaced by ``edit(arrays)``."""
     record = reply.content.array_records[updates_stage.UPDATES]
-    arrays = {n: a.numpy() for n, a in record.items()}
-    arrays = {n: a * factor if selected(n) else a for n, a in arrays.items()}
+    arrays = edit({n: a.numpy() for n, a in record.items()})
     content = RecordDict({updates_stage.UPDATES: messages.arrays_to_record(arrays)})
     return Message(content, reply_to=request)
