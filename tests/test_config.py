@@ -23,6 +23,7 @@ NAMES = [s.name for s in SETTINGS]
 
 #: A valid value other than the default, for every setting.
 OTHER = {
+    "accept_partial": True,
     "head": "FedPFT",
     "head_params": '{"rank": 2}',
     "classes": "cat,dog,eel",

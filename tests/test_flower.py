@@ -909,7 +909,7 @@ def test_a_failed_run_says_so_and_leaves_no_stale_outputs(node_configs, tmp_path
 
 def test_the_launcher_reads_the_outcome_from_flower_and_the_report(tmp_path):
     """Flower's status says finished; the run's report says why it failed, in one line."""
-    from skslot.flower.launch import COMPLETED, FAILED, _outcome
+    from skslot.flower.launch import COMPLETED, FAILED, PARTIAL, _outcome
 
     folder = tmp_path / "run-5"
     folder.mkdir()
@@ -929,6 +929,21 @@ def test_the_launcher_reads_the_outcome_from_flower_and_the_report(tmp_path):
     outcome = _outcome(5, "finished:completed", "", tmp_path)
     assert outcome.exit_code == COMPLETED and outcome.report == report
     assert outcome.line == f"skslot: run 5 completed: macro accuracy 0.7500; outputs in {folder}"
+    # a node rejected or missing: a partial run, named, unless the run config accepts it
+    nodes = {"nodes": [11, 12, 13], "rejected": {"upload": {"12": "array 'counts': bad"}},
+             "missing": {"evaluation": [13]}}  # fmt: skip
+    (folder / "report.json").write_text(json.dumps({**report, **nodes, "config": {}}))
+    outcome = _outcome(5, "finished:completed", "", tmp_path)
+    assert outcome.exit_code == PARTIAL
+    assert outcome.line == (
+        "skslot: run 5 completed without every node: macro accuracy 0.7500 with 1 of 3 nodes; "
+        "node 12 rejected at the upload stage: array 'counts': bad; node 13 missing at the "
+        f"evaluation stage; outputs in {folder} (set accept-partial = true in the run config "
+        "to accept it)"
+    )
+    accepted = {**report, **nodes, "config": {"accept-partial": True}}
+    (folder / "report.json").write_text(json.dumps(accepted))
+    assert _outcome(5, "finished:completed", "", tmp_path).exit_code == COMPLETED
     # without a readable report, Flower's word alone
     assert _outcome(6, "finished:stopped", "N/A", tmp_path).reason == "finished:stopped"
     assert _outcome(6, "finished:completed", "", None).exit_code == COMPLETED

@@ -13,7 +13,8 @@ clone).  All runs write to one output directory, each into its own
    through ``out/latest``: its choice, validation table and predictions must
    equal those of the in-process :class:`~skslot.FederatedTauSearch`;
 3. a fourth node joins and sends crafted bytes: the run completes without it
-   and equals run 1;
+   and equals run 1, and the launcher exits 4 (a partial run), naming the node
+   and why in its last line;
 4. a fifth node whose data file is missing joins, with ``min-clients = 5``:
    the launcher must say the run failed (exit code 1, the server's reason),
    and run 3's folder stays as it was, still ``last-completed``.
@@ -54,7 +55,7 @@ pytest.importorskip("flwr", reason="the Flower extra is not installed: pip insta
 
 from skslot import FederatedTauSearch
 from skslot.flower import DeploymentConfig, write_flower_app
-from skslot.flower.launch import COMPLETED, FAILED
+from skslot.flower.launch import COMPLETED, FAILED, PARTIAL
 from skslot.flower.launch import launch as launch_run
 from skslot.flower.outputs import LAST_COMPLETED, LATEST, read_pointer
 from skslot.heads import LinearScores
@@ -261,7 +262,7 @@ def test_flower_deployment_on_localhost(tmp_path, capsys):
 
         supernode("supernode-hostile", "partition-id=0 hostile=1")
         third = launched(3, hostile_dir)
-        assert third.exit_code == COMPLETED, tails(logs)
+        assert third.exit_code == PARTIAL, tails(logs)
         kept = {p.name: p.read_bytes() for p in third.folder.iterdir()}
 
         supernode("supernode-broken", f"data='{tmp_path / 'missing.npz'}'")
@@ -318,6 +319,9 @@ def test_flower_deployment_on_localhost(tmp_path, capsys):
     (bad,) = survived["rejected"]["upload"]
     assert "array 'counts'" in survived["rejected"]["upload"][bad]
     assert bad not in survived["clients"] and len(survived["nodes"]) == N_NODES + 1
+    assert f"with {N_NODES} of {N_NODES + 1} nodes; node {bad} rejected at the upload stage" in (
+        third.line
+    )
     assert survived["accuracy"] == report["accuracy"]
     with np.load(third.folder / "global_head.npz", allow_pickle=False) as head:
         np.testing.assert_array_equal(head["coef"], deployed.coef)

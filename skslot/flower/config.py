@@ -916,6 +916,14 @@ class RunSettings(_Settings):
         "naming who was missing or rejected",
         low=1,
     )
+    accept_partial: bool = _setting(
+        False,
+        "Whether a run some node left (rejected or missing, with min-clients still met) counts "
+        "as a success for skslot flower-run",
+        details="``False``: ``skslot flower-run`` exits 4 "
+        "(:data:`skslot.flower.launch.PARTIAL`) and names each node left out with why; the "
+        "server runs the same either way.",
+    )
     connect_timeout: float = _setting(
         60.0, "Seconds the server waits for num-clients nodes to connect", low=0.0
     )

@@ -14,7 +14,10 @@ unreachable SuperLink.
 
 Its exit codes: :data:`COMPLETED` (0), :data:`FAILED` (1: the run failed or was
 stopped), :data:`NOT_STARTED` (2: the SuperLink refused or could not be
-reached), :data:`UNKNOWN` (3: the outcome could not be learnt in time).
+reached), :data:`UNKNOWN` (3: the outcome could not be learnt in time),
+:data:`PARTIAL` (4: the run completed, but a node the server addressed was
+rejected or missing; the outcome line names each with why; 0 instead when the
+run config sets ``accept-partial = true``).
 """
 
 from __future__ import annotations
@@ -32,10 +35,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["COMPLETED", "FAILED", "NOT_STARTED", "UNKNOWN", "RunOutcome", "launch", "run_and_wait"]
+from ..protocol.report import left_out
+from .config import RunSettings
 
-COMPLETED, FAILED, NOT_STARTED, UNKNOWN = 0, 1, 2, 3
+__all__ = [
+    "COMPLETED",
+    "FAILED",
+    "NOT_STARTED",
+    "PARTIAL",
+    "UNKNOWN",
+    "RunOutcome",
+    "launch",
+    "run_and_wait",
+]
 
+COMPLETED, FAILED, NOT_STARTED, UNKNOWN, PARTIAL = 0, 1, 2, 3, 4
+
+_ACCEPT_PARTIAL = RunSettings.setting("accept_partial").key
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 #: Seconds one ``flwr run`` (start only) or ``flwr ls`` call may take.
 _CLI_TIMEOUT = 120.0
@@ -48,7 +64,8 @@ class RunOutcome:
     Attributes
     ----------
     exit_code : int
-        :data:`COMPLETED`, :data:`FAILED`, :data:`NOT_STARTED` or :data:`UNKNOWN`.
+        :data:`COMPLETED`, :data:`PARTIAL`, :data:`FAILED`, :data:`NOT_STARTED` or
+        :data:`UNKNOWN`.
     run_id : int or None
         The Flower run id (``None`` when the run was not started).
     status : str
@@ -73,7 +90,12 @@ class RunOutcome:
     def line(self) -> str:
         """The one-line summary :func:`run_and_wait` prints."""
         run = f"run {self.run_id}" if self.run_id is not None else "the run"
-        word = {COMPLETED: "completed", FAILED: "failed", NOT_STARTED: "was not started"}
+        word = {
+            COMPLETED: "completed",
+            PARTIAL: "completed without every node",
+            FAILED: "failed",
+            NOT_STARTED: "was not started",
+        }
         return f"skslot: {run} {word.get(self.exit_code, 'has no known outcome')}: {self.reason}"
 
 
@@ -346,6 +368,15 @@ def _outcome(
             return RunOutcome(COMPLETED, run_id, status, "the ServerApp completed")
         accuracy = report.get("macro_accuracy")
         what = f"macro accuracy {accuracy:.4f}" if isinstance(accuracy, float) else "completed"
+        nodes = report.get("nodes", [])
+        gone = left_out(nodes, report.get("rejected", {}), report.get("missing", {}))
+        if gone and not report.get("config", {}).get(_ACCEPT_PARTIAL, False):
+            named = "; ".join(f"node {node} {why}" for node, why in gone.items())
+            why = (
+                f"{what} with {len(nodes) - len(gone)} of {len(nodes)} nodes; {named}; outputs "
+                f"in {folder} (set {_ACCEPT_PARTIAL} = true in the run config to accept it)"
+            )
+            return RunOutcome(PARTIAL, run_id, status, _one_line(why, 2000), folder, report)
         return RunOutcome(COMPLETED, run_id, status, f"{what}; outputs in {folder}", folder, report)
     if report is not None and report.get("status") == "failed" and report.get("error"):
         why = report["error"]
@@ -394,7 +425,9 @@ def run_and_wait(
     Returns
     -------
     int
-        0 for a completed run; 1 failed or stopped; 2 not started; 3 unknown.
+        0 for a completed run; 4 completed without a node the server addressed
+        (unless ``accept-partial``); 1 failed or stopped; 2 not started; 3
+        unknown.
 
     Examples
     --------

@@ -107,7 +107,13 @@ def run_one_shot(
     result.report.waits = transport.waits
     if config.epsilon is not None:
         result.report.privacy = PRIVACY_SCOPE
-    protocol_logger.info("skslot: %d node(s) took part", len(result.report.nodes))
+    left_out = result.report.left_out()
+    protocol_logger.info(
+        "skslot: %d of %d node(s) took part%s",
+        len(result.report.nodes) - len(left_out),
+        len(result.report.nodes),
+        "".join(f"; {result.report.name(n)} {why}" for n, why in left_out.items()),
+    )
     return (
         result.report,
         result.head.linear_scores(),

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ProtocolReport", "ProtocolRunError", "client_name", "logger"]
+__all__ = ["ProtocolReport", "ProtocolRunError", "client_name", "left_out", "logger"]
 
 #: The protocol's log (the Flower ServerApp forwards it to Flower's console).
 logger = logging.getLogger("skslot.protocol")
@@ -190,6 +191,18 @@ class ProtocolReport:
         self.rejected.setdefault(stage, {})[node] = str(reason)
         logger.warning("rejected %s at the %s stage: %s", self.name(node), stage, reason)
 
+    def left_out(self) -> dict:
+        """Every addressed client that did not take part to the end, and why.
+
+        Returns
+        -------
+        dict
+            ``{client: "rejected at the <stage> stage: <reason>"}`` or ``"missing
+            at the <stage> stage"``, in the order of ``nodes`` (a client
+            rejected at one stage is not asked at the next).
+        """
+        return left_out(self.nodes, self.rejected, self.missing)
+
     def to_json(self) -> str:
         """The report as JSON text (keys as strings, NumPy values as Python ones).
 
@@ -206,6 +219,36 @@ class ProtocolReport:
             return d
 
         return json.dumps(keys(asdict(self)), indent=2, default=_json_default)
+
+
+def left_out(nodes: Sequence, rejected: Mapping, missing: Mapping) -> dict:
+    """Each of ``nodes`` rejected or missing at some stage, with the stage and why.
+
+    Written once for the report object and for a ``report.json`` read back
+    (whose keys are strings: the nodes are matched by their text).
+
+    Parameters
+    ----------
+    nodes : sequence
+        The clients the server addressed.
+    rejected : mapping
+        Per stage, ``{client: reason}`` (:attr:`ProtocolReport.rejected`).
+    missing : mapping
+        Per stage, the clients that did not answer (:attr:`ProtocolReport.missing`).
+
+    Returns
+    -------
+    dict
+        ``{client: why}``, in the order of ``nodes``.
+    """
+    why: dict[str, str] = {}
+    for stage, reasons in rejected.items():
+        for node, reason in reasons.items():
+            why.setdefault(str(node), f"rejected at the {stage} stage: {reason}")
+    for stage, nodes_missing in missing.items():
+        for node in nodes_missing:
+            why.setdefault(str(node), f"missing at the {stage} stage")
+    return {node: why[str(node)] for node in nodes if str(node) in why}
 
 
 def _json_default(value: Any) -> Any:
