@@ -47,6 +47,7 @@ __all__ = [
     "DEFAULT_HEADS",
     "BenchmarkConfig",
     "BenchmarkWarning",
+    "format_short_table",
     "format_table",
     "run_benchmark",
     "slot_label",
@@ -754,6 +755,44 @@ def format_table(summary: list[dict], main_tau: float, label: str | None = None)
             cells.append(f"{r['auto']:.2f} +- {r['auto_std']:.2f} ({taus})" if "auto" in r else "")
         cells.append(f"{r['spread_without']:.1f} -> {r['spread_with']:.1f}")
         cells.append(f"{r['head_bytes'] / 1e3:.1f} + {r['summary_bytes'] / 1e3:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def format_short_table(summary: list[dict], label: str = "SLOT") -> str:
+    """The printed table: mean accuracy per row, SLOT beside what each client does alone.
+
+    One decimal, means over seeds; the full table (spreads, CORAL, the best
+    fixed tau, bytes) is :func:`format_table`'s, in summary.md.  "SLOT - best
+    alone" is SLOT's gain over the better of each client's own centring and
+    z-scoring, where the summary has them.
+
+    Parameters
+    ----------
+    summary : list of dict
+        The rows of :func:`summarise`.
+    label : str, default="SLOT"
+        The SLOT column's heading.
+
+    Returns
+    -------
+    table : str
+        A markdown table, one line per row of ``summary``.
+    """
+    alone = all("centre" in r for r in summary)
+    auto = any("auto" in r for r in summary)
+    columns = ["alpha", "head", "without SLOT"] + (["centre", "z-score"] if alone else [])
+    columns += [label] + (["SLOT - best alone"] if alone else []) + (["auto"] if auto else [])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for r in summary:
+        cells = [str(r["alpha"]), r["head"], f"{r['without_slot']:.1f}"]
+        if alone:
+            cells += [f"{r['centre']:.1f}", f"{r['z_score']:.1f}"]
+        cells.append(f"{r['with_slot']:.1f}")
+        if alone:
+            cells.append(f"{r['with_slot'] - max(r['centre'], r['z_score']):+.1f}")
+        if auto:
+            cells.append(f"{r['auto']:.1f}" if "auto" in r else "")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -19,7 +19,7 @@ from .bench import (
     BenchmarkConfig,
     BenchmarkWarning,
     format_client_table,
-    format_table,
+    format_short_table,
     run_benchmark,
     slot_label,
     summarise,
@@ -34,7 +34,7 @@ from .summary import COVARIANCES
 __all__ = ["main"]
 
 #: The defaults of ``skslot bench``: the paper's grid (BenchmarkConfig's defaults), about
-#: 2.5 minutes on 2 idle cores (4.5 CPU minutes) on the embedded digits.
+#: 4 minutes on 2 cores (6 CPU minutes) on the embedded digits.
 DEFAULT_ALPHAS = BenchmarkConfig.alphas
 DEFAULT_TAUS = BenchmarkConfig.taus
 DEFAULT_SEEDS = len(BenchmarkConfig.seeds)
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         "per domain): O-FedAvg, FedCGS and FedPFT heads without (tau=0) and with SLOT over a "
         "tau sweep, and with tau chosen by the federation (auto). Prints a table, writes "
         "CSV/JSON/markdown results (with the accuracy per client) and a PNG plot. The defaults "
-        "(the embedded digits features, 4 alphas x 5 seeds x 6 taus) take about 2.5 minutes on "
+        "(the embedded digits features, 4 alphas x 5 seeds x 6 taus) take about 4 minutes on "
         "2 idle cores. Your own table: --data my.csv --label COL --client COL [--split given "
         "--split-column COL] [--skew none].",
     )
@@ -603,8 +603,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = write_outputs(
         records, summary, out, main_tau=config.main_tau, title=title, label=label, data=used
     )
-    print(title)
-    print(format_table(summary, config.main_tau, label))
+    print(f"{data.name}: macro accuracy over domains (%), mean over {len(config.seeds)} seeds")
+    print(f"SLOT = {label.removeprefix('SLOT ')}; centre, z-score: each client alone")
+    print(format_short_table(summary))
+    print(f"more (spreads, CORAL, bytes) in {paths['summary.md']}")
     if len(config.alphas) == 1:  # one's own clients as they are: the table is short
         print(f"\n{CLIENT_TABLE_TITLE}")
         print(format_client_table(summary, config.main_tau))

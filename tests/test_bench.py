@@ -59,7 +59,15 @@ def test_cli_runs_the_protocol_and_writes_outputs(small_npz, tmp_path, capsys):
     auto = [r for r in rows if r["selection"] == "auto"]
     assert len(fixed) == 2 * 2 * 2 * 4  # alphas x seeds x taus x domains (one head)
     assert len(auto) == 2 * 2 * 4 and {r["tau"] for r in auto} <= {"0.0", "1.0"}
-    assert "| auto (taus chosen) |" in out
+    full = (out_dir / "summary.md").read_text()  # the full table; the printed one is short
+    assert "| auto (taus chosen) |" in full and "| auto |" in out
+    printed = [line for line in out.splitlines() if line.startswith("| ")]
+    assert len(printed) == 1 + 2 and max(map(len, printed)) <= 100
+    for line, r in zip(printed[1:], summary, strict=True):  # one decimal, SLOT beside alone
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        alone = max(r["centre"], r["z_score"])
+        means = [f"{r[k]:.1f}" for k in ("without_slot", "centre", "z_score", "with_slot")]
+        assert cells[2:] == [*means, f"{r['with_slot'] - alone:+.1f}", f"{r['auto']:.1f}"]
     assert all(len(r["auto_taus"]) == 2 for r in summary)
     # bytes per client: FedCGS sends counts (C), class sums (C m), shift, s1 (m) and the Gram
     # matrix's upper triangle, as .npy arrays; SLOT adds its shrinkage (not at tau 0)
@@ -80,8 +88,8 @@ def test_cli_runs_the_protocol_and_writes_outputs(small_npz, tmp_path, capsys):
     summary_payload = 8
     assert {int(r["summary_bytes"]) for r in fixed if r["tau"] == "1.0"} == {summary_payload}
     assert {int(r["summary_bytes"]) for r in fixed if r["tau"] == "0.0"} == {0}
-    assert "| KB per client (head + SLOT summary) |" in out
-    assert f"| {expected / 1e3:.1f} + {summary_payload / 1e3:.1f} |" in out
+    assert "| KB per client (head + SLOT summary) |" in full
+    assert f"| {expected / 1e3:.1f} + {summary_payload / 1e3:.1f} |" in full
 
 
 def test_cli_rejects_a_sweep_without_baseline(capsys):

@@ -1283,4 +1283,8 @@ def test_a_node_reads_its_own_table_with_named_columns(node_configs, tmp_path):
     unsplit = {key: value for key, value in tables[11].items() if key != "split"}
     bad = {**tables, 11: {**unsplit, "label": "part"}}  # labels "train" and "test"
     report = deploy(bad, summary_dtype="float64", classes=",".join(names))[0]
-    assert "are not in the run's class set 'ant,bee,cat,dog'" in report.rejected["upload"][11]
+    assert report.rejected["upload"][11].endswith(
+        "labels ['test', 'train'] of "
+        f"{tables[11]['data']} are not in the run's class set 'ant,bee,cat,dog': set `classes` "
+        "in the run config to every class of the federation (names or integers, comma-separated)"
+    )

@@ -627,8 +627,11 @@ class ProtocolSettings(_Settings):
             bad = sorted(set(text) - set(by_name))
             codes = np.array([by_name.get(t, -1) for t in text], dtype=np.int64)
         if bad:
+            shown = ", ".join(map(repr, bad[:5])) + (f" and {len(bad) - 5} more" if bad[5:] else "")
             raise ValueError(
-                f"labels {bad} of {where} are not in the run's class set {self.classes!r}"
+                f"labels [{shown}] of {where} are not in the run's class set {self.classes!r}: "
+                f"set `{self.setting('classes').key}` in the run config to every class of the "
+                "federation (names or integers, comma-separated)"
             )
         return codes
 
