@@ -121,6 +121,29 @@ def run_one_shot(
     )
 
 
+def alignment(config: DeploymentConfig, tau: float) -> str:
+    """How the run aligned, for its last log line: ``+ SLOT (tau=...)`` or ``without SLOT``.
+
+    A run at ``tau = 0`` whose means stay too (``mean-tau`` 0, or following
+    ``tau``) did not align at all.
+
+    Examples
+    --------
+    >>> from skslot.flower import DeploymentConfig
+    >>> alignment(DeploymentConfig(tau=0.0, mean_tau=None), 0.0)
+    'without SLOT (tau=0)'
+    >>> alignment(DeploymentConfig(tau=0.0), 0.0)  # the mean still moves
+    '+ SLOT (tau=0.00)'
+    >>> alignment(DeploymentConfig(tau="auto"), 0.4)
+    '+ SLOT (tau=0.40, chosen by validation)'
+    """
+    moved_mean = config.mean_tau if config.mean_tau is not None else tau
+    chosen = ", chosen by validation" if config.auto else ""
+    if tau == 0 and moved_mean == 0:
+        return f"without SLOT (tau=0{chosen})"
+    return f"+ SLOT (tau={tau:.2f}{chosen})"
+
+
 def _start_outputs(context: Context, report: ProtocolReport) -> RunOutputs | None:
     """This run's folder in the run config's ``output-dir``, its report saying "running"."""
     output_dir = context.run_config.get(RunSettings.setting("output_dir").key)
@@ -172,11 +195,10 @@ def main(grid: Grid, context: Context) -> None:
     )
     log(
         logging.INFO,
-        "skslot: %s + SLOT (tau=%.2f%s): macro accuracy %.4f over %d clients, as each "
+        "skslot: %s %s: macro accuracy %.4f over %d clients, as each "
         "reports its own test rows (unchecked): %s",
         config.head,
-        report.tau,
-        ", chosen by validation" if config.auto else "",
+        alignment(config, report.tau),
         report.macro_accuracy,
         len(report.accuracy),
         "; ".join(f"{report.name(node)} {value:.4f}" for node, value in report.accuracy.items()),
