@@ -25,8 +25,7 @@ case), over every remaining set of voters
 An exclusion therefore needs at least :data:`MIN_VOTERS` voters (four
 clients).  One client at most is excluded per comparison, the strongest
 case (:func:`strongest_case`).  Measured: docs/results/screening.md and
-docs/results/attacks.md; what the screening cannot catch: docs/deployment.md
-("Threat model").
+docs/results/attacks.md; what the screening cannot catch: docs/security.md.
 """
 
 from __future__ import annotations

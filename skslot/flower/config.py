@@ -743,7 +743,7 @@ class DefenceSettings(_Settings):
         "Screen the clients against each other: implausible summaries and counts rejected, "
         "weights capped, a head's statistics checked against the client's own summary",
         details="The bounds below (:mod:`skslot.defence`).  ``False`` accepts every client "
-        "whose messages pass the wire checks (for studying attacks; docs/deployment.md).",
+        "whose messages pass the wire checks (for studying attacks; docs/security.md).",
     )
     max_dimension: int = _setting(
         4096,
