@@ -181,7 +181,7 @@ def digits_runs():
     stay real; the run costs about 20 CPU seconds instead of about 9 minutes
     at 1280-d (the barycenter's eigendecompositions, FedPFT's factorisations
     and O-FedAvg's L-BFGS all grow with m).  The full-dimension numbers are
-    docs/results.md's.
+    docs/results/studies/digits.md's.
     """
     data = load_npz(shared_npz("digits_effnet_lite0.npz"))
     data = dataclasses.replace(data, X=data.X.astype(np.float64) @ digits_projection())
@@ -205,7 +205,7 @@ def test_auto_tau_never_costs_more_than_half_a_point_on_real_digits(digits_runs)
 
     "Without SLOT" is trained on all rows, so the validation split's cost counts
     against auto.  With the grid (0, 0.4) the choice can still lose: FedCGS and
-    FedPFT without skew lose 1 to 3 points at tau = 0.4 (docs/results.md).
+    FedPFT without skew lose 1 to 3 points at tau = 0.4 (docs/results/studies/digits.md).
     """
     assert {(r["alpha"], r["head"]) for r in digits_runs} == {
         (a, h) for a in (0.1, "none") for h in ("O-FedAvg", "FedCGS", "FedPFT")

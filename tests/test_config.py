@@ -233,7 +233,7 @@ def test_defaults_that_belong_to_another_object_are_read_from_it():
 
 def test_the_documentation_is_written_from_the_declarations():
     table = (ROOT / "docs" / "deployment.md").read_text()
-    table = table[table.index("### Run config") : table.index("## Faults and hostile input")]
+    table = table[table.index("### Run config") : table.index("## Many virtual clients")]
     for part in DeploymentConfig.parts().values():
         for s in part.settings():
             assert f"`{s.key}`" in table, s.key
