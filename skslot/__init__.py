@@ -3,22 +3,49 @@
 Training-free alignment of per-client features to a shared Gaussian reference
 (Bures-Wasserstein barycenter) by partial optimal transport, in front of any
 one-shot federated learning head.
+
+The public names are imported on first use (PEP 562), so that ``import
+skslot`` stays cheap for command-line entry points and Flower processes that
+need only part of the library; ``from skslot import SLOTTransformer`` works as
+usual.
 """
 
-from .barycenter import BuresBarycenter
-from .baselines import ClientStandardScaler
-from .exceptions import (
-    InvalidSummaryError,
-    SingleClientWarning,
-    SmallClientWarning,
-    UnknownClientWarning,
-)
-from .gaussian import GaussianSummary
-from .maps import GaussianMap
-from .summary import GaussianSummaryEstimator
-from .tau_search import FederatedTauSearch
-from .transformer import SLOTTransformer
-from .wire import SummaryFormatError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from .barycenter import BuresBarycenter
+    from .baselines import ClientStandardScaler
+    from .exceptions import (
+        InvalidSummaryError,
+        SingleClientWarning,
+        SmallClientWarning,
+        UnknownClientWarning,
+    )
+    from .gaussian import GaussianSummary
+    from .maps import GaussianMap
+    from .summary import GaussianSummaryEstimator
+    from .tau_search import FederatedTauSearch
+    from .transformer import SLOTTransformer
+    from .wire import SummaryFormatError
+
+# public name -> the submodule that defines it
+_SUBMODULE_OF = {
+    "BuresBarycenter": "barycenter",
+    "ClientStandardScaler": "baselines",
+    "FederatedTauSearch": "tau_search",
+    "GaussianMap": "maps",
+    "GaussianSummary": "gaussian",
+    "GaussianSummaryEstimator": "summary",
+    "InvalidSummaryError": "exceptions",
+    "SLOTTransformer": "transformer",
+    "SingleClientWarning": "exceptions",
+    "SmallClientWarning": "exceptions",
+    "SummaryFormatError": "wire",
+    "UnknownClientWarning": "exceptions",
+}
 
 __all__ = [
     "BuresBarycenter",
@@ -36,3 +63,17 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    try:
+        submodule = _SUBMODULE_OF[name]
+    except KeyError:
+        raise AttributeError(f"module 'skslot' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f".{submodule}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -8,7 +8,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin
-from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted
 
 from ._doc_link import DocLinkMixin
@@ -421,6 +420,8 @@ class FederatedTauSearch(
         score : float
             The (weighted) share of rows whose prediction is ``y``.
         """
+        from sklearn.metrics import accuracy_score  # on use: importing it costs every process
+
         return float(accuracy_score(y, self.predict(X, client=client), sample_weight=sample_weight))
 
     def __sklearn_tags__(self):

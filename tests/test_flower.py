@@ -949,6 +949,24 @@ def test_the_launcher_reads_the_outcome_from_flower_and_the_report(tmp_path):
     assert _outcome(6, "finished:completed", "", None).exit_code == COMPLETED
 
 
+def test_the_launcher_takes_a_completed_run_from_its_report_at_the_stream_s_end(tmp_path):
+    """A log stream that ended with a report saying completed needs no ``flwr ls``; a
+    failed or running report, a dropped stream or an unseen folder still ask Flower."""
+    from skslot.flower.launch import _ended_by_report
+
+    folder = tmp_path / "run-7"
+    folder.mkdir()
+    assert _ended_by_report(tmp_path, 7, True) == ("", "")  # no report yet
+    for status in ("running", "failed"):
+        (folder / "report.json").write_text(json.dumps({"status": status}))
+        assert _ended_by_report(tmp_path, 7, True) == ("", "")
+    (folder / "report.json").write_text(json.dumps({"status": "completed"}))
+    assert _ended_by_report(tmp_path, 7, True) == ("finished:completed", "")
+    assert _ended_by_report(tmp_path, 7, False) == ("", "")  # the stream dropped or timed out
+    assert _ended_by_report(None, 7, True) == ("", "")  # the folder is not visible here
+    assert _ended_by_report(tmp_path, 8, True) == ("", "")  # another run's report
+
+
 def test_the_launcher_shows_a_reattached_log_stream_once(tmp_path):
     """After a dropped stream the log comes again from its start: only the new lines show."""
     import io

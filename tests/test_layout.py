@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
+import subprocess
 import sys
 from collections.abc import Hashable, Mapping
 from pathlib import Path
@@ -265,3 +266,29 @@ def test_docs_benchmarks_and_code_tell_no_development_history():
         if pattern.search(line)
     ]
     assert not found, found
+
+
+@pytest.mark.parametrize("package", ["skslot", "skslot.flower"])
+def test_importing_the_package_imports_no_scientific_stack(package):
+    """The packages load their public names on first use (PEP 562): a fresh
+    interpreter that only imports one has not imported scikit-learn, scipy or
+    numpy (Flower's commands import ``skslot.flower`` to find the Apps), and
+    every public name then resolves to its defining module."""
+    if package == "skslot.flower":
+        pytest.importorskip("flwr", reason="skslot.flower's Flower names need flwr")
+    code = (
+        f"import sys, {package} as skslot\n"
+        "heavy = sorted(m for m in ('sklearn', 'scipy', 'numpy', 'pandas') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+        "for name in skslot.__all__:\n"
+        "    obj = getattr(skslot, name)\n"
+        "    assert obj.__name__ == name and obj.__module__.startswith('skslot.'), name\n"
+        "assert set(skslot.__all__) <= set(dir(skslot))\n"
+        "try:\n"
+        "    skslot.not_a_name\n"
+        "except AttributeError as error:\n"
+        "    assert 'not_a_name' in str(error)\n"
+        "else:\n"
+        "    raise AssertionError('an unknown name resolved')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -9,25 +9,50 @@ this package only moves their wire formats through Flower messages and checks
 what it receives.
 
 :class:`DeploymentConfig` and :func:`write_flower_app` work without Flower
-installed; the other names import it on first use.
+installed, the others import it.  Every name is imported on first use
+(PEP 562), so that Flower's own commands, which import this
+package to find the Apps, do not pay for the whole library.
 """
 
+from __future__ import annotations
+
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._deprecation import moved_names
-from .config import (
-    AlignmentSettings,
-    DataSettings,
-    DefenceSettings,
-    DeploymentConfig,
-    PrivacySettings,
-    ProtocolSettings,
-    RunSettings,
-    Setting,
-    write_flower_app,
-)
 
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from .client_app import ClientData, load_client_data
+    from .config import (
+        AlignmentSettings,
+        DataSettings,
+        DefenceSettings,
+        DeploymentConfig,
+        PrivacySettings,
+        ProtocolSettings,
+        RunSettings,
+        Setting,
+        write_flower_app,
+    )
+    from .server_app import run_one_shot
+    from .transport import FlowerTransport
+
+#: Names that work without Flower installed -> their module.
+_CONFIG = dict.fromkeys(
+    [
+        "AlignmentSettings",
+        "DataSettings",
+        "DefenceSettings",
+        "DeploymentConfig",
+        "PrivacySettings",
+        "ProtocolSettings",
+        "RunSettings",
+        "Setting",
+        "write_flower_app",
+    ],
+    "config",
+)
+#: Names that import Flower -> their module.
 _NEED_FLOWER = {
     "ClientData": "client_app",
     "load_client_data": "client_app",
@@ -37,15 +62,18 @@ _NEED_FLOWER = {
 
 __all__ = [
     "AlignmentSettings",
+    "ClientData",
     "DataSettings",
     "DefenceSettings",
     "DeploymentConfig",
+    "FlowerTransport",
     "PrivacySettings",
     "ProtocolSettings",
     "RunSettings",
     "Setting",
+    "load_client_data",
+    "run_one_shot",
     "write_flower_app",
-    *sorted(_NEED_FLOWER),
 ]
 
 
@@ -63,14 +91,23 @@ _moved = moved_names(__name__, _MOVED)
 def __getattr__(name: str) -> Any:
     if name in _MOVED:
         return _moved(name)
-    if name not in _NEED_FLOWER:
+    if name in _CONFIG:
+        value = getattr(import_module(f"{__name__}.{_CONFIG[name]}"), name)
+    elif name in _NEED_FLOWER:
+        try:
+            module = import_module(f"{__name__}.{_NEED_FLOWER[name]}")
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").partition(".")[0] != "flwr":
+                raise
+            raise ImportError(
+                f"skslot.flower.{name} needs Flower: pip install 'skslot[flower]'"
+            ) from exc
+        value = getattr(module, name)
+    else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        module = import_module(f"{__name__}.{_NEED_FLOWER[name]}")
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] != "flwr":
-            raise
-        raise ImportError(
-            f"skslot.flower.{name} needs Flower: pip install 'skslot[flower]'"
-        ) from exc
-    return getattr(module, name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

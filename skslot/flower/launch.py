@@ -4,10 +4,11 @@
 ServerApp completed or raised (Flower 1.42: ``flwr.cli.run`` starts the run and
 streams its log, and ``flwr.cli.log`` ends the stream when the run is
 finished, whatever its sub-status).  :func:`run_and_wait` starts the run,
-streams its log, then asks the SuperLink how the run ended
-(``flwr ls SUPERLINK --run-id ID --format json``: ``finished:completed``,
-``finished:failed`` or ``finished:stopped``) and reads the run's own
-``report.json`` (``output-dir/run-<id>/``) when it can see that folder.  It
+streams its log, then reads the run's own ``report.json``
+(``output-dir/run-<id>/``) when it can see that folder: a stream that ended
+with a report that says ``completed`` is a completed run; otherwise it asks
+the SuperLink how the run ended (``flwr ls SUPERLINK --run-id ID --format
+json``: ``finished:completed``, ``finished:failed`` or ``finished:stopped``).  It
 keeps waiting through a SuperLink restart (the log stream is attached again,
 without repeating what was shown), up to ``reconnect_timeout`` seconds of
 unreachable SuperLink.
@@ -285,7 +286,7 @@ def launch(
     def left() -> float | None:
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-    status, details, unreachable_since = "", "", None
+    status, details, unreachable_since, code = "", "", None, None
     try:
         while True:
             if stream:
@@ -295,7 +296,9 @@ def launch(
                     print(
                         "skslot: the log stream dropped; asking the SuperLink", file=out, flush=True
                     )
-            status, details = _status(flwr, connection, run_id, env)
+            status, details = _ended_by_report(folder_root, run_id, stream and code == 0)
+            if not status:
+                status, details = _status(flwr, connection, run_id, env)
             if status.startswith("finished"):
                 break
             now = time.monotonic()
@@ -340,6 +343,23 @@ def _status(flwr: list[str], connection: list[str], run_id: int, env: Mapping) -
         return "unreachable", _one_line(why or "no reply")
     run = payload["runs"][0]
     return str(run.get("status", "")), str(run.get("status-details", ""))
+
+
+def _ended_by_report(root: Path | None, run_id: int, stream_ended: bool) -> tuple[str, str]:
+    """``("finished:completed", "")`` when the log stream ended and the report says completed.
+
+    The ServerApp writes ``report.json`` with its final status as its last
+    act, and Flower ends a run's log stream once the run is finished:
+    together they tell a completed run without one more ``flwr ls`` call (a
+    CLI start, about a second).  Otherwise (no stream, no visible report, a
+    run that failed, whose reason Flower may add to, or one still
+    ``running``) ``("", "")``: ask Flower.
+    """
+    if not stream_ended or root is None:
+        return "", ""
+    report = _read_report(root / f"run-{run_id}")
+    completed = report is not None and report.get("status") == "completed"
+    return ("finished:completed", "") if completed else ("", "")
 
 
 def _read_report(folder: Path) -> dict | None:

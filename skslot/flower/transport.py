@@ -43,7 +43,7 @@ from . import messages
 __all__ = ["FlowerTransport"]
 
 #: Seconds between the first polls for a stage's replies, and at most.
-_FIRST_POLL, _LAST_POLL = 0.05, 1.0
+_FIRST_POLL, _LAST_POLL = 0.05, 0.25
 
 
 def _seconds(value: float) -> str:

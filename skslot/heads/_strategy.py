@@ -109,9 +109,7 @@ class HeadStrategy:
         """Server: the head at ``candidate`` on the fitting rows of all clients but the k-th."""
         raise NotImplementedError
 
-    def fit_final(
-        self, head: OneShotHead, candidate: Candidate, server: ServerSide
-    ) -> OneShotHead:
+    def fit_final(self, head: OneShotHead, candidate: Candidate, server: ServerSide) -> OneShotHead:
         """Server: the head at ``candidate`` on all the clients' rows."""
         raise NotImplementedError
 

@@ -284,7 +284,8 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
     >>> from skslot.datasets import make_federated_classification
     >>> from skslot.heads import OneShotFedAvgClassifier
     >>> data = make_federated_classification(n_clients=3, alpha=0.3, random_state=0)
-    >>> head = OneShotFedAvgClassifier().fit(data.X, data.y, client=data.client)
+    >>> head = OneShotFedAvgClassifier(max_iter=500)  # converged local heads on these data
+    >>> head = head.fit(data.X, data.y, client=data.client)
     >>> head.predict(data.X[:3]).shape
     (3,)
     """

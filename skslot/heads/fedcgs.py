@@ -126,5 +126,3 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         self.covariance_ = S
         self.coef_ = coef
         self.intercept_ = intercept
-
-

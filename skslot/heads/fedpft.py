@@ -11,8 +11,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import clone
-from sklearn.linear_model import LogisticRegression
-from sklearn.mixture import GaussianMixture
 from sklearn.utils import check_random_state
 
 from .._param_validation import HasMethods, Interval, InvalidParameterError, Options
@@ -255,6 +253,8 @@ class FedPFTClassifier(OneShotHead):
                 if self.covariance_type == "spherical":
                     cov = np.array([cov.mean()])
             return np.ones(1), mean[None], cov[None]
+        from sklearn.mixture import GaussianMixture  # on use: a Flower process per message
+
         gm = GaussianMixture(
             n_components=n_components,
             covariance_type=self.covariance_type,
@@ -304,7 +304,12 @@ class FedPFTClassifier(OneShotHead):
             raise ValueError(
                 "the clients' mixtures cover fewer than 2 classes; lower min_samples_per_class"
             )
-        base = self.estimator if self.estimator is not None else LogisticRegression(max_iter=1000)
+        if self.estimator is not None:
+            base = self.estimator
+        else:
+            from sklearn.linear_model import LogisticRegression  # on use, as GaussianMixture
+
+            base = LogisticRegression(max_iter=1000)
         self.estimator_ = clone(base).fit(np.vstack(X_parts), y_syn)
         self.classes_ = classes
         self.skipped_classes_ = [message.skipped for message in statistics]

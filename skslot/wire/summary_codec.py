@@ -366,6 +366,4 @@ def decode_summary(
         shrink: float | None = float(shrinkage)
     else:
         shrink = None
-    return SummaryFields(
-        int(n), values[:m], symmetric_from_upper(values[m:], m), shrink, client
-    )
+    return SummaryFields(int(n), values[:m], symmetric_from_upper(values[m:], m), shrink, client)
