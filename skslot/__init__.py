@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         UnknownClientWarning,
     )
     from .gaussian import GaussianSummary
+    from .low_rank import LowRankGaussianSummary, LowRankMap
     from .maps import GaussianMap
     from .summary import GaussianSummaryEstimator
     from .tau_search import FederatedTauSearch
@@ -40,6 +41,8 @@ _SUBMODULE_OF = {
     "GaussianSummary": "gaussian",
     "GaussianSummaryEstimator": "summary",
     "InvalidSummaryError": "exceptions",
+    "LowRankGaussianSummary": "low_rank",
+    "LowRankMap": "low_rank",
     "SLOTTransformer": "transformer",
     "SingleClientWarning": "exceptions",
     "SmallClientWarning": "exceptions",
@@ -55,6 +58,8 @@ __all__ = [
     "GaussianSummary",
     "GaussianSummaryEstimator",
     "InvalidSummaryError",
+    "LowRankGaussianSummary",
+    "LowRankMap",
     "SLOTTransformer",
     "SingleClientWarning",
     "SmallClientWarning",

@@ -48,8 +48,25 @@ VARIANCE_RANGE = (1e-100, 1e100)
 
 def _check_magnitude(mean: np.ndarray, cov: np.ndarray) -> None:
     """Reject a summary whose scale the Gaussian OT computations cannot represent."""
+    check_magnitude(mean, float(np.sum(np.diagonal(cov) / cov.shape[0])))
+
+
+def check_magnitude(mean: np.ndarray, variance: float) -> None:
+    """Reject a mean and a mean variance ``tr(S) / m`` outside :data:`VARIANCE_RANGE`.
+
+    Parameters
+    ----------
+    mean : ndarray of shape (m,)
+    variance : float
+        ``tr(S) / m``.
+
+    Raises
+    ------
+    InvalidSummaryError
+        If the variance or a mean entry leaves the range the barycenter and
+        the maps can square in float64.
+    """
     low, high = VARIANCE_RANGE
-    variance = float(np.sum(np.diagonal(cov) / cov.shape[0]))
     if not low <= variance <= high:
         raise InvalidSummaryError(
             f"mean variance {variance:.3g} is outside the supported range [{low:g}, {high:g}] "

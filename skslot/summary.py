@@ -136,14 +136,37 @@ def ledoit_wolf_shrinkage(S: np.ndarray, s4: float, n: int) -> float:
     shrinkage : float
         The shrinkage ``s``, in ``[0, 1]``.
     """
-    m = S.shape[0]
-    trace = float(np.trace(S))
+    return shrinkage_from_traces(float(np.trace(S)), float(np.sum(S * S)), s4, n, S.shape[0])
+
+
+def shrinkage_from_traces(trace: float, frobenius2: float, s4: float, n: int, m: int) -> float:
+    """:func:`ledoit_wolf_shrinkage` from ``tr S`` and ``||S||_F^2`` alone.
+
+    Both are traces of the rows' ``n x n`` Gram matrix ``Z Z^T`` as well
+    (``tr S = tr(Z Z^T) / n``, ``||S||_F^2 = ||Z Z^T||_F^2 / n^2``), which is how
+    a low-rank summary computes them without forming ``S``.
+
+    Parameters
+    ----------
+    trace : float
+        ``tr S``.
+    frobenius2 : float
+        ``||S||_F^2``.
+    s4 : float
+        ``sum ||z_i||^4``.
+    n, m : int
+        The number of rows and the dimension.
+
+    Returns
+    -------
+    shrinkage : float
+        The shrinkage ``s``, in ``[0, 1]``.
+    """
     mu = trace / m
     if m == 1 or trace == 0.0:
         return 0.0
-    delta_ = float(np.sum(S * S))  # ||S||_F^2
-    beta = (s4 / n - delta_) / (m * n)
-    delta = (delta_ - 2.0 * mu * trace + m * mu**2) / m
+    beta = (s4 / n - frobenius2) / (m * n)
+    delta = (frobenius2 - 2.0 * mu * trace + m * mu**2) / m
     beta = min(beta, delta)
     return 0.0 if beta <= 0.0 else beta / delta
 
@@ -244,7 +267,45 @@ def shrunk_summary(
     m = mean.shape[0]
     mu = float(np.trace(S)) / m
     cov = (1.0 - shrinkage) * S
-    cov.flat[:: m + 1] += shrinkage * mu
+    cov.flat[:: m + 1] += shrinkage * mu + floor_shift(
+        mu, shrinkage, mean, covariance_floor=covariance_floor, client=client
+    )
+    return GaussianSummary(n=n, mean=mean, covariance=cov, shrinkage=shrinkage, client=client)
+
+
+def floor_shift(
+    mu: float,
+    shrinkage: float,
+    mean: np.ndarray,
+    *,
+    covariance_floor: float,
+    client: int | str | None = None,
+) -> float:
+    """What the floor of :func:`ledoit_wolf_summary` adds to the shrunk covariance's diagonal.
+
+    Warns when the sample covariance is zero (all rows identical).
+
+    Parameters
+    ----------
+    mu : float
+        ``tr(S) / m``.
+    shrinkage : float
+        The Ledoit-Wolf shrinkage.
+    mean : ndarray of shape (m,)
+        The rows' mean (the floor's scale when ``mu = 0``).
+    covariance_floor : float
+        The relative floor on the smallest eigenvalue.
+    client : int, str or None, default=None
+        The client, for the warning.
+
+    Returns
+    -------
+    shift : float
+        ``max(0, covariance_floor * scale - lower bound)``, with the lower
+        bound ``shrinkage * mu`` on the smallest eigenvalue (``mu`` when
+        ``m = 1``).
+    """
+    m = mean.shape[0]
     scale = mu
     if scale <= 0.0:
         scale = float(mean @ mean) / m or 1.0
@@ -252,13 +313,11 @@ def shrunk_summary(
             f"client {client!r} has a zero sample covariance (all rows identical); "
             f"its covariance is floored to {covariance_floor * scale:.3g} * I",
             UserWarning,
-            stacklevel=4,
+            stacklevel=5,
         )
     floor = covariance_floor * scale
     lower_bound = mu if m == 1 else shrinkage * mu  # on the smallest eigenvalue
-    if lower_bound < floor:
-        cov.flat[:: m + 1] += floor - lower_bound
-    return GaussianSummary(n=n, mean=mean, covariance=cov, shrinkage=shrinkage, client=client)
+    return max(0.0, floor - lower_bound)
 
 
 class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstimator):

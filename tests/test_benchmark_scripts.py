@@ -77,3 +77,18 @@ def test_many_clients_benchmark_runs_and_its_modes_agree():
     assert "speed-up" in result.stdout and "x |" in result.stdout
     distance = float(result.stdout.split("relative distance to the fixed point's answer ")[1][:7])
     assert distance < 1e-8
+
+
+def test_low_rank_benchmark_runs_and_its_two_paths_agree():
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "low_rank.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| 300 |")]
+    assert len(rows) == 2
+    barycenter, maps = (float(v) for v in rows[0].split("|")[-2].split(","))
+    assert barycenter <= 1e-8 and maps <= 1e-8  # the converged case: equal paths
+    assert "dense not converged" in rows[1]  # the one-iteration case says so

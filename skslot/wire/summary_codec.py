@@ -64,8 +64,8 @@ class SummaryFields(NamedTuple):
     client: int | str | None
 
 
-class _Summary(Protocol):
-    """What the encoder reads: the attributes of :class:`SummaryFields`."""
+class _Moments(Protocol):
+    """The attributes every summary's encoder reads: count, mean, shrinkage, label."""
 
     @property
     def n(self) -> int: ...
@@ -74,13 +74,17 @@ class _Summary(Protocol):
     def mean(self) -> np.ndarray: ...
 
     @property
-    def covariance(self) -> np.ndarray: ...
-
-    @property
     def shrinkage(self) -> float | None: ...
 
     @property
     def client(self) -> int | str | None: ...
+
+
+class _Summary(_Moments, Protocol):
+    """What the encoder reads: the attributes of :class:`SummaryFields`."""
+
+    @property
+    def covariance(self) -> np.ndarray: ...
 
 
 #: Largest sample count a payload may declare (exactly representable in float64).
@@ -121,6 +125,47 @@ def _label_bytes(client: int | str | None) -> tuple[int, bytes]:
             raise SummaryFormatError(f"client label longer than {_MAX_LABEL_BYTES} bytes")
         return _FLAG_STR_LABEL, struct.pack("<H", len(encoded)) + encoded
     return 0, b""
+
+
+def read_label(data: bytes, offset: int, flags: int) -> tuple[int | str | None, int]:
+    """The client label at ``offset`` that the header ``flags`` announce, and the offset after it.
+
+    Parameters
+    ----------
+    data : bytes
+        The payload.
+    offset : int
+        Where the label starts (after the header).
+    flags : int
+        The header's flags (``2``: an int64 label; ``4``: a uint16 length and UTF-8 bytes).
+
+    Returns
+    -------
+    client : int, str or None
+    offset : int
+
+    Raises
+    ------
+    SummaryFormatError
+        If the payload ends inside the label, or its length or UTF-8 is invalid.
+    """
+    client: int | str | None = None
+    try:
+        if flags & _FLAG_INT_LABEL:
+            (client,) = struct.unpack_from("<q", data, offset)
+            offset += 8
+        elif flags & _FLAG_STR_LABEL:
+            (length,) = struct.unpack_from("<H", data, offset)
+            offset += 2
+            if length > _MAX_LABEL_BYTES or offset + length > len(data):
+                raise SummaryFormatError("client label length is invalid")
+            client = data[offset : offset + length].decode("utf-8")
+            offset += length
+    except struct.error:
+        raise SummaryFormatError("payload truncated inside the client label") from None
+    except UnicodeDecodeError:
+        raise SummaryFormatError("client label is not valid UTF-8") from None
+    return client, offset
 
 
 def check_wire_label(client: object) -> int | str | None:
@@ -333,23 +378,7 @@ def decode_summary(
         )
     if not 2 <= n <= MAX_COUNT:
         raise SummaryFormatError(f"n must be between 2 and 2**53, payload says {n}")
-    offset = _HEADER.size
-    client: int | str | None = None
-    try:
-        if flags & _FLAG_INT_LABEL:
-            (client,) = struct.unpack_from("<q", data, offset)
-            offset += 8
-        elif flags & _FLAG_STR_LABEL:
-            (length,) = struct.unpack_from("<H", data, offset)
-            offset += 2
-            if length > _MAX_LABEL_BYTES or offset + length > len(data):
-                raise SummaryFormatError("client label length is invalid")
-            client = data[offset : offset + length].decode("utf-8")
-            offset += length
-    except struct.error:
-        raise SummaryFormatError("payload truncated inside the client label") from None
-    except UnicodeDecodeError:
-        raise SummaryFormatError("client label is not valid UTF-8") from None
+    client, offset = read_label(data, _HEADER.size, flags)
     dt = _DTYPES[dtype_code]
     expected = offset + (m + m * (m + 1) // 2) * dt.itemsize
     if len(data) != expected:

@@ -1,0 +1,272 @@
+"""Low-rank summaries, their barycenter and maps: equal to the dense paths, never m x m."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from sklearn.covariance import LedoitWolf
+
+from skslot import GaussianMap, GaussianSummary, GaussianSummaryEstimator, InvalidSummaryError
+from skslot._barycenter_kernel import bures_wasserstein_barycenter
+from skslot.low_rank import (
+    LowRankGaussianSummary,
+    LowRankMap,
+    common_basis,
+    low_rank_barycenter,
+)
+
+from .conftest import few_rows_per_client
+
+
+def rel(a, b):
+    return np.max(np.abs(a - b)) / np.max(np.abs(b))
+
+
+def clients(rng, m, sizes):
+    """Rows of anisotropic, shifted Gaussians: one client per size."""
+    return [
+        (rng.normal(0.5 * k, 1.0, size=(n, m)) * rng.uniform(0.2, 3.0, size=m)) + 10.0
+        for k, n in enumerate(sizes)
+    ]
+
+
+@few_rows_per_client  # the dense estimator warns where the low-rank form is for
+@pytest.mark.parametrize("shape", [(30, 60), (100, 400), (3, 50), (2, 7), (60, 20), (40, 1)])
+def test_from_rows_is_scikit_learn_s_ledoit_wolf(rng, shape):
+    X = rng.normal(loc=3.0, size=shape) * rng.uniform(0.1, 5.0, size=shape[1])
+    lw = LedoitWolf().fit(X)
+    s = LowRankGaussianSummary.from_rows(X, client="a")
+    assert s.rank == min(shape[0] - 1, shape[1]) or shape[1] == 1
+    assert rel(s.mean, lw.location_) <= 1e-12
+    # (2, 7): no shrinkage, so the floor (1e-8 of the mean variance) lifts the null space
+    floored = s.shrinkage * np.trace(lw.covariance_) / shape[1] < 1e-8 * lw.covariance_.max()
+    assert rel(s.covariance(), lw.covariance_) <= (1e-8 if floored else 1e-10)
+    assert s.shrinkage == pytest.approx(lw.shrinkage_, rel=1e-10, abs=1e-14)
+    assert (s.n, s.client) == (shape[0], "a")
+    dense = GaussianSummaryEstimator().fit(X).summaries_[None]
+    assert rel(s.to_dense().covariance, dense.covariance) <= 1e-10
+
+
+@few_rows_per_client
+def test_identical_rows_get_the_dense_summary_s_floor(rng):
+    X = np.tile(rng.normal(size=(1, 30)), (5, 1))
+    with pytest.warns(UserWarning, match="zero sample covariance"):
+        s = LowRankGaussianSummary.from_rows(X)
+    with pytest.warns(UserWarning, match="zero sample covariance"):
+        dense = GaussianSummaryEstimator().fit(X).summaries_[None]
+    assert s.rank == 0
+    assert rel(s.covariance(), dense.covariance) <= 1e-12
+
+
+def test_from_rows_never_forms_an_m_by_m_matrix(rng):
+    n, m = 40, 3000
+    X = rng.normal(size=(n, m))
+    tracemalloc.start()
+    LowRankGaussianSummary.from_rows(X)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 10 * n * m * 8  # a dense covariance alone is m^2 * 8 = 72 MB
+    assert peak < m * m * 8 / 10
+
+
+def test_common_basis_is_orthonormal_and_holds_every_basis(rng):
+    m = 50
+    U1 = np.linalg.qr(rng.normal(size=(m, 6)))[0]
+    U2 = np.linalg.qr(rng.normal(size=(m, 4)))[0]
+    inside = np.linalg.qr(U1[:, :3] @ rng.normal(size=(3, 3)))[0]  # a span already held
+    V = common_basis([U1, U2, inside, U1])
+    assert V.shape == (m, 10)
+    assert np.abs(V.T @ V - np.eye(10)).max() <= 1e-13
+    for U in (U1, U2, inside):
+        assert np.abs(U - V @ (V.T @ U)).max() <= 1e-12
+
+
+@pytest.mark.parametrize(
+    ("m", "sizes"),
+    [(300, [30, 40, 25, 50]), (60, [30, 40, 25, 50]), (120, [15, 90])],
+    ids=["span smaller than m", "span is the whole space", "one client with more rows"],
+)
+def test_the_barycenter_on_the_span_is_the_dense_barycenter(rng, m, sizes):
+    lows = [LowRankGaussianSummary.from_rows(X) for X in clients(rng, m, sizes)]
+    barycenter = low_rank_barycenter(lows, tol=1e-12)
+    reference, result = barycenter.reference, barycenter.result
+    w = np.array(sizes) / sum(sizes)
+    dense = bures_wasserstein_barycenter(np.stack([s.covariance() for s in lows]), w, tol=1e-12)
+    assert result.converged and dense.converged
+    assert rel(reference.covariance(), dense.covariance) <= 1e-8
+    assert rel(reference.mean, w @ np.stack([s.mean for s in lows])) <= 1e-14
+    assert reference.n == sum(sizes)
+    assert reference.rank == min(m, sum(min(n - 1, m) for n in sizes))
+    # the complement's scalar: (sum_k w_k c_k^{1/2})^2
+    expected = (w @ np.sqrt([s.complement for s in lows])) ** 2
+    assert reference.complement == pytest.approx(expected, rel=1e-14)
+
+
+def test_mixed_dense_and_low_rank_clients(rng):
+    m = 40
+    X_small, X_large = clients(rng, m, [12, 200])
+    small = LowRankGaussianSummary.from_rows(X_small)
+    large = LowRankGaussianSummary.from_dense(
+        GaussianSummaryEstimator().fit(X_large).summaries_[None]
+    )
+    assert large.rank == m
+    reference = low_rank_barycenter([small, large], tol=1e-12).reference
+    dense = bures_wasserstein_barycenter(
+        np.stack([small.covariance(), large.covariance()]), np.array([12, 200]) / 212, tol=1e-12
+    )
+    assert rel(reference.covariance(), dense.covariance) <= 1e-8
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.4, 1.0])
+def test_the_maps_are_the_dense_maps(rng, tau):
+    m = 200
+    lows = [LowRankGaussianSummary.from_rows(X) for X in clients(rng, m, [20, 35, 28])]
+    barycenter = low_rank_barycenter(lows, tol=1e-12)
+    reference = barycenter.reference
+    target = reference.to_dense()
+    rows = rng.normal(size=(9, m)) + 10.0
+    for source, own in zip(lows, barycenter.maps, strict=True):
+        dense = GaussianMap.optimal_transport(source.to_dense(), target).geodesic(tau)
+        for T in (
+            own,  # from the iteration's factorisations
+            LowRankMap.optimal_transport(source, reference, basis=reference.basis),
+            LowRankMap.optimal_transport(source, reference),  # on the pair's own span
+        ):
+            T = T.geodesic(tau)
+            assert rel(T.dense().linear, dense.linear) <= 1e-8
+            assert rel(T.apply(rows), dense.apply(rows)) <= 1e-10
+    # the full map pushes the source onto the reference: A S_s A = S_b
+    A = LowRankMap.optimal_transport(lows[0], reference).dense().linear
+    assert rel(A @ lows[0].covariance() @ A, reference.covariance()) <= 1e-8
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"basis": np.ones((5, 2))}, "not orthonormal"),
+        ({"eigenvalues": [1.0, -1.0]}, "eigenvalues must be positive"),
+        ({"eigenvalues": [1.0]}, "1 eigenvalues for a basis of 2 columns"),
+        ({"complement": 0.0}, "complement must be positive"),
+        ({"mean": np.zeros(4)}, "basis has 5 rows, expected 4"),
+        ({"mean": [0, 0, np.nan, 0, 0]}, "mean contains NaN"),
+        ({"n": 1}, "n must be an integer of at least 2"),
+        ({"complement": 1e120, "eigenvalues": [1e120, 1e120]}, "outside the supported range"),
+        ({"mean": [1e101, 0, 0, 0, 0]}, "exceed the supported magnitude"),
+    ],
+)
+def test_invalid_summaries_are_refused_naming_the_problem(changes, message):
+    good = {
+        "n": 10,
+        "mean": np.zeros(5),
+        "basis": np.eye(5)[:, :2],
+        "eigenvalues": [2.0, 3.0],
+        "complement": 0.5,
+    }
+    LowRankGaussianSummary(**good)
+    with pytest.raises(InvalidSummaryError, match=message):
+        LowRankGaussianSummary(**{**good, **changes})
+
+
+def test_bad_rows_and_mismatched_clients_are_refused(rng):
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        LowRankGaussianSummary.from_rows(rng.normal(size=(1, 5)))
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        LowRankGaussianSummary.from_rows(np.full((3, 5), np.inf))
+    a = LowRankGaussianSummary.from_rows(rng.normal(size=(4, 5)))
+    b = LowRankGaussianSummary.from_rows(rng.normal(size=(4, 6)))
+    with pytest.raises(ValueError, match="dimensions"):
+        low_rank_barycenter([a, b])
+    with pytest.raises(ValueError, match="weights must be 2 non-negative"):
+        low_rank_barycenter([a, a], np.array([0.9, 0.3]))
+    with pytest.raises(ValueError, match="dimensions differ"):
+        LowRankMap.optimal_transport(a, b)
+
+
+def test_the_caller_s_rows_are_not_changed(rng):
+    X = rng.normal(size=(10, 30))
+    before = X.copy()
+    s = LowRankGaussianSummary.from_rows(X)
+    T = LowRankMap.optimal_transport(s, s)
+    Y = T.apply(X)
+    np.testing.assert_array_equal(X, before)
+    assert rel(Y, X) <= 1e-10  # a summary onto itself: the identity
+    assert isinstance(s.to_dense(), GaussianSummary)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_the_wire_format_round_trips_and_is_small(rng, dtype):
+    s = LowRankGaussianSummary.from_rows(rng.normal(size=(30, 400)) + 5.0, client="clinic")
+    payload = s.to_bytes(dtype)
+    assert len(payload) == s.payload_size(dtype)
+    assert len(s.to_dense().to_bytes(dtype)) > 6 * len(
+        payload
+    )  # m (m + 3) / 2 against m (r + 1) + r
+    back = LowRankGaussianSummary.from_bytes(payload, expected_dimension=400)
+    assert (back.n, back.client, back.shrinkage, back.rank) == (30, "clinic", s.shrinkage, 29)
+    assert np.abs(back.basis.T @ back.basis - np.eye(29)).max() <= 1e-13  # orthonormal again
+    eps = float(np.finfo(dtype).eps)
+    assert rel(back.covariance(), s.covariance()) <= 50 * eps
+    assert back.complement == s.complement  # in the header, exactly
+
+
+def _header_with(payload: bytes, **fields) -> bytes:
+    import struct
+
+    layout = struct.Struct("<4sBBBxIIQdd")
+    names = ["magic", "version", "dtype", "flags", "m", "r", "n", "shrinkage", "complement"]
+    values = dict(zip(names, layout.unpack_from(payload), strict=True)) | fields
+    return layout.pack(*(values[k] for k in names)) + payload[layout.size :]
+
+
+def test_malformed_low_rank_payloads_are_refused_before_allocating(rng):
+    from skslot.wire import SummaryFormatError
+
+    s = LowRankGaussianSummary.from_rows(rng.normal(size=(6, 20)), client=3)
+    good = s.to_bytes("float64")
+    cases = {
+        "truncated": good[:-8],
+        "oversized": good + b"\0" * 8,
+        "bad magic": _header_with(good, magic=b"SKSG"),
+        "rank 21 above the accepted 20": _header_with(good, r=21),
+        "dimension 100000 outside": _header_with(good, m=100000),  # refused on the header
+        "n must be between 2": _header_with(good, n=1),
+        "NaN or infinite": _header_with(good, complement=float("nan")),
+    }
+    for message, payload in cases.items():
+        with pytest.raises(SummaryFormatError, match=message):
+            LowRankGaussianSummary.from_bytes(payload)
+    with pytest.raises(SummaryFormatError, match="dimension mismatch"):
+        LowRankGaussianSummary.from_bytes(good, expected_dimension=21)
+    with pytest.raises(SummaryFormatError, match="rank 5 above the accepted 4"):
+        LowRankGaussianSummary.from_bytes(good, max_rank=4)
+    # a hostile basis: one direction sent twice (its covariance would count it twice)
+    twice = LowRankGaussianSummary(6, s.mean, s.basis, s.eigenvalues, s.complement)
+    object.__setattr__(twice, "basis", np.column_stack([s.basis[:, :-1], s.basis[:, 0]]))
+    with pytest.raises(SummaryFormatError, match="basis is not orthonormal"):
+        LowRankGaussianSummary.from_bytes(twice.to_bytes("float64"))
+    # a negative eigenvalue (the encoder refuses one: written into the bytes here)
+    at = 40 + 8 + 20 * 8  # the header, the int64 label, the mean: the first eigenvalue
+    negative = good[:at] + np.float64(-1.0).tobytes() + good[at + 8 :]
+    with pytest.raises(InvalidSummaryError, match="eigenvalues must be positive"):
+        LowRankGaussianSummary.from_bytes(negative)
+
+
+def test_nearly_dependent_rows_still_give_an_orthonormal_basis(rng):
+    """Singular values down to 1e-5 of the largest: the Gram's eigenvectors lose
+    orthogonality (eps / 1e-10), so the summary comes from a QR factorisation."""
+    from skslot.low_rank import _covariance_eigh
+
+    left = np.linalg.qr(rng.normal(size=(21, 21)))[0][:, :20]
+    right = np.linalg.qr(rng.normal(size=(300, 20)))[0]
+    Z = (left * np.geomspace(1.0, 1e-5, 20)) @ right.T
+    Z -= Z.mean(axis=0)
+    W = np.linalg.eigh(Z @ Z.T)[1][:, -20:]
+    gram_basis = Z.T @ (W / np.linalg.norm(Z.T @ W, axis=0))
+    assert np.abs(gram_basis.T @ gram_basis - np.eye(20)).max() > 1e-10  # the Gram path's error
+    lam, U = _covariance_eigh(Z)
+    assert rel(lam, np.linalg.eigvalsh(Z.T @ Z / 21)[-20:]) <= 1e-12
+    assert U.shape == (300, 20)
+    assert np.abs(U.T @ U - np.eye(20)).max() <= 1e-13
+    X = Z + 7.0
+    s = LowRankGaussianSummary.from_rows(X)
+    assert rel(s.covariance(), LedoitWolf().fit(X).covariance_) <= 1e-10
