@@ -8,18 +8,24 @@ For m in {512, 1024, 2048, 4096} and K in {4, 32} clients, prints the time of
   per client, float32 and float64 rows),
 
 and the transform throughput (rows per second of ``GaussianMap.apply``) for
-float32 and float64, with the ratio CPU / GPU.  NumPy measurements that would
-not fit the time budget are skipped and marked; the script stops measuring
-NumPy once ``--budget`` seconds have passed, so it finishes unattended in
-under 3 minutes on one GPU.
+float32 and float64, with the ratio CPU / GPU.  Then the low-rank path
+(:mod:`skslot.low_rank`, K clients of ``--low-rank-rows`` rows, fewer than
+``m``): each client's factor summary (NumPy), the server step
+(``low_rank_barycenter``: the ``d x d`` fixed point and every map, ``d`` the
+sum of the ranks) with the fixed point in NumPy or on the device, and
+``LowRankMap.apply``'s throughput on NumPy rows and on device tensors.
+NumPy measurements that would not fit the time budget are skipped and marked;
+the script stops measuring NumPy once ``--budget`` seconds have passed, so it
+finishes unattended in under 3 minutes on one GPU.
 
 Usage (defaults are the full grid on CUDA)::
 
     python benchmarks/gpu_bench.py [--device cuda] [--dims 512,1024,2048,4096]
         [--clients 4,32] [--rows 4096] [--transform-rows 100000] [--budget 120]
+        [--low-rank-rows 100]
 
-``--device cpu --dims 64 --clients 4 --rows 256 --transform-rows 1000`` is a
-smoke run of the same code without a GPU.
+``--device cpu --dims 64 --clients 4 --rows 256 --transform-rows 1000
+--low-rank-rows 10`` is a smoke run of the same code without a GPU.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from threadpoolctl import threadpool_info
 
 from skslot import GaussianMap, GaussianSummaryEstimator
 from skslot.barycenter import bures_wasserstein_barycenter
+from skslot.low_rank import LowRankGaussianSummary, low_rank_barycenter
 
 
 def synchronise(device: torch.device) -> None:
@@ -68,6 +75,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=4096, help="rows per client (summaries)")
     parser.add_argument("--transform-rows", type=int, default=100_000)
     parser.add_argument("--budget", type=float, default=120.0, help="seconds for NumPy runs")
+    parser.add_argument(
+        "--low-rank-rows", type=int, default=100, help="rows per client (low-rank path)"
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     dims = [int(d) for d in args.dims.split(",")]
@@ -79,6 +89,8 @@ def main() -> None:
           f"{os.cpu_count()} CPU cores")
     # warm-up: CUDA context, cuSOLVER and cuBLAS handles
     bures_wasserstein_barycenter(covariances_on(device, 64, 2, 0), np.full(2, 0.5), max_iter=2)
+
+    cpu = torch.device("cpu")
 
     def numpy_allowed(estimate: float) -> bool:
         return time.perf_counter() - start + estimate < args.budget
@@ -156,6 +168,41 @@ def main() -> None:
             else:
                 cells = f"skipped | {n / t_gpu:,.0f} | -"
             print(f"| {m} | {np.dtype(dtype).name} | {cells} |")
+            del X
+
+    n = args.low_rank_rows
+    print(f"\n## Low-rank path: K clients x {n} rows, seconds (transform: rows per second)\n")
+    print("| m | K | d | summary, NumPy | server step: NumPy CPU | torch GPU | CPU / GPU "
+          "| transform float32: NumPy CPU | torch GPU | GPU / CPU |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for m in dims:
+        for K in clients:
+            if K * (n - 1) >= m:
+                continue  # the ranks span R^m: the estimators take the dense path
+            parts = [rng.normal(k, 1.0 + k, size=(n, m)) for k in range(K)]
+            t_summary = timed(lambda p=parts[0]: LowRankGaussianSummary.from_rows(p), cpu)
+            summaries = [LowRankGaussianSummary.from_rows(p) for p in parts]
+            d = sum(s.rank for s in summaries)
+            low_rank_barycenter(summaries, device=device, max_iter=2)  # warm-up
+            t_gpu = timed(lambda s=summaries: low_rank_barycenter(s, device=device), device)
+            estimate = 15 * per_flop * K * d**3 if per_flop else 0.0
+            if numpy_allowed(estimate):
+                t_cpu = timed(lambda s=summaries: low_rank_barycenter(s), cpu)
+                step = f"{t_cpu:.3f} | {t_gpu:.4f} | {t_cpu / t_gpu:.1f}x"
+            else:
+                step = f"skipped (est. {estimate:.0f}) | {t_gpu:.4f} | -"
+            T = low_rank_barycenter(summaries, device=device).maps[0].geodesic(0.6)
+            rows = args.transform_rows
+            X = torch.randn(rows, m, device=device, dtype=torch.float32)
+            T.apply(X[:1000])  # warm-up
+            t_gpu = timed(lambda X=X, T=T: T.apply(X), device, repeat=3)
+            if numpy_allowed(4e-11 * rows * m * d):
+                host = X.cpu().numpy()
+                t_cpu = timed(lambda host=host, T=T: T.apply(host), cpu)
+                apply = f"{rows / t_cpu:,.0f} | {rows / t_gpu:,.0f} | {t_cpu / t_gpu:.1f}x"
+            else:
+                apply = f"skipped | {rows / t_gpu:,.0f} | -"
+            print(f"| {m} | {K} | {d} | {t_summary:.4f} | {step} | {apply} |")
             del X
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
 

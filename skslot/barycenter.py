@@ -34,8 +34,12 @@ from ._param_validation import Interval, Options, ParameterValidationMixin
 from ._validation import client_weights
 from .exceptions import SingleClientWarning, warn_single_client
 from .gaussian import GaussianSummary, as_summary_list
+from .low_rank import LowRankGaussianSummary, low_rank_barycenter
 from .maps import GaussianMap
 from .summary import GaussianSummaryEstimator
+
+#: The summary types the server step takes.
+SUMMARY_KINDS = (GaussianSummary, LowRankGaussianSummary)
 
 __all__ = [
     "BarycenterResult",
@@ -52,6 +56,16 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
     ``mean_ = sum_k w_k mu_k`` and ``covariance_`` is the Bures-Wasserstein
     barycenter of the client covariances (see
     :func:`bures_wasserstein_barycenter`), with ``w_k = n_k / N`` by default.
+
+    Summaries in factor form (:class:`~skslot.low_rank.LowRankGaussianSummary`,
+    from ``GaussianSummaryEstimator(form="low-rank")``) whose ranks add up to
+    fewer than ``m`` take the exact low-rank path
+    (:func:`~skslot.low_rank.low_rank_barycenter`): the fixed point runs on
+    the ``d``-dimensional span of the clients' bases, no ``m x m`` matrix is
+    formed, the reference is a low-rank summary and the maps are
+    :class:`~skslot.low_rank.LowRankMap`.  Otherwise (a dense summary among
+    them, or ranks that span ``R^m``) every summary is made dense and the
+    dense path runs.
 
     Parameters
     ----------
@@ -87,24 +101,36 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         a cluster).
     covariance_floor, chunk_size
         Passed to :class:`GaussianSummaryEstimator` when ``fit`` is given rows.
+    form : {"dense", "low-rank"}, default="dense"
+        Passed to :class:`GaussianSummaryEstimator` when ``fit`` is given
+        rows: ``"low-rank"`` summarises each client in factor form (for
+        clients with fewer rows than features), which selects the low-rank
+        path when the ranks add up to fewer than ``m``.
     device : str or torch.device, default=None
         Run the fixed point in torch on this device (for example ``"cuda"``),
         its ``K`` eigendecompositions per iteration as one batched call.
         Default: NumPy on the host, or the device of a torch tensor given to
         ``fit`` as rows.  The reference is returned on the host either way.
+        On the low-rank path the ``d x d`` fixed point runs there (the
+        summaries and maps stay on the host).
 
     Attributes
     ----------
     mean_ : ndarray of shape (m,)
-    covariance_ : ndarray of shape (m, m)
+    covariance_ : ndarray of shape (m, m) or None
+        ``None`` on the low-rank path, where the reference is held in factor
+        form (``reference_.covariance()`` forms it).
+    form_ : {"dense", "low-rank"}
+        The path taken.
     weights_ : ndarray of shape (K,)
     clients_ : list
         Client labels, in the order of ``weights_`` (positions ``0 .. K-1`` when
         the summaries carry no label).
-    summaries_ : list of GaussianSummary
-    reference_ : GaussianSummary
+    summaries_ : list of GaussianSummary or LowRankGaussianSummary
+        The clients' summaries as given (or as summarised from rows).
+    reference_ : GaussianSummary or LowRankGaussianSummary
         The reference ``N(mean_, covariance_)`` with ``n`` the total count;
-        it travels back to clients with :meth:`GaussianSummary.to_bytes`.
+        it travels back to clients with its ``to_bytes``.
     n_iter_ : int
     residual_ : float
         Final relative fixed-point residual.
@@ -138,6 +164,7 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "covariance_floor": GaussianSummaryEstimator._parameter_constraints["covariance_floor"],
         "chunk_size": GaussianSummaryEstimator._parameter_constraints["chunk_size"],
+        "form": GaussianSummaryEstimator._parameter_constraints["form"],
         "client_batch": [Interval(Integral, 1, None, closed="left"), None],
         "n_jobs": GaussianSummaryEstimator._parameter_constraints["n_jobs"],
         "device": "no_validation",
@@ -154,6 +181,7 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         max_iter: int = 100,
         covariance_floor: float = 1e-8,
         chunk_size: int = 4096,
+        form: str = "dense",
         client_batch: int | None = None,
         n_jobs: int | None = None,
         device: Any = None,
@@ -166,6 +194,7 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         self.max_iter = max_iter
         self.covariance_floor = covariance_floor
         self.chunk_size = chunk_size
+        self.form = form
         self.client_batch = client_batch
         self.n_jobs = n_jobs
         self.device = device
@@ -175,9 +204,10 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : list or dict of GaussianSummary, or array-like of shape (n_samples, m)
-            Client summaries (a dict is keyed by client label), or rows that
-            are first summarised per ``client``.
+        X : list or dict of summaries, or array-like of shape (n_samples, m)
+            Client summaries (:class:`GaussianSummary` or
+            :class:`~skslot.low_rank.LowRankGaussianSummary`; a dict is keyed
+            by client label), or rows that are first summarised per ``client``.
         y : None
             Ignored.
         client : array-like of shape (n_samples,), optional
@@ -192,12 +222,13 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         if _is_summaries(X):
             if client is not None:
                 raise ValueError("client is only used when X holds rows, not summaries")
-            labels, items = as_summary_list(X)
+            labels, items = as_summary_list(X, kinds=SUMMARY_KINDS)
             self.n_features_in_ = items[0].dimension
         else:
             est = GaussianSummaryEstimator(
                 covariance_floor=self.covariance_floor,
                 chunk_size=self.chunk_size,
+                form=self.form,
                 n_jobs=self.n_jobs,
             ).fit(X, client=client)
             labels, items = list(est.summaries_), list(est.summaries_.values())
@@ -207,18 +238,64 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         if len(items) == 1:
             warn_single_client("BuresBarycenter")
         self.weights_ = client_weights("weights", self.weights, [s.n for s in items])
+        self.clients_ = labels
+        self.summaries_ = items
+        if _takes_low_rank_path(items):
+            self._fit_low_rank(items)
+        else:
+            self._fit_dense([_dense(s) for s in items], X)
+        self._warn_unconverged()
+        return self
+
+    def _fit_low_rank(self, items: list[LowRankGaussianSummary]) -> None:
+        """The reference and maps on the span of the clients' bases."""
+        fitted = low_rank_barycenter(
+            items, self.weights_, device=self.device, **self._fixed_point_settings()
+        )
+        self.form_ = "low-rank"
+        self.mean_ = fitted.reference.mean
+        self.covariance_ = None
+        self.reference_ = fitted.reference
+        self._set_record(fitted.result)
+        self._low_rank_maps = fitted.maps
+
+    def _fit_dense(self, items: list[GaussianSummary], X: Any) -> None:
+        """The dense fixed point on the ``m x m`` covariances."""
         result = bures_wasserstein_barycenter(
             [s.covariance for s in items],
             self.weights_,
-            solver=self.solver,
-            init=self.init,
-            anderson=self.anderson,
-            tol=self.tol,
-            max_iter=self.max_iter,
             device=self.device if self.device is not None or not is_tensor(X) else X.device,
-            client_batch=self.client_batch,
-            n_jobs=self.n_jobs,
+            **self._fixed_point_settings(),
         )
+        self.form_ = "dense"
+        self.mean_ = sum(w * s.mean for w, s in zip(self.weights_, items, strict=True))
+        self.covariance_ = result.covariance
+        self.reference_ = GaussianSummary(
+            n=sum(s.n for s in items), mean=self.mean_, covariance=self.covariance_
+        )
+        self._set_record(result)
+        self._dense_summaries = items
+
+    def _fixed_point_settings(self) -> dict[str, Any]:
+        """The iteration's settings, the same on either path."""
+        return {
+            "solver": self.solver,
+            "init": self.init,
+            "anderson": self.anderson,
+            "tol": self.tol,
+            "max_iter": self.max_iter,
+            "client_batch": self.client_batch,
+            "n_jobs": self.n_jobs,
+        }
+
+    def _set_record(self, result: BarycenterResult) -> None:
+        self.n_iter_ = result.n_iter
+        self.residual_ = result.residual
+        self.residual_floor_ = result.floor
+        self._result = result
+
+    def _warn_unconverged(self) -> None:
+        result = self._result
         if not result.converged:
             warnings.warn(
                 f"Bures-Wasserstein barycenter did not converge in {self.max_iter} "
@@ -226,20 +303,8 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
                 f"{self.tol:.1e}, and above {result.floor:.1e}, the floor float64 can "
                 "attain for these covariances' conditioning); increase max_iter or tol",
                 ConvergenceWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        self.clients_ = labels
-        self.summaries_ = items
-        self.mean_ = sum(w * s.mean for w, s in zip(self.weights_, items, strict=True))
-        self.covariance_ = result.covariance
-        self.n_iter_ = result.n_iter
-        self.residual_ = result.residual
-        self.residual_floor_ = result.floor
-        self.reference_ = GaussianSummary(
-            n=sum(s.n for s in items), mean=self.mean_, covariance=self.covariance_
-        )
-        self._result = result
-        return self
 
     def transport_maps(self) -> dict:
         """Deprecated name of :meth:`maps`.
@@ -266,20 +331,22 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         Returns
         -------
         maps : dict
-            :class:`~skslot.maps.GaussianMap` per client label.
+            :class:`~skslot.maps.GaussianMap` per client label
+            (:class:`~skslot.low_rank.LowRankMap` on the low-rank path).
         """
         check_is_fitted(self, "reference_")
+        if self.form_ == "low-rank":
+            return dict(zip(self.clients_, self._low_rank_maps, strict=True))
+        summaries = self._dense_summaries
         factor, inner = self._result.factor, self._result.inner
         if inner is not None:
             return {
                 label: GaussianMap.from_factors(factor, decomposition, s.mean, self.mean_)
-                for label, s, decomposition in zip(
-                    self.clients_, self.summaries_, inner, strict=True
-                )
+                for label, s, decomposition in zip(self.clients_, summaries, inner, strict=True)
             }
 
-        blocks = _client_blocks(len(self.summaries_), self.client_batch)
-        tasks = [(factor, self.mean_, self.summaries_[rows]) for rows in blocks]
+        blocks = _client_blocks(len(summaries), self.client_batch)
+        tasks = [(factor, self.mean_, summaries[rows]) for rows in blocks]
         parts = _in_parallel(_maps_onto, tasks, self.n_jobs)
         return dict(zip(self.clients_, (m for part in parts for m in part), strict=True))
 
@@ -298,9 +365,20 @@ def _maps_onto(factor: np.ndarray, mean: np.ndarray, summaries: list) -> list[Ga
     ]
 
 
+def _takes_low_rank_path(summaries: list) -> bool:
+    """Whether every summary is low rank and their ranks leave part of ``R^m`` to them."""
+    if not all(isinstance(s, LowRankGaussianSummary) for s in summaries):
+        return False
+    return sum(s.rank for s in summaries) < summaries[0].dimension
+
+
+def _dense(summary: GaussianSummary | LowRankGaussianSummary) -> GaussianSummary:
+    return summary.to_dense() if isinstance(summary, LowRankGaussianSummary) else summary
+
+
 def _is_summaries(X: Any) -> bool:
-    if isinstance(X, GaussianSummary):
+    if isinstance(X, SUMMARY_KINDS):
         return True
     if isinstance(X, Mapping) and not scipy.sparse.issparse(X):  # dok is a dict
         return True
-    return isinstance(X, (list, tuple)) and bool(X) and isinstance(X[0], GaussianSummary)
+    return isinstance(X, (list, tuple)) and bool(X) and isinstance(X[0], SUMMARY_KINDS)

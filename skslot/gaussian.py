@@ -292,7 +292,9 @@ class GaussianSummary:
             raise _SummaryFormatError(str(exc)) from None
 
 
-def as_summary_list(summaries: Any) -> tuple[list, list[GaussianSummary]]:
+def as_summary_list(
+    summaries: Any, kinds: tuple[type, ...] = (GaussianSummary,)
+) -> tuple[list, list[GaussianSummary]]:
     """Client labels and summaries from a summary, a list or a dict of them.
 
     Parameters
@@ -300,6 +302,10 @@ def as_summary_list(summaries: Any) -> tuple[list, list[GaussianSummary]]:
     summaries : GaussianSummary, sequence of GaussianSummary or mapping
         One summary, several (labelled by their ``client``, or by position
         when none has one), or a mapping from client label to summary.
+    kinds : tuple of types, default=(GaussianSummary,)
+        The summary types accepted (with
+        :class:`~skslot.low_rank.LowRankGaussianSummary` for a caller that
+        takes both forms).
 
     Returns
     -------
@@ -315,7 +321,7 @@ def as_summary_list(summaries: Any) -> tuple[list, list[GaussianSummary]]:
     TypeError
         If an item is not a :class:`GaussianSummary`.
     """
-    if isinstance(summaries, GaussianSummary):
+    if isinstance(summaries, kinds):
         summaries = [summaries]
     if isinstance(summaries, Mapping):
         labels = list(summaries.keys())
@@ -336,9 +342,10 @@ def as_summary_list(summaries: Any) -> tuple[list, list[GaussianSummary]]:
             )
         seen.add(label)
     for label, s in zip(labels, items, strict=True):
-        if not isinstance(s, GaussianSummary):
+        if not isinstance(s, kinds):
+            expected = " or ".join(kind.__name__ for kind in kinds)
             raise TypeError(
-                f"expected GaussianSummary objects, got {type(s).__name__} for client {label!r}"
+                f"expected {expected} objects, got {type(s).__name__} for client {label!r}"
             )
     dims = {s.dimension for s in items}
     if len(dims) > 1:

@@ -2,7 +2,7 @@
 
 A client with ``n`` rows in ``m >= n`` dimensions has a sample covariance
 ``S`` of rank ``r <= n - 1``, so its Ledoit-Wolf covariance (see
-:func:`skslot.summary.ledoit_wolf_summary`) is exactly::
+:func:`skslot.ledoit_wolf.ledoit_wolf_summary`) is exactly::
 
     Sigma = U diag(e) U^T + c (I - U U^T),   e = (1 - s) lambda + c,   c = s mu (+ floor)
 
@@ -38,15 +38,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Integral
+from typing import Any
 
 import numpy as np
 
-from ._barycenter_kernel import BarycenterResult, bures_wasserstein_barycenter
+from ._backend import empty_like_rows, to_backend
+from ._barycenter_kernel import BarycenterResult, _inner_eigh, bures_wasserstein_barycenter
 from ._linalg import sym_eigh, symmetrize
 from .exceptions import InvalidSummaryError
 from .gaussian import GaussianSummary, _readonly_float64, check_magnitude
+from .ledoit_wolf import floor_shift, shrinkage_from_traces
 from .maps import GaussianMap
-from .summary import floor_shift, shrinkage_from_traces
 from .wire._errors import SummaryFormatError
 from .wire.low_rank_codec import (
     decode_low_rank_summary,
@@ -186,8 +188,8 @@ class LowRankGaussianSummary:
         for ``Z Z^T = W diag(n lambda) W^T`` (an ``n x n`` eigenproblem; see
         :func:`_covariance_eigh` for when it falls back to a QR factorisation); the
         shrinkage needs only ``tr S``, ``||S||_F^2`` (from ``lambda``) and the
-        row norms (:func:`skslot.summary.shrinkage_from_traces`).  The same
-        covariance as :func:`skslot.summary.ledoit_wolf_summary` (and
+        row norms (:func:`skslot.ledoit_wolf.shrinkage_from_traces`).  The same
+        covariance as :func:`skslot.ledoit_wolf.ledoit_wolf_summary` (and
         scikit-learn's :class:`~sklearn.covariance.LedoitWolf`), floor
         included, to round-off.
 
@@ -197,7 +199,7 @@ class LowRankGaussianSummary:
             The client's rows, ``n >= 2``.
         covariance_floor : float, default=1e-8
             The relative floor on the smallest eigenvalue (see
-            :func:`skslot.summary.ledoit_wolf_summary`).
+            :func:`skslot.ledoit_wolf.ledoit_wolf_summary`).
         client : int, str or None, default=None
             The client label the summary carries.
 
@@ -499,8 +501,14 @@ def low_rank_barycenter(
     summaries: Sequence[LowRankGaussianSummary],
     weights: np.ndarray | None = None,
     *,
+    solver: str = "fixed-point",
+    init: str = "mean",
+    anderson: int = 5,
     tol: float = 1e-10,
     max_iter: int = 100,
+    device: Any = None,
+    client_batch: int | None = None,
+    n_jobs: int | None = None,
 ) -> LowRankBarycenter:
     """The Bures-Wasserstein barycenter of low-rank summaries, on the span of their bases.
 
@@ -518,9 +526,12 @@ def low_rank_barycenter(
         The clients' summaries, of one dimension.
     weights : ndarray of shape (K,), optional
         Non-negative weights summing to 1; default ``n_k / N``.
-    tol, max_iter
-        The fixed point's tolerance and iteration budget on the ``d x d``
-        problem (see :class:`~skslot.BuresBarycenter`).
+    solver, init, anderson, tol, max_iter, device, client_batch, n_jobs
+        The fixed point's settings on the ``d x d`` problem (see
+        :func:`~skslot.barycenter.bures_wasserstein_barycenter`): ``device``
+        runs it in torch there (the result comes back to the host), and
+        ``client_batch`` streams over blocks of clients (each map then costs
+        one more ``d x d`` eigendecomposition).
 
     Returns
     -------
@@ -554,11 +565,25 @@ def low_rank_barycenter(
         basis, eigenvalues = V, np.zeros(0)
     else:
         blocks = np.stack([s.project(V) for s in summaries])
-        result = bures_wasserstein_barycenter(blocks, w, tol=tol, max_iter=max_iter)
+        result = bures_wasserstein_barycenter(
+            blocks,
+            w,
+            solver=solver,
+            init=init,
+            anderson=anderson,
+            tol=tol,
+            max_iter=max_iter,
+            device=device,
+            client_batch=client_batch,
+            n_jobs=n_jobs,
+        )
+        inner = result.inner
+        if inner is None:  # the iteration streamed over blocks: one decomposition per map
+            inner = [_inner_eigh(blocks[k], result.factor) for k in range(len(summaries))]
         zero = np.zeros(d)
         linears = [
-            GaussianMap.from_factors(result.factor, inner, zero, zero).linear
-            for inner in result.inner  # type: ignore[union-attr]  # kept: no client blocks
+            GaussianMap.from_factors(result.factor, decomposition, zero, zero).linear
+            for decomposition in inner
         ]
         eig = sym_eigh(result.covariance)
         basis, eigenvalues = V @ eig.eigenvectors, eig.eigenvalues
@@ -584,6 +609,10 @@ class LowRankMap:
         ``a``, the map on its complement.
     offset : ndarray of shape (m,)
         ``b``.
+    anchor : ndarray of shape (m,) or None, default=None
+        The point whose image :meth:`geodesic` keeps on the way (the source
+        mean, set by :meth:`with_mean_fraction`); ``None`` interpolates the
+        map itself, ``(1 - tau) Id + tau T``.
 
     Examples
     --------
@@ -602,6 +631,21 @@ class LowRankMap:
     linear: np.ndarray
     complement: float
     offset: np.ndarray
+    anchor: np.ndarray | None = None
+
+    @classmethod
+    def identity(cls, dimension: int) -> LowRankMap:
+        """The identity map of ``R^dimension`` (an empty basis, 1 on the complement).
+
+        Parameters
+        ----------
+        dimension : int
+
+        Returns
+        -------
+        map : LowRankMap
+        """
+        return cls(np.zeros((dimension, 0)), np.zeros((0, 0)), 1.0, np.zeros(dimension))
 
     @classmethod
     def optimal_transport(
@@ -683,6 +727,8 @@ class LowRankMap:
     def geodesic(self, tau: float) -> LowRankMap:
         """``T^tau = (1 - tau) Id + tau T`` (see :meth:`skslot.GaussianMap.geodesic`).
 
+        For an anchored map (:meth:`with_mean_fraction`) the anchor's image stays.
+
         Parameters
         ----------
         tau : float
@@ -693,20 +739,74 @@ class LowRankMap:
         """
         L = tau * self.linear
         L.flat[:: L.shape[0] + 1] += 1.0 - tau
-        return LowRankMap(self.basis, L, (1.0 - tau) + tau * self.complement, tau * self.offset)
+        a = (1.0 - tau) + tau * self.complement
+        if self.anchor is None:
+            return LowRankMap(self.basis, L, a, tau * self.offset)
+        image = self.apply(self.anchor[None, :])[0]
+        mapped = _apply_linear(self.basis, L, a, self.anchor[None, :])[0]
+        return LowRankMap(self.basis, L, a, image - mapped, self.anchor)
 
-    def apply(self, X: np.ndarray) -> np.ndarray:
+    def with_mean_fraction(self, mean_tau: float | None, source_mean: np.ndarray) -> LowRankMap:
+        """This map with the source mean moved ``mean_tau`` of the way to its image.
+
+        See :meth:`skslot.GaussianMap.with_mean_fraction`.
+
+        Parameters
+        ----------
+        mean_tau : float or None
+            Fraction of the mean's transport; ``None``: this map as it is.
+        source_mean : ndarray of shape (m,)
+
+        Returns
+        -------
+        map : LowRankMap
+            Anchored at ``source_mean`` (this map itself when ``mean_tau`` is ``None``).
+
+        Raises
+        ------
+        ValueError
+            If this map is anchored already, or ``source_mean`` has another shape.
+        """
+        if mean_tau is None:
+            return self
+        if self.anchor is not None:
+            raise ValueError("with_mean_fraction takes a full map, and this map is anchored")
+        mu = np.asarray(source_mean, dtype=np.float64)
+        if mu.shape != self.offset.shape:
+            raise ValueError(f"source_mean must have shape {self.offset.shape}, got {mu.shape}")
+        mapped = _apply_linear(self.basis, self.linear, self.complement, mu[None, :])[0]
+        image = mapped + self.offset
+        return LowRankMap(
+            self.basis, self.linear, self.complement, mu + mean_tau * (image - mu) - mapped, mu
+        )
+
+    def apply(self, X: Any, *, out: Any = None, chunk_size: int | None = None) -> Any:
         """``T(x)`` for each row of ``X``, in ``O(n m d)`` (no ``m x m`` matrix).
 
         Parameters
         ----------
-        X : ndarray of shape (n, m)
+        X : ndarray or torch tensor of shape (n, m)
+            Computed in ``X``'s floating dtype (a tensor on its device).
+        out : ndarray or tensor of shape (n, m), optional
+            Written in place and returned (it may not overlap ``X``).
+        chunk_size : int, optional
+            Rows per block, to bound temporaries.
 
         Returns
         -------
-        Y : ndarray of shape (n, m)
+        Y : ndarray or torch tensor of shape (n, m)
         """
-        return _apply_linear(self.basis, self.linear, self.complement, X) + self.offset
+        if out is None:
+            out = empty_like_rows(X, tuple(X.shape))
+        d = self.basis.shape[1]
+        V = to_backend(self.basis, X, dtype=out.dtype)
+        inner = to_backend(self.linear - self.complement * np.eye(d), X, dtype=out.dtype)
+        b = to_backend(self.offset, X, dtype=out.dtype)
+        step = max(X.shape[0] if chunk_size is None else int(chunk_size), 1)
+        for start in range(0, X.shape[0], step):
+            rows = slice(start, start + step)
+            out[rows] = _linear_rows(V, inner, self.complement, X[rows]) + b
+        return out
 
     def dense(self) -> GaussianMap:
         """The same map as a dense :class:`~skslot.GaussianMap` (``O(m^2)`` memory).
@@ -718,10 +818,15 @@ class LowRankMap:
         V = self.basis
         A = V @ (self.linear - self.complement * np.eye(V.shape[1])) @ V.T
         A.flat[:: V.shape[0] + 1] += self.complement
-        return GaussianMap(symmetrize(A), self.offset.copy())
+        anchor = None if self.anchor is None else self.anchor.copy()
+        return GaussianMap(symmetrize(A), self.offset.copy(), anchor)
 
 
 def _apply_linear(V: np.ndarray, L: np.ndarray, a: float, X: np.ndarray) -> np.ndarray:
-    """``X A`` for the symmetric ``A = V L V^T + a (I - V V^T)``: ``a X + (X V)(L - a I) V^T``."""
-    XV = X @ V
-    return a * X + (XV @ L - a * XV) @ V.T
+    """``X A`` for the symmetric ``A = V L V^T + a (I - V V^T)``."""
+    return _linear_rows(V, L - a * np.eye(L.shape[0]), a, X)
+
+
+def _linear_rows(V: Any, inner: Any, a: float, X: Any) -> Any:
+    """``X A = a X + (X V) (L - a I) V^T`` given ``inner = L - a I`` (NumPy or torch)."""
+    return a * X + ((X @ V) @ inner) @ V.T

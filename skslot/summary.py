@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
 from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._backend import is_tensor
@@ -30,7 +30,16 @@ from ._validation import (
     check_rows,
 )
 from .exceptions import SmallClientWarning, shown_labels
-from .gaussian import GaussianSummary
+from .ledoit_wolf import (
+    _check_sample_count,
+    floor_shift,
+    ledoit_wolf_shrinkage,
+    ledoit_wolf_summary,
+    shrinkage_from_traces,
+    shrunk_summary,
+    within_class_summary,
+)
+from .low_rank import LowRankGaussianSummary
 from .privacy import (
     SUMMARY_SENSITIVITY,
     gaussian_mechanism_sigma,
@@ -39,285 +48,23 @@ from .privacy import (
     oas_shrinkage,
 )
 
-__all__ = [
+__all__ = [  # the formulas live in skslot.ledoit_wolf, and are importable from here
     "GaussianSummaryEstimator",
+    "floor_shift",
     "ledoit_wolf_shrinkage",
     "ledoit_wolf_summary",
+    "shrinkage_from_traces",
     "shrunk_summary",
     "within_class_summary",
 ]
 
 #: What a summary's covariance describes: all rows, or class-centred rows.
 COVARIANCES = ("total", "within")
+#: How a summary is held: a dense ``m x m`` covariance, or low rank plus a multiple of the
+#: identity (:class:`~skslot.low_rank.LowRankGaussianSummary`).
+FORMS = ("dense", "low-rank")
 
 _UNSET = object()
-
-
-def ledoit_wolf_summary(
-    moments: ShiftedMoments,
-    *,
-    covariance_floor: float = 1e-8,
-    client: int | str | None = None,
-) -> GaussianSummary:
-    """Ledoit-Wolf shrunk Gaussian summary from (mergeable) power sums.
-
-    With ``S`` the maximum-likelihood covariance, ``mu = tr(S) / m`` and ``s``
-    the Ledoit-Wolf shrinkage [1]_ computed exactly as
-    :func:`sklearn.covariance.ledoit_wolf_shrinkage`, the covariance is::
-
-        Sigma = (1 - s) S + s mu I  (+ delta I, the floor)
-
-    i.e. ``lam S + (1 - lam) mu I`` with ``lam = 1 - s``.  Its smallest
-    eigenvalue is at least ``s mu`` (``mu`` itself when ``m = 1``).  Floor:
-    when that bound is below
-    ``covariance_floor * scale`` the difference ``delta`` is added to the
-    diagonal, where ``scale`` is ``mu``, or ``||mean||^2 / m`` when all rows
-    are identical (``mu = 0``), or 1 when those are zero too.  So a client with
-    constant features, or a zero sample covariance, still gets a positive
-    definite covariance, while ordinary clients (``s >= covariance_floor``)
-    get exactly the Ledoit-Wolf estimate.
-
-    Parameters
-    ----------
-    moments : ShiftedMoments
-        The power sums of one client's rows, fourth order included.
-    covariance_floor : float, default=1e-8
-        The relative floor on the smallest eigenvalue.
-    client : int, str or None, default=None
-        The client label the summary carries.
-
-    Returns
-    -------
-    summary : GaussianSummary
-        The rows' mean and shrunk covariance, with the shrinkage.
-
-    Raises
-    ------
-    ValueError
-        If the client has fewer than 2 rows.
-
-    References
-    ----------
-    .. [1] Ledoit and Wolf, "A well-conditioned estimator for large-dimensional
-       covariance matrices", Journal of Multivariate Analysis, 2004.
-    """
-    n = _check_sample_count(moments.n, client)
-    centred = moments.centred()
-    S = centred.gram / n
-    S = 0.5 * (S + S.T)
-    shrinkage = ledoit_wolf_shrinkage(S, centred.s4, n)
-    return shrunk_summary(
-        n, moments.mean, S, shrinkage, covariance_floor=covariance_floor, client=client
-    )
-
-
-def ledoit_wolf_shrinkage(S: np.ndarray, s4: float, n: int) -> float:
-    """The Ledoit-Wolf shrinkage of centred rows ``z_i``, from their power sums.
-
-    ``S = sum z_i z_i^T / n`` and ``s4 = sum ||z_i||^4``; with ``mu = tr(S) / m``::
-
-        delta = ||S - mu I||_F^2 / m,   beta = min(delta, (s4 / n - ||S||_F^2) / (m n)),
-        s = beta / delta
-
-    (0 for ``m = 1``, a zero ``S`` or ``beta <= 0``), exactly
-    :func:`sklearn.covariance.ledoit_wolf_shrinkage` on the rows ``z_i``.
-
-    Parameters
-    ----------
-    S : ndarray of shape (m, m)
-        The maximum-likelihood covariance ``sum z_i z_i^T / n``.
-    s4 : float
-        ``sum ||z_i||^4``.
-    n : int
-        The number of rows.
-
-    Returns
-    -------
-    shrinkage : float
-        The shrinkage ``s``, in ``[0, 1]``.
-    """
-    return shrinkage_from_traces(float(np.trace(S)), float(np.sum(S * S)), s4, n, S.shape[0])
-
-
-def shrinkage_from_traces(trace: float, frobenius2: float, s4: float, n: int, m: int) -> float:
-    """:func:`ledoit_wolf_shrinkage` from ``tr S`` and ``||S||_F^2`` alone.
-
-    Both are traces of the rows' ``n x n`` Gram matrix ``Z Z^T`` as well
-    (``tr S = tr(Z Z^T) / n``, ``||S||_F^2 = ||Z Z^T||_F^2 / n^2``), which is how
-    a low-rank summary computes them without forming ``S``.
-
-    Parameters
-    ----------
-    trace : float
-        ``tr S``.
-    frobenius2 : float
-        ``||S||_F^2``.
-    s4 : float
-        ``sum ||z_i||^4``.
-    n, m : int
-        The number of rows and the dimension.
-
-    Returns
-    -------
-    shrinkage : float
-        The shrinkage ``s``, in ``[0, 1]``.
-    """
-    mu = trace / m
-    if m == 1 or trace == 0.0:
-        return 0.0
-    beta = (s4 / n - frobenius2) / (m * n)
-    delta = (frobenius2 - 2.0 * mu * trace + m * mu**2) / m
-    beta = min(beta, delta)
-    return 0.0 if beta <= 0.0 else beta / delta
-
-
-def within_class_summary(
-    class_moments: Sequence[ShiftedMoments],
-    *,
-    covariance_floor: float = 1e-8,
-    client: int | str | None = None,
-) -> GaussianSummary:
-    """Label-aware summary: the rows' mean, the Ledoit-Wolf covariance of class-centred rows.
-
-    With ``mu_c`` each class's mean, the covariance is that of the rows
-    ``z_i = x_i - mu_{c(i)}``::
-
-        S_w = sum_c sum_{i in c} (x_i - mu_c)(x_i - mu_c)^T / n,
-
-    shrunk as in :func:`ledoit_wolf_summary` with the fourth-order sum
-    ``sum_c sum_{i in c} ||x_i - mu_c||^4``; the mean is the mean of all rows.
-    The class mix of the client (its label shift) no longer enters the
-    covariance a map transports.  Each class's power sums are exactly
-    mergeable, so streaming and merging stay exact.
-
-    Parameters
-    ----------
-    class_moments : sequence of ShiftedMoments
-        The power sums of each class of one client (fourth order included).
-    covariance_floor : float, default=1e-8
-        The relative floor on the smallest eigenvalue (see :func:`ledoit_wolf_summary`).
-    client : int, str or None, default=None
-        The client label the summary carries.
-
-    Returns
-    -------
-    summary : GaussianSummary
-        The rows' mean and the shrunk within-class covariance.
-
-    Raises
-    ------
-    ValueError
-        If the client has fewer than 2 rows.
-    """
-    total = class_moments[0]
-    for part in class_moments[1:]:
-        total = total.merge(part)
-    n = _check_sample_count(total.n, client)
-    centred = [part.centred() for part in class_moments]
-    S = sum(c.gram for c in centred) / n
-    S = 0.5 * (S + S.T)
-    shrinkage = ledoit_wolf_shrinkage(S, float(sum(c.s4 for c in centred)), n)
-    return shrunk_summary(
-        n, total.mean, S, shrinkage, covariance_floor=covariance_floor, client=client
-    )
-
-
-def _check_sample_count(n: int, client: Any) -> int:
-    if n < 2:
-        raise ValueError(
-            f"client {client!r} has {n} sample{'s' if n != 1 else ''}; at least 2 "
-            "are needed to estimate a covariance"
-        )
-    return n
-
-
-def shrunk_summary(
-    n: int,
-    mean: np.ndarray,
-    S: np.ndarray,
-    shrinkage: float,
-    *,
-    covariance_floor: float = 1e-8,
-    client: int | str | None = None,
-) -> GaussianSummary:
-    """``(1 - s) S + s mu I`` with ``mu = tr(S) / m``, floored (see :func:`ledoit_wolf_summary`).
-
-    ``S`` must be positive semi-definite; the result is positive definite.
-
-    Parameters
-    ----------
-    n : int
-        The number of rows (at least 2).
-    mean : ndarray of shape (m,)
-        The rows' mean.
-    S : ndarray of shape (m, m)
-        The positive semi-definite covariance to shrink.
-    shrinkage : float
-        The shrinkage ``s``, in ``[0, 1]``.
-    covariance_floor : float, default=1e-8
-        The relative floor on the smallest eigenvalue.
-    client : int, str or None, default=None
-        The client label the summary carries.
-
-    Returns
-    -------
-    summary : GaussianSummary
-        The summary with the shrunk, floored covariance.
-    """
-    m = mean.shape[0]
-    mu = float(np.trace(S)) / m
-    cov = (1.0 - shrinkage) * S
-    cov.flat[:: m + 1] += shrinkage * mu + floor_shift(
-        mu, shrinkage, mean, covariance_floor=covariance_floor, client=client
-    )
-    return GaussianSummary(n=n, mean=mean, covariance=cov, shrinkage=shrinkage, client=client)
-
-
-def floor_shift(
-    mu: float,
-    shrinkage: float,
-    mean: np.ndarray,
-    *,
-    covariance_floor: float,
-    client: int | str | None = None,
-) -> float:
-    """What the floor of :func:`ledoit_wolf_summary` adds to the shrunk covariance's diagonal.
-
-    Warns when the sample covariance is zero (all rows identical).
-
-    Parameters
-    ----------
-    mu : float
-        ``tr(S) / m``.
-    shrinkage : float
-        The Ledoit-Wolf shrinkage.
-    mean : ndarray of shape (m,)
-        The rows' mean (the floor's scale when ``mu = 0``).
-    covariance_floor : float
-        The relative floor on the smallest eigenvalue.
-    client : int, str or None, default=None
-        The client, for the warning.
-
-    Returns
-    -------
-    shift : float
-        ``max(0, covariance_floor * scale - lower bound)``, with the lower
-        bound ``shrinkage * mu`` on the smallest eigenvalue (``mu`` when
-        ``m = 1``).
-    """
-    m = mean.shape[0]
-    scale = mu
-    if scale <= 0.0:
-        scale = float(mean @ mean) / m or 1.0
-        warnings.warn(
-            f"client {client!r} has a zero sample covariance (all rows identical); "
-            f"its covariance is floored to {covariance_floor * scale:.3g} * I",
-            UserWarning,
-            stacklevel=5,
-        )
-    floor = covariance_floor * scale
-    lower_bound = mu if m == 1 else shrinkage * mu  # on the smallest eigenvalue
-    return max(0.0, floor - lower_bound)
 
 
 class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
@@ -335,14 +82,25 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
     covariance : {"total", "within"}, default="total"
         What each summary's covariance describes: all of the client's rows
         (the paper's summary), or its *class-centred* rows, ``x - mu_c``
-        (label-aware, :func:`within_class_summary`: a client's class mix then
+        (label-aware, :func:`~skslot.ledoit_wolf.within_class_summary`: a client's class mix then
         no longer enters the covariance its map transports; the mean stays
         the mean of all rows).  ``"within"`` needs the class labels ``y`` in
         ``fit`` and ``partial_fit``, and has no differentially private
         release (``epsilon`` is refused).
+    form : {"dense", "low-rank"}, default="dense"
+        How each summary is held.  ``"dense"``: a
+        :class:`~skslot.GaussianSummary` from mergeable power sums (``O(n m^2)``
+        time, ``O(m^2)`` memory).  ``"low-rank"``: the same Ledoit-Wolf
+        covariance in factor form, a
+        :class:`~skslot.low_rank.LowRankGaussianSummary` computed from the
+        client's ``n x n`` Gram matrix (``O(n^2 m)`` time, ``O(n m)`` memory;
+        exact, and much cheaper when clients hold fewer rows than features,
+        see :mod:`skslot.low_rank`).  It needs each client's rows in one
+        ``fit``: ``partial_fit``, :meth:`merge`, ``covariance="within"`` and
+        ``epsilon`` need ``"dense"``.
     covariance_floor : float, default=1e-8
         Relative floor (``>= 0``) on the smallest eigenvalue of each
-        covariance, see :func:`ledoit_wolf_summary`.  Only acts on degenerate
+        covariance, see :func:`~skslot.ledoit_wolf.ledoit_wolf_summary`.  Only acts on degenerate
         clients.
     chunk_size : int, default=4096
         Rows converted to float64 at a time (a positive integer); float32
@@ -417,6 +175,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
 
     _parameter_constraints: ClassVar[dict] = {
         "covariance": [Options(COVARIANCES)],
+        "form": [Options(FORMS)],
         "covariance_floor": [Interval(Real, 0.0, None, closed="left")],
         "chunk_size": [Interval(Integral, 1, None, closed="left")],
         "n_jobs": [Interval(Integral, None, None, closed="neither"), None],
@@ -430,6 +189,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         self,
         *,
         covariance: str = "total",
+        form: str = "dense",
         covariance_floor: float = 1e-8,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         n_jobs: int | None = None,
@@ -439,6 +199,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         random_state: int | np.random.RandomState | None = None,
     ) -> None:
         self.covariance = covariance
+        self.form = form
         self.covariance_floor = covariance_floor
         self.chunk_size = chunk_size
         self.n_jobs = n_jobs
@@ -451,6 +212,16 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         """The declared constraints, then those tying the privacy parameters together."""
         super()._validate_params()
         name = type(self).__name__
+        if self.form == "low-rank":
+            for problem, setting in (
+                (self.covariance == "within", "covariance='within'"),
+                (self.epsilon is not None, "epsilon (a differentially private release)"),
+            ):
+                if problem:
+                    raise InvalidParameterError(
+                        f"{name}: {setting} needs form='dense' (a low-rank summary is the "
+                        "Ledoit-Wolf covariance of all of a client's rows, without noise)"
+                    )
         if self.epsilon is None:
             if self.clip_norm is not None:
                 raise InvalidParameterError(
@@ -591,12 +362,15 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         self._validate_params()
         self.noise_scale_ = self._noise_scale()
         self._cells: dict = {}
-        self._moments = self._client_moments(
-            X, self._groups(X, y, client), reset=True, ensure_min_samples=2
-        )
-        self.summaries_: dict = {}
-        self.releases_: dict = {}
-        self._finalise(self._clients_in(self._moments))
+        if self.form == "low-rank":
+            self._fit_low_rank(X, client)  # the fitted state is replaced once every client passed
+        else:
+            self._moments = self._client_moments(
+                X, self._groups(X, y, client), reset=True, ensure_min_samples=2
+            )
+            self.summaries_: dict = {}
+            self.releases_: dict = {}
+            self._finalise(self._clients_in(self._moments))
         small = [c for c in self.clients_ if self.summaries_[c].n <= self.n_features_in_]
         if small:
             warnings.warn(
@@ -608,6 +382,50 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
                 stacklevel=2,
             )
         return self
+
+    def _fit_low_rank(self, X: Any, client: Any) -> None:
+        """Each client's summary in factor form, from its rows (``form="low-rank"``)."""
+        if is_tensor(X):
+            raise TypeError(
+                f"{type(self).__name__}(form='low-rank') summarises NumPy rows; "
+                "pass X.cpu().numpy(), or use form='dense' for torch tensors"
+            )
+        X = check_rows(self, X, reset=True, ensure_min_samples=2)
+        check_feature_scale(X)
+        labels, codes = check_client_labels(client, X.shape[0])
+        groups = [np.flatnonzero(codes == i) for i in range(len(labels))]
+        for label, rows in zip(labels, groups, strict=True):
+            _check_sample_count(rows.size, label)
+
+        def summarise(label: Any, rows: np.ndarray) -> LowRankGaussianSummary:
+            return LowRankGaussianSummary.from_rows(
+                X[rows], covariance_floor=self.covariance_floor, client=label
+            )
+
+        summaries = Parallel(n_jobs=self.n_jobs, prefer="threads")(
+            delayed(summarise)(label, rows) for label, rows in zip(labels, groups, strict=True)
+        )
+        self._moments = {}
+        self.releases_ = {}
+        self.summaries_ = dict(zip(labels, summaries, strict=True))
+        self.clients_ = sorted(labels, key=_label_key)
+
+    def _check_mergeable(self, method: str) -> None:
+        if self.form == "low-rank":
+            raise ValueError(
+                f"{type(self).__name__}(form='low-rank') summarises each client's rows in "
+                f"one fit: {method} accumulates dense moments, use form='dense'"
+            )
+
+    def _has_partial_fit(self) -> bool:
+        """``partial_fit`` exists in the dense form only (for ``hasattr``, as scikit-learn's)."""
+        if self.form == "low-rank":
+            raise AttributeError(
+                f"{type(self).__name__}(form='low-rank') has no partial_fit: it summarises "
+                "each client's rows in one fit, and partial_fit accumulates dense moments "
+                "(use form='dense')"
+            )
+        return True
 
     def _groups(self, X: Any, y: Any, client: Any) -> Any:
         """The rows' groups: their clients, or with ``covariance="within"`` (client, class) cells.
@@ -648,6 +466,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         owner = {cell: client for (client, _), cell in self._cells.items()}
         return list(dict.fromkeys(owner[key] for key in keys))
 
+    @available_if(_has_partial_fit)
     def partial_fit(self, X: Any, y: Any = None, *, client: Any = None) -> GaussianSummaryEstimator:
         """Add a chunk of rows; summaries are updated exactly.
 
@@ -713,6 +532,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
             A new fitted estimator; this one and ``others`` are left unchanged.
         """
         check_is_fitted(self, "summaries_")
+        self._check_mergeable("merge")
         merged = self.__class__(**self.get_params())
         merged.n_features_in_ = self.n_features_in_
         if hasattr(self, "feature_names_in_"):

@@ -216,6 +216,13 @@ class FederatedTauSearch(
         self : object
         """
         self._validate_params()
+        if getattr(self._slot(), "form", "dense") != "dense":
+            raise ValueError(
+                f"{type(self).__name__} runs the one-shot protocol, whose messages carry dense "
+                "summaries: slot=SLOTTransformer(form='low-rank') is not supported there; use "
+                "form='dense', or align with SLOTTransformer(form='low-rank') and fit the "
+                "head on its output"
+            )
         protocol = OneShotProtocol(
             self.head,
             tau="auto",

@@ -23,6 +23,7 @@ from ._validation import (
     fitted_client,
 )
 from .barycenter import (
+    SUMMARY_KINDS,
     BuresBarycenter,
     SingleClientWarning,
     as_summary_list,
@@ -31,6 +32,7 @@ from .barycenter import (
 from .exceptions import SmallClientWarning, UnknownClientWarning, shown_labels
 from .gaussian import GaussianSummary
 from .label_shift import CLIENT_TAU_RULES, class_counts, label_shift_distances
+from .low_rank import LowRankGaussianSummary, LowRankMap
 from .maps import GaussianMap
 from .summary import GaussianSummaryEstimator
 
@@ -116,6 +118,14 @@ class SLOTTransformer(
         block of the iteration, to bound its memory with many clients).
     covariance_floor, chunk_size
         Passed to :class:`GaussianSummaryEstimator`.
+    form : {"dense", "low-rank"}, default="dense"
+        How the clients' summaries are held (see
+        :class:`GaussianSummaryEstimator`).  ``"low-rank"``, for clients with
+        fewer rows than features, keeps every summary, the reference and the
+        maps in factor form when the clients' ranks add up to fewer than
+        ``m`` (:class:`BuresBarycenter`'s low-rank path): no ``m x m`` matrix
+        is formed, and ``transform`` costs ``O(n m d)``.  It needs
+        ``covariance="total"`` and NumPy rows.
     n_jobs : int, default=None
         Parallel jobs over clients: their summaries, the blocks of the
         barycenter iteration and the maps.
@@ -123,11 +133,13 @@ class SLOTTransformer(
     Attributes
     ----------
     summaries_ : dict
-        Client label to :class:`~skslot.GaussianSummary`.
-    reference_ : GaussianSummary
-        The barycenter reference.
+        Client label to :class:`~skslot.GaussianSummary`
+        (:class:`~skslot.low_rank.LowRankGaussianSummary` with ``form="low-rank"``).
+    reference_ : GaussianSummary or LowRankGaussianSummary
+        The barycenter reference (in factor form on the low-rank path).
     maps_ : dict
-        Client label to its full (``tau = 1``) :class:`~skslot.maps.GaussianMap`.
+        Client label to its full (``tau = 1``) :class:`~skslot.maps.GaussianMap`
+        (:class:`~skslot.low_rank.LowRankMap` on the low-rank path).
     tau_scales_ : dict
         Client label to the factor of ``tau`` its rows move by: 1 with
         ``client_tau="uniform"``, ``d_k`` with ``"label-shift"``.
@@ -195,6 +207,7 @@ class SLOTTransformer(
         max_iter: int = 100,
         covariance_floor: float = 1e-8,
         chunk_size: int = 4096,
+        form: str = "dense",
         client_batch: int | None = None,
         n_jobs: int | None = None,
     ) -> None:
@@ -211,10 +224,13 @@ class SLOTTransformer(
         self.max_iter = max_iter
         self.covariance_floor = covariance_floor
         self.chunk_size = chunk_size
+        self.form = form
         self.client_batch = client_batch
         self.n_jobs = n_jobs
 
-    def _anchored(self, full: GaussianMap, source: GaussianSummary) -> GaussianMap:
+    def _anchored(
+        self, full: GaussianMap | LowRankMap, source: GaussianSummary | LowRankGaussianSummary
+    ) -> GaussianMap | LowRankMap:
         """A client's full map with its mean moved by ``mean_tau`` (as it is without)."""
         return full.with_mean_fraction(self.mean_tau, source.mean)
 
@@ -223,7 +239,22 @@ class SLOTTransformer(
             covariance=self.covariance,
             covariance_floor=self.covariance_floor,
             chunk_size=self.chunk_size,
+            form=self.form,
             n_jobs=self.n_jobs,
+        )
+
+    def _full_map(
+        self, summary: GaussianSummary | LowRankGaussianSummary
+    ) -> GaussianMap | LowRankMap:
+        """A client's full (``tau = 1``) map onto the fitted reference, in the reference's form."""
+        if isinstance(self.reference_, LowRankGaussianSummary):
+            if not isinstance(summary, LowRankGaussianSummary):
+                summary = LowRankGaussianSummary.from_dense(summary)
+            return LowRankMap.optimal_transport(summary, self.reference_)
+        if isinstance(summary, LowRankGaussianSummary):
+            summary = summary.to_dense()
+        return GaussianMap.optimal_transport(
+            summary, self.reference_, target_factor=self._reference_factor
         )
 
     def barycenter_estimator(self) -> BuresBarycenter:
@@ -245,6 +276,7 @@ class SLOTTransformer(
             max_iter=self.max_iter,
             covariance_floor=self.covariance_floor,
             chunk_size=self.chunk_size,
+            form=self.form,
             client_batch=self.client_batch,
             n_jobs=self.n_jobs,
         )
@@ -292,7 +324,7 @@ class SLOTTransformer(
         self.tau_scales_ = self._tau_scales(X, y, client)
         self.barycenter_ = bary
         self.n_iter_ = bary.n_iter_
-        self._reference_factor = bary._result.factor
+        self._reference_factor = bary._result.factor if bary.form_ == "dense" else None
         return self
 
     def _tau_scales(self, X: Any, y: Any, client: Any) -> dict:
@@ -345,10 +377,13 @@ class SLOTTransformer(
 
         Parameters
         ----------
-        reference : GaussianSummary
-            The server's reference (``BuresBarycenter.reference_``).
-        summaries : GaussianSummary, list or dict of GaussianSummary
-            This party's own summary (or several, keyed by client label).
+        reference : GaussianSummary or LowRankGaussianSummary
+            The server's reference (``BuresBarycenter.reference_``); the maps
+            are in its form.
+        summaries : summary, list or dict of summaries
+            This party's own summary (or several, keyed by client label), a
+            :class:`~skslot.GaussianSummary` or a
+            :class:`~skslot.low_rank.LowRankGaussianSummary`.
         tau : float, default=0.6
             Fraction of the covariance's transport, in ``[0, 1]``.
         tau_scales : dict, optional
@@ -366,7 +401,7 @@ class SLOTTransformer(
         Raises
         ------
         TypeError
-            If ``reference`` is not a :class:`~skslot.GaussianSummary`.
+            If ``reference`` is not a summary.
         ValueError
             If a parameter is invalid, or ``tau_scales`` lacks a client or has
             a factor outside ``[0, 1]``.
@@ -387,31 +422,36 @@ class SLOTTransformer(
         """
         self = cls(tau=tau, **params)
         self._validate_params()
-        if not isinstance(reference, GaussianSummary):
-            raise TypeError(f"reference must be a GaussianSummary, got {type(reference).__name__}")
-        if isinstance(summaries, GaussianSummary):
+        if not isinstance(reference, SUMMARY_KINDS):
+            raise TypeError(
+                "reference must be a GaussianSummary or a LowRankGaussianSummary, got "
+                f"{type(reference).__name__}"
+            )
+        if isinstance(summaries, SUMMARY_KINDS):
             summaries = {summaries.client: summaries}
         else:  # labelled by client, by position when unlabelled; duplicates rejected
-            summaries = dict(zip(*as_summary_list(summaries), strict=True))
-        factor = cholesky_factor(reference.covariance)
-        self.summaries_ = dict(summaries)
-        self.maps_ = {
-            label: GaussianMap.optimal_transport(s, reference, target_factor=factor)
-            for label, s in self.summaries_.items()
-        }
+            summaries = dict(zip(*as_summary_list(summaries, kinds=SUMMARY_KINDS), strict=True))
         self.reference_ = reference
+        self._reference_factor = (
+            None
+            if isinstance(reference, LowRankGaussianSummary)
+            else cholesky_factor(reference.covariance)
+        )
+        self.summaries_ = dict(summaries)
+        self.maps_ = {label: self._full_map(s) for label, s in self.summaries_.items()}
         self.clients_ = list(self.summaries_)
         self.tau_scales_ = self._given_scales(tau_scales)
         self.barycenter_ = None
         self.n_iter_ = 0
-        self._reference_factor = factor
         self.n_features_in_ = reference.dimension
         return self
 
-    def _map_for(self, label: Any, X: np.ndarray | None) -> GaussianMap:
+    def _map_for(self, label: Any, X: np.ndarray | None) -> GaussianMap | LowRankMap:
         full = self.maps_.get(label)
         if full is None:
             if self.unknown_client == "identity":
+                if isinstance(self.reference_, LowRankGaussianSummary):
+                    return LowRankMap.identity(X.shape[1])
                 return GaussianMap.identity(X.shape[1])
             if self.unknown_client == "error":
                 raise ValueError(
@@ -447,14 +487,11 @@ class SLOTTransformer(
             with warnings.catch_warnings():  # transform's own warning names the new client
                 warnings.simplefilter("ignore", SmallClientWarning)
                 summary = self._summary_estimator().fit(X, client=label).summaries_[label]
-            full = GaussianMap.optimal_transport(
-                summary, self.reference_, target_factor=self._reference_factor
-            )
-            return self._anchored(full, summary).geodesic(self.tau)
+            return self._anchored(self._full_map(summary), summary).geodesic(self.tau)
         scale = self.tau_scales_[label]
         return self._anchored(full, self.summaries_[label]).geodesic(self.tau * scale)
 
-    def client_map(self, client: Any) -> GaussianMap:
+    def client_map(self, client: Any) -> GaussianMap | LowRankMap:
         """The affine map ``transform`` applies to the rows of ``client``, a fitted client.
 
         Its fractions are this transformer's (``tau`` scaled by the client's
@@ -468,8 +505,9 @@ class SLOTTransformer(
 
         Returns
         -------
-        map : GaussianMap
-            ``x -> A x + b`` for the client's rows.
+        map : GaussianMap or LowRankMap
+            ``x -> A x + b`` for the client's rows (in factor form on the
+            low-rank path).
         """
         check_is_fitted(self, "maps_")
         if client not in self.maps_:

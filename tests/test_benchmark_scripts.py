@@ -27,15 +27,18 @@ def test_gpu_bench_runs_on_cpu_tensors():
             "500",
             "--budget",
             "30",
+            "--low-rank-rows",
+            "8",
         ],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    for title in ("## Barycenter", "## Summaries", "## Transform"):
+    for title in ("## Barycenter", "## Summaries", "## Transform", "## Low-rank path"):
         assert title in result.stdout
     assert "| 32 | 2 | float32 |" in result.stdout
+    assert "| 32 | 2 | 14 |" in result.stdout  # two clients of 8 rows: d = 2 x 7
 
 
 def test_barycenter_benchmark_runs_and_reaches_the_accuracy_it_prints():

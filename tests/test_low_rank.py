@@ -1,13 +1,22 @@
 """Low-rank summaries, their barycenter and maps: equal to the dense paths, never m x m."""
 
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
 from sklearn.covariance import LedoitWolf
 
-from skslot import GaussianMap, GaussianSummary, GaussianSummaryEstimator, InvalidSummaryError
+from skslot import (
+    BuresBarycenter,
+    GaussianMap,
+    GaussianSummary,
+    GaussianSummaryEstimator,
+    InvalidSummaryError,
+    SLOTTransformer,
+)
 from skslot._barycenter_kernel import bures_wasserstein_barycenter
+from skslot.exceptions import SmallClientWarning, UnknownClientWarning
 from skslot.low_rank import (
     LowRankGaussianSummary,
     LowRankMap,
@@ -270,3 +279,203 @@ def test_nearly_dependent_rows_still_give_an_orthonormal_basis(rng):
     X = Z + 7.0
     s = LowRankGaussianSummary.from_rows(X)
     assert rel(s.covariance(), LedoitWolf().fit(X).covariance_) <= 1e-10
+
+
+@pytest.mark.parametrize("n, m", [(20, 60), (80, 30)])
+def test_summary_estimator_in_low_rank_form_equals_its_dense_form(n, m):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(2 * n, m)) * rng.uniform(0.5, 2.0, size=m)
+    client = np.repeat(["a", "b"], n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SmallClientWarning)
+        low = GaussianSummaryEstimator(form="low-rank").fit(X, client=client)
+        dense = GaussianSummaryEstimator().fit(X, client=client)
+    assert low.clients_ == dense.clients_ == ["a", "b"]
+    for label in low.clients_:
+        got, want = low.summaries_[label], dense.summaries_[label]
+        assert isinstance(got, LowRankGaussianSummary) and got.client == label
+        np.testing.assert_allclose(got.covariance(), want.covariance, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(got.mean, want.mean, rtol=1e-12, atol=1e-12)
+        assert got.shrinkage == pytest.approx(want.shrinkage, rel=1e-10)
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"covariance": "within"}, "covariance='within' needs form='dense'"),
+        ({"epsilon": 1.0, "clip_norm": 1.0}, "epsilon .* needs form='dense'"),
+    ],
+)
+def test_summary_estimator_low_rank_form_refuses_what_needs_dense_moments(params, match):
+    X, y = np.random.default_rng(0).normal(size=(10, 20)), np.repeat([0, 1], 5)
+    with pytest.raises(ValueError, match=match):
+        GaussianSummaryEstimator(form="low-rank", **params).fit(X, y)
+
+
+def test_summary_estimator_low_rank_form_refuses_streaming_and_merging():
+    X = np.random.default_rng(0).normal(size=(10, 20))
+    est = GaussianSummaryEstimator(form="low-rank")
+    assert not hasattr(est, "partial_fit")  # as scikit-learn hides what a setting lacks
+    with pytest.raises(AttributeError, match="has no attribute 'partial_fit'") as refused:
+        est.partial_fit(X)
+    assert "partial_fit accumulates dense moments" in str(refused.value.__cause__)
+    assert hasattr(GaussianSummaryEstimator(), "partial_fit")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SmallClientWarning)
+        est.fit(X)
+    with pytest.raises(ValueError, match="merge accumulates dense moments"):
+        est.merge(est)
+    with pytest.raises(ValueError, match="client 'b' has 1 sample"):
+        GaussianSummaryEstimator(form="low-rank").fit(X[:3], client=["a", "a", "b"])
+
+
+@pytest.mark.parametrize("mean_tau", [None, 0.0, 1.0, 0.3])
+@pytest.mark.parametrize("tau", [0.0, 0.4, 1.0])
+def test_low_rank_map_anchored_geodesic_equals_the_dense_maps(mean_tau, tau):
+    rng = np.random.default_rng(5)
+    source = LowRankGaussianSummary.from_rows(rng.normal(size=(12, 40)) * 2.0 + 1.0)
+    target = LowRankGaussianSummary.from_rows(rng.normal(size=(15, 40)))
+    low = LowRankMap.optimal_transport(source, target)
+    want = low.dense().with_mean_fraction(mean_tau, source.mean).geodesic(tau)
+    got = low.with_mean_fraction(mean_tau, source.mean).geodesic(tau)
+    X = rng.normal(size=(9, 40))
+    np.testing.assert_allclose(got.apply(X), want.apply(X), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(got.apply(X, chunk_size=2), want.apply(X), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(got.dense().linear, want.linear, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="source_mean must have shape"):
+        low.with_mean_fraction(0.5, source.mean[:3])
+    if mean_tau is not None:
+        with pytest.raises(ValueError, match="this map is anchored"):
+            got.with_mean_fraction(0.5, source.mean)
+
+
+def test_low_rank_identity_map_leaves_rows_unchanged_in_their_dtype():
+    X = np.random.default_rng(0).normal(size=(4, 7)).astype(np.float32)
+    Y = LowRankMap.identity(7).apply(X)
+    assert Y.dtype == np.float32
+    np.testing.assert_array_equal(Y, X)
+
+
+def _federation(rng, m, sizes):
+    """Rows, client labels and class labels of :func:`clients`."""
+    parts = clients(rng, m, sizes)
+    X = np.vstack(parts)
+    client = np.repeat(np.arange(len(sizes)), sizes)
+    y = rng.integers(0, 3, size=X.shape[0])
+    return X, client, y
+
+
+@few_rows_per_client
+@pytest.mark.parametrize(
+    "params", [{}, {"client_batch": 1}, {"client_batch": 2, "n_jobs": 2}, {"device": "cpu"}]
+)
+def test_barycenter_estimator_takes_the_low_rank_path_and_equals_the_dense_one(rng, params):
+    if "device" in params:
+        pytest.importorskip("torch", reason="the d x d fixed point on a torch device")
+    X, client, _ = _federation(rng, 90, [25, 30, 20])
+    low = BuresBarycenter(form="low-rank", **params).fit(X, client=client)
+    dense = BuresBarycenter().fit(X, client=client)
+    assert low.form_ == "low-rank" and dense.form_ == "dense"
+    assert low.covariance_ is None and isinstance(low.reference_, LowRankGaussianSummary)
+    assert low.reference_.rank <= 24 + 29 + 19
+    assert low.n_iter_ > 0 and low.residual_ <= low.tol
+    np.testing.assert_allclose(low.reference_.covariance(), dense.covariance_, rtol=1e-8, atol=0)
+    np.testing.assert_allclose(low.mean_, dense.mean_, rtol=1e-12)
+    np.testing.assert_allclose(low.weights_, dense.weights_)
+    assert low.reference_.n == dense.reference_.n == X.shape[0]
+    rows = rng.normal(10.0, 2.0, size=(7, 90))
+    for label in dense.clients_:
+        got, want = low.maps()[label], dense.maps()[label]
+        assert isinstance(got, LowRankMap)
+        assert rel(got.apply(rows), want.apply(rows)) < 1e-8
+
+
+@few_rows_per_client
+def test_barycenter_estimator_makes_summaries_dense_when_their_ranks_span_the_space(rng):
+    X, client, _ = _federation(rng, 30, [20, 25])  # ranks 19 + 24 >= 30
+    low = GaussianSummaryEstimator(form="low-rank").fit(X, client=client).summaries_
+    dense = GaussianSummaryEstimator().fit(X, client=client).summaries_
+    want = BuresBarycenter().fit(dense)
+    for given in (low, {0: low[0], 1: dense[1]}):  # all low rank; mixed
+        got = BuresBarycenter().fit(given)
+        assert got.form_ == "dense" and isinstance(got.reference_, GaussianSummary)
+        np.testing.assert_allclose(got.covariance_, want.covariance_, rtol=1e-9, atol=0)
+        assert all(isinstance(T, GaussianMap) for T in got.maps().values())
+
+
+@few_rows_per_client
+def test_a_dense_client_among_low_rank_ones_takes_the_dense_path(rng):
+    X, client, _ = _federation(rng, 80, [20, 20, 100])
+    low = GaussianSummaryEstimator(form="low-rank").fit(X, client=client).summaries_
+    dense = GaussianSummaryEstimator().fit(X, client=client).summaries_
+    got = BuresBarycenter().fit([low[0], low[1], dense[2]])
+    assert got.form_ == "dense"
+    np.testing.assert_allclose(
+        got.covariance_, BuresBarycenter().fit(dense).covariance_, rtol=1e-9, atol=0
+    )
+
+
+@few_rows_per_client
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"tau": 0.4, "mean_tau": None, "client_tau": "uniform"},
+        {"tau": 1.0, "weights": "uniform", "client_tau": "uniform"},
+    ],
+)
+def test_slot_transformer_in_low_rank_form_aligns_as_the_dense_one(rng, params):
+    X, client, y = _federation(rng, 100, [30, 25, 35])
+    low = SLOTTransformer(form="low-rank", **params).fit(X, y, client=client)
+    dense = SLOTTransformer(**params).fit(X, y, client=client)
+    assert all(isinstance(T, LowRankMap) for T in low.maps_.values())
+    assert low.tau_scales_ == pytest.approx(dense.tau_scales_)
+    want = dense.transform(X, client=client)
+    assert rel(low.transform(X, client=client), want) < 1e-8
+    got32 = low.transform(X.astype(np.float32), client=client)
+    assert got32.dtype == np.float32 and rel(got32, want) < 1e-5
+    if low.client_tau == "uniform":  # a client unseen in fit: its map from its rows
+        new = rng.normal(11.0, 2.0, size=(12, 100))
+        with pytest.warns(UnknownClientWarning, match="not seen during fit"):
+            got_new = low.transform(new, client=np.repeat(9, 12))
+        with pytest.warns(UnknownClientWarning, match="not seen during fit"):
+            want_new = dense.transform(new, client=np.repeat(9, 12))
+        assert rel(got_new, want_new) < 1e-8
+
+
+@few_rows_per_client
+def test_a_low_rank_reference_travels_to_a_client_that_aligns_alone(rng):
+    X, client, y = _federation(rng, 100, [30, 25, 35])
+    fitted = SLOTTransformer(form="low-rank").fit(X, y, client=client)
+    own = GaussianSummaryEstimator(form="low-rank").fit(X[:30], client=0).summaries_[0]
+    reference = LowRankGaussianSummary.from_bytes(fitted.reference_.to_bytes("float64"))
+    alone = SLOTTransformer.from_reference(
+        reference, own, tau_scales={0: fitted.tau_scales_[0]}, form="low-rank"
+    )
+    assert isinstance(alone.maps_[0], LowRankMap)
+    assert rel(alone.transform(X[:30]), fitted.transform(X[:30], client=np.zeros(30, int))) < 1e-8
+    with pytest.raises(TypeError, match="reference must be a GaussianSummary or a LowRank"):
+        SLOTTransformer.from_reference(reference.covariance(), own)
+
+
+@few_rows_per_client
+def test_low_rank_identity_for_unknown_clients_and_refusals(rng):
+    X, client, y = _federation(rng, 60, [20, 20])
+    slot = SLOTTransformer(form="low-rank", unknown_client="identity").fit(X, y, client=client)
+    rows = rng.normal(size=(4, 60))
+    with pytest.warns(UnknownClientWarning, match="left unchanged"):
+        np.testing.assert_array_equal(slot.transform(rows, client=np.repeat(5, 4)), rows)
+    with pytest.raises(ValueError, match="covariance='within' needs form='dense'"):
+        SLOTTransformer(form="low-rank", covariance="within").fit(X, y, client=client)
+    with pytest.raises(ValueError, match="form"):
+        BuresBarycenter(form="sparse").fit(X, client=client)
+
+
+def test_the_federated_search_refuses_a_low_rank_transformer_naming_why(rng):
+    from skslot import FederatedTauSearch
+    from skslot.heads import FedCGSClassifier
+
+    X, client, y = _federation(rng, 40, [30, 30])
+    search = FederatedTauSearch(FedCGSClassifier(), slot=SLOTTransformer(form="low-rank"))
+    with pytest.raises(ValueError, match="messages carry dense summaries"):
+        search.fit(X, y, client=client)

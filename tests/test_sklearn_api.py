@@ -31,6 +31,10 @@ ESTIMATORS = [
     BuresBarycenter(),
     SLOTTransformer(),
     SLOTTransformer(**PAPER),
+    # factor form: the checks' data hold more rows than features, a few fewer
+    GaussianSummaryEstimator(form="low-rank"),
+    BuresBarycenter(form="low-rank"),
+    SLOTTransformer(form="low-rank"),
 ]
 PRIVATE = GaussianSummaryEstimator(epsilon=4.0, clip_norm=10.0, random_state=0)
 

@@ -263,6 +263,12 @@ def test_rejected_rows_leave_the_estimator_as_it_was(rng):
     with pytest.raises(ValueError, match="NaN"):
         est.fit(np.hstack([nan, X[:, :1]]))  # five features, one NaN
     assert est.n_features_in_ == 4 and est.summaries_[None] is fitted
+    low = GaussianSummaryEstimator(form="low-rank").fit(X)
+    fitted = low.summaries_[None]
+    for bad in (np.hstack([nan, X[:, :1]]), 1e60 * X):
+        with pytest.raises(ValueError, match=r"NaN|scale"):
+            low.fit(bad)
+        assert low.summaries_[None] is fitted
     for bad in (nan, 1e60 * X):  # a rejected first chunk stores nothing
         est = GaussianSummaryEstimator()
         with pytest.raises(ValueError):

@@ -296,7 +296,7 @@ class ClassStatistics:
         and the fourth-order sum ``sum_i ||x_i - c_i||^4`` about each row's
         centre ``c_i`` (the mean, or its class's mean), which they do not: one
         pass of ``O(n m)`` over the rows instead of a second Gram matrix
-        (:func:`skslot.summary.ledoit_wolf_shrinkage`, exactly scikit-learn's
+        (:func:`skslot.ledoit_wolf.ledoit_wolf_shrinkage`, exactly scikit-learn's
         on the centred rows).
 
         Parameters
@@ -320,7 +320,8 @@ class ClassStatistics:
         ValueError
             If the rows are not those the statistics count (rows per class).
         """
-        from ..summary import COVARIANCES, ledoit_wolf_shrinkage
+        from ..ledoit_wolf import ledoit_wolf_shrinkage
+        from ..summary import COVARIANCES
 
         check_option("covariance", covariance, COVARIANCES)
         X, y = np.asarray(X), np.asarray(y)
@@ -357,7 +358,7 @@ class ClassStatistics:
         The mean and the covariance ``S`` (of all rows, or of the class-centred
         rows with ``covariance="within"``, :func:`pooled_covariances`) are those
         of the rows the statistics describe, shrunk as the client's
-        Ledoit-Wolf estimate is (:func:`skslot.summary.shrunk_summary`, with the
+        Ledoit-Wolf estimate is (:func:`skslot.ledoit_wolf.shrunk_summary`, with the
         shrinkage the client computed from its rows' fourth moments, which the
         statistics do not hold).  A head whose statistics determine the summary
         this way (FedCGS) sends the shrinkage alone: the server derives the
@@ -371,7 +372,7 @@ class ClassStatistics:
             The covariance of the summary.
         covariance_floor : float, default=1e-8
             Relative floor of the shrunk covariance's eigenvalues
-            (:func:`skslot.summary.shrunk_summary`).
+            (:func:`skslot.ledoit_wolf.shrunk_summary`).
         client : int or str, optional
             The summary's client label.
 
@@ -384,7 +385,8 @@ class ClassStatistics:
         StatisticsFormatError
             If the shrinkage is not in ``[0, 1]`` or the statistics hold fewer than 2 rows.
         """
-        from ..summary import COVARIANCES, shrunk_summary
+        from ..ledoit_wolf import shrunk_summary
+        from ..summary import COVARIANCES
 
         check_option("covariance", covariance, COVARIANCES)
         if (

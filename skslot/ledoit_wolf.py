@@ -1,0 +1,294 @@
+"""Ledoit-Wolf shrunk Gaussian summaries from power sums: the client step's formulas.
+
+The shrinkage is scikit-learn's (:func:`sklearn.covariance.ledoit_wolf_shrinkage`),
+computed from mergeable power sums (:class:`~skslot._moments.ShiftedMoments`) or,
+for a low-rank summary, from traces of the rows' ``n x n`` Gram matrix.
+:class:`~skslot.GaussianSummaryEstimator` applies them per client.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._moments import ShiftedMoments
+from .gaussian import GaussianSummary
+
+__all__ = [
+    "floor_shift",
+    "ledoit_wolf_shrinkage",
+    "ledoit_wolf_summary",
+    "shrinkage_from_traces",
+    "shrunk_summary",
+    "within_class_summary",
+]
+
+
+def ledoit_wolf_summary(
+    moments: ShiftedMoments,
+    *,
+    covariance_floor: float = 1e-8,
+    client: int | str | None = None,
+) -> GaussianSummary:
+    """Ledoit-Wolf shrunk Gaussian summary from (mergeable) power sums.
+
+    With ``S`` the maximum-likelihood covariance, ``mu = tr(S) / m`` and ``s``
+    the Ledoit-Wolf shrinkage [1]_ computed exactly as
+    :func:`sklearn.covariance.ledoit_wolf_shrinkage`, the covariance is::
+
+        Sigma = (1 - s) S + s mu I  (+ delta I, the floor)
+
+    i.e. ``lam S + (1 - lam) mu I`` with ``lam = 1 - s``.  Its smallest
+    eigenvalue is at least ``s mu`` (``mu`` itself when ``m = 1``).  Floor:
+    when that bound is below
+    ``covariance_floor * scale`` the difference ``delta`` is added to the
+    diagonal, where ``scale`` is ``mu``, or ``||mean||^2 / m`` when all rows
+    are identical (``mu = 0``), or 1 when those are zero too.  So a client with
+    constant features, or a zero sample covariance, still gets a positive
+    definite covariance, while ordinary clients (``s >= covariance_floor``)
+    get exactly the Ledoit-Wolf estimate.
+
+    Parameters
+    ----------
+    moments : ShiftedMoments
+        The power sums of one client's rows, fourth order included.
+    covariance_floor : float, default=1e-8
+        The relative floor on the smallest eigenvalue.
+    client : int, str or None, default=None
+        The client label the summary carries.
+
+    Returns
+    -------
+    summary : GaussianSummary
+        The rows' mean and shrunk covariance, with the shrinkage.
+
+    Raises
+    ------
+    ValueError
+        If the client has fewer than 2 rows.
+
+    References
+    ----------
+    .. [1] Ledoit and Wolf, "A well-conditioned estimator for large-dimensional
+       covariance matrices", Journal of Multivariate Analysis, 2004.
+    """
+    n = _check_sample_count(moments.n, client)
+    centred = moments.centred()
+    S = centred.gram / n
+    S = 0.5 * (S + S.T)
+    shrinkage = ledoit_wolf_shrinkage(S, centred.s4, n)
+    return shrunk_summary(
+        n, moments.mean, S, shrinkage, covariance_floor=covariance_floor, client=client
+    )
+
+
+def ledoit_wolf_shrinkage(S: np.ndarray, s4: float, n: int) -> float:
+    """The Ledoit-Wolf shrinkage of centred rows ``z_i``, from their power sums.
+
+    ``S = sum z_i z_i^T / n`` and ``s4 = sum ||z_i||^4``; with ``mu = tr(S) / m``::
+
+        delta = ||S - mu I||_F^2 / m,   beta = min(delta, (s4 / n - ||S||_F^2) / (m n)),
+        s = beta / delta
+
+    (0 for ``m = 1``, a zero ``S`` or ``beta <= 0``), exactly
+    :func:`sklearn.covariance.ledoit_wolf_shrinkage` on the rows ``z_i``.
+
+    Parameters
+    ----------
+    S : ndarray of shape (m, m)
+        The maximum-likelihood covariance ``sum z_i z_i^T / n``.
+    s4 : float
+        ``sum ||z_i||^4``.
+    n : int
+        The number of rows.
+
+    Returns
+    -------
+    shrinkage : float
+        The shrinkage ``s``, in ``[0, 1]``.
+    """
+    return shrinkage_from_traces(float(np.trace(S)), float(np.sum(S * S)), s4, n, S.shape[0])
+
+
+def shrinkage_from_traces(trace: float, frobenius2: float, s4: float, n: int, m: int) -> float:
+    """:func:`ledoit_wolf_shrinkage` from ``tr S`` and ``||S||_F^2`` alone.
+
+    Both are traces of the rows' ``n x n`` Gram matrix ``Z Z^T`` as well
+    (``tr S = tr(Z Z^T) / n``, ``||S||_F^2 = ||Z Z^T||_F^2 / n^2``), which is how
+    a low-rank summary computes them without forming ``S``.
+
+    Parameters
+    ----------
+    trace : float
+        ``tr S``.
+    frobenius2 : float
+        ``||S||_F^2``.
+    s4 : float
+        ``sum ||z_i||^4``.
+    n, m : int
+        The number of rows and the dimension.
+
+    Returns
+    -------
+    shrinkage : float
+        The shrinkage ``s``, in ``[0, 1]``.
+    """
+    mu = trace / m
+    if m == 1 or trace == 0.0:
+        return 0.0
+    beta = (s4 / n - frobenius2) / (m * n)
+    delta = (frobenius2 - 2.0 * mu * trace + m * mu**2) / m
+    beta = min(beta, delta)
+    return 0.0 if beta <= 0.0 else beta / delta
+
+
+def within_class_summary(
+    class_moments: Sequence[ShiftedMoments],
+    *,
+    covariance_floor: float = 1e-8,
+    client: int | str | None = None,
+) -> GaussianSummary:
+    """Label-aware summary: the rows' mean, the Ledoit-Wolf covariance of class-centred rows.
+
+    With ``mu_c`` each class's mean, the covariance is that of the rows
+    ``z_i = x_i - mu_{c(i)}``::
+
+        S_w = sum_c sum_{i in c} (x_i - mu_c)(x_i - mu_c)^T / n,
+
+    shrunk as in :func:`ledoit_wolf_summary` with the fourth-order sum
+    ``sum_c sum_{i in c} ||x_i - mu_c||^4``; the mean is the mean of all rows.
+    The class mix of the client (its label shift) no longer enters the
+    covariance a map transports.  Each class's power sums are exactly
+    mergeable, so streaming and merging stay exact.
+
+    Parameters
+    ----------
+    class_moments : sequence of ShiftedMoments
+        The power sums of each class of one client (fourth order included).
+    covariance_floor : float, default=1e-8
+        The relative floor on the smallest eigenvalue (see :func:`ledoit_wolf_summary`).
+    client : int, str or None, default=None
+        The client label the summary carries.
+
+    Returns
+    -------
+    summary : GaussianSummary
+        The rows' mean and the shrunk within-class covariance.
+
+    Raises
+    ------
+    ValueError
+        If the client has fewer than 2 rows.
+    """
+    total = class_moments[0]
+    for part in class_moments[1:]:
+        total = total.merge(part)
+    n = _check_sample_count(total.n, client)
+    centred = [part.centred() for part in class_moments]
+    S = sum(c.gram for c in centred) / n
+    S = 0.5 * (S + S.T)
+    shrinkage = ledoit_wolf_shrinkage(S, float(sum(c.s4 for c in centred)), n)
+    return shrunk_summary(
+        n, total.mean, S, shrinkage, covariance_floor=covariance_floor, client=client
+    )
+
+
+def _check_sample_count(n: int, client: Any) -> int:
+    if n < 2:
+        raise ValueError(
+            f"client {client!r} has {n} sample{'s' if n != 1 else ''}; at least 2 "
+            "are needed to estimate a covariance"
+        )
+    return n
+
+
+def shrunk_summary(
+    n: int,
+    mean: np.ndarray,
+    S: np.ndarray,
+    shrinkage: float,
+    *,
+    covariance_floor: float = 1e-8,
+    client: int | str | None = None,
+) -> GaussianSummary:
+    """``(1 - s) S + s mu I`` with ``mu = tr(S) / m``, floored (see :func:`ledoit_wolf_summary`).
+
+    ``S`` must be positive semi-definite; the result is positive definite.
+
+    Parameters
+    ----------
+    n : int
+        The number of rows (at least 2).
+    mean : ndarray of shape (m,)
+        The rows' mean.
+    S : ndarray of shape (m, m)
+        The positive semi-definite covariance to shrink.
+    shrinkage : float
+        The shrinkage ``s``, in ``[0, 1]``.
+    covariance_floor : float, default=1e-8
+        The relative floor on the smallest eigenvalue.
+    client : int, str or None, default=None
+        The client label the summary carries.
+
+    Returns
+    -------
+    summary : GaussianSummary
+        The summary with the shrunk, floored covariance.
+    """
+    m = mean.shape[0]
+    mu = float(np.trace(S)) / m
+    cov = (1.0 - shrinkage) * S
+    cov.flat[:: m + 1] += shrinkage * mu + floor_shift(
+        mu, shrinkage, mean, covariance_floor=covariance_floor, client=client
+    )
+    return GaussianSummary(n=n, mean=mean, covariance=cov, shrinkage=shrinkage, client=client)
+
+
+def floor_shift(
+    mu: float,
+    shrinkage: float,
+    mean: np.ndarray,
+    *,
+    covariance_floor: float,
+    client: int | str | None = None,
+) -> float:
+    """What the floor of :func:`ledoit_wolf_summary` adds to the shrunk covariance's diagonal.
+
+    Warns when the sample covariance is zero (all rows identical).
+
+    Parameters
+    ----------
+    mu : float
+        ``tr(S) / m``.
+    shrinkage : float
+        The Ledoit-Wolf shrinkage.
+    mean : ndarray of shape (m,)
+        The rows' mean (the floor's scale when ``mu = 0``).
+    covariance_floor : float
+        The relative floor on the smallest eigenvalue.
+    client : int, str or None, default=None
+        The client, for the warning.
+
+    Returns
+    -------
+    shift : float
+        ``max(0, covariance_floor * scale - lower bound)``, with the lower
+        bound ``shrinkage * mu`` on the smallest eigenvalue (``mu`` when
+        ``m = 1``).
+    """
+    m = mean.shape[0]
+    scale = mu
+    if scale <= 0.0:
+        scale = float(mean @ mean) / m or 1.0
+        warnings.warn(
+            f"client {client!r} has a zero sample covariance (all rows identical); "
+            f"its covariance is floored to {covariance_floor * scale:.3g} * I",
+            UserWarning,
+            stacklevel=5,
+        )
+    floor = covariance_floor * scale
+    lower_bound = mu if m == 1 else shrinkage * mu  # on the smallest eigenvalue
+    return max(0.0, floor - lower_bound)
