@@ -377,7 +377,12 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
                 f"{type(self).__name__}: client(s) {shown_labels(small)} hold no more rows than "
                 f"the {self.n_features_in_} features (fewest: "
                 f"{min(self.summaries_[c].n for c in small)}): their covariance is mostly the "
-                "Ledoit-Wolf target, and their maps carry little beyond their means",
+                "Ledoit-Wolf target, and their maps carry little beyond their means"
+                + (
+                    "; form='low-rank' holds such summaries exactly without an m x m matrix"
+                    if self.form == "dense"
+                    else ""
+                ),
                 SmallClientWarning,
                 stacklevel=2,
             )

@@ -167,6 +167,9 @@ def test_a_client_with_no_more_rows_than_features_is_named_once():
                       r"the 10 features \(fewest: 3\)") as record:  # fmt: skip
         GaussianSummaryEstimator().fit(X, client=client)
     assert len(record) == 1
+    assert "form='low-rank' holds such summaries exactly" in str(record[0].message)
+    with pytest.warns(SmallClientWarning, match="their means$"):  # in that form: no hint
+        GaussianSummaryEstimator(form="low-rank").fit(X, client=client)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every client larger than its dimension: silent
         GaussianSummaryEstimator().fit(X[:40], client=client[:40])
