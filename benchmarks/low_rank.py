@@ -17,6 +17,12 @@ client; the table says so.
 
 Run: ``python benchmarks/low_rank.py > docs/results/low_rank.md`` (about
 15 minutes on 2 cores, most of it the dense path at m = 4096).
+
+``python benchmarks/low_rank.py --streaming > docs/results/low_rank_streaming.md``
+(about 2 minutes) runs the low-rank server step of the largest case twice, side
+by side: every client's ``d x d`` block held for the whole iteration
+(``client_batch=None``) and streamed one client at a time (``client_batch=1``),
+with each one's time, peak memory and the largest difference between their maps.
 """
 
 from __future__ import annotations
@@ -176,7 +182,44 @@ def main() -> None:
     )
 
 
+def streaming(case: Case) -> None:
+    """The low-rank server step with the clients' blocks held, and streamed one at a time."""
+    low = [LowRankGaussianSummary.from_rows(X) for X in client_rows(case)]
+    d = sum(s.rank for s in low)
+    threads = sorted({(i["internal_api"], i["num_threads"]) for i in threadpool_info()})
+    print("# The low-rank server step, held or streamed over clients\n")
+    print(
+        f"`python benchmarks/low_rank.py --streaming`: m = {case.m}, K = {case.K} clients of "
+        f"{case.n} rows (d = {d}), one process, BLAS {threads}; the barycenter to tol {TOL} "
+        "and every client's map, peak memory by `tracemalloc`.\n"
+    )
+    print("| client_batch | seconds | iterations | peak MB |")
+    print("|---|---|---|---|")
+    fitted = {}
+    for batch in (None, 1):
+        tracemalloc.start()
+        result, seconds = timed(lambda b=batch: low_rank_barycenter(low, tol=TOL, client_batch=b))
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        fitted[batch] = result
+        print(f"| {batch} | {seconds:.1f} | {result.result.n_iter} | {peak / 1e6:.0f} |")
+    rows = np.random.default_rng(1).normal(size=(5, case.m))
+    diff = max(
+        rel(a.apply(rows), b.apply(rows))
+        for a, b in zip(fitted[None].maps, fitted[1].maps, strict=True)
+    )
+    floor = 2 * case.K * d * d * 8 / 1e6
+    print(
+        f"\nLargest relative difference between the two runs' maps on 5 rows: {diff:.1e}. "
+        f"What both hold at the end: the clients' projected covariances and their d x d "
+        f"maps, 2 K d^2 float64 = {floor:.0f} MB."
+    )
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--quick":  # a smoke run at small sizes
+    if "--quick" in sys.argv[1:]:  # a smoke run at small sizes
         CASES[:] = [Case(300, 30, 3, True), Case(300, 40, 4, False)]
-    main()
+    if "--streaming" in sys.argv[1:]:
+        streaming(CASES[-1])
+    else:
+        main()

@@ -1,5 +1,6 @@
 """The benchmark scripts run (tiny sizes): they are not timed here, only kept working."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,17 @@ def test_low_rank_benchmark_runs_and_its_two_paths_agree():
     barycenter, maps = (float(v) for v in rows[0].split("|")[-2].split(","))
     assert barycenter <= 1e-8 and maps <= 1e-8  # the converged case: equal paths
     assert "dense not converged" in rows[1]  # the one-iteration case says so
+
+
+def test_low_rank_streaming_benchmark_runs_and_its_two_runs_agree():
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "low_rank.py"), "--quick", "--streaming"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith(("| None |", "| 1 |"))]
+    assert len(rows) == 2
+    difference = re.search(r"maps on 5 rows: ([0-9.e+-]+)\. ", result.stdout)
+    assert difference is not None and float(difference.group(1)) <= 1e-10
