@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,25 @@ __all__ = [
     "client_weights",
     "fitted_client",
     "spawn_seeds",
+    "unchanged_on_error",
 ]
+
+
+@contextlib.contextmanager
+def unchanged_on_error(estimator: Any) -> Iterator[None]:
+    """Run a ``fit`` whose failure leaves ``estimator`` as it was before the call.
+
+    The estimator's attributes are restored when the block raises (a rejected
+    fit neither half-replaces the fitted state nor clears it).
+    """
+    before = dict(vars(estimator))
+    try:
+        yield
+    except BaseException:
+        vars(estimator).clear()
+        vars(estimator).update(before)
+        raise
+
 
 ROUTING_HINT = (
     "Inside a Pipeline, cross_validate or GridSearchCV, enable metadata routing "

@@ -31,7 +31,7 @@ from ._barycenter_kernel import (
 from ._client_blocks import _client_blocks, _in_parallel
 from ._doc_link import DocLinkMixin
 from ._param_validation import Interval, Options, ParameterValidationMixin
-from ._validation import client_weights
+from ._validation import client_weights, unchanged_on_error
 from .exceptions import SingleClientWarning, warn_single_client
 from .gaussian import GaussianSummary, as_summary_list
 from .low_rank import LowRankGaussianSummary, low_rank_barycenter
@@ -219,31 +219,32 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
             The fitted estimator.
         """
         self._validate_params()
-        if _is_summaries(X):
-            if client is not None:
-                raise ValueError("client is only used when X holds rows, not summaries")
-            labels, items = as_summary_list(X, kinds=SUMMARY_KINDS)
-            self.n_features_in_ = items[0].dimension
-        else:
-            est = GaussianSummaryEstimator(
-                covariance_floor=self.covariance_floor,
-                chunk_size=self.chunk_size,
-                form=self.form,
-                n_jobs=self.n_jobs,
-            ).fit(X, client=client)
-            labels, items = list(est.summaries_), list(est.summaries_.values())
-            self.n_features_in_ = est.n_features_in_
-            if hasattr(est, "feature_names_in_"):
-                self.feature_names_in_ = est.feature_names_in_
-        if len(items) == 1:
-            warn_single_client("BuresBarycenter")
-        self.weights_ = client_weights("weights", self.weights, [s.n for s in items])
-        self.clients_ = labels
-        self.summaries_ = items
-        if _takes_low_rank_path(items):
-            self._fit_low_rank(items)
-        else:
-            self._fit_dense([_dense(s) for s in items], X)
+        with unchanged_on_error(self):  # a rejected fit keeps what was fitted before
+            if _is_summaries(X):
+                if client is not None:
+                    raise ValueError("client is only used when X holds rows, not summaries")
+                labels, items = as_summary_list(X, kinds=SUMMARY_KINDS)
+                self.n_features_in_ = items[0].dimension
+            else:
+                est = GaussianSummaryEstimator(
+                    covariance_floor=self.covariance_floor,
+                    chunk_size=self.chunk_size,
+                    form=self.form,
+                    n_jobs=self.n_jobs,
+                ).fit(X, client=client)
+                labels, items = list(est.summaries_), list(est.summaries_.values())
+                self.n_features_in_ = est.n_features_in_
+                if hasattr(est, "feature_names_in_"):
+                    self.feature_names_in_ = est.feature_names_in_
+            if len(items) == 1:
+                warn_single_client("BuresBarycenter")
+            self.weights_ = client_weights("weights", self.weights, [s.n for s in items])
+            self.clients_ = labels
+            self.summaries_ = items
+            if _takes_low_rank_path(items):
+                self._fit_low_rank(items)
+            else:
+                self._fit_dense([_dense(s) for s in items], X)
         self._warn_unconverged()
         return self
 

@@ -28,6 +28,7 @@ from ._validation import (
     check_finite_rows,
     check_row_labels,
     check_rows,
+    unchanged_on_error,
 )
 from .exceptions import SmallClientWarning, shown_labels
 from .ledoit_wolf import (
@@ -360,17 +361,18 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
             The fitted estimator.
         """
         self._validate_params()
-        self.noise_scale_ = self._noise_scale()
-        self._cells: dict = {}
-        if self.form == "low-rank":
-            self._fit_low_rank(X, client)  # the fitted state is replaced once every client passed
-        else:
-            self._moments = self._client_moments(
-                X, self._groups(X, y, client), reset=True, ensure_min_samples=2
-            )
-            self.summaries_: dict = {}
-            self.releases_: dict = {}
-            self._finalise(self._clients_in(self._moments))
+        with unchanged_on_error(self):  # a rejected fit keeps what was fitted before
+            self.noise_scale_ = self._noise_scale()
+            self._cells: dict = {}
+            if self.form == "low-rank":
+                self._fit_low_rank(X, client)
+            else:
+                self._moments = self._client_moments(
+                    X, self._groups(X, y, client), reset=True, ensure_min_samples=2
+                )
+                self.summaries_: dict = {}
+                self.releases_: dict = {}
+                self._finalise(self._clients_in(self._moments))
         small = [c for c in self.clients_ if self.summaries_[c].n <= self.n_features_in_]
         if small:
             warnings.warn(
@@ -410,17 +412,25 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         summaries = Parallel(n_jobs=self.n_jobs, prefer="threads")(
             delayed(summarise)(label, rows) for label, rows in zip(labels, groups, strict=True)
         )
-        self._moments = {}
+        if hasattr(self, "_moments"):  # nothing to extend: a later partial_fit starts afresh
+            del self._moments
         self.releases_ = {}
         self.summaries_ = dict(zip(labels, summaries, strict=True))
         self.clients_ = sorted(labels, key=_label_key)
 
-    def _check_mergeable(self, method: str) -> None:
-        if self.form == "low-rank":
-            raise ValueError(
-                f"{type(self).__name__}(form='low-rank') summarises each client's rows in "
-                f"one fit: {method} accumulates dense moments, use form='dense'"
+    def _check_mergeable(self, method: str, *others: GaussianSummaryEstimator) -> None:
+        """Refuse to merge summaries fitted in low-rank form: they carry no moments."""
+        for est in (self, *others):
+            fitted = getattr(est, "summaries_", {}).values()
+            low_rank = getattr(est, "form", "dense") == "low-rank" or any(
+                isinstance(s, LowRankGaussianSummary) for s in fitted
             )
+            if low_rank:
+                raise ValueError(
+                    f"{type(self).__name__}(form='low-rank') summarises each client's rows in "
+                    f"one fit, and its summaries hold no moments: {method} accumulates dense "
+                    "moments, fit with form='dense'"
+                )
 
     def _has_partial_fit(self) -> bool:
         """``partial_fit`` exists in the dense form only (for ``hasattr``, as scikit-learn's)."""
@@ -493,6 +503,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
             The updated estimator.
         """
         self._validate_params()
+        self._check_mergeable("partial_fit")  # summaries fitted in low-rank form, then dense
         self.noise_scale_ = self._noise_scale()
         first = not hasattr(self, "_moments")
         if first:
@@ -537,7 +548,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
             A new fitted estimator; this one and ``others`` are left unchanged.
         """
         check_is_fitted(self, "summaries_")
-        self._check_mergeable("merge")
+        self._check_mergeable("merge", *others)
         merged = self.__class__(**self.get_params())
         merged.n_features_in_ = self.n_features_in_
         if hasattr(self, "feature_names_in_"):

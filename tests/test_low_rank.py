@@ -312,6 +312,7 @@ def test_summary_estimator_low_rank_form_refuses_what_needs_dense_moments(params
         GaussianSummaryEstimator(form="low-rank", **params).fit(X, y)
 
 
+@few_rows_per_client
 def test_summary_estimator_low_rank_form_refuses_streaming_and_merging():
     X = np.random.default_rng(0).normal(size=(10, 20))
     est = GaussianSummaryEstimator(form="low-rank")
@@ -325,6 +326,13 @@ def test_summary_estimator_low_rank_form_refuses_streaming_and_merging():
         est.fit(X)
     with pytest.raises(ValueError, match="merge accumulates dense moments"):
         est.merge(est)
+    dense = GaussianSummaryEstimator().fit(X, client=np.repeat(["c", "d"], 5))
+    with pytest.raises(ValueError, match="merge accumulates dense moments"):
+        dense.merge(est)  # the other's summaries carry no moments: never dropped silently
+    est.set_params(form="dense")  # its low-rank summaries cannot be extended either
+    with pytest.raises(ValueError, match="partial_fit accumulates dense moments"):
+        est.partial_fit(X)
+    assert isinstance(est.summaries_[None], LowRankGaussianSummary)
     with pytest.raises(ValueError, match="client 'b' has 1 sample"):
         GaussianSummaryEstimator(form="low-rank").fit(X[:3], client=["a", "a", "b"])
 
@@ -479,3 +487,20 @@ def test_the_federated_search_refuses_a_low_rank_transformer_naming_why(rng):
     search = FederatedTauSearch(FedCGSClassifier(), slot=SLOTTransformer(form="low-rank"))
     with pytest.raises(ValueError, match="messages carry dense summaries"):
         search.fit(X, y, client=client)
+
+
+@few_rows_per_client
+def test_a_rejected_refit_leaves_either_estimator_as_it_was(rng):
+    X, client, _ = _federation(rng, 40, [20, 20])
+    for first, second in (("dense", "low-rank"), ("low-rank", "dense")):
+        bary = BuresBarycenter(form=first).fit(X, client=client)
+        before = dict(vars(bary))
+        with pytest.raises(ValueError, match="weights"):  # fails after the summaries
+            bary.set_params(form=second, weights=[1.0]).fit(X, client=client + 7)
+        assert bary.clients_ == [0, 1] and bary.form_ == before["form_"]
+        assert bary.reference_ is before["reference_"] and set(bary.maps()) == {0, 1}
+        est = GaussianSummaryEstimator(form=first).fit(X, client=client)
+        fitted = dict(est.summaries_)
+        with pytest.raises(ValueError, match="1 sample"):  # fails after the rows are checked
+            est.set_params(form=second).fit(X[:21, :30], client=client[:21])
+        assert est.n_features_in_ == 40 and est.summaries_ == fitted
