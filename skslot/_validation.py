@@ -41,7 +41,9 @@ def unchanged_on_error(estimator: Any) -> Iterator[None]:
     """Run a ``fit`` whose failure leaves ``estimator`` as it was before the call.
 
     The estimator's attributes are restored when the block raises (a rejected
-    fit neither half-replaces the fitted state nor clears it).
+    fit neither half-replaces the fitted state nor clears it).  The copy is
+    shallow: it undoes attributes set or deleted in the block, not changes made
+    inside an attribute's own object.
     """
     before = dict(vars(estimator))
     try:

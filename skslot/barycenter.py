@@ -34,7 +34,7 @@ from ._param_validation import Interval, Options, ParameterValidationMixin
 from ._validation import client_weights, unchanged_on_error
 from .exceptions import SingleClientWarning, warn_single_client
 from .gaussian import GaussianSummary, as_summary_list
-from .low_rank import LowRankGaussianSummary, low_rank_barycenter
+from .low_rank import LowRankGaussianSummary, as_dense, low_rank_barycenter
 from .maps import GaussianMap
 from .summary import GaussianSummaryEstimator
 
@@ -244,7 +244,7 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
             if _takes_low_rank_path(items):
                 self._fit_low_rank(items)
             else:
-                self._fit_dense([_dense(s) for s in items], X)
+                self._fit_dense([as_dense(s) for s in items], X)
         self._warn_unconverged()
         return self
 
@@ -275,7 +275,6 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
             n=sum(s.n for s in items), mean=self.mean_, covariance=self.covariance_
         )
         self._set_record(result)
-        self._dense_summaries = items
 
     def _fixed_point_settings(self) -> dict[str, Any]:
         """The iteration's settings, the same on either path."""
@@ -338,14 +337,16 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         check_is_fitted(self, "reference_")
         if self.form_ == "low-rank":
             return dict(zip(self.clients_, self._low_rank_maps, strict=True))
-        summaries = self._dense_summaries
         factor, inner = self._result.factor, self._result.inner
         if inner is not None:
             return {
                 label: GaussianMap.from_factors(factor, decomposition, s.mean, self.mean_)
-                for label, s, decomposition in zip(self.clients_, summaries, inner, strict=True)
+                for label, s, decomposition in zip(
+                    self.clients_, self.summaries_, inner, strict=True
+                )
             }
 
+        summaries = [as_dense(s) for s in self.summaries_]  # the covariances, decomposed again
         blocks = _client_blocks(len(summaries), self.client_batch)
         tasks = [(factor, self.mean_, summaries[rows]) for rows in blocks]
         parts = _in_parallel(_maps_onto, tasks, self.n_jobs)
@@ -371,10 +372,6 @@ def _takes_low_rank_path(summaries: list) -> bool:
     if not all(isinstance(s, LowRankGaussianSummary) for s in summaries):
         return False
     return sum(s.rank for s in summaries) < summaries[0].dimension
-
-
-def _dense(summary: GaussianSummary | LowRankGaussianSummary) -> GaussianSummary:
-    return summary.to_dense() if isinstance(summary, LowRankGaussianSummary) else summary
 
 
 def _is_summaries(X: Any) -> bool:

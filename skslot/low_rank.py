@@ -444,6 +444,11 @@ def _covariance_eigh(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lam, Q @ W
 
 
+def as_dense(summary: GaussianSummary | LowRankGaussianSummary) -> GaussianSummary:
+    """``summary`` as a dense :class:`~skslot.GaussianSummary` (itself when it is one)."""
+    return summary.to_dense() if isinstance(summary, LowRankGaussianSummary) else summary
+
+
 def common_basis(bases: Sequence[np.ndarray]) -> np.ndarray:
     """An orthonormal basis of the sum of the spans of orthonormal bases.
 

@@ -65,8 +65,6 @@ COVARIANCES = ("total", "within")
 #: identity (:class:`~skslot.low_rank.LowRankGaussianSummary`).
 FORMS = ("dense", "low-rank")
 
-_UNSET = object()
-
 
 class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
     """Per-client mean and Ledoit-Wolf shrunk covariance (the client step).
@@ -260,7 +258,6 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         checked exactly, with the errors (and the state left behind) of
         checking them before the pass.
         """
-        before = getattr(self, "n_features_in_", _UNSET)
         X = check_rows(
             self, X, reset=reset, ensure_min_samples=ensure_min_samples, ensure_all_finite=False
         )
@@ -268,14 +265,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
             X = X.detach()
 
         def check_exactly() -> None:
-            try:
-                check_finite_rows(self, X)
-            except ValueError:  # check_rows's own check fails before it records the width
-                if reset and before is _UNSET:
-                    del self.n_features_in_
-                elif reset:
-                    self.n_features_in_ = before
-                raise
+            check_finite_rows(self, X)  # fit and partial_fit restore the state on an error
             check_feature_scale(X)
 
         try:
@@ -412,7 +402,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         summaries = Parallel(n_jobs=self.n_jobs, prefer="threads")(
             delayed(summarise)(label, rows) for label, rows in zip(labels, groups, strict=True)
         )
-        if hasattr(self, "_moments"):  # nothing to extend: a later partial_fit starts afresh
+        if hasattr(self, "_moments"):  # an earlier dense fit's: no power sums back these
             del self._moments
         self.releases_ = {}
         self.summaries_ = dict(zip(labels, summaries, strict=True))
@@ -504,17 +494,18 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         """
         self._validate_params()
         self._check_mergeable("partial_fit")  # summaries fitted in low-rank form, then dense
-        self.noise_scale_ = self._noise_scale()
-        first = not hasattr(self, "_moments")
-        if first:
-            self._cells = {}
-        groups = self._groups(X, y, client)
-        new = self._client_moments(X, groups, reset=first)  # checks X before anything is stored
-        if first:
-            self._moments = {}
-            self.summaries_ = {}
-            self.releases_ = {}
-        self._absorb(new)
+        with unchanged_on_error(self):  # a rejected chunk stores nothing
+            self.noise_scale_ = self._noise_scale()
+            first = not hasattr(self, "_moments")
+            if first:
+                self._cells = {}
+            groups = self._groups(X, y, client)
+            new = self._client_moments(X, groups, reset=first)  # checks X before storing
+            if first:
+                self._moments = {}
+                self.summaries_ = {}
+                self.releases_ = {}
+            self._absorb(new)
         return self
 
     def _absorb(self, new: dict) -> None:

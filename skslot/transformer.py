@@ -32,7 +32,7 @@ from .barycenter import (
 from .exceptions import SmallClientWarning, UnknownClientWarning, shown_labels
 from .gaussian import GaussianSummary
 from .label_shift import CLIENT_TAU_RULES, class_counts, label_shift_distances
-from .low_rank import LowRankGaussianSummary, LowRankMap
+from .low_rank import LowRankGaussianSummary, LowRankMap, as_dense
 from .maps import GaussianMap
 from .summary import GaussianSummaryEstimator
 
@@ -251,10 +251,8 @@ class SLOTTransformer(
             if not isinstance(summary, LowRankGaussianSummary):
                 summary = LowRankGaussianSummary.from_dense(summary)
             return LowRankMap.optimal_transport(summary, self.reference_)
-        if isinstance(summary, LowRankGaussianSummary):
-            summary = summary.to_dense()
         return GaussianMap.optimal_transport(
-            summary, self.reference_, target_factor=self._reference_factor
+            as_dense(summary), self.reference_, target_factor=self._reference_factor
         )
 
     def barycenter_estimator(self) -> BuresBarycenter:
