@@ -18,10 +18,15 @@ its first and second moments with the Gaussian mechanism:
 
 Guarantee: the released ``(s1, G)`` is ``(epsilon, delta)``-differentially
 private for datasets that differ by *replacing* one row, with the row count
-``n`` public (it travels in the clear).  Replacing ``u`` by ``u'`` (both in
-the unit ball) moves ``s1`` by at most ``2`` and the upper triangle of ``G``
-by at most ``||u u^T||_F + ||u' u'^T||_F <= 2`` in L2 norm, so the L2
-sensitivity of the release is ``Delta = 2 sqrt(2)``.  Working in units of
+``n`` public (it travels in the clear).  Replacing ``u`` by ``v`` (both in the
+unit ball, ``a = |u|``, ``b = |v|``, ``c`` the cosine of their angle) moves
+``(s1, upper(G))`` by at most ``sqrt(f)`` in L2 norm, with
+``f = |u - v|^2 + ||u u^T - v v^T||_F^2 = a^2 + b^2 + a^4 + b^4 - 2abc - 2a^2 b^2 c^2``.
+As a quadratic in ``c``, ``f`` is largest at ``c = -1 / (2ab)`` when
+``ab >= 1/2`` (``f <= a^2 + b^2 + a^4 + b^4 + 1/2 <= 9/2``) and at ``c = -1``
+otherwise (``f = (a + b)^2 + (a^2 - b^2)^2 < 3``), so the L2 sensitivity of
+the release is ``Delta = sqrt(9/2) = 3 / sqrt(2)``, reached by two unit rows
+at 120 degrees.  Working in units of
 ``C`` makes the mechanism equivariant: scaling the features and ``C``
 together scales the summary and leaves its relative noise unchanged.
 ``sigma`` is the smallest
@@ -69,7 +74,7 @@ __all__ = [
 
 
 #: L2 sensitivity of ``(s1, upper(G))`` of rows in the unit ball, under replace-one.
-SUMMARY_SENSITIVITY = 2.0 * math.sqrt(2.0)
+SUMMARY_SENSITIVITY = 3.0 / math.sqrt(2.0)
 
 
 class PrivacyWarning(UserWarning):

@@ -18,6 +18,7 @@ import pytest
 API = Path(__file__).resolve().parents[1] / "docs" / "api.rst"
 MODULES = [
     "skslot",
+    "skslot.accounting",
     "skslot.barycenter",
     "skslot.baselines",
     "skslot.bench",

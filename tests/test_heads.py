@@ -10,6 +10,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skslot import GaussianMap, SLOTTransformer
+from skslot.accounting import PrivacyBudget
 from skslot.datasets import make_federated_classification
 from skslot.heads import (
     FedCGSClassifier,
@@ -22,10 +23,15 @@ from skslot.heads.fedpft import _message_seed
 from .conftest import PAPER, short_local_training
 
 HEADS = [FedCGSClassifier(), OneShotFedAvgClassifier(), FedPFTClassifier(random_state=0)]
+# a fixed noise seed, so that the checks can compare fits (it warns: filtered below)
+PRIVATE_HEADS = [FedCGSClassifier(privacy=PrivacyBudget(16.0, clip_norm=10.0, random_state=0))]
 
 
 @short_local_training  # O-FedAvg at its default budget in the checks that fit it
-@parametrize_with_checks(HEADS)
+@pytest.mark.filterwarnings(
+    "ignore:random_state fixes the privacy noise:skslot.privacy.PrivacyWarning"
+)
+@parametrize_with_checks([*HEADS, *PRIVATE_HEADS])
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
 

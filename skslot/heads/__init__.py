@@ -11,6 +11,7 @@ from ._fitting import (
 )
 from ._linear_scores import LinearScores
 from ._mixtures import ClassMixture, ClassMixtures
+from ._private import CLASS_STATISTICS_SENSITIVITY, private_class_statistics
 from ._registry import HEADS, head_class, make_head
 from ._statistics import ClassStatistics
 from .fedavg import LinearHeadUpdate, OneShotFedAvgClassifier
@@ -18,6 +19,7 @@ from .fedcgs import FedCGSClassifier
 from .fedpft import FedPFTClassifier
 
 __all__ = [
+    "CLASS_STATISTICS_SENSITIVITY",
     "HEADS",
     "ClassMixture",
     "ClassMixtures",
@@ -35,6 +37,7 @@ __all__ = [
     "local_heads",
     "make_head",
     "message_bytes",
+    "private_class_statistics",
     "refit_head",
     "statistics_of_parts",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from scipy.special import softmax
@@ -32,6 +32,9 @@ from ..maps import GaussianMap
 from ..wire import message_bytes
 from ._linear_scores import LinearScores
 from ._strategy import LOCAL_TRAINING, HeadStrategy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..accounting import PrivacyLedger
 
 __all__ = ["LinearHeadMixin", "OneShotHead"]
 
@@ -62,6 +65,9 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     #: Parameters used only by the server step: changing one needs no new
     #: client statistics (what a federated search may tune for free).
     server_params: ClassVar[tuple[str, ...]] = ()
+    #: The release (:data:`skslot.accounting.RELEASES`) a private client's
+    #: statistics are charged to; ``None`` for a head with no private release.
+    private_release: ClassVar[str | None] = None
 
     @property
     def protocol(self) -> HeadStrategy:
@@ -93,15 +99,39 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         self._validate_params()
         X, y, classes = check_classification_data(self, X, y)
         labels, codes = check_client_labels(client, X.shape[0])
-        stats = []
+        stats, spent = [], {}
         for i, seed in enumerate(_client_seeds(self, len(labels))):
             rows = codes == i if len(labels) > 1 else slice(None)
-            stats.append(self._client_statistics(X[rows], y[rows], classes, seed))
+            ledger = self._new_ledger(labels[i])
+            stats.append(self._client_statistics(X[rows], y[rows], classes, seed, ledger))
+            if ledger is not None:
+                spent[labels[i]] = ledger.spent()
         self._fit_from_statistics(stats, classes, None)
         self.upload_bytes_ = _upload_bytes(stats)
+        if self._privacy_budget() is not None:
+            self.privacy_spent_ = spent
         return self
 
-    def client_statistics(self, X: Any, y: Any, classes: Sequence, *, client_index: int = 0) -> Any:
+    def _privacy_budget(self) -> Any:
+        """The head's :class:`~skslot.accounting.PrivacyBudget`, or ``None``."""
+        return getattr(self, "privacy", None)
+
+    def _new_ledger(self, client: Any) -> Any:
+        """A fresh ledger for one client's release of its statistics, or ``None``."""
+        budget = self._privacy_budget()
+        if budget is None:
+            return None
+        return budget.ledger([self.private_release], client=client)
+
+    def client_statistics(
+        self,
+        X: Any,
+        y: Any,
+        classes: Sequence,
+        *,
+        client_index: int = 0,
+        ledger: Any = None,
+    ) -> Any:
         """What one client sends: statistics of its own rows.
 
         Parameters
@@ -115,6 +145,11 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             Position of this client among all clients in sorted label order;
             a randomised head draws this client's seed from ``random_state``
             at that position, exactly as ``fit`` does.
+        ledger : PrivacyLedger, optional
+            The client's ledger for the run (:class:`~skslot.accounting.PrivacyLedger`),
+            when the head has a ``privacy`` budget: the statistics are charged
+            to its :attr:`private_release`, and asking again returns the same
+            release.  ``None``: a fresh ledger for this release alone.
 
         Returns
         -------
@@ -137,7 +172,11 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         if not isinstance(client_index, (int, np.integer)) or client_index < 0:
             raise ValueError(f"client_index must be a non-negative int, got {client_index!r}")
         seed = _client_seeds(self, int(client_index) + 1)[-1]
-        return self._client_statistics(X, y, classes, seed)
+        if ledger is None:
+            ledger = self._new_ledger(client_index)
+        elif self._privacy_budget() is None:
+            raise ValueError(f"{type(self).__name__} has no privacy budget: pass no ledger")
+        return self._client_statistics(X, y, classes, seed, ledger)
 
     def fit_from_statistics(
         self,
@@ -265,7 +304,12 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
 
     @abstractmethod
     def _client_statistics(
-        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        classes: np.ndarray,
+        seed: int | None,
+        ledger: PrivacyLedger | None = None,
     ) -> Any: ...
 
     @abstractmethod

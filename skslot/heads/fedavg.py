@@ -338,7 +338,12 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         return self.init_scale * rng.normal(size=(n_classes, n_features + 1))
 
     def _client_statistics(
-        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        classes: np.ndarray,
+        seed: int | None,
+        ledger: None = None,
     ) -> LinearHeadUpdate:
         init = self.shared_initialisation(classes.shape[0], X.shape[1])
         Wb, n_iter = fit_softmax_regression(

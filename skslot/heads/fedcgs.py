@@ -9,7 +9,9 @@ import numpy as np
 import scipy.linalg
 
 from .._param_validation import Interval, Options
+from ..accounting import PrivacyBudget, PrivacyLedger
 from ._base import LinearHeadMixin, OneShotHead
+from ._private import CLASS_STATISTICS_SENSITIVITY, private_class_statistics
 from ._statistics import ClassStatistics, pooled_covariances
 from ._strategy import GRAM
 
@@ -39,6 +41,12 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         discussion of FedCGS with SLOT-Align).
     priors : {"empirical", "uniform"}, default="empirical"
         ``log(N_c / N)`` or equal class priors.
+    privacy : PrivacyBudget, default=None
+        Each client releases its statistics differentially privately under
+        this budget (:class:`~skslot.accounting.PrivacyBudget`): one Gaussian
+        mechanism on its clipped class sums, class counts and Gram matrix
+        together (:func:`~skslot.heads.private_class_statistics`).
+        ``None``: exact statistics.
 
     Attributes
     ----------
@@ -54,6 +62,9 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         Flower counts them: :func:`~skslot.heads.message_bytes`), in client
         order; the SLOT summary is counted apart.
     n_features_in_ : int
+    privacy_spent_ : dict
+        With ``privacy``: the epsilon each client spent (the accountant's, at
+        the budget's delta), by client label.
 
     Examples
     --------
@@ -63,15 +74,25 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
     >>> head = FedCGSClassifier().fit(data.X, data.y, client=data.client)
     >>> head.coef_.shape
     (4, 8)
+
+    Each client's statistics released under a privacy budget:
+
+    >>> from skslot.accounting import PrivacyBudget
+    >>> budget = PrivacyBudget(epsilon=8.0, clip_norm=10.0)
+    >>> private = FedCGSClassifier(privacy=budget).fit(data.X, data.y, client=data.client)
+    >>> sorted(private.privacy_spent_.values()) <= [8.0] * 3
+    True
     """
 
     statistics_type = ClassStatistics
     strategy = GRAM
     server_params = ("covariance", "shrinkage", "priors")
+    private_release = "statistics"
     _parameter_constraints: ClassVar[dict] = {
         "covariance": [Options(("total", "within"))],
         "shrinkage": [Interval(Real, 0.0, None, closed="left")],
         "priors": [Options(("empirical", "uniform"))],
+        "privacy": [PrivacyBudget, None],
     }
 
     def __init__(
@@ -80,15 +101,32 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         covariance: str = "total",
         shrinkage: float = 1e-3,
         priors: str = "empirical",
+        privacy: PrivacyBudget | None = None,
     ) -> None:
         self.covariance = covariance
         self.shrinkage = shrinkage
         self.priors = priors
+        self.privacy = privacy
 
     def _client_statistics(
-        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: Any
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        classes: np.ndarray,
+        seed: Any,
+        ledger: PrivacyLedger | None = None,
     ) -> ClassStatistics:
-        return ClassStatistics.from_rows(X, y, classes)
+        if ledger is None:
+            return ClassStatistics.from_rows(X, y, classes)
+        clip_norm = ledger.budget.clip_norm
+        return ledger.release(
+            self.private_release,
+            lambda sigma, rng: private_class_statistics(
+                X, y, classes, clip_norm=clip_norm, sigma=sigma, rng=rng
+            ),
+            n=X.shape[0],
+            sensitivity=CLASS_STATISTICS_SENSITIVITY,
+        )
 
     def _fit_from_statistics(
         self, statistics: list, classes: np.ndarray, maps: list | None

@@ -182,7 +182,12 @@ class FedPFTClassifier(OneShotHead):
             )
 
     def _client_statistics(
-        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        classes: np.ndarray,
+        seed: int | None,
+        ledger: None = None,
     ) -> ClassMixtures:
         n_components, min_samples = self.n_components, self.min_samples_per_class
         dtype = np.dtype(self.transmit_dtype)

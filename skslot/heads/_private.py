@@ -1,0 +1,168 @@
+"""Private class statistics: one Gaussian mechanism on clipped class sums, counts and Gram.
+
+A client under a privacy budget releases FedCGS's statistics
+(:class:`~skslot.heads.ClassStatistics`) with one Gaussian mechanism:
+
+1. every row is scaled to norm at most ``C`` (``clip_norm``) and expressed in
+   units of ``C``, ``u_i = x_i / C`` in the unit ball;
+2. the vector ``(class sums, class counts, upper(G))``, ``G = sum_i u_i u_i^T``,
+   receives independent ``N(0, sigma^2)`` noise on every entry;
+3. post-processing (free): the counts are rounded onto non-negative integers
+   adding up to the public row count ``n``; a class left with no row has no
+   sum; the within-class scatter implied by the noisy Gram matrix and class
+   sums is projected onto the positive semi-definite cone and the Gram matrix
+   rebuilt from it, so the released statistics pass every consistency check a
+   server applies to exact ones.  The SLOT summary, its shrinkage and the
+   label-shift factors the server derives from them are post-processing too.
+
+Sensitivity under replace-one (``u`` replaced by ``v``, both in the unit
+ball): if both rows have the same class, the sums move by ``|u - v| <= 2``
+and the counts not at all; otherwise one class sum loses ``u`` and another
+gains ``v`` (``sqrt(|u|^2 + |v|^2) <= sqrt(2)``) and two counts move by one
+(``sqrt(2)``).  The upper triangle of ``G`` moves by at most
+``||u u^T - v v^T||_F = sqrt(|u|^4 + |v|^4 - 2 (u.v)^2) <= sqrt(2)``.  So the
+L2 sensitivity of the whole vector is ``sqrt(max(4 + 2, 2 + 2 + 2)) = sqrt(6)``
+(:data:`CLASS_STATISTICS_SENSITIVITY`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._linalg import sym_eigh, symmetric_from_upper, symmetrize
+from .._moments import ShiftedMoments
+from ._statistics import ClassStatistics, between_class_scatter
+
+__all__ = ["CLASS_STATISTICS_SENSITIVITY", "private_class_statistics", "rounded_counts"]
+
+#: Replace-one L2 sensitivity of (class sums, class counts, upper(G)) of rows in the unit ball.
+CLASS_STATISTICS_SENSITIVITY = math.sqrt(6.0)
+
+
+def private_class_statistics(
+    X: np.ndarray,
+    y: np.ndarray,
+    classes: np.ndarray,
+    *,
+    clip_norm: float,
+    sigma: float,
+    rng: np.random.Generator,
+) -> ClassStatistics:
+    """The class statistics of ``X, y`` released with the Gaussian mechanism.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, m)
+        The client's rows (not modified; clipped chunk by chunk).
+    y : ndarray of shape (n,)
+        Their labels, each one of ``classes``.
+    classes : ndarray of shape (C,)
+        The run's class set, sorted.
+    clip_norm : float
+        The public bound ``C`` rows are clipped to.
+    sigma : float
+        Standard deviation of the noise on every entry, in units of ``C``
+        (``sigma = noise_multiplier * sqrt(6) / 2``).
+    rng : numpy.random.Generator
+        Source of the noise.
+
+    Returns
+    -------
+    ClassStatistics
+        Consistent statistics of rows clipped to ``C`` (about zero), noisy.
+    """
+    n, m = X.shape
+    codes = np.searchsorted(classes, y)
+    n_classes = classes.shape[0]
+    zero = np.zeros(m)
+    sums = np.zeros((n_classes, m))
+    gram = np.zeros((m, m))
+    for c in np.unique(codes):  # each row is read once, clipped as the summary clips
+        part = ShiftedMoments.from_rows(
+            X, rows=np.flatnonzero(codes == c), shift=zero, fourth_order=False, clip_norm=clip_norm
+        )
+        sums[c] = part.s1 / clip_norm
+        gram += part.gram / (clip_norm * clip_norm)
+    counts = np.bincount(codes, minlength=n_classes).astype(np.float64)
+
+    noisy_sums = sums + rng.normal(scale=sigma, size=sums.shape)
+    noisy_counts = counts + rng.normal(scale=sigma, size=n_classes)
+    noisy_gram = symmetrize(gram) + symmetric_from_upper(
+        rng.normal(scale=sigma, size=m * (m + 1) // 2), m
+    )
+    return consistent_statistics(
+        classes, noisy_counts, noisy_sums, noisy_gram, n=n, scale=clip_norm
+    )
+
+
+def rounded_counts(noisy: np.ndarray, n: int) -> np.ndarray:
+    """Non-negative integers adding up to ``n``, as close to ``noisy`` as rounding allows.
+
+    The negative parts are dropped, the rest rescaled to add up to ``n`` and
+    rounded by largest remainders (a post-processing of the noisy counts).
+
+    Parameters
+    ----------
+    noisy : ndarray of shape (C,)
+        Noisy counts.
+    n : int
+        The public row count.
+
+    Returns
+    -------
+    counts : ndarray of shape (C,), float64 holding integers
+    """
+    positive = np.clip(noisy, 0.0, None)
+    if not positive.sum() > 0:
+        positive = np.ones_like(positive)
+    target = positive * (n / positive.sum())
+    counts = np.floor(target)
+    short = int(n - counts.sum())
+    counts[np.argsort(counts - target, kind="stable")[:short]] += 1.0
+    return counts
+
+
+def consistent_statistics(
+    classes: np.ndarray,
+    counts: np.ndarray,
+    sums: np.ndarray,
+    gram: np.ndarray,
+    *,
+    n: int,
+    scale: float,
+) -> ClassStatistics:
+    """Noisy statistics (in units of ``scale``) made consistent, in the rows' units.
+
+    Parameters
+    ----------
+    classes : ndarray of shape (C,)
+    counts : ndarray of shape (C,)
+        Noisy class counts.
+    sums : ndarray of shape (C, m)
+        Noisy class sums.
+    gram : ndarray of shape (m, m)
+        Noisy symmetric Gram matrix about zero.
+    n : int
+        The public row count.
+    scale : float
+        The clipping norm the statistics are expressed in units of.
+
+    Returns
+    -------
+    ClassStatistics
+        Counts that add up to ``n``, no sum for a class without rows, and a
+        Gram matrix whose within-class scatter is positive semi-definite.
+    """
+    counts = rounded_counts(counts, n)
+    sums = np.where(counts[:, None] > 0, sums, 0.0)
+    s1 = sums.sum(axis=0)
+    mean = s1 / n
+    means = sums / np.maximum(counts, 1.0)[:, None]
+    between = between_class_scatter(counts, means, mean)
+    within = symmetrize(gram - np.outer(s1, mean) - between)
+    within = symmetrize(sym_eigh(within).apply(lambda w: w.clip(min=0.0)))
+    gram = symmetrize(within + between + np.outer(s1, mean))
+    moments = ShiftedMoments(n, np.zeros_like(s1), scale * s1, (scale * scale) * gram)
+    return ClassStatistics(np.asarray(classes), counts, scale * sums, moments)

@@ -1,0 +1,201 @@
+"""One privacy budget per client: its split, its accountant, its enforcement; private FedCGS."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+from skslot.accounting import RELEASES, PrivacyBudget, PrivacyBudgetExceeded
+from skslot.datasets import make_federated_classification
+from skslot.heads import ClassStatistics, FedCGSClassifier
+from skslot.heads._private import (
+    CLASS_STATISTICS_SENSITIVITY,
+    private_class_statistics,
+    rounded_counts,
+)
+from skslot.privacy import PrivacyWarning, gaussian_mechanism_sigma
+
+dp_accounting = pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:random_state fixes the privacy noise:skslot.privacy.PrivacyWarning"
+)
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 4.0, 16.0])
+def test_one_release_gets_the_exact_gaussian_noise(epsilon):
+    # the accountant's calibration of a single release is Balle and Wang's analytic one
+    ledger = PrivacyBudget(epsilon).ledger(["statistics"])
+    sigma = ledger.noise_scale("statistics", CLASS_STATISTICS_SENSITIVITY)
+    exact = gaussian_mechanism_sigma(epsilon, 1e-5, CLASS_STATISTICS_SENSITIVITY)
+    assert sigma == pytest.approx(exact, rel=1e-4)
+    assert sigma >= exact * (1 - 1e-9)  # the pessimistic accountant never asks for less noise
+
+
+def test_shares_split_the_noise_and_the_plan_composes_to_the_budget():
+    budget = PrivacyBudget(2.0, shares={"statistics": 3.0, "evaluation": 0.5})
+    ledger = budget.ledger(["summary", "statistics", "evaluation"])
+    assert ledger.shares == pytest.approx(
+        {"summary": 1 / 4.5, "statistics": 3 / 4.5, "evaluation": 0.5 / 4.5}
+    )
+    z = {r: ledger.noise_multiplier(r) for r in ledger.shares}
+    assert z["summary"] / z["statistics"] == pytest.approx(math.sqrt(3.0), rel=1e-12)
+    # the accountant's epsilon of every release of the plan is the budget
+    accountant = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE)
+    accountant.compose(
+        dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(v) for v in z.values()])
+    )
+    assert accountant.get_epsilon(1e-5) == pytest.approx(2.0, rel=2e-3)
+    assert accountant.get_epsilon(1e-5) <= 2.0
+
+
+def test_the_ledger_refuses_a_release_beyond_its_budget_and_repeats_a_release():
+    ledger = PrivacyBudget(1.0).ledger(["summary", "statistics"], client="site-a")
+    calls = []
+
+    def mechanism(sigma, rng):
+        calls.append(sigma)
+        return rng.normal(scale=sigma, size=3)
+
+    first = ledger.release("summary", mechanism, n=100, sensitivity=2.0)
+    again = ledger.release("summary", mechanism, n=100, sensitivity=2.0)
+    assert again is first and len(calls) == 1  # a repeated request spends nothing
+    assert calls[0] == pytest.approx(ledger.noise_multiplier("summary"), rel=1e-12)
+    assert 0.0 < ledger.spent() < 1.0  # half the plan spent
+    with pytest.raises(PrivacyBudgetExceeded, match=r"'site-a'.*'evaluation' is not covered"):
+        ledger.release("evaluation", mechanism, n=100, sensitivity=1.0)
+    ledger.release("statistics", mechanism, n=100, sensitivity=2.0)
+    assert ledger.spent() == pytest.approx(1.0, rel=2e-3)
+    assert ledger.spent() <= 1.0
+    report = ledger.to_dict()
+    assert report["releases"]["statistics"]["released"] and report["spent"] == ledger.spent()
+    assert ledger.released == ("summary", "statistics")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"epsilon": 0.0}, "epsilon must be a number in"),
+        ({"epsilon": float("nan")}, "epsilon must be a number in"),
+        ({"epsilon": 1.0, "delta": 1.0}, "delta must be a number in"),
+        ({"epsilon": True}, "epsilon must be a number in"),
+        ({"epsilon": 1.0, "clip_norm": float("inf")}, "clip_norm must be a positive"),
+        ({"epsilon": 1.0, "shares": {"gram": 1.0}}, "unknown release 'gram'"),
+        ({"epsilon": 1.0, "shares": {"summary": 0.0}}, "share of 'summary' must be a positive"),
+    ],
+)
+def test_a_bad_budget_is_refused_naming_the_problem(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        PrivacyBudget(**kwargs)
+
+
+def test_a_plan_must_name_known_distinct_releases():
+    budget = PrivacyBudget(1.0)
+    for releases in ([], ["summary", "summary"], ["gram"]):
+        with pytest.raises(ValueError, match="releases must be distinct names"):
+            budget.ledger(releases)
+    assert set(budget.split(RELEASES)) == set(RELEASES)
+
+
+def test_the_statistics_sensitivity_is_tight():
+    rng = np.random.default_rng(0)
+    iu = np.triu_indices(3)
+    classes = np.arange(2)
+
+    def release(rows, labels):  # the released vector: sums, counts, upper(G) about zero
+        onehot = (labels[:, None] == classes).astype(float)
+        return np.concatenate([(onehot.T @ rows).ravel(), onehot.sum(0), (rows.T @ rows)[iu]])
+
+    base = rng.normal(size=(20, 3))
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    labels = np.arange(20) % 2
+    worst = 0.0
+    for _ in range(2000):
+        v = rng.normal(size=3)
+        v *= rng.uniform(0, 1) / np.linalg.norm(v)
+        other, other_label = base.copy(), labels.copy()
+        other[0], other_label[0] = v, rng.integers(2)
+        worst = max(worst, np.linalg.norm(release(other, other_label) - release(base, labels)))
+    assert worst <= CLASS_STATISTICS_SENSITIVITY
+    # reached: two orthogonal unit rows of different classes
+    e = np.eye(3)
+    rows, other = e[[0, 1, 2, 2]], e[[1, 1, 2, 2]]
+    labels, other_labels = np.array([0, 1, 0, 1]), np.array([1, 1, 0, 1])
+    gap = np.linalg.norm(release(other, other_labels) - release(rows, labels))
+    assert gap == pytest.approx(CLASS_STATISTICS_SENSITIVITY, rel=1e-12)
+
+
+def test_private_statistics_are_consistent_clipped_and_have_the_stated_noise():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(400, 3)) * 2.0
+    y = rng.integers(0, 3, size=400)
+    classes = np.arange(3)
+    X_before = X.copy()
+    C = 1.5
+    clipped = X * np.minimum(1.0, C / np.linalg.norm(X, axis=1, keepdims=True))
+    exact = ClassStatistics.from_rows(clipped, y, classes)
+    draws = []
+    for seed in range(300):
+        s = private_class_statistics(
+            X, y, classes, clip_norm=C, sigma=0.2, rng=np.random.default_rng(seed)
+        )
+        # every check a server applies to exact statistics passes
+        ClassStatistics.from_arrays(s.to_arrays(), classes=classes, n_features=3, n_samples=400)
+        draws.append(s.sums.ravel())
+    np.testing.assert_array_equal(X, X_before)  # the caller's rows are not clipped in place
+    draws = np.asarray(draws)
+    np.testing.assert_allclose(draws.mean(axis=0), exact.sums.ravel(), atol=4 * 0.2 * C / 17)
+    np.testing.assert_allclose(draws.std(axis=0), 0.2 * C, rtol=0.2)
+
+
+def test_rounded_counts_are_integers_adding_up_to_n():
+    for noisy, n in (([3.4, -2.0, 7.9], 11), ([0.0, 0.0], 5), ([-1.0, -3.0], 4), ([1e3, 1.0], 3)):
+        counts = rounded_counts(np.asarray(noisy), n)
+        assert counts.sum() == n and np.all(counts >= 0)
+        np.testing.assert_array_equal(counts, np.rint(counts))
+    np.testing.assert_array_equal(rounded_counts(np.array([2.0, 5.0, 3.0]), 10), [2, 5, 3])
+
+
+def test_private_fedcgs_reports_its_spending_and_stays_close_to_exact():
+    data = make_federated_classification(n_clients=3, n_samples_per_client=400, random_state=0)
+    clip = float(np.linalg.norm(data.X, axis=1).max())  # known bound here: nothing is clipped
+    exact = FedCGSClassifier().fit(data.X, data.y, client=data.client)
+    budget = PrivacyBudget(8.0, clip_norm=clip, random_state=0)
+    private = FedCGSClassifier(privacy=budget).fit(data.X, data.y, client=data.client)
+    assert set(private.privacy_spent_) == set(np.unique(data.client))
+    for spent in private.privacy_spent_.values():
+        assert 7.9 < spent <= 8.0
+    agreement = np.mean(private.predict(data.X) == exact.predict(data.X))
+    assert agreement > 0.75
+    weak = FedCGSClassifier(privacy=PrivacyBudget(0.05, clip_norm=clip, random_state=0))
+    weak.fit(data.X, data.y, client=data.client)
+    assert np.mean(weak.predict(data.X) == exact.predict(data.X)) < agreement
+    assert not hasattr(exact, "privacy_spent_")
+    assert clone(private).privacy == budget
+
+
+def test_a_client_step_under_a_ledger_releases_once():
+    data = make_federated_classification(n_clients=2, random_state=0)
+    head = FedCGSClassifier(privacy=PrivacyBudget(4.0, clip_norm=10.0, random_state=0))
+    ledger = head.privacy.ledger(["summary", "statistics"], client=0)
+    classes = np.unique(data.y)
+    first = head.client_statistics(data.X, data.y, classes, ledger=ledger)
+    again = head.client_statistics(data.X, data.y, classes, ledger=ledger)
+    assert again is first and ledger.released == ("statistics",)
+    with pytest.raises(PrivacyBudgetExceeded, match="'statistics' is not covered"):
+        head.client_statistics(data.X, data.y, classes, ledger=head.privacy.ledger(["summary"]))
+    with pytest.raises(ValueError, match="has no privacy budget"):
+        FedCGSClassifier().client_statistics(data.X, data.y, classes, ledger=ledger)
+
+
+def test_a_fixed_noise_seed_warns():
+    data = make_federated_classification(n_clients=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyWarning)
+        with pytest.raises(PrivacyWarning, match="random_state fixes the privacy noise"):
+            FedCGSClassifier(privacy=PrivacyBudget(4.0, random_state=1)).fit(
+                data.X, data.y, client=data.client
+            )
+        FedCGSClassifier(privacy=PrivacyBudget(4.0)).fit(data.X, data.y, client=data.client)

@@ -1,0 +1,166 @@
+"""Empirical audits of the privacy mechanisms: the privacy loss a distinguisher achieves.
+
+For each mechanism, two data sets that differ in one row (the pair that
+reaches the mechanism's sensitivity), many releases of each, and a
+distinguisher that knows both data sets: it projects a release onto the
+difference of the two exact releases.  Its statistic is then Gaussian with
+the same variance under both (the noise is linear and, on these data, the
+post-processing leaves the released vector as drawn), so the releases of the
+two data sets are as far apart as a Gaussian mechanism of parameter
+``mu = (mean_1 - mean_0) / sd``; a lower confidence bound on ``mu`` gives a
+lower bound on the epsilon the releases actually spend (``dp-accounting``'s
+exact Gaussian conversion).  An assumption-free bound (Clopper-Pearson on the
+error rates of a threshold fixed in advance) is checked too.
+
+Each audit must stay below the claimed epsilon, and must exceed it when the
+noise is deliberately halved (a wrong sensitivity): the audit can catch a bug.
+"""
+
+import numpy as np
+import pytest
+from scipy.stats import beta, norm
+
+import skslot.heads.fedcgs
+import skslot.summary
+from skslot import GaussianSummaryEstimator
+from skslot.accounting import PrivacyBudget
+from skslot.heads import FedCGSClassifier
+
+dp_accounting = pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:random_state fixes the privacy noise:skslot.privacy.PrivacyWarning"
+)
+
+EPSILON, DELTA = 4.0, 1e-5
+RELEASES = 2000  # per data set
+CONFIDENCE = 0.995
+
+
+def gaussian_audit(t0: np.ndarray, t1: np.ndarray) -> float:
+    """Lower confidence bound on the epsilon (at DELTA) separating two Gaussian samples."""
+    sd = np.sqrt((t0.var(ddof=1) + t1.var(ddof=1)) / 2)
+    mu = (t1.mean() - t0.mean()) / sd
+    n = t0.shape[0]
+    se = np.sqrt(2.0 / n * (1.0 + mu * mu / 8.0))
+    mu_low = mu - norm.ppf(CONFIDENCE) * se
+    if mu_low <= 0:
+        return 0.0
+    return float(dp_accounting.get_epsilon_gaussian(1.0 / mu_low, DELTA))
+
+
+def threshold_audit(t0: np.ndarray, t1: np.ndarray, threshold: float) -> float:
+    """Assumption-free lower bound: the error rates of one fixed test, bounded exactly."""
+    n = t0.shape[0]
+    false_pos, true_pos = int(np.sum(t0 > threshold)), int(np.sum(t1 > threshold))
+    alpha = (1 - CONFIDENCE) / 2
+    fpr_high = beta.ppf(1 - alpha, false_pos + 1, n - false_pos)
+    tpr_low = beta.ppf(alpha, true_pos, n - true_pos + 1) if true_pos else 0.0
+    return float(np.log(max(tpr_low - DELTA, 1e-300) / fpr_high))
+
+
+def audit(release, D0, D1, claimed_sd):
+    """Statistics of RELEASES releases of each data set, and the two audits' bounds."""
+    exact0, exact1 = release(D0, None), release(D1, None)
+    direction = (exact1 - exact0) / np.linalg.norm(exact1 - exact0)
+    t0 = np.array([direction @ (release(D0, s) - exact0) for s in range(RELEASES)])
+    t1 = np.array([direction @ (release(D1, s + RELEASES) - exact0) for s in range(RELEASES)])
+    return gaussian_audit(t0, t1), threshold_audit(t0, t1, 2.5 * claimed_sd)
+
+
+def _spread_rows(n: int, m: int, seed: int) -> np.ndarray:
+    """Unit rows, anisotropic (so that the summary's shrinkage stays below 1)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, m)) * np.linspace(1.0, 0.3, m)
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+def summary_pair():
+    """Data sets whose summaries differ by the sensitivity: unit rows at 120 degrees."""
+    u, v = (np.array([np.cos(a), np.sin(a)]) for a in np.radians([-15.0, 105.0]))
+    X = _spread_rows(300, 2, 0)
+    D0, D1 = X.copy(), X.copy()
+    D0[0], D1[0] = u, v
+    return D0, D1
+
+
+def summary_release(X, seed):
+    """(s1, upper(G)) of the rows about zero, recovered from the released summary."""
+    if seed is None:
+        return np.concatenate([X.sum(0), (X.T @ X)[np.triu_indices(2)]])
+    s = GaussianSummaryEstimator(epsilon=EPSILON, delta=DELTA, clip_norm=1.0, random_state=seed)
+    summary = s.fit(X).summaries_[None]
+    n, rho = X.shape[0], summary.shrinkage
+    mu = np.trace(summary.covariance) / 2
+    S = (summary.covariance - rho * mu * np.eye(2)) / (1 - rho)  # undo the shrinkage
+    gram = n * (S + np.outer(summary.mean, summary.mean))
+    return np.concatenate([n * summary.mean, gram[np.triu_indices(2)]])
+
+
+CLASSES = np.array([0, 1])
+
+
+def statistics_pair():
+    """Data sets whose class statistics differ by the sensitivity: e1 in class 0, e2 in 1."""
+    X = _spread_rows(300, 2, 1)
+    y = np.arange(300) % 2
+    D0, D1 = (X.copy(), y.copy()), (X.copy(), y.copy())
+    D0[0][0], D0[1][0] = [1.0, 0.0], 0
+    D1[0][0], D1[1][0] = [0.0, 1.0], 1
+    return D0, D1
+
+
+def statistics_release(D, seed):
+    """(class sums, class counts, upper(G)) as released."""
+    X, y = D
+    if seed is None:
+        onehot = (y[:, None] == CLASSES).astype(float)
+        return np.concatenate(
+            [(onehot.T @ X).ravel(), onehot.sum(0), (X.T @ X)[np.triu_indices(2)]]
+        )
+    head = FedCGSClassifier(privacy=PrivacyBudget(EPSILON, DELTA, clip_norm=1.0, random_state=seed))
+    s = head.client_statistics(X, y, CLASSES)
+    assert np.all(s.moments.shift == 0)
+    return np.concatenate([s.sums.ravel(), s.counts, s.moments.gram[np.triu_indices(2)]])
+
+
+def _claimed_sd(mechanism):
+    if mechanism == "summary":
+        return (
+            GaussianSummaryEstimator(epsilon=EPSILON, delta=DELTA, clip_norm=1.0)
+            .fit(_spread_rows(10, 2, 0))
+            .noise_scale_
+        )
+    ledger = PrivacyBudget(EPSILON, DELTA).ledger(["statistics"])
+    return ledger.noise_scale("statistics", skslot.heads.fedcgs.CLASS_STATISTICS_SENSITIVITY)
+
+
+MECHANISMS = {
+    "summary": (summary_pair, summary_release, skslot.summary, "SUMMARY_SENSITIVITY"),
+    "statistics": (
+        statistics_pair,
+        statistics_release,
+        skslot.heads.fedcgs,
+        "CLASS_STATISTICS_SENSITIVITY",
+    ),
+}
+
+
+@pytest.mark.parametrize("mechanism", list(MECHANISMS))
+def test_the_audited_privacy_loss_stays_below_the_claim(mechanism):
+    pair, release, _, _ = MECHANISMS[mechanism]
+    gaussian, threshold = audit(release, *pair(), _claimed_sd(mechanism))
+    assert gaussian <= EPSILON
+    assert threshold <= EPSILON
+    # and the audit is not vacuous: the pair reaches the sensitivity, so the
+    # distinguisher gets close to the claim
+    assert gaussian > 0.7 * EPSILON
+
+
+@pytest.mark.parametrize("mechanism", list(MECHANISMS))
+def test_the_audit_catches_half_the_noise(mechanism, monkeypatch):
+    pair, release, module, name = MECHANISMS[mechanism]
+    claimed = _claimed_sd(mechanism)
+    monkeypatch.setattr(module, name, getattr(module, name) / 2)  # a wrong sensitivity
+    gaussian, _ = audit(release, *pair(), claimed)
+    assert gaussian > EPSILON
