@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from .privacy import noise_generator
+from .privacy import noise_seed, warn_large_delta
 
 if TYPE_CHECKING:  # pragma: no cover
     from dp_accounting import DpEvent, PrivacyAccountant
@@ -201,7 +201,9 @@ class PrivacyBudget:
         total = sum(weights.values())
         return {r: w / total for r, w in weights.items()}
 
-    def ledger(self, releases: Sequence[str], *, client: Any = None) -> PrivacyLedger:
+    def ledger(
+        self, releases: Sequence[str], *, client: Any = None, seed: int | None = None
+    ) -> PrivacyLedger:
         """A fresh ledger for one client's run making ``releases``.
 
         Parameters
@@ -210,12 +212,15 @@ class PrivacyBudget:
             The releases the run makes.
         client : object, optional
             The client's label, named in warnings and errors.
+        seed : int, optional
+            The run's secret noise seed (a client restoring its ledger in a
+            new process); ``None``: drawn now.
 
         Returns
         -------
         PrivacyLedger
         """
-        return PrivacyLedger(self, releases, client=client)
+        return PrivacyLedger(self, releases, client=client, seed=seed)
 
 
 class PrivacyLedger:
@@ -233,6 +238,9 @@ class PrivacyLedger:
         The releases of the run.
     client : object, optional
         The client's label.
+    seed : int, optional
+        The run's secret noise seed; ``None``: fresh operating-system entropy
+        (or, with a warning, from the budget's ``random_state``).
 
     Attributes
     ----------
@@ -240,13 +248,24 @@ class PrivacyLedger:
         Each release's share of the budget.
     """
 
-    def __init__(self, budget: PrivacyBudget, releases: Sequence[str], *, client: Any = None):
+    def __init__(
+        self,
+        budget: PrivacyBudget,
+        releases: Sequence[str],
+        *,
+        client: Any = None,
+        seed: int | None = None,
+    ):
         self.budget = budget
         self.client = client
         self.shares = budget.split(releases)
         self._z = _calibrated_multiplier(
             float(budget.epsilon), float(budget.delta), tuple(self.shares.values())
         )
+        #: The run's secret noise seed: each release draws its noise from it and
+        #: its name, so a release made again (a retried request, in a new
+        #: process) is the same release.  Kept by the client, never sent.
+        self.seed = noise_seed(budget.random_state) if seed is None else int(seed)
         self._released: dict[str, Any] = {}
 
     def noise_multiplier(self, release: str) -> float:
@@ -319,7 +338,8 @@ class PrivacyLedger:
         if release in self._released:
             return self._released[release]
         sigma = self.noise_scale(release, sensitivity)
-        rng = noise_generator(self.budget.random_state, self.budget.delta, n, self.client)
+        warn_large_delta(self.budget.delta, n, self.client)
+        rng = np.random.default_rng([self.seed, RELEASES.index(release)])
         result = mechanism(sigma, rng)
         self._released[release] = result
         return result
@@ -337,10 +357,27 @@ class PrivacyLedger:
         float
             At most the budget's epsilon; ``0.0`` before any release.
         """
-        if not self._released:
+        return self.spent_on(self._released)
+
+    def spent_on(self, releases: Sequence[str]) -> float:
+        """The accountant's epsilon, at the budget's delta, of some releases of the plan.
+
+        What a server that knows the plan computes for the releases it received.
+
+        Parameters
+        ----------
+        releases : sequence of str
+            Releases of the plan, each once.
+
+        Returns
+        -------
+        float
+        """
+        releases = list(releases)
+        if not releases:
             return 0.0
         accountant = _accountant(float(self.budget.epsilon))
-        accountant.compose(_composition([self.noise_multiplier(r) for r in self._released]))
+        accountant.compose(_composition([self.noise_multiplier(r) for r in releases]))
         return float(accountant.get_epsilon(self.budget.delta))
 
     def to_dict(self) -> dict[str, Any]:

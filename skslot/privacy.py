@@ -48,6 +48,7 @@ References
 from __future__ import annotations
 
 import math
+import secrets
 import warnings
 from typing import Any
 
@@ -66,10 +67,12 @@ __all__ = [
     "gaussian_mechanism_delta",
     "gaussian_mechanism_sigma",
     "noise_generator",
+    "noise_seed",
     "noisy_mean_and_covariance",
     "noisy_moments",
     "oas_shrinkage",
     "psd_projection",
+    "warn_large_delta",
 ]
 
 
@@ -110,22 +113,57 @@ def noise_generator(random_state: Any, delta: float, n: int, client: Any) -> np.
     rng : numpy.random.Generator
         The generator of the release's noise.
     """
+    warn_large_delta(delta, n, client, stacklevel=4)
+    return np.random.default_rng(noise_seed(random_state, stacklevel=4))
+
+
+def warn_large_delta(delta: float, n: int, client: Any, *, stacklevel: int = 3) -> None:
+    """A :class:`PrivacyWarning` when ``delta`` exceeds ``1 / n``.
+
+    Parameters
+    ----------
+    delta : float
+        The release's ``delta``.
+    n : int
+        The client's row count.
+    client : object
+        The client's label, named in the warning.
+    stacklevel : int, default=3
+        Passed to :func:`warnings.warn`.
+    """
     if delta > 1.0 / n:
         warnings.warn(
             f"delta = {delta:g} exceeds 1 / n = {1.0 / n:.3g} for client {client!r}: a mechanism "
             "may then reveal a row outright; use delta well below 1 / n",
             PrivacyWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
+
+
+def noise_seed(random_state: Any, *, stacklevel: int = 3) -> int:
+    """The seed of a release's noise: fresh OS entropy, or (with a warning) from ``random_state``.
+
+    Parameters
+    ----------
+    random_state : None, int or RandomState
+        ``None`` for 63 bits of fresh operating-system entropy.
+    stacklevel : int, default=3
+        Passed to :func:`warnings.warn`.
+
+    Returns
+    -------
+    int
+        In ``[0, 2**63)``.
+    """
     if random_state is None:
-        return np.random.default_rng()  # fresh OS entropy for every release
+        return secrets.randbits(63)  # fresh OS entropy for every release
     warnings.warn(
         "random_state fixes the privacy noise: anyone who knows the seed can remove it, "
         "and repeated releases share it; use random_state=None outside tests",
         PrivacyWarning,
-        stacklevel=3,
+        stacklevel=stacklevel,
     )
-    return np.random.default_rng(check_random_state(random_state).randint(2**31 - 1))
+    return int(check_random_state(random_state).randint(2**31 - 1))
 
 
 def gaussian_mechanism_delta(sigma: float, epsilon: float, sensitivity: float) -> float:

@@ -9,7 +9,7 @@ from sklearn.base import clone
 
 from skslot.accounting import RELEASES, PrivacyBudget, PrivacyBudgetExceeded
 from skslot.datasets import make_federated_classification
-from skslot.heads import ClassStatistics, FedCGSClassifier
+from skslot.heads import ClassStatistics, FedCGSClassifier, FedPFTClassifier
 from skslot.heads._private import (
     CLASS_STATISTICS_SENSITIVITY,
     private_class_statistics,
@@ -186,8 +186,12 @@ def test_a_client_step_under_a_ledger_releases_once():
     assert again is first and ledger.released == ("statistics",)
     with pytest.raises(PrivacyBudgetExceeded, match="'statistics' is not covered"):
         head.client_statistics(data.X, data.y, classes, ledger=head.privacy.ledger(["summary"]))
-    with pytest.raises(ValueError, match="has no privacy budget"):
-        FedCGSClassifier().client_statistics(data.X, data.y, classes, ledger=ledger)
+    # the ledger, not the head's parameter, makes the release private
+    fresh = head.privacy.ledger(["statistics"])
+    released = FedCGSClassifier().client_statistics(data.X, data.y, classes, ledger=fresh)
+    assert fresh.released == ("statistics",) and released.counts.sum() == data.X.shape[0]
+    with pytest.raises(ValueError, match="has no private release"):
+        FedPFTClassifier().client_statistics(data.X, data.y, classes, ledger=fresh)
 
 
 def test_a_fixed_noise_seed_warns():

@@ -818,9 +818,10 @@ def test_private_summaries_are_refused_beside_statistics_that_reveal_the_moments
     node_configs, head
 ):
     """A statistics head's upload holds the exact moments a private summary would protect."""
-    with pytest.raises(ValueError, match=f"epsilon is refused with {head}Classifier"):
-        DeploymentConfig(epsilon=1.0, clip_norm=20.0, classes=CLASSES, head=head)
-    with pytest.raises(ValueError, match="epsilon is refused"):  # the same check, in process
+    if head == "FedPFT":  # FedCGS: epsilon is the clients' budget for all they send
+        with pytest.raises(ValueError, match=f"is refused with {head}Classifier"):
+            DeploymentConfig(epsilon=1.0, clip_norm=20.0, classes=CLASSES, head=head)
+    with pytest.raises(ValueError, match=r"a private summary \(epsilon\) is refused"):
         ClientParty(
             np.eye(3), np.arange(3), head=make_head(head), classes=np.arange(3),
             summary_estimator=GaussianSummaryEstimator(epsilon=1.0, clip_norm=1.0),
@@ -1306,3 +1307,39 @@ def test_a_node_reads_its_own_table_with_named_columns(node_configs, tmp_path):
         f"{tables[11]['data']} are not in the run's class set 'ant,bee,cat,dog': set `classes` "
         "in the run config to every class of the federation (names or integers, comma-separated)"
     )
+
+
+def test_a_private_fedcgs_run_charges_every_message_to_each_client_s_budget(node_configs):
+    """With epsilon, FedCGS's clients release everything they send under one budget."""
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    clip = 20.0
+    report, _, _, grid = deploy(node_configs, epsilon=8.0, clip_norm=clip, tau=0.4)
+    assert report.status == "completed" and len(report.accuracy) == N_CLIENTS
+    for node in node_configs:  # each client sent two messages: its statistics, its counts
+        assert set(report.bytes_sent[node]) == {"upload", "evaluation"}
+        assert 0.99 * 8.0 < report.privacy_spent[node] <= 8.0
+    assert "a private run" in report.screening["skipped"]
+    assert "(epsilon = 8, delta = 1e-05) budget" in report.privacy
+    # a repeated request (a retry, a restarted node) gets the same release, not fresh noise
+    config = DeploymentConfig(classes=CLASSES, epsilon=8.0, clip_norm=clip, tau=0.4)
+    grid = LocalGrid(client_app, node_configs, config.to_run_config())
+    request = upload_request(
+        11, privacy=(8.0, 1e-5, clip), releases=("statistics", "evaluation")
+    )
+    first, second = (messages.received(grid._deliver(request)) for _ in range(2))
+    arrays = [u.arrays(upload_stage.STATISTICS, max_bytes=1 << 20) for u in (first, second)]
+    for name in arrays[0]:
+        np.testing.assert_array_equal(arrays[0][name], arrays[1][name])
+    # the statistics are noisy: the exact mean is not what the server reads
+    own = load_client_data(node_configs[11], config)
+    sums = arrays[0]["sums"].sum(axis=0)
+    assert not np.allclose(sums / own.X_train.shape[0], own.X_train.mean(axis=0), rtol=1e-6)
+
+
+def test_a_node_enforces_its_own_budget(node_configs):
+    """A node whose node config sets a stricter budget than the run's refuses the run."""
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    strict = {**node_configs, 11: {**node_configs[11], "epsilon": 1.0, "clip-norm": 20.0}}
+    report, _, _, _ = deploy(strict, epsilon=8.0, clip_norm=20.0, tau=0.4)
+    assert "takes part only under its own budget" in report.rejected["upload"][11]
+    assert 11 not in report.accuracy and len(report.accuracy) == N_CLIENTS - 1

@@ -38,6 +38,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
+from ..accounting import PrivacyBudget
 from ..datasets import dirichlet_partition, load_dataset, load_table
 from ..datasets._loaders import open_npz
 from ..protocol import ClientParty, ClientState
@@ -46,7 +47,7 @@ from ..selection import validation_split
 from . import messages
 from .config import DeploymentConfig
 
-__all__ = ["HANDLERS", "ClientData", "app", "load_client_data"]
+__all__ = ["HANDLERS", "ClientData", "app", "load_client_data", "node_privacy"]
 
 STATE = "skslot-client"
 
@@ -202,7 +203,38 @@ def _party(context: Context, config: DeploymentConfig, data: ClientData) -> Clie
         summary_estimator=config.summary_estimator(),
         validation_fraction=config.validation_fraction,
         state=None if stored is None else ClientState.from_config(dict(stored)),
+        privacy=node_privacy(context.node_config, config),
     )
+
+
+def node_privacy(node_config: Mapping[str, Any], config: DeploymentConfig) -> PrivacyBudget | None:
+    """The budget this node releases under: its own node config's, else the run's.
+
+    A node that sets ``epsilon`` (with ``delta`` and ``clip-norm``, defaulting
+    as the run config's do) in its node config enforces that budget: it
+    refuses a run under another, or without one.
+
+    Parameters
+    ----------
+    node_config : mapping of str to value
+        The node's config (``flower-supernode --node-config``).
+    config : DeploymentConfig
+        The run's configuration.
+
+    Returns
+    -------
+    PrivacyBudget or None
+    """
+    if "epsilon" not in node_config:
+        return config.privacy_budget()
+    try:
+        return PrivacyBudget(
+            float(node_config["epsilon"]),
+            float(node_config.get("delta", 1e-5)),
+            float(node_config.get("clip-norm", 1.0)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"node config 'epsilon', 'delta', 'clip-norm': {exc}") from None
 
 
 def _handler(stage: Stage) -> Callable[[Message, Context], Message]:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 
+from ..accounting import PrivacyBudget
 from ..barycenter import BuresBarycenter
 from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class, make_head
@@ -880,10 +881,13 @@ class PrivacySettings(_Settings):
 
     epsilon: float | None = _setting(
         None,
-        "The epsilon of the clients' differentially private summaries ('none': exact "
-        "Ledoit-Wolf summaries)",
-        details="Refused with FedCGS and FedPFT, whose statistics are the exact moments a "
-        "private summary would protect.",
+        "The epsilon of each client's privacy budget ('none': exact values)",
+        details="With FedCGS, one (epsilon, delta) budget per client covers everything it "
+        "sends (its statistics, from which the server derives its summary, and its test "
+        "counts: skslot.accounting), at a fixed tau and without the screening; a node's own "
+        "'epsilon', 'delta' and 'clip-norm' (node config) is the budget it enforces, and it "
+        "refuses a run under another.  With O-FedAvg, only the summary is private.  Refused "
+        "with FedPFT, whose mixtures have no private release.",
         low=0.0,
         low_open=True,
     )
@@ -1145,9 +1149,20 @@ class DeploymentConfig:
             raise ValueError(
                 f"{exc} (run-config keys 'summary-covariance', 'epsilon', 'delta' and 'clip-norm')"
             ) from None
-        why = private_summary_problem(head, self.epsilon)
+        why = None if head.private_release else private_summary_problem(head, self.epsilon)
         if why:
             raise ValueError(f"{why} (run-config keys 'epsilon' and 'head')")
+        if self.privacy_budget() is not None and self.auto:
+            raise ValueError(
+                "a private run needs a fixed tau: tau = auto releases every client's "
+                "validation counts, which the budget does not cover (run-config keys "
+                "'epsilon' and 'tau')"
+            )
+        if self.privacy_budget() is not None and self.screen == "on":
+            raise ValueError(
+                "a private run does not screen: the screening releases validation counts "
+                "the budget does not cover (run-config keys 'epsilon' and 'screen')"
+            )
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> DeploymentConfig:
@@ -1271,13 +1286,28 @@ class DeploymentConfig:
             Of ``summary_covariance``, private with ``epsilon``, ``delta`` and
             ``clip_norm`` when ``epsilon`` is set.
         """
-        private = self.epsilon is not None
+        # a head with a private release derives the summary from it: no epsilon of its own
+        private = self.epsilon is not None and self.make_head().private_release is None
         return GaussianSummaryEstimator(
             covariance=self.summary_covariance,
-            epsilon=self.epsilon,
+            epsilon=self.epsilon if private else None,
             delta=self.delta,
             clip_norm=self.clip_norm if private else None,
         )
+
+    def privacy_budget(self) -> PrivacyBudget | None:
+        """Each client's budget for the run, where the head makes private releases.
+
+        Returns
+        -------
+        PrivacyBudget or None
+            ``(epsilon, delta, clip_norm)`` with a head that has a private
+            release (FedCGS); ``None`` without ``epsilon``, or with a head
+            whose only private message is the summary (O-FedAvg).
+        """
+        if self.epsilon is None or self.make_head().private_release is None:
+            return None
+        return PrivacyBudget(self.epsilon, self.delta, self.clip_norm)
 
     def protocol(self) -> OneShotProtocol:
         """The run's protocol driver (:class:`skslot.protocol.OneShotProtocol`).
@@ -1305,6 +1335,7 @@ class DeploymentConfig:
             mean_tau=self.mean_tau,
             summary_covariance=self.summary_covariance,
             screen=self.screen,
+            privacy=self.privacy_budget(),
             config=self.to_run_config(),
         )
 

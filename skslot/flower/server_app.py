@@ -35,12 +35,12 @@ from .transport import FlowerTransport
 
 __all__ = ["app", "run_one_shot"]
 
-#: What a run with private summaries does and does not protect (logged and reported).
+#: What an O-FedAvg run with private summaries does and does not protect (logged and reported).
 PRIVACY_SCOPE = (
-    "the (epsilon, delta) guarantee covers each client's summary, released once per run "
-    "(epsilon is refused with FedCGS and FedPFT, whose statistics hold the exact moments); "
+    "the (epsilon, delta) guarantee covers each client's summary, released once per run; "
     "O-FedAvg's local heads and the validation, screening and test counts are NOT private, "
-    "so the summary's guarantee does not protect the data"
+    "so the summary's guarantee does not protect the data (with FedCGS, one budget per "
+    "client covers everything it sends)"
 )
 
 
@@ -97,7 +97,8 @@ def run_one_shot(
         protocol_logger.warning(
             "skslot: the defence is off: every client passing the wire checks counts"
         )
-    if config.epsilon is not None:
+    private = config.privacy_budget() is not None  # else: O-FedAvg's summary alone
+    if config.epsilon is not None and not private:
         protocol_logger.warning("skslot: %s", PRIVACY_SCOPE)
     try:
         result = protocol.run(transport, config.class_set)
@@ -105,8 +106,10 @@ def run_one_shot(
         exc.report.waits = transport.waits
         raise
     result.report.waits = transport.waits
-    if config.epsilon is not None:
+    if config.epsilon is not None and not private:
         result.report.privacy = PRIVACY_SCOPE
+    elif private:
+        protocol_logger.info("skslot: %s", result.report.privacy)
     left_out = result.report.left_out()
     protocol_logger.info(
         "skslot: %d of %d node(s) took part%s",

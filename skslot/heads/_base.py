@@ -146,10 +146,11 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             a randomised head draws this client's seed from ``random_state``
             at that position, exactly as ``fit`` does.
         ledger : PrivacyLedger, optional
-            The client's ledger for the run (:class:`~skslot.accounting.PrivacyLedger`),
-            when the head has a ``privacy`` budget: the statistics are charged
-            to its :attr:`private_release`, and asking again returns the same
-            release.  ``None``: a fresh ledger for this release alone.
+            The client's ledger for the run (:class:`~skslot.accounting.PrivacyLedger`):
+            the statistics are released under it, charged to the head's
+            :attr:`private_release`, and asking again returns the same
+            release.  ``None``: with a ``privacy`` budget on the head, a fresh
+            ledger for this release alone; without, exact statistics.
 
         Returns
         -------
@@ -174,8 +175,8 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         seed = _client_seeds(self, int(client_index) + 1)[-1]
         if ledger is None:
             ledger = self._new_ledger(client_index)
-        elif self._privacy_budget() is None:
-            raise ValueError(f"{type(self).__name__} has no privacy budget: pass no ledger")
+        elif self.private_release is None:
+            raise ValueError(f"{type(self).__name__} has no private release: pass no ledger")
         return self._client_statistics(X, y, classes, seed, ledger)
 
     def fit_from_statistics(

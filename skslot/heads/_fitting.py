@@ -17,6 +17,7 @@ from sklearn.base import clone
 from ..maps import GaussianMap
 
 if TYPE_CHECKING:
+    from ..accounting import PrivacyLedger
     from ..selection import Candidate
     from ._base import OneShotHead
 
@@ -154,6 +155,7 @@ def statistics_of_parts(
     parts: tuple[np.ndarray, np.ndarray] | None,
     *,
     client_index: int = 0,
+    ledger: PrivacyLedger | None = None,
 ) -> tuple[Any, Any]:
     """Client step of a head that aligns statistics: statistics of each part of its rows.
 
@@ -172,6 +174,9 @@ def statistics_of_parts(
         (:func:`~skslot.selection.validation_split`), or ``None``: all rows fit.
     client_index : int, default=0
         The client's position (seeds a head's client-side randomness).
+    ledger : PrivacyLedger, optional
+        A private client's ledger: the statistics of all its rows are released
+        under it (``parts`` must be ``None``).
 
     Returns
     -------
@@ -182,7 +187,9 @@ def statistics_of_parts(
     """
     head = clone(head)  # computing statistics records n_features_in_ on the head
     if parts is None:
-        return head.client_statistics(X, y, classes, client_index=client_index), None
+        return head.client_statistics(X, y, classes, client_index=client_index, ledger=ledger), None
+    if ledger is not None:
+        raise ValueError("a private client releases the statistics of all its rows, in one part")
     fit, val = parts
     fitting = head.client_statistics(X[fit], y[fit], classes, client_index=client_index)
     if val.shape[0] == 0:

@@ -345,6 +345,31 @@ class ClassStatistics:
         S = within if covariance == "within" else total
         return ledoit_wolf_shrinkage(S, s4, self.n_samples)
 
+    def oas_shrinkage(self, covariance: str = "total") -> float:
+        """The oracle approximating shrinkage of the covariance these statistics hold.
+
+        A function of the statistics alone (unlike Ledoit-Wolf's, which needs
+        the rows' fourth moments): what a private client announces with its
+        released statistics, and what the server recomputes from them
+        (:func:`skslot.privacy.oas_shrinkage`).
+
+        Parameters
+        ----------
+        covariance : {"total", "within"}, default="total"
+            The covariance to shrink.
+
+        Returns
+        -------
+        float
+            In ``[0, 1]``.
+        """
+        from ..privacy import oas_shrinkage
+        from ..summary import COVARIANCES
+
+        check_option("covariance", covariance, COVARIANCES)
+        total, within = pooled_covariances(self)
+        return oas_shrinkage(total if covariance == "total" else within, self.n_samples)
+
     def summary(
         self,
         shrinkage: float,

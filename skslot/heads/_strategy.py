@@ -20,6 +20,7 @@ import numpy as np
 from ._fitting import candidate_heads, head_without, refit_head, statistics_of_parts
 
 if TYPE_CHECKING:
+    from ..accounting import PrivacyLedger
     from ..gaussian import GaussianSummary
     from ..maps import GaussianMap
     from ..selection import Candidate
@@ -93,8 +94,12 @@ class HeadStrategy:
         split: tuple[np.ndarray, np.ndarray] | None,
         *,
         client_index: int,
+        ledger: PrivacyLedger | None = None,
     ) -> tuple[Any, Any]:
-        """Client: what it uploads with its summary, ``(fitting, validation)`` statistics."""
+        """Client: what it uploads with its summary, ``(fitting, validation)`` statistics.
+
+        Under a privacy budget (``ledger``) the statistics are the head's release.
+        """
         return None, None
 
     def fit_candidates(
@@ -127,8 +132,10 @@ class StatisticsStrategy(HeadStrategy):
 
     uploads_statistics = True
 
-    def client_upload(self, head, X, y, classes, split, *, client_index):
-        return statistics_of_parts(head, X, y, classes, split, client_index=client_index)
+    def client_upload(self, head, X, y, classes, split, *, client_index, ledger=None):
+        return statistics_of_parts(
+            head, X, y, classes, split, client_index=client_index, ledger=ledger
+        )
 
     def fit_candidates(self, head, candidates, server):
         return server.server_step(

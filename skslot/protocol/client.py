@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..accounting import PrivacyBudget, PrivacyLedger
 from ..gaussian import GaussianSummary
 from ..heads import OneShotHead
 from ..maps import GaussianMap
@@ -44,6 +45,12 @@ class ClientState:
     mean_tau : float or None, default=None
         The run's fraction of the mean's transport, received with the upload
         request (``None``: the mean follows ``tau``).
+    releases : tuple of str, default=()
+        Under a privacy budget, the releases of the run (received with the
+        upload request), which its ledger is planned for.
+    noise_seed : int or None, default=None
+        Under a privacy budget, the run's secret noise seed (drawn by the
+        client, never sent): a release made again is the same release.
     """
 
     summary: GaussianSummary | None = None
@@ -52,6 +59,8 @@ class ClientState:
     split_seed: int | None = None
     fixed_map: GaussianMap | None = None
     mean_tau: float | None = None
+    releases: tuple[str, ...] = ()
+    noise_seed: int | None = None
 
     def to_config(self) -> dict[str, int | float | bytes]:
         """The state as scalar settings, to keep between a transport's calls.
@@ -69,6 +78,8 @@ class ClientState:
             "client-index": -1 if self.client_index is None else self.client_index,
             "split-seed": -1 if self.split_seed is None else self.split_seed,
             "mean-tau": -1.0 if self.mean_tau is None else float(self.mean_tau),
+            "releases": ",".join(self.releases).encode(),
+            "noise-seed": -1 if self.noise_seed is None else self.noise_seed,
         }
         for name in ("summary", "reference"):
             summary = getattr(self, name)
@@ -93,11 +104,15 @@ class ClientState:
             for name in ("summary", "reference")
         }
         index, seed, mean_tau = values["client-index"], values["split-seed"], values["mean-tau"]
+        releases = bytes(values.get("releases", b"")).decode()
+        noise_seed = values.get("noise-seed", -1)
         return cls(
             **summaries,
             client_index=None if index < 0 else index,
             split_seed=None if seed < 0 else seed,
             mean_tau=None if mean_tau < 0 else mean_tau,
+            releases=tuple(releases.split(",")) if releases else (),
+            noise_seed=None if noise_seed < 0 else int(noise_seed),
         )
 
 
@@ -127,6 +142,11 @@ class ClientParty:
         Share of each class held out when the server asks for a split.
     state : ClientState, optional
         A run's state restored between stages (the Flower ``ClientApp``).
+    privacy : PrivacyBudget, optional
+        The client's own differential-privacy budget for a run
+        (:class:`~skslot.accounting.PrivacyBudget`): every value it sends is
+        then a release charged to it, and it refuses a run that asks for
+        another budget or for a release the budget does not cover.
     """
 
     def __init__(
@@ -142,6 +162,7 @@ class ClientParty:
         summary_estimator: GaussianSummaryEstimator | None = None,
         validation_fraction: float = 0.2,
         state: ClientState | None = None,
+        privacy: PrivacyBudget | None = None,
     ) -> None:
         self.X, self.y = X, y
         self.head = head
@@ -151,6 +172,39 @@ class ClientParty:
         self.summary_estimator = summary_estimator
         self.validation_fraction = validation_fraction
         self.state = state if state is not None else ClientState()
+        self.privacy = privacy
+        self._ledger: PrivacyLedger | None = None
+
+    def ledger(self) -> PrivacyLedger:
+        """This run's ledger of the client's releases, under its privacy budget.
+
+        Planned for the releases the upload request announced
+        (``state.releases``) and seeded with the run's secret noise seed
+        (drawn on first use, kept in the state), so that a client restored in
+        a new process repeats, never redraws, a release.
+
+        Returns
+        -------
+        PrivacyLedger
+
+        Raises
+        ------
+        RuntimeError
+            If the client has no privacy budget, or no run announced its releases.
+        """
+        if self.privacy is None:
+            raise RuntimeError("this client has no privacy budget")
+        state = self.state
+        if not state.releases:
+            raise RuntimeError("no upload request of this run announced its releases")
+        ledger = self._ledger
+        if ledger is None or ledger.seed != state.noise_seed or tuple(ledger.shares) != tuple(
+            state.releases
+        ):
+            ledger = self.privacy.ledger(state.releases, client=self.label, seed=state.noise_seed)
+            state.noise_seed = ledger.seed
+            self._ledger = ledger
+        return ledger
 
     @property
     def estimator(self) -> GaussianSummaryEstimator:

@@ -14,6 +14,7 @@ import numpy as np
 from .._backend import as_host_rows
 from .._param_validation import InstanceOf, Interval, Options, validate_parameter_constraints
 from .._validation import check_client_labels, check_open_fraction, check_row_labels
+from ..accounting import PrivacyBudget
 from ..defence import DefenceBounds, NoDefence
 from ..gaussian import GaussianSummary
 from ..heads import OneShotHead
@@ -143,6 +144,17 @@ class OneShotProtocol:
         clients; the clients then hold out validation rows (at a fixed
         ``tau`` too: one more exchange) and the final head is the screened
         one, fitted on the fitting rows (docs/deployment.md gives the cost).
+    privacy : PrivacyBudget or None, default=None
+        Run under one differential-privacy budget per client
+        (:class:`~skslot.accounting.PrivacyBudget`, which each client holds
+        and enforces itself, :class:`~skslot.protocol.ClientParty`'s
+        ``privacy``): every value a client sends is then a release charged to
+        it (the head's statistics, from which the server derives the summary,
+        its shrinkage and the label-shift counts; the evaluation counts), and
+        the report states what each client spent (``privacy_spent``).  Needs a
+        head with a private release (FedCGS), a fixed ``tau`` and no
+        screening (``screen="auto"`` then does not screen, and says why):
+        validation counts are not released under the budget.
     config : dict, optional
         Shown in the report.
     rule : str, optional
@@ -167,6 +179,7 @@ class OneShotProtocol:
         "covariance_floor": [Interval(Real, 0.0, None, closed="left")],
         "mean_tau": [Interval(Real, 0.0, 1.0, closed="both"), None],
         "screen": [Options(SCREENING)],
+        "privacy": [PrivacyBudget, None],
     }
 
     def __init__(
@@ -189,6 +202,7 @@ class OneShotProtocol:
         covariance_floor: float = 1e-8,
         mean_tau: float | None = None,
         screen: str = "auto",
+        privacy: PrivacyBudget | None = None,
         config: dict | None = None,
         rule: str | None = None,
     ) -> None:
@@ -216,8 +230,11 @@ class OneShotProtocol:
         self.covariance_floor = covariance_floor
         self.mean_tau = mean_tau
         self.screen = screen
+        self.privacy = privacy
         validate_parameter_constraints(self._parameter_constraints, vars(self), type(self).__name__)
         head._validate_params()
+        if privacy is not None:
+            _check_private_run(self)
         if screen == "on" and not (defence or NoDefence()).screens:
             raise ValueError(
                 "screen='on' needs a defence: its thresholds are the DefenceBounds' "
@@ -242,7 +259,16 @@ class OneShotProtocol:
         A run screens where it also reaches more than
         :data:`~skslot.screening.MIN_VOTERS` clients (``RunState.screens``).
         """
-        return self.screen != "off" and (self.defence or NoDefence()).screens
+        return (
+            self.screen != "off" and (self.defence or NoDefence()).screens and self.privacy is None
+        )
+
+    @property
+    def releases(self) -> tuple[str, ...]:
+        """What each client releases under the run's privacy budget (none without one)."""
+        if self.privacy is None:
+            return ()
+        return (self.head.private_release,) + (("evaluation",) if self.evaluate else ())
 
     def run(self, transport: Transport, classes: Sequence) -> ProtocolResult:
         """Run every stage over ``transport``; the clients agree on the class set ``classes``.
@@ -311,6 +337,7 @@ class OneShotProtocol:
         if self.evaluate:
             evaluation.evaluate(run, final, chosen.tau)
         run.report.status = "completed"
+        run.account_privacy()
         order = run.order
         return ProtocolResult(
             run.report,
@@ -337,6 +364,26 @@ class OneShotProtocol:
             updates.collect(run, stage, taus, part)
             if not run.refresh_reference(stage):
                 return
+
+
+def _check_private_run(protocol: OneShotProtocol) -> None:
+    """A private run's settings: a head with a private release, a fixed tau, no screening."""
+    head = protocol.head
+    if head.private_release is None:
+        raise ValueError(
+            f"privacy: {type(head).__name__} has no private release (its messages would be "
+            "exact statistics of the clients' rows); use FedCGSClassifier"
+        )
+    if protocol.auto:
+        raise ValueError(
+            'privacy needs a fixed tau: tau="auto" releases every client\'s validation '
+            "counts, which the budget does not cover"
+        )
+    if protocol.screen == "on":
+        raise ValueError(
+            "privacy and screen='on' exclude each other: the screening releases validation "
+            "counts the budget does not cover"
+        )
 
 
 def _final_fitting(run: RunState, trains_locally: bool) -> str:

@@ -105,7 +105,11 @@ class ProtocolReport:
         Per client whose declared count exceeded ``max-weight-ratio`` times the
         median, the factor its weight was multiplied by.
     privacy : str or None
-        With private summaries, what the guarantee covers and what it does not.
+        With private releases, what the guarantee covers and what it does not.
+    privacy_spent : dict
+        In a private run (:class:`~skslot.protocol.OneShotProtocol`'s
+        ``privacy``), per client, the epsilon (at the budget's delta) of the
+        releases the server received from it.
     selection : dict or None
         With ``tau = "auto"``: the candidates, each client's balanced
         validation accuracy per candidate, their mean and standard error, the
@@ -156,6 +160,7 @@ class ProtocolReport:
     selection: dict | None = None
     capped: dict = field(default_factory=dict)
     privacy: str | None = None
+    privacy_spent: dict = field(default_factory=dict)
     screening: dict | None = None
     final_head: str | None = None
     accuracy: dict = field(default_factory=dict)

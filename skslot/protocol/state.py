@@ -109,9 +109,25 @@ class RunState:
         self.has_reference: set = set()
         #: Per part of the rows ("fit", "all"), each client's local heads by its fraction.
         self._local_heads: dict[str, dict[Hashable, dict[float, Any]]] = {}
+        #: A private run's budget as the clients check it, and their releases.
+        budget = protocol.privacy
+        self.privacy_settings = (
+            None
+            if budget is None
+            else (float(budget.epsilon), float(budget.delta), float(budget.clip_norm))
+        )
+        self.releases: tuple[str, ...] = protocol.releases
+        #: Per client, the releases the server received from it.
+        self.received: dict[Hashable, list[str]] = {}
         #: Whether this run screens: the protocol screens and enough clients can vote.
         self.screens = protocol.screening and len(self.report.nodes) > MIN_VOTERS
-        if protocol.screening and not self.screens:
+        if budget is not None and protocol.screen == "auto" and self.defence.screens:
+            self.report.screening = {
+                "skipped": "a private run: the screening's validation counts are not "
+                "released under the clients' budget",
+                "excluded": [],
+            }
+        elif protocol.screening and not self.screens:
             self.report.screening = {
                 "skipped": f"{len(self.report.nodes)} clients: the screening needs "
                 f"{MIN_VOTERS + 1} (a case must hold without the strongest accuser and any "
@@ -124,6 +140,25 @@ class RunState:
         self.screened = False
         #: Whether any screening round could.
         self.ever_screened = False
+
+    def account_privacy(self) -> None:
+        """A private run's report: the budget, its split and what each client spent.
+
+        The server recomputes each client's spending from the budget and the
+        releases it received (the plan is the run's, the same on both sides).
+        """
+        budget = self.protocol.privacy
+        if budget is None:
+            return
+        ledger = budget.ledger(self.releases, seed=0)  # accounting only: no noise drawn
+        self.report.privacy = (
+            f"every value a client sent is a release ({', '.join(self.releases)}) under its "
+            f"(epsilon = {budget.epsilon:g}, delta = {budget.delta:g}) budget, rows clipped to "
+            f"norm {budget.clip_norm:g}; public: each client's row counts and its membership"
+        )
+        self.report.privacy_spent = {
+            c: ledger.spent_on(self.received.get(c, [])) for c in self.report.nodes
+        }
 
     # -- the clients ---------------------------------------------------------------------
 

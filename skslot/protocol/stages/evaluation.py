@@ -29,6 +29,7 @@ __all__ = [
     "EvaluationStage",
     "check",
     "evaluate",
+    "private_count",
 ]
 
 #: The groups the head and the counts travel in.
@@ -63,6 +64,30 @@ class Evaluation:
 
     n_correct: int
     n_test: int
+
+
+#: Replace-one L2 sensitivity of a count of rows (replacing a row changes it by one at most).
+COUNT_SENSITIVITY = 1.0
+
+
+def private_count(count: int, total: int, sigma: float, rng: np.random.Generator) -> int:
+    """``count`` plus Gaussian noise, rounded into ``[0, total]`` (post-processing).
+
+    Parameters
+    ----------
+    count : int
+        The exact count.
+    total : int
+        The public number of rows it counts among.
+    sigma : float
+        Standard deviation of the noise.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    int
+    """
+    return int(np.clip(np.rint(count + rng.normal(scale=sigma)), 0, total))
 
 
 def check(evaluation: Evaluation, n_test: int) -> str | None:
@@ -118,6 +143,8 @@ def evaluate(run: RunState, final: OneShotHead, tau: float) -> None:
             continue
         result: Evaluation = exchange.replies[c]
         n_test = run.clients[c].upload.n_test
+        if "evaluation" in run.releases and n_test:
+            run.received.setdefault(c, []).append("evaluation")
         why = check(result, n_test)
         if why:
             run.reject("evaluation", c, why)
@@ -148,7 +175,15 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
         if party.X_test is None or party.n_test == 0:
             return Evaluation(0, 0)
         predictions = request.head.predict(full_map.geodesic(request.tau).apply(party.X_test))
-        return Evaluation(int(np.sum(predictions == party.y_test)), party.n_test)
+        n_correct, n_test = int(np.sum(predictions == party.y_test)), party.n_test
+        if party.privacy is not None:
+            n_correct = party.ledger().release(
+                "evaluation",
+                lambda sigma, rng: private_count(n_correct, n_test, sigma, rng),
+                n=n_test,
+                sensitivity=COUNT_SENSITIVITY,
+            )
+        return Evaluation(n_correct, n_test)
 
     def encode_request(self, request: EvaluationRequest, wire: ServerWire) -> Payload:
         values = wire.with_reference({"tau": float(request.tau)}, request.reference)

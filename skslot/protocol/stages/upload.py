@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..._validation import check_feature_scale
+from ...accounting import RELEASES
 from ...gaussian import GaussianSummary
 from ...label_shift import class_counts
 from ...selection import validation_sizes
@@ -38,6 +39,7 @@ from ...wire.summary_codec import (
 from ._stage import ClientWire, ServerWire, Stage
 
 if TYPE_CHECKING:
+    from ...accounting import PrivacyLedger
     from ...defence import DefenceBounds, NoDefence
     from ...heads import OneShotHead
     from ..client import ClientParty
@@ -89,6 +91,12 @@ class UploadRequest:
         With a validation part, send the head's statistics of it too (for the
         refit of an unscreened run); a screened run's final head is fitted on
         the fitting parts alone and does not ask for them.
+    privacy : tuple of (float, float, float) or None, default=None
+        A private run's budget ``(epsilon, delta, clip_norm)``, which must be
+        the client's own (:class:`~skslot.accounting.PrivacyBudget`).
+    releases : tuple of str, default=()
+        A private run's releases (:data:`~skslot.accounting.RELEASES`), which
+        the client's ledger is planned for.
     """
 
     client_index: int
@@ -99,6 +107,8 @@ class UploadRequest:
     mean_tau: float | None = None
     summary_dtype: str | None = None
     validation_statistics: bool = True
+    privacy: tuple[float, float, float] | None = None
+    releases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,12 +201,99 @@ def private_summary_problem(head: OneShotHead, epsilon: float | None) -> str | N
     """
     if epsilon is None or not head.strategy.uploads_statistics:
         return None
-    return (
-        f"epsilon is refused with {type(head).__name__}: its statistics are exact moments of "
-        "each client's rows, from which the server reads the mean and covariance a private "
-        "summary is meant to protect (see the privacy guide's 'Where the guarantee stops'); "
-        "use O-FedAvg with epsilon, or no epsilon"
+    instead = (
+        "give the client a privacy budget instead (ClientParty's privacy, OneShotProtocol's "
+        "privacy; in a deployment the run config's epsilon), under which its statistics are "
+        "released privately and its summary derived from them"
+        if head.private_release is not None
+        else "use FedCGS or O-FedAvg with epsilon, or no epsilon"
     )
+    return (
+        f"a private summary (epsilon) is refused with {type(head).__name__}: its statistics "
+        "are exact moments of each client's rows, from which the server reads the mean and "
+        "covariance a private summary is meant to protect (see the privacy guide's 'Where "
+        f"the guarantee stops'); {instead}"
+    )
+
+
+def private_run(party: ClientParty, request: UploadRequest) -> PrivacyLedger | None:
+    """The client's ledger for a private run, after checking the run against its budget.
+
+    A client with a privacy budget takes part only in a run under that same
+    budget, whose releases its head can make, and without a validation split
+    (whose counts it would release outside the plan).
+
+    Parameters
+    ----------
+    party : ClientParty
+    request : UploadRequest
+
+    Returns
+    -------
+    PrivacyLedger or None
+        ``None`` for a run without privacy (and a client without a budget).
+
+    Raises
+    ------
+    ValueError
+        If the run and the client disagree on privacy.
+    """
+    own = party.privacy
+    if own is None and request.privacy is None:
+        return None
+    if own is None:
+        raise ValueError(
+            "the run asks for private releases, but this client has no privacy budget of its own"
+        )
+    if request.privacy is None:
+        raise ValueError(
+            "this client releases only under its privacy budget, and the run asks for exact "
+            "values (set the run's privacy to the client's budget)"
+        )
+    settings = (float(own.epsilon), float(own.delta), float(own.clip_norm))
+    if request.privacy != settings:
+        raise ValueError(
+            f"this client releases under (epsilon, delta, clip_norm) = {settings}, but the run "
+            f"asks for {request.privacy}: it takes part only under its own budget"
+        )
+    if request.split_seed is not None:
+        raise ValueError(
+            "a private client holds out no validation rows: their counts are releases outside "
+            "its budget (a private run has a fixed tau and no screening)"
+        )
+    release = party.head.private_release
+    if release is None or release not in request.releases:
+        raise ValueError(
+            f"{type(party.head).__name__} has no private release among the run's "
+            f"{list(request.releases)}"
+        )
+    party.state.releases = tuple(request.releases)
+    return party.ledger()
+
+
+def private_shrinkage_problem(upload: Upload, covariance: str) -> str | None:
+    """Why a private client's shrinkage is not the one its released statistics determine.
+
+    Under privacy the client announces the OAS shrinkage of its released
+    statistics (:meth:`~skslot.heads.ClassStatistics.oas_shrinkage`), a
+    function of them alone, so the server recomputes it exactly.
+
+    Parameters
+    ----------
+    upload : Upload
+    covariance : {"total", "within"}
+
+    Returns
+    -------
+    str or None
+    """
+    expected = upload.statistics.oas_shrinkage(covariance)
+    if not np.isclose(upload.shrinkage, expected, rtol=1e-12, atol=0.0):
+        return (
+            f"its shrinkage {upload.shrinkage!r} is not the OAS shrinkage of its released "
+            f"statistics ({expected!r})"
+        )
+    return None
 
 
 # -- the server's checks ---------------------------------------------------------------------
@@ -680,6 +777,8 @@ def collect(run: RunState) -> None:
             covariance_floor=protocol.covariance_floor,
             mean_tau=protocol.mean_tau,
             validation_statistics=not run.screens,  # a screened final head never merges them
+            privacy=run.privacy_settings,
+            releases=run.releases,
         )
         for k, c in enumerate(parties)
     }
@@ -689,9 +788,13 @@ def collect(run: RunState) -> None:
     replies = {}
     for c, upload in exchange.replies.items():
         report.clients[c] = upload.client_label  # shown, never trusted
+        if run.releases and head.private_release not in run.received.setdefault(c, []):
+            run.received[c].append(head.private_release)  # spent, even if refused below
         if upload.summary_bytes is not None:
             report.summary_payload_bytes[c] = upload.summary_bytes
         why = form_problem(upload, derives)
+        if why is None and derives and run.releases:
+            why = private_shrinkage_problem(upload, protocol.summary_covariance)
         if why is None and derives:
             try:
                 summary = head.strategy.derived_summary(
@@ -772,6 +875,7 @@ class UploadStage(Stage[UploadRequest, Upload]):
         why = private_summary_problem(party.head, estimator.epsilon)
         if why:
             raise ValueError(why)
+        ledger = private_run(party, request)
         if state.summary is not None and state.split_seed != request.split_seed:
             state.summary = None  # another split: another fitting part to summarise
         state.client_index, state.split_seed = request.client_index, request.split_seed
@@ -782,11 +886,17 @@ class UploadStage(Stage[UploadRequest, Upload]):
         if derived:  # its summary's scale check, as the estimator's
             check_feature_scale(X_fit)
         fitting, validation = strategy.client_upload(
-            party.head, party.X, party.y, party.classes, split, client_index=request.client_index
+            party.head,
+            party.X,
+            party.y,
+            party.classes,
+            split,
+            client_index=request.client_index,
+            ledger=ledger,
         )
         if not request.validation_statistics:
             validation = None
-        if derived:  # exact (never private): derived afresh from this upload's statistics
+        if derived:  # derived afresh from this upload's (released) statistics
             settings = (estimator.covariance, estimator.covariance_floor)
             if settings != (request.summary_covariance, request.covariance_floor):
                 raise ValueError(
@@ -796,11 +906,16 @@ class UploadStage(Stage[UploadRequest, Upload]):
                     f"{request.covariance_floor!r}: the client would map its rows with another "
                     "summary than the server's"
                 )
+            shrinkage = (  # private: a function of the release alone (no fourth moments)
+                fitting.oas_shrinkage(request.summary_covariance)
+                if ledger is not None
+                else strategy.derived_shrinkage(
+                    fitting, X_fit, y_fit, covariance=request.summary_covariance
+                )
+            )
             state.summary = strategy.derived_summary(
                 fitting,
-                strategy.derived_shrinkage(
-                    fitting, X_fit, y_fit, covariance=request.summary_covariance
-                ),
+                shrinkage,
                 covariance=request.summary_covariance,
                 covariance_floor=request.covariance_floor,
                 client=party.label,
@@ -817,7 +932,13 @@ class UploadStage(Stage[UploadRequest, Upload]):
             n_test=party.n_test,
             statistics=fitting,
             validation=validation,
-            class_counts=class_counts(party.y, party.classes) if request.class_counts else None,
+            class_counts=(
+                None
+                if not request.class_counts
+                else fitting.class_counts()  # released: post-processing of the statistics
+                if ledger is not None
+                else class_counts(party.y, party.classes)
+            ),
             shrinkage=state.summary.shrinkage if derived else None,
             label=party.label if derived else None,
         )
@@ -837,6 +958,9 @@ class UploadStage(Stage[UploadRequest, Upload]):
             values["mean-tau"] = float(request.mean_tau)
         if not request.validation_statistics:
             values["validation-statistics"] = 0  # a flag (payload values are never booleans)
+        if request.privacy is not None:
+            values["epsilon"], values["delta"], values["clip-norm"] = map(float, request.privacy)
+            values["releases"] = ",".join(request.releases)
         return Payload(values)
 
     def decode_request(self, payload: ReceivedPayload, wire: ClientWire) -> UploadRequest:
@@ -865,6 +989,18 @@ class UploadStage(Stage[UploadRequest, Upload]):
             raise MessageFormatError(
                 f"summary-dtype must be one of {SUMMARY_DTYPES}, got {dtype!r}"
             )
+        epsilon = payload.optional("epsilon", (float, int))
+        privacy, releases = None, ()
+        if epsilon is not None:
+            privacy = (
+                float(epsilon),
+                float(payload.value("delta", (float, int))),
+                float(payload.value("clip-norm", (float, int))),
+            )
+            releases = tuple(payload.value("releases", str).split(","))
+            unknown = sorted(set(releases) - set(RELEASES))
+            if unknown:
+                raise MessageFormatError(f"releases names unknown releases {unknown}")
         return UploadRequest(
             index,
             payload.optional("split-seed", int),
@@ -874,6 +1010,8 @@ class UploadStage(Stage[UploadRequest, Upload]):
             mean_tau=None if mean_tau is None else float(mean_tau),
             summary_dtype=dtype,
             validation_statistics=parts != 0,
+            privacy=privacy,
+            releases=releases,
         )
 
     def encode_reply(self, reply: Upload, request: UploadRequest) -> Payload:

@@ -1,0 +1,183 @@
+"""A private federation: every value a client sends is a release under its one budget."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from skslot.accounting import PrivacyBudget, PrivacyBudgetExceeded
+from skslot.datasets import make_federated_classification
+from skslot.defence import DefenceBounds
+from skslot.heads import ClassStatistics, FedCGSClassifier, FedPFTClassifier
+from skslot.protocol import ClientParty, ClientState, InProcessTransport, OneShotProtocol
+from skslot.protocol.stages.upload import UploadRequest
+
+from ._clients import train_test_by_client
+
+pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:random_state fixes the privacy noise:skslot.privacy.PrivacyWarning"
+)
+
+CLASSES = np.arange(4)
+BUDGET = PrivacyBudget(8.0, clip_norm=12.0, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def clients():
+    data = make_federated_classification(
+        n_clients=4, n_samples_per_client=300, n_features=6, alpha=0.5, random_state=3
+    )
+    return train_test_by_client(data, 200)
+
+
+def parties(clients, head, budget=BUDGET, **kwargs):
+    return {
+        k: ClientParty(
+            X, y, head=head, classes=CLASSES, label=k, X_test=Xt, y_test=yt, privacy=budget,
+            **kwargs,
+        )
+        for k, (X, y, Xt, yt) in clients.items()
+    }
+
+
+class RecordingTransport(InProcessTransport):
+    """Every message each client sends, by stage: what a private run must charge."""
+
+    def __init__(self, clients):
+        super().__init__(clients)
+        self.sent: dict = {}
+
+    def exchange(self, stage, requests, **kwargs):
+        exchange = super().exchange(stage, requests, **kwargs)
+        for c in exchange.replies:
+            self.sent.setdefault(c, []).append(stage)
+        return exchange
+
+
+@pytest.mark.parametrize("client_tau", ["uniform", "label-shift"])
+def test_every_message_of_a_private_run_is_a_charged_release(clients, client_tau):
+    head = FedCGSClassifier()
+    protocol = OneShotProtocol(
+        head, tau=0.4, privacy=BUDGET, defence=DefenceBounds(), client_tau=client_tau
+    )
+    own = parties(clients, head)
+    transport = RecordingTransport(own)
+    result = protocol.run(transport, CLASSES)
+    report = result.report
+    assert report.status == "completed" and len(report.accuracy) == 4
+    # each client sent two messages, each charged to one release of its plan
+    charged = {"upload": "statistics", "evaluation": "evaluation"}
+    for c, stages in transport.sent.items():
+        assert stages == ["upload", "evaluation"]
+        ledger = own[c].ledger()
+        assert ledger.released == tuple(charged[s] for s in stages)
+        assert ledger.spent() <= BUDGET.epsilon
+        # the server's account of the client equals the client's own
+        assert report.privacy_spent[c] == pytest.approx(ledger.spent(), rel=1e-12)
+        assert report.privacy_spent[c] > 0.99 * BUDGET.epsilon
+    # the screening would release validation counts: a private run says why it skipped it
+    assert "a private run" in report.screening["skipped"]
+    assert "public: each client's row counts" in report.privacy
+    # the summary the server derived is the client's, from the released statistics
+    for c in own:
+        released = own[c].ledger()._released["statistics"]
+        assert isinstance(released, ClassStatistics)
+        np.testing.assert_array_equal(
+            result.summaries[result.clients.index(c)].mean, own[c].state.summary.mean
+        )
+
+
+def test_a_private_client_repeats_a_release_in_a_new_process(clients):
+    head = FedCGSClassifier()
+    X, y, _, _ = clients[0]
+    request = UploadRequest(0, privacy=(8.0, 1e-5, 12.0), releases=("statistics", "evaluation"))
+    party = ClientParty(X, y, head=head, classes=CLASSES, label=0, privacy=BUDGET)
+    first = party.answer("upload", request)
+    # the ClientApp keeps its state between messages as scalars, and a new process restores it
+    restored = ClientState.from_config(party.state.to_config())
+    again = ClientParty(
+        X, y, head=head, classes=CLASSES, label=0, privacy=BUDGET, state=restored
+    ).answer("upload", request)
+    assert restored.noise_seed == party.state.noise_seed
+    np.testing.assert_array_equal(again.statistics.sums, first.statistics.sums)
+    np.testing.assert_array_equal(again.statistics.moments.gram, first.statistics.moments.gram)
+    assert again.shrinkage == first.shrinkage
+
+
+@pytest.mark.parametrize(
+    "request_kwargs, party_budget, match",
+    [
+        ({"privacy": (4.0, 1e-5, 12.0), "releases": ("statistics",)}, BUDGET, "only under its own"),
+        ({}, BUDGET, None),  # an exact run: refused below
+        (
+            {"privacy": (8.0, 1e-5, 12.0), "releases": ("statistics",)},
+            None,
+            "has no privacy budget of its own",
+        ),
+        (
+            {"privacy": (8.0, 1e-5, 12.0), "releases": ("statistics",), "split_seed": 3},
+            BUDGET,
+            "holds out no validation rows",
+        ),
+        (
+            {"privacy": (8.0, 1e-5, 12.0), "releases": ("evaluation",)},
+            BUDGET,
+            "no private release among",
+        ),
+    ],
+)
+def test_a_private_client_refuses_a_run_outside_its_budget(clients, request_kwargs, party_budget,
+                                                           match):
+    X, y, _, _ = clients[0]
+    party = ClientParty(X, y, head=FedCGSClassifier(), classes=CLASSES, label=0,
+                        privacy=party_budget)
+    request = UploadRequest(0, **request_kwargs)
+    if match is None:  # a client with a budget never sends exact statistics
+        match = "this client releases only under its privacy budget"
+    with pytest.raises(ValueError, match=match):
+        party.answer("upload", request)
+
+
+def test_a_release_outside_the_plan_is_refused(clients):
+    X, y, Xt, yt = clients[0]
+    party = ClientParty(X, y, head=FedCGSClassifier(), classes=CLASSES, label=0, X_test=Xt,
+                        y_test=yt, privacy=BUDGET)
+    party.answer("upload", UploadRequest(0, privacy=(8.0, 1e-5, 12.0), releases=("statistics",)))
+    with pytest.raises(PrivacyBudgetExceeded, match="'evaluation' is not covered"):
+        party.ledger().release("evaluation", lambda s, r: 0, n=10, sensitivity=1.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"head": FedPFTClassifier()}, "FedPFTClassifier has no private release"),
+        ({"tau": "auto"}, "privacy needs a fixed tau"),
+        ({"screen": "on", "defence": DefenceBounds()}, "exclude each other"),
+    ],
+)
+def test_a_private_run_refuses_what_its_budget_cannot_cover(kwargs, match):
+    settings = {"head": FedCGSClassifier(), "tau": 0.4, "privacy": BUDGET, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        OneShotProtocol(settings.pop("head"), **settings)
+
+
+def test_the_server_checks_a_private_client_s_shrinkage(clients):
+    head = FedCGSClassifier()
+    own = parties(clients, head)
+
+    class Liar(InProcessTransport):
+        def exchange(self, stage, requests, **kwargs):
+            exchange = super().exchange(stage, requests, **kwargs)
+            if stage == "upload":
+                import dataclasses
+
+                exchange.replies[0] = dataclasses.replace(exchange.replies[0], shrinkage=0.5)
+            return exchange
+
+    result = OneShotProtocol(head, tau=0.4, privacy=BUDGET).run(Liar(own), CLASSES)
+    assert "not the OAS shrinkage of its released statistics" in result.report.rejected[
+        "upload"
+    ][0]
+    assert result.report.privacy_spent[0] > 0  # it spent its release, though refused
