@@ -7,9 +7,14 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
-from skslot.accounting import RELEASES, PrivacyBudget, PrivacyBudgetExceeded
+from skslot.accounting import DEFAULT_SHARES, RELEASES, PrivacyBudget, PrivacyBudgetExceeded
 from skslot.datasets import make_federated_classification
-from skslot.heads import ClassStatistics, FedCGSClassifier, FedPFTClassifier
+from skslot.heads import (
+    ClassStatistics,
+    FedCGSClassifier,
+    FedPFTClassifier,
+    OneShotFedAvgClassifier,
+)
 from skslot.heads._private import (
     CLASS_STATISTICS_SENSITIVITY,
     private_class_statistics,
@@ -37,11 +42,16 @@ def test_one_release_gets_the_exact_gaussian_noise(epsilon):
 def test_shares_split_the_noise_and_the_plan_composes_to_the_budget():
     budget = PrivacyBudget(2.0, shares={"statistics": 3.0, "evaluation": 0.5})
     ledger = budget.ledger(["summary", "statistics", "evaluation"])
+    # the summary keeps its default weight, nine
+    assert DEFAULT_SHARES["summary"] == 9.0
     assert ledger.shares == pytest.approx(
-        {"summary": 1 / 4.5, "statistics": 3 / 4.5, "evaluation": 0.5 / 4.5}
+        {"summary": 9 / 12.5, "statistics": 3 / 12.5, "evaluation": 0.5 / 12.5}
     )
     z = {r: ledger.noise_multiplier(r) for r in ledger.shares}
-    assert z["summary"] / z["statistics"] == pytest.approx(math.sqrt(3.0), rel=1e-12)
+    assert z["statistics"] / z["summary"] == pytest.approx(math.sqrt(3.0), rel=1e-12)
+    assert PrivacyBudget(1.0).split(["statistics", "evaluation"]) == pytest.approx(
+        {"statistics": 0.9, "evaluation": 0.1}
+    )
     # the accountant's epsilon of every release of the plan is the budget
     accountant = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE)
     accountant.compose(
@@ -191,7 +201,7 @@ def test_a_client_step_under_a_ledger_releases_once():
     released = FedCGSClassifier().client_statistics(data.X, data.y, classes, ledger=fresh)
     assert fresh.released == ("statistics",) and released.counts.sum() == data.X.shape[0]
     with pytest.raises(ValueError, match="has no private release"):
-        FedPFTClassifier().client_statistics(data.X, data.y, classes, ledger=fresh)
+        OneShotFedAvgClassifier().client_statistics(data.X, data.y, classes, ledger=fresh)
 
 
 def test_a_fixed_noise_seed_warns():
@@ -203,3 +213,30 @@ def test_a_fixed_noise_seed_warns():
                 data.X, data.y, client=data.client
             )
         FedCGSClassifier(privacy=PrivacyBudget(4.0)).fit(data.X, data.y, client=data.client)
+
+
+@pytest.mark.parametrize("covariance_type", ["lowrank", "full", "diag", "spherical"])
+def test_private_fedpft_sends_one_checked_gaussian_per_class(covariance_type):
+    data = make_federated_classification(n_clients=2, n_samples_per_client=300, random_state=1)
+    budget = PrivacyBudget(8.0, clip_norm=10.0, random_state=0)
+    head = FedPFTClassifier(covariance_type=covariance_type, rank=3, privacy=budget,
+                            random_state=0)
+    head.fit(data.X, data.y, client=data.client)
+    assert all(7.9 < e <= 8.0 for e in head.privacy_spent_.values())
+    classes = np.unique(data.y)
+    rows = data.client == 0
+    message = head.client_statistics(data.X[rows], data.y[rows], classes)
+    # what the server decodes passes every check of an exact message, and counts every row
+    decoded = head.decode_statistics(
+        message.to_arrays(), classes=classes, n_features=data.X.shape[1],
+        n_samples=int(rows.sum()),
+    )
+    assert decoded.n_samples == rows.sum()
+    assert all(len(mx.weights) == 1 for mx in decoded.mixtures)
+
+
+def test_private_fedpft_fits_one_component():
+    with pytest.raises(ValueError, match="one Gaussian per class"):
+        FedPFTClassifier(
+            n_components=2, covariance_type="full", privacy=PrivacyBudget(1.0)
+        ).fit(np.eye(4), [0, 1, 0, 1])

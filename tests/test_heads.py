@@ -24,7 +24,10 @@ from .conftest import PAPER, short_local_training
 
 HEADS = [FedCGSClassifier(), OneShotFedAvgClassifier(), FedPFTClassifier(random_state=0)]
 # a fixed noise seed, so that the checks can compare fits (it warns: filtered below)
-PRIVATE_HEADS = [FedCGSClassifier(privacy=PrivacyBudget(16.0, clip_norm=10.0, random_state=0))]
+PRIVATE_HEADS = [
+    FedCGSClassifier(privacy=PrivacyBudget(100.0, clip_norm=10.0, random_state=0)),
+    FedPFTClassifier(random_state=0, privacy=PrivacyBudget(100.0, clip_norm=10.0, random_state=0)),
+]
 
 
 @short_local_training  # O-FedAvg at its default budget in the checks that fit it

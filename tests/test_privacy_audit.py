@@ -21,10 +21,11 @@ import pytest
 from scipy.stats import beta, norm
 
 import skslot.heads.fedcgs
+import skslot.heads.fedpft
 import skslot.summary
 from skslot import GaussianSummaryEstimator
 from skslot.accounting import PrivacyBudget
-from skslot.heads import FedCGSClassifier
+from skslot.heads import FedCGSClassifier, FedPFTClassifier
 
 dp_accounting = pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
 
@@ -124,15 +125,43 @@ def statistics_release(D, seed):
     return np.concatenate([s.sums.ravel(), s.counts, s.moments.gram[np.triu_indices(2)]])
 
 
+def moments_release(D, seed):
+    """(class sums, class counts, each class's upper(G_c)) as released."""
+    X, y = D
+    iu = np.triu_indices(2)
+    if seed is None:
+        onehot = (y[:, None] == CLASSES).astype(float)
+        grams = [(X[y == c].T @ X[y == c])[iu] for c in CLASSES]
+        return np.concatenate([(onehot.T @ X).ravel(), onehot.sum(0), *grams])
+    budget = PrivacyBudget(EPSILON, DELTA, clip_norm=1.0, random_state=seed)
+    head = FedPFTClassifier(covariance_type="full", privacy=budget)
+    m = head.privacy.ledger(["statistics"])
+    moments = m.release(
+        "statistics",
+        lambda sigma, rng: skslot.heads.fedpft.private_class_moments(
+            X, y, CLASSES, clip_norm=1.0, sigma=sigma, rng=rng
+        ),
+        n=X.shape[0],
+        sensitivity=skslot.heads.fedpft.CLASS_MOMENTS_SENSITIVITY,
+    )
+    n = moments.counts
+    grams = [
+        (n[c] * (moments.covariances[c] + np.outer(moments.means[c], moments.means[c])))[iu]
+        for c in range(2)
+    ]
+    return np.concatenate([(n[:, None] * moments.means).ravel(), n, *grams])
+
+
 def _claimed_sd(mechanism):
     if mechanism == "summary":
-        return (
-            GaussianSummaryEstimator(epsilon=EPSILON, delta=DELTA, clip_norm=1.0)
-            .fit(_spread_rows(10, 2, 0))
-            .noise_scale_
-        )
+        return GaussianSummaryEstimator(epsilon=EPSILON, delta=DELTA, clip_norm=1.0).fit(
+            _spread_rows(10, 2, 0)
+        ).noise_scale_
+    _, _, module, name = MECHANISMS[mechanism]
     ledger = PrivacyBudget(EPSILON, DELTA).ledger(["statistics"])
-    return ledger.noise_scale("statistics", skslot.heads.fedcgs.CLASS_STATISTICS_SENSITIVITY)
+    return ledger.noise_scale("statistics", getattr(module, name))
+
+
 
 
 MECHANISMS = {
@@ -142,6 +171,12 @@ MECHANISMS = {
         statistics_release,
         skslot.heads.fedcgs,
         "CLASS_STATISTICS_SENSITIVITY",
+    ),
+    "moments": (
+        statistics_pair,
+        moments_release,
+        skslot.heads.fedpft,
+        "CLASS_MOMENTS_SENSITIVITY",
     ),
 }
 

@@ -8,7 +8,13 @@ import pytest
 from skslot.accounting import PrivacyBudget, PrivacyBudgetExceeded
 from skslot.datasets import make_federated_classification
 from skslot.defence import DefenceBounds
-from skslot.heads import ClassStatistics, FedCGSClassifier, FedPFTClassifier
+from skslot.heads import (
+    ClassMoments,
+    ClassStatistics,
+    FedCGSClassifier,
+    FedPFTClassifier,
+    OneShotFedAvgClassifier,
+)
 from skslot.protocol import ClientParty, ClientState, InProcessTransport, OneShotProtocol
 from skslot.protocol.stages.upload import UploadRequest
 
@@ -35,7 +41,14 @@ def clients():
 def parties(clients, head, budget=BUDGET, **kwargs):
     return {
         k: ClientParty(
-            X, y, head=head, classes=CLASSES, label=k, X_test=Xt, y_test=yt, privacy=budget,
+            X,
+            y,
+            head=head,
+            classes=CLASSES,
+            label=k,
+            X_test=Xt,
+            y_test=yt,
+            privacy=budget,
             **kwargs,
         )
         for k, (X, y, Xt, yt) in clients.items()
@@ -56,9 +69,9 @@ class RecordingTransport(InProcessTransport):
         return exchange
 
 
+@pytest.mark.parametrize("head", [FedCGSClassifier(), FedPFTClassifier(random_state=0)])
 @pytest.mark.parametrize("client_tau", ["uniform", "label-shift"])
-def test_every_message_of_a_private_run_is_a_charged_release(clients, client_tau):
-    head = FedCGSClassifier()
+def test_every_message_of_a_private_run_is_a_charged_release(clients, client_tau, head):
     protocol = OneShotProtocol(
         head, tau=0.4, privacy=BUDGET, defence=DefenceBounds(), client_tau=client_tau
     )
@@ -80,13 +93,16 @@ def test_every_message_of_a_private_run_is_a_charged_release(clients, client_tau
     # the screening would release validation counts: a private run says why it skipped it
     assert "a private run" in report.screening["skipped"]
     assert "public: each client's row counts" in report.privacy
-    # the summary the server derived is the client's, from the released statistics
+    # the summary the server holds is the client's, from the released statistics
     for c in own:
-        released = own[c].ledger()._released["statistics"]
-        assert isinstance(released, ClassStatistics)
+        released = own[c].ledger().result("statistics")
+        assert isinstance(released, (ClassStatistics, ClassMoments))
         np.testing.assert_array_equal(
             result.summaries[result.clients.index(c)].mean, own[c].state.summary.mean
         )
+        if isinstance(released, ClassMoments):  # sent, and derived from the release
+            expected = released.summary(client=c)
+            np.testing.assert_allclose(own[c].state.summary.mean, expected.mean, rtol=1e-12)
 
 
 def test_a_private_client_repeats_a_release_in_a_new_process(clients):
@@ -128,11 +144,13 @@ def test_a_private_client_repeats_a_release_in_a_new_process(clients):
         ),
     ],
 )
-def test_a_private_client_refuses_a_run_outside_its_budget(clients, request_kwargs, party_budget,
-                                                           match):
+def test_a_private_client_refuses_a_run_outside_its_budget(
+    clients, request_kwargs, party_budget, match
+):
     X, y, _, _ = clients[0]
-    party = ClientParty(X, y, head=FedCGSClassifier(), classes=CLASSES, label=0,
-                        privacy=party_budget)
+    party = ClientParty(
+        X, y, head=FedCGSClassifier(), classes=CLASSES, label=0, privacy=party_budget
+    )
     request = UploadRequest(0, **request_kwargs)
     if match is None:  # a client with a budget never sends exact statistics
         match = "this client releases only under its privacy budget"
@@ -142,8 +160,16 @@ def test_a_private_client_refuses_a_run_outside_its_budget(clients, request_kwar
 
 def test_a_release_outside_the_plan_is_refused(clients):
     X, y, Xt, yt = clients[0]
-    party = ClientParty(X, y, head=FedCGSClassifier(), classes=CLASSES, label=0, X_test=Xt,
-                        y_test=yt, privacy=BUDGET)
+    party = ClientParty(
+        X,
+        y,
+        head=FedCGSClassifier(),
+        classes=CLASSES,
+        label=0,
+        X_test=Xt,
+        y_test=yt,
+        privacy=BUDGET,
+    )
     party.answer("upload", UploadRequest(0, privacy=(8.0, 1e-5, 12.0), releases=("statistics",)))
     with pytest.raises(PrivacyBudgetExceeded, match="'evaluation' is not covered"):
         party.ledger().release("evaluation", lambda s, r: 0, n=10, sensitivity=1.0)
@@ -152,7 +178,8 @@ def test_a_release_outside_the_plan_is_refused(clients):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"head": FedPFTClassifier()}, "FedPFTClassifier has no private release"),
+        ({"head": OneShotFedAvgClassifier()}, "OneShotFedAvgClassifier has no private release"),
+        ({"head": FedPFTClassifier(n_components=2, covariance_type="full")}, "one Gaussian"),
         ({"tau": "auto"}, "privacy needs a fixed tau"),
         ({"screen": "on", "defence": DefenceBounds()}, "exclude each other"),
     ],
@@ -177,7 +204,5 @@ def test_the_server_checks_a_private_client_s_shrinkage(clients):
             return exchange
 
     result = OneShotProtocol(head, tau=0.4, privacy=BUDGET).run(Liar(own), CLASSES)
-    assert "not the OAS shrinkage of its released statistics" in result.report.rejected[
-        "upload"
-    ][0]
+    assert "not the OAS shrinkage of its released statistics" in result.report.rejected["upload"][0]
     assert result.report.privacy_spent[0] > 0  # it spent its release, though refused

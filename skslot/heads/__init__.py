@@ -11,7 +11,13 @@ from ._fitting import (
 )
 from ._linear_scores import LinearScores
 from ._mixtures import ClassMixture, ClassMixtures
-from ._private import CLASS_STATISTICS_SENSITIVITY, private_class_statistics
+from ._private import (
+    CLASS_MOMENTS_SENSITIVITY,
+    CLASS_STATISTICS_SENSITIVITY,
+    ClassMoments,
+    private_class_moments,
+    private_class_statistics,
+)
 from ._registry import HEADS, head_class, make_head
 from ._statistics import ClassStatistics
 from .fedavg import LinearHeadUpdate, OneShotFedAvgClassifier
@@ -19,10 +25,12 @@ from .fedcgs import FedCGSClassifier
 from .fedpft import FedPFTClassifier
 
 __all__ = [
+    "CLASS_MOMENTS_SENSITIVITY",
     "CLASS_STATISTICS_SENSITIVITY",
     "HEADS",
     "ClassMixture",
     "ClassMixtures",
+    "ClassMoments",
     "ClassStatistics",
     "FedCGSClassifier",
     "FedPFTClassifier",
@@ -37,6 +45,7 @@ __all__ = [
     "local_heads",
     "make_head",
     "message_bytes",
+    "private_class_moments",
     "private_class_statistics",
     "refit_head",
     "statistics_of_parts",

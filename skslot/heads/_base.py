@@ -112,6 +112,20 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             self.privacy_spent_ = spent
         return self
 
+    def private_problem(self) -> str | None:
+        """Why this head's clients cannot release their statistics privately, or ``None``.
+
+        Returns
+        -------
+        str or None
+        """
+        if self.private_release is None:
+            return (
+                f"{type(self).__name__} has no private release (its messages would be exact "
+                "statistics of the clients' rows); use FedCGSClassifier or FedPFTClassifier"
+            )
+        return None
+
     def _privacy_budget(self) -> Any:
         """The head's :class:`~skslot.accounting.PrivacyBudget`, or ``None``."""
         return getattr(self, "privacy", None)

@@ -662,12 +662,45 @@ def _low_rank_plus_diagonal(centred: np.ndarray, rank: int, reg_covar: float) ->
     (``O(n m min(n, m))``, no ``m x m`` matrix).  Directions beyond the rows'
     rank get zero columns.
     """
-    n, m = centred.shape
+    n = centred.shape[0]
     _, singular, Vt = np.linalg.svd(centred, full_matrices=False)
-    r = min(rank, singular.shape[0])
-    W = np.zeros((m, rank))
-    W[:, :r] = Vt[:r].T * (singular[:r] / np.sqrt(n))
     variances = np.einsum("ij,ij->j", centred, centred) / n
+    return _factor_and_remainder(singular**2 / n, Vt.T, variances, rank, reg_covar)
+
+
+def low_rank_of_covariance(cov: np.ndarray, rank: int, reg_covar: float) -> np.ndarray:
+    """``[W | d]`` of a covariance matrix, as :func:`_low_rank_plus_diagonal` makes it of rows.
+
+    For a covariance known as a matrix (a private client's released moments).
+
+    Parameters
+    ----------
+    cov : ndarray of shape (m, m)
+        Positive semi-definite.
+    rank : int
+        Columns of ``W``.
+    reg_covar : float
+        Added to every remaining variance.
+
+    Returns
+    -------
+    ndarray of shape (m, rank + 1)
+    """
+    values, vectors = np.linalg.eigh(cov)
+    order = np.argsort(values)[::-1]
+    return _factor_and_remainder(
+        values[order].clip(min=0.0), vectors[:, order], np.diagonal(cov), rank, reg_covar
+    )
+
+
+def _factor_and_remainder(
+    values: np.ndarray, vectors: np.ndarray, variances: np.ndarray, rank: int, reg_covar: float
+) -> np.ndarray:
+    """``W = U_r diag(lambda_r)^{1/2}`` of the largest eigenpairs, ``d = diag(S) - diag(W W^T)``."""
+    m = vectors.shape[0]
+    r = min(rank, values.shape[0])
+    W = np.zeros((m, rank))
+    W[:, :r] = vectors[:, :r] * np.sqrt(values[:r])
     d = np.maximum(variances - np.einsum("ij,ij->i", W, W), 0.0) + reg_covar
     return np.column_stack([W, d])
 

@@ -1,4 +1,4 @@
-"""Private class statistics: one Gaussian mechanism on clipped class sums, counts and Gram.
+"""Private class statistics: one Gaussian mechanism on clipped class sums, counts and Grams.
 
 A client under a privacy budget releases FedCGS's statistics
 (:class:`~skslot.heads.ClassStatistics`) with one Gaussian mechanism:
@@ -23,22 +23,44 @@ gains ``v`` (``sqrt(|u|^2 + |v|^2) <= sqrt(2)``) and two counts move by one
 ``||u u^T - v v^T||_F = sqrt(|u|^4 + |v|^4 - 2 (u.v)^2) <= sqrt(2)``.  So the
 L2 sensitivity of the whole vector is ``sqrt(max(4 + 2, 2 + 2 + 2)) = sqrt(6)``
 (:data:`CLASS_STATISTICS_SENSITIVITY`).
+
+FedPFT's per-class Gaussians need each class's own second moments: the
+release :func:`private_class_moments` noises the class sums, the class counts
+and one Gram matrix per class, ``G_c = sum_{i in c} u_i u_i^T``.  Replacing a
+row within its class moves that class's sum and Gram by at most
+``sqrt(9/2)`` together (:data:`skslot.privacy.SUMMARY_SENSITIVITY`); replacing
+it by a row of another class moves two sums (``sqrt(2)``), two counts
+(``sqrt(2)``) and two Grams (``sqrt(|u|^4 + |v|^4) <= sqrt(2)``), so the
+sensitivity is ``sqrt(6)`` again (:data:`CLASS_MOMENTS_SENSITIVITY`).  The
+class means, covariances and the client's summary (total mean and
+covariance, OAS-shrunk) are post-processing.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from .._linalg import sym_eigh, symmetric_from_upper, symmetrize
 from .._moments import ShiftedMoments
+from ..gaussian import GaussianSummary
 from ._statistics import ClassStatistics, between_class_scatter
 
-__all__ = ["CLASS_STATISTICS_SENSITIVITY", "private_class_statistics", "rounded_counts"]
+__all__ = [
+    "CLASS_MOMENTS_SENSITIVITY",
+    "CLASS_STATISTICS_SENSITIVITY",
+    "ClassMoments",
+    "private_class_moments",
+    "private_class_statistics",
+    "rounded_counts",
+]
 
 #: Replace-one L2 sensitivity of (class sums, class counts, upper(G)) of rows in the unit ball.
 CLASS_STATISTICS_SENSITIVITY = math.sqrt(6.0)
+#: Replace-one L2 sensitivity of (class sums, class counts, each class's upper(G_c)).
+CLASS_MOMENTS_SENSITIVITY = math.sqrt(6.0)
 
 
 def private_class_statistics(
@@ -166,3 +188,138 @@ def consistent_statistics(
     gram = symmetrize(within + between + np.outer(s1, mean))
     moments = ShiftedMoments(n, np.zeros_like(s1), scale * s1, (scale * scale) * gram)
     return ClassStatistics(np.asarray(classes), counts, scale * sums, moments)
+
+
+@dataclass(frozen=True, eq=False)
+class ClassMoments:
+    """A private client's released per-class moments, made consistent (post-processing).
+
+    Attributes
+    ----------
+    classes : ndarray of shape (C,)
+    counts : ndarray of shape (C,)
+        Non-negative integers (as float64) adding up to the public row count.
+    means : ndarray of shape (C, m)
+        Each class's mean (zero for a class without rows).
+    covariances : ndarray of shape (C, m, m)
+        Each class's covariance, positive semi-definite (zero without rows).
+    """
+
+    classes: np.ndarray
+    counts: np.ndarray
+    means: np.ndarray
+    covariances: np.ndarray
+
+    @property
+    def n_samples(self) -> int:
+        """The rows the moments describe (the public count)."""
+        return int(self.counts.sum())
+
+    def total(self) -> tuple[np.ndarray, np.ndarray]:
+        """The mean and covariance of all the rows: the class moments pooled.
+
+        Returns
+        -------
+        mean : ndarray of shape (m,)
+        covariance : ndarray of shape (m, m)
+        """
+        n = self.counts.sum()
+        mean = self.counts @ self.means / n
+        within = np.einsum("c,cij->ij", self.counts, self.covariances) / n
+        between = between_class_scatter(self.counts, self.means, mean) / n
+        return mean, symmetrize(within + between)
+
+    def summary(
+        self,
+        *,
+        covariance: str = "total",
+        covariance_floor: float = 1e-8,
+        client: int | str | None = None,
+    ) -> GaussianSummary:
+        """The client's SLOT summary, from these moments alone (post-processing).
+
+        The pooled mean and covariance (of all rows, or class-centred with
+        ``covariance="within"``), shrunk with the OAS intensity of that
+        covariance (:func:`skslot.privacy.oas_shrinkage`; Ledoit-Wolf's would
+        need the rows' fourth moments).
+
+        Parameters
+        ----------
+        covariance : {"total", "within"}, default="total"
+        covariance_floor : float, default=1e-8
+        client : int or str, optional
+
+        Returns
+        -------
+        GaussianSummary
+        """
+        from ..ledoit_wolf import shrunk_summary
+        from ..privacy import oas_shrinkage
+
+        mean, total = self.total()
+        n = self.n_samples
+        S = total
+        if covariance == "within":
+            S = symmetrize(np.einsum("c,cij->ij", self.counts, self.covariances) / n)
+        return shrunk_summary(
+            n, mean, S, oas_shrinkage(S, n), covariance_floor=covariance_floor, client=client
+        )
+
+
+def private_class_moments(
+    X: np.ndarray,
+    y: np.ndarray,
+    classes: np.ndarray,
+    *,
+    clip_norm: float,
+    sigma: float,
+    rng: np.random.Generator,
+) -> ClassMoments:
+    """Each class's count, mean and covariance of ``X, y``, released with the Gaussian mechanism.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, m)
+        The client's rows (not modified; clipped chunk by chunk).
+    y : ndarray of shape (n,)
+        Their labels, each one of ``classes``.
+    classes : ndarray of shape (C,)
+        The run's class set, sorted.
+    clip_norm : float
+        The public bound ``C`` rows are clipped to.
+    sigma : float
+        Standard deviation of the noise on every entry, in units of ``C``.
+    rng : numpy.random.Generator
+        Source of the noise.
+
+    Returns
+    -------
+    ClassMoments
+        In the rows' units.
+    """
+    n, m = X.shape
+    codes = np.searchsorted(classes, y)
+    n_classes = classes.shape[0]
+    zero = np.zeros(m)
+    sums = np.zeros((n_classes, m))
+    grams = np.zeros((n_classes, m, m))
+    for c in np.unique(codes):
+        part = ShiftedMoments.from_rows(
+            X, rows=np.flatnonzero(codes == c), shift=zero, fourth_order=False, clip_norm=clip_norm
+        )
+        sums[c] = part.s1 / clip_norm
+        grams[c] = symmetrize(part.gram) / (clip_norm * clip_norm)
+    counts = np.bincount(codes, minlength=n_classes) + rng.normal(scale=sigma, size=n_classes)
+    sums += rng.normal(scale=sigma, size=sums.shape)
+    size = m * (m + 1) // 2
+    for c in range(n_classes):  # every class's Gram is noised, held or not
+        grams[c] += symmetric_from_upper(rng.normal(scale=sigma, size=size), m)
+    counts = rounded_counts(counts, n)
+    means = np.zeros((n_classes, m))
+    covariances = np.zeros((n_classes, m, m))
+    for c in np.flatnonzero(counts > 0):
+        means[c] = sums[c] / counts[c]
+        scatter = symmetrize(grams[c] / counts[c] - np.outer(means[c], means[c]))
+        covariances[c] = symmetrize(sym_eigh(scatter).apply(lambda w: w.clip(min=0.0)))
+    C = clip_norm
+    return ClassMoments(np.asarray(classes), counts, C * means, (C * C) * covariances)

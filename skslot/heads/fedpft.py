@@ -14,6 +14,7 @@ from sklearn.base import clone
 from sklearn.utils import check_random_state
 
 from .._param_validation import HasMethods, Interval, InvalidParameterError, Options
+from ..accounting import PrivacyBudget, PrivacyLedger
 from ._base import OneShotHead
 from ._mixtures import (
     ClassMixture,
@@ -22,7 +23,9 @@ from ._mixtures import (
     _as_transmitted,
     _low_rank_plus_diagonal,
     covariance_factor,  # noqa: F401 (importable from here, its former module)
+    low_rank_of_covariance,
 )
+from ._private import CLASS_MOMENTS_SENSITIVITY, ClassMoments, private_class_moments
 from ._strategy import STATISTICS
 
 __all__ = ["ClassMixture", "ClassMixtures", "FedPFTClassifier"]
@@ -80,6 +83,13 @@ class FedPFTClassifier(OneShotHead):
         when None.
     random_state : int, RandomState or None, default=None
         Seeds the mixtures and the server's sampling.
+    privacy : PrivacyBudget, default=None
+        Each client releases its class Gaussians differentially privately
+        under this budget (:class:`~skslot.accounting.PrivacyBudget`): one
+        Gaussian mechanism on its clipped class sums, class counts and per-class
+        Gram matrices (:func:`~skslot.heads.private_class_moments`); each
+        class's one component (full, diagonal, spherical or low-rank) is
+        post-processing.  Needs ``n_components=1``.  ``None``: exact mixtures.
 
     Attributes
     ----------
@@ -95,6 +105,8 @@ class FedPFTClassifier(OneShotHead):
         Flower counts them: :func:`~skslot.heads.message_bytes`), in client
         order; the SLOT summary is counted apart.
     n_features_in_ : int
+    privacy_spent_ : dict
+        With ``privacy``: the epsilon each client spent, by client label.
 
     Examples
     --------
@@ -109,6 +121,7 @@ class FedPFTClassifier(OneShotHead):
     statistics_type = ClassMixtures
     strategy = STATISTICS
     server_params = ("estimator",)
+    private_release = "statistics"
     _parameter_constraints: ClassVar[dict] = {
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "covariance_type": [Options(COVARIANCE_TYPES)],
@@ -119,6 +132,7 @@ class FedPFTClassifier(OneShotHead):
         "transmit_dtype": [Options(TRANSMIT_DTYPES)],
         "estimator": [None, HasMethods("fit")],
         "random_state": ["random_state"],
+        "privacy": [PrivacyBudget, None],
     }
 
     def __init__(
@@ -133,6 +147,7 @@ class FedPFTClassifier(OneShotHead):
         transmit_dtype: str = "float16",
         estimator: Any = None,
         random_state: int | np.random.RandomState | None = None,
+        privacy: PrivacyBudget | None = None,
     ) -> None:
         self.n_components = n_components
         self.covariance_type = covariance_type
@@ -143,6 +158,7 @@ class FedPFTClassifier(OneShotHead):
         self.transmit_dtype = transmit_dtype
         self.estimator = estimator
         self.random_state = random_state
+        self.privacy = privacy
 
     @classmethod
     def flower_baseline(cls, **params: Any) -> FedPFTClassifier:
@@ -173,8 +189,10 @@ class FedPFTClassifier(OneShotHead):
         return cls(**{**settings, **params})
 
     def _validate_params(self) -> None:
-        """The declared constraints, then the one low-rank mixtures add."""
+        """The declared constraints, then those low-rank and private mixtures add."""
         super()._validate_params()
+        if self.privacy is not None and self.n_components != 1:
+            raise InvalidParameterError(self.private_problem())
         if self.covariance_type == "lowrank" and self.n_components > 1:
             raise InvalidParameterError(
                 f"{type(self).__name__}: covariance_type='lowrank' fits one component: "
@@ -187,8 +205,10 @@ class FedPFTClassifier(OneShotHead):
         y: np.ndarray,
         classes: np.ndarray,
         seed: int | None,
-        ledger: None = None,
+        ledger: PrivacyLedger | None = None,
     ) -> ClassMixtures:
+        if ledger is not None:
+            return self._private_mixtures(X, y, classes, ledger)
         n_components, min_samples = self.n_components, self.min_samples_per_class
         dtype = np.dtype(self.transmit_dtype)
         rank = self._rank(X.shape[1])
@@ -218,6 +238,99 @@ class FedPFTClassifier(OneShotHead):
             mixtures,
             skipped,
             X.shape[1],
+            self.covariance_type,
+            dtype.name,
+            rank,
+            reg_covar=float(self.reg_covar),
+            rounding=float(np.finfo(dtype).eps),
+        )
+
+    def private_problem(self) -> str | None:
+        """Why this head's clients cannot release privately: more than one component.
+
+        Returns
+        -------
+        str or None
+        """
+        if self.n_components != 1:
+            return (
+                f"{type(self).__name__}: a private release fits one Gaussian per class; more "
+                f"components (n_components={self.n_components}) would need the rows "
+                "themselves: set n_components=1"
+            )
+        return super().private_problem()
+
+    def _private_mixtures(
+        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, ledger: PrivacyLedger
+    ) -> ClassMixtures:
+        """One Gaussian per class from the released class moments (post-processing)."""
+        why = self.private_problem()
+        if why:
+            raise ValueError(why)
+        clip_norm = ledger.budget.clip_norm
+        moments = ledger.release(
+            self.private_release,
+            lambda sigma, rng: private_class_moments(
+                X, y, classes, clip_norm=clip_norm, sigma=sigma, rng=rng
+            ),
+            n=X.shape[0],
+            sensitivity=CLASS_MOMENTS_SENSITIVITY,
+        )
+        return self.mixtures_of_moments(moments)
+
+    def mixtures_of_moments(self, moments: ClassMoments) -> ClassMixtures:
+        """The message of one Gaussian per class with the given moments.
+
+        What a private client sends (its moments are a release,
+        :func:`~skslot.heads.private_class_moments`): the covariances in this
+        head's ``covariance_type`` plus ``reg_covar``, cast to ``transmit_dtype``.
+
+        Parameters
+        ----------
+        moments : ClassMoments
+            Each class's count, mean and covariance.
+
+        Returns
+        -------
+        ClassMixtures
+        """
+        dtype = np.dtype(self.transmit_dtype)
+        m = moments.means.shape[1]
+        rank = self._rank(m)
+        min_rows = max(self.min_samples_per_class, 2)
+        mixtures, skipped = [], []
+        for label, count, mean, cov in zip(
+            moments.classes, moments.counts, moments.means, moments.covariances, strict=True
+        ):
+            count = int(count)
+            if count == 0:
+                continue
+            if count < min_rows:
+                skipped.append((_as_python(label), count))
+                continue
+            if self.covariance_type == "lowrank":
+                params = low_rank_of_covariance(cov, rank, self.reg_covar)
+            elif self.covariance_type == "full":
+                params = cov + self.reg_covar * np.eye(m)
+            else:
+                params = np.diagonal(cov) + self.reg_covar
+                if self.covariance_type == "spherical":
+                    params = np.array([params.mean()])
+            mixtures.append(
+                ClassMixture(
+                    label,
+                    count,
+                    _as_transmitted(np.ones(1), dtype),
+                    _as_transmitted(mean[None], dtype),
+                    _as_transmitted(params[None], dtype),
+                    self.covariance_type,
+                )
+            )
+        return ClassMixtures(
+            np.asarray(moments.classes),
+            mixtures,
+            skipped,
+            m,
             self.covariance_type,
             dtype.name,
             rank,

@@ -152,7 +152,7 @@ class OneShotProtocol:
         it (the head's statistics, from which the server derives the summary,
         its shrinkage and the label-shift counts; the evaluation counts), and
         the report states what each client spent (``privacy_spent``).  Needs a
-        head with a private release (FedCGS), a fixed ``tau`` and no
+        head with a private release (FedCGS, FedPFT), a fixed ``tau`` and no
         screening (``screen="auto"`` then does not screen, and says why):
         validation counts are not released under the budget.
     config : dict, optional
@@ -368,12 +368,9 @@ class OneShotProtocol:
 
 def _check_private_run(protocol: OneShotProtocol) -> None:
     """A private run's settings: a head with a private release, a fixed tau, no screening."""
-    head = protocol.head
-    if head.private_release is None:
-        raise ValueError(
-            f"privacy: {type(head).__name__} has no private release (its messages would be "
-            "exact statistics of the clients' rows); use FedCGSClassifier"
-        )
+    why = protocol.head.private_problem()
+    if why:
+        raise ValueError(f"privacy: {why}")
     if protocol.auto:
         raise ValueError(
             'privacy needs a fixed tau: tau="auto" releases every client\'s validation '

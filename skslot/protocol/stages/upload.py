@@ -920,6 +920,16 @@ class UploadStage(Stage[UploadRequest, Upload]):
                 covariance_floor=request.covariance_floor,
                 client=party.label,
             )
+        elif ledger is not None:  # the summary of the released moments: post-processing
+            state.summary = ledger.result(party.head.private_release).summary(
+                covariance=request.summary_covariance,
+                covariance_floor=request.covariance_floor,
+                client=party.label,
+            )
+            if request.summary_dtype is not None:  # kept as the server will decode it
+                state.summary = GaussianSummary.from_bytes(
+                    state.summary.to_bytes(request.summary_dtype)
+                )
         elif state.summary is None:
             summary = party.summarise()
             if request.summary_dtype is not None:  # kept as the server will decode it
