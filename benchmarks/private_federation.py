@@ -4,7 +4,8 @@ Each run is the real protocol in process (``OneShotProtocol`` over
 ``InProcessTransport``, one ``ClientParty`` per client holding its own
 ``PrivacyBudget``): every value a client sends is a release under its one
 budget (FedCGS: its statistics, from which the server derives its summary and
-its label-shift counts, and its test count), delta = 1e-5.  Rows are
+its label-shift counts; FedPFT: its class moments, from which it derives its
+mixtures and its summary; both: its test count), delta = 1e-5.  Rows are
 L2-normalised first (a public per-row step), so ``clip_norm = 1`` clips
 nothing.  Embedded digits (three domains, one client each, 256-d public
 projection), Dirichlet alpha = 0.1 and no label skew, seeds 0-4.
@@ -19,12 +20,14 @@ Configurations, each beside the others on the same partition:
 
 The accuracy is measured on each client's test rows with its own map (the
 clients' reported counts are noisy releases).  Two splits of the budget:
-equal shares, and nine tenths to the statistics (``--shares 9``).
+equal shares, and nine tenths to the statistics (the default).  A last table
+releases in a lower dimension (a public projection of the 256 features,
+``digits_projection``) at epsilon = 8.
 
 Usage::
 
     python benchmarks/private_federation.py [--seeds 5] [--shares 1 9]
-        [--out docs/results/private_federation.md]
+        [--heads FedCGS FedPFT] [--out docs/results/private_federation.md]
 """
 
 from __future__ import annotations
@@ -32,18 +35,25 @@ from __future__ import annotations
 import argparse
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from skslot import SmallClientWarning
 from skslot.accounting import PrivacyBudget
-from skslot.datasets import dirichlet_partition, load_digits_effnet
-from skslot.heads import FedCGSClassifier
+from skslot.datasets import digits_projection, dirichlet_partition, load_digits_effnet
+from skslot.heads import FedCGSClassifier, FedPFTClassifier
 from skslot.protocol import ClientParty, InProcessTransport, OneShotProtocol
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, None)
 ALPHAS = (0.1, None)
 DELTA = 1e-5
+HEADS = {
+    "FedCGS": lambda seed: FedCGSClassifier(),
+    "FedPFT": lambda seed: FedPFTClassifier(random_state=seed),
+}
+DIMENSIONS = (256, 128, 64)
 CONFIGS = {
     "no SLOT": {"tau": 0.0},
     "centred alone": {"tau": 0.0},
@@ -55,7 +65,9 @@ def l2(X: np.ndarray) -> np.ndarray:
     return X / np.linalg.norm(X, axis=1, keepdims=True)
 
 
-def run(data, part, config: str, epsilon: float | None, share: float, seed: int) -> float:
+def run(
+    data, part, config: str, epsilon: float | None, share: float, seed: int, head: str = "FedCGS"
+) -> float:
     """Macro accuracy (%) over the clients of one run."""
     classes = np.unique(data.y)
     budget = None
@@ -74,14 +86,14 @@ def run(data, part, config: str, epsilon: float | None, share: float, seed: int)
         parties[k] = ClientParty(
             l2(X),
             data.y[train],
-            head=FedCGSClassifier(),
+            head=HEADS[head](seed),
             classes=classes,
             label=k,
             X_test=l2(Xt),
             y_test=data.y[test],
             privacy=budget,
         )
-    protocol = OneShotProtocol(FedCGSClassifier(), privacy=budget, **CONFIGS[config])
+    protocol = OneShotProtocol(HEADS[head](seed), privacy=budget, **CONFIGS[config])
     result = protocol.run(InProcessTransport(parties), classes)
     accuracies = []
     for k, party in parties.items():
@@ -91,61 +103,116 @@ def run(data, part, config: str, epsilon: float | None, share: float, seed: int)
     return 100.0 * float(np.mean(accuracies))
 
 
+def table(scores, rows, columns, row_label, column_label) -> list[str]:
+    """A markdown table of mean [min, max] over seeds."""
+    header = [*row_label, *[column_label(c) for c in columns]]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    for row, cells in rows:
+        values = [np.asarray(scores[key]) for key in cells]
+        shown = [f"{v.mean():.1f} [{v.min():.1f}, {v.max():.1f}]" for v in values]
+        lines.append("| " + " | ".join([*row, *shown]) + " |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--shares", type=float, nargs="+", default=[1.0, 9.0])
+    parser.add_argument("--heads", nargs="+", default=list(HEADS), choices=list(HEADS))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--quick", action="store_true", help="one seed, epsilon 8 and none, FedCGS (a smoke run)"
+    )
     args = parser.parse_args()
+    epsilons = (8.0, None) if args.quick else EPSILONS
+    if args.quick:
+        args.seeds, args.heads, args.shares = 1, ["FedCGS"], [9.0]
     warnings.filterwarnings("ignore", "random_state fixes the privacy noise")
+    warnings.filterwarnings("ignore", category=SmallClientWarning)  # some clients, n < m
     data = load_digits_effnet()
     start = time.perf_counter()
     scores: dict = {}
+    n_runs = 0
     for seed in range(args.seeds):
         for alpha in ALPHAS:
             part = dirichlet_partition(data.y, data.domain, alpha=alpha, random_state=seed)
-            for share in args.shares:
-                for epsilon in EPSILONS:
-                    if epsilon is None and share != args.shares[0]:
-                        continue  # no budget to split
-                    for config in CONFIGS:
-                        key = (alpha, share if epsilon else None, config, epsilon)
-                        scores.setdefault(key, []).append(
-                            run(data, part, config, epsilon, share, seed)
-                        )
+            for head in args.heads:
+                for share in args.shares:
+                    for epsilon in epsilons:
+                        if epsilon is None and share != args.shares[0]:
+                            continue  # no budget to split
+                        for config in CONFIGS:
+                            key = (head, alpha, share if epsilon else None, config, epsilon)
+                            scores.setdefault(key, []).append(
+                                run(data, part, config, epsilon, share, seed, head)
+                            )
+                            n_runs += 1
+                for dim in DIMENSIONS[1:]:
+                    projected = replace(data, X=data.X @ digits_projection(data.X.shape[1], dim))
+                    for epsilon in (8.0, None):
+                        for config in ("no SLOT", "SLOT"):
+                            key = (head, alpha, dim, config, epsilon)
+                            scores.setdefault(key, []).append(
+                                run(projected, part, config, epsilon, 9.0, seed, head)
+                            )
+                            n_runs += 1
     elapsed = time.perf_counter() - start
     lines = [
-        "# The price of privacy (FedCGS, every release under one budget per client)",
+        "# The price of privacy (every release under one budget per client)",
         "",
         "Embedded digits (three domains, one client each, 256-d), rows L2-normalised, "
         f"clip_norm = 1, delta = {DELTA:g}, {args.seeds} seeds; macro accuracy (%) over the "
-        "clients' test rows, mean [min, max]; each client releases its FedCGS statistics "
-        "(the summary, its shrinkage and the label-shift counts are derived from them) and its "
-        "test count under one budget. Shares: the statistics' weight against the evaluation "
-        "count's 1. Generated by benchmarks/private_federation.py "
-        f"({len(scores) * args.seeds} runs, {elapsed:.0f} s on one process).",
+        "clients' test rows, mean [min, max]. Each client releases its head's statistics "
+        "(FedCGS: class sums, counts and Gram matrix; FedPFT: class sums, counts and per-class "
+        "Gram matrices; its summary, shrinkage and label-shift counts are derived from them) "
+        "and its test count under one budget. Shares: the statistics' weight against the "
+        "evaluation count's 1 (9 : 1 is the default). Generated by "
+        f"benchmarks/private_federation.py ({n_runs} runs, {elapsed:.0f} s on one process, "
+        "one BLAS thread).",
         "",
     ]
-    for alpha in ALPHAS:
-        skew = f"alpha = {alpha}" if alpha else "no label skew"
-        header = ["configuration", "shares"] + [
-            f"eps = {e:g}" if e else "no privacy" for e in EPSILONS
-        ]
-        lines += [
-            f"## {skew}",
-            "",
-            "| " + " | ".join(header) + " |",
-            "| " + " | ".join("---" for _ in header) + " |",
-        ]
-        for share in args.shares:
-            for config in CONFIGS:
-                cells = [config, f"{share:g} : 1"]
-                for epsilon in EPSILONS:
-                    values = np.asarray(
-                        scores[(alpha, share if epsilon else None, config, epsilon)]
+    for head in args.heads:
+        for alpha in ALPHAS:
+            skew = f"alpha = {alpha}" if alpha else "no label skew"
+            rows = [
+                (
+                    (config, f"{share:g} : 1"),
+                    [(head, alpha, share if e else None, config, e) for e in epsilons],
+                )
+                for share in args.shares
+                for config in CONFIGS
+            ]
+            lines += [f"## {head}, {skew}", ""]
+            lines += table(
+                scores,
+                rows,
+                epsilons,
+                ("configuration", "shares"),
+                lambda e: f"eps = {e:g}" if e else "no privacy",
+            )
+            lines.append("")
+        lines += [f"## {head}: releasing in a lower dimension (public projection), eps = 8", ""]
+        rows = [
+            (
+                (f"alpha = {alpha}" if alpha else "no label skew", config, privacy),
+                [
+                    (
+                        head,
+                        alpha,
+                        9.0 if dim == 256 and e else dim if dim != 256 else None,
+                        config,
+                        e,
                     )
-                    cells.append(f"{values.mean():.1f} [{values.min():.1f}, {values.max():.1f}]")
-                lines.append("| " + " | ".join(cells) + " |")
+                    for dim in DIMENSIONS
+                ],
+            )
+            for alpha in ALPHAS
+            for config in ("no SLOT", "SLOT")
+            for privacy, e in (("eps = 8", 8.0), ("no privacy", None))
+        ]
+        lines += table(
+            scores, rows, DIMENSIONS, ("skew", "configuration", "privacy"), lambda d: f"m = {d}"
+        )
         lines.append("")
     text = "\n".join(lines)
     print(text)

@@ -110,3 +110,17 @@ def test_low_rank_streaming_benchmark_runs_and_its_two_runs_agree():
     assert len(rows) == 2
     difference = re.search(r"maps on 5 rows: ([0-9.e+-]+)\. ", result.stdout)
     assert difference is not None and float(difference.group(1)) <= 1e-10
+
+
+def test_private_federation_benchmark_runs_and_prints_each_configuration():
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "private_federation.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    for row in ("| no SLOT | 9 : 1 |", "| centred alone | 9 : 1 |", "| SLOT | 9 : 1 |"):
+        assert result.stdout.count(row) == 2  # with and without label skew
+    assert "## FedCGS: releasing in a lower dimension" in result.stdout

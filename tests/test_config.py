@@ -156,7 +156,11 @@ def test_a_string_in_a_bad_format_names_the_key(name):
         ({"screen": "on", "defence": False}, "screen='on' needs a defence"),
         ({"head": "FedPFT", "head_params": '{"ranks": 2}'}, "head-params"),
         ({"tau": "auto", "head": "FedPFT", "head_grid": '{"shrinkage": [1]}'}, "head-grid"),
-        ({"epsilon": 1.0, "head": "FedPFT"}, "refused with FedPFTClassifier"),
+        (
+            {"epsilon": 1.0, "head": "FedPFT",
+             "head_params": '{"n_components": 2, "covariance_type": "full"}'},
+            "a private release fits one Gaussian per class",
+        ),
         ({"epsilon": 1.0, "tau": "auto"}, "a private run needs a fixed tau"),
         ({"epsilon": 1.0, "screen": "on"}, "a private run does not screen"),
         ({"epsilon": 1.0, "head": "O-FedAvg", "summary_covariance": "within"}, "'epsilon'"),

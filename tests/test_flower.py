@@ -818,9 +818,10 @@ def test_private_summaries_are_refused_beside_statistics_that_reveal_the_moments
     node_configs, head
 ):
     """A statistics head's upload holds the exact moments a private summary would protect."""
-    if head == "FedPFT":  # FedCGS: epsilon is the clients' budget for all they send
-        with pytest.raises(ValueError, match=f"is refused with {head}Classifier"):
-            DeploymentConfig(epsilon=1.0, clip_norm=20.0, classes=CLASSES, head=head)
+    # in a deployment, epsilon is then each client's budget for everything it sends
+    private = DeploymentConfig(epsilon=1.0, clip_norm=20.0, classes=CLASSES, head=head)
+    assert private.privacy_budget().epsilon == 1.0
+    assert private.summary_estimator().epsilon is None  # derived from the release
     with pytest.raises(ValueError, match=r"a private summary \(epsilon\) is refused"):
         ClientParty(
             np.eye(3), np.arange(3), head=make_head(head), classes=np.arange(3),

@@ -877,7 +877,7 @@ class DataSettings(_Settings):
 @_declared
 @dataclass(frozen=True)
 class PrivacySettings(_Settings):
-    """Differentially private summaries (:mod:`skslot.privacy`)."""
+    """Each client's differential-privacy budget (:mod:`skslot.accounting`)."""
 
     epsilon: float | None = _setting(
         None,
@@ -893,14 +893,15 @@ class PrivacySettings(_Settings):
     )
     delta: float = _setting(
         1e-5,
-        "The delta of the private summaries' (epsilon, delta) guarantee",
+        "The delta of each client's (epsilon, delta) budget",
         low=0.0,
         high=1.0,
         low_open=True,
     )
     clip_norm: float = _setting(
         1.0,
-        "Row-norm bound of the private summaries, in the features' units",
+        "Row-norm bound of the private releases, in the features' units (choose it from "
+        "public knowledge: 1 clips nothing for L2-normalised features)",
         low=0.0,
         low_open=True,
     )
@@ -1149,7 +1150,10 @@ class DeploymentConfig:
             raise ValueError(
                 f"{exc} (run-config keys 'summary-covariance', 'epsilon', 'delta' and 'clip-norm')"
             ) from None
-        why = None if head.private_release else private_summary_problem(head, self.epsilon)
+        if head.private_release is None:
+            why = private_summary_problem(head, self.epsilon)
+        else:
+            why = None if self.epsilon is None else head.private_problem()
         if why:
             raise ValueError(f"{why} (run-config keys 'epsilon' and 'head')")
         if self.privacy_budget() is not None and self.auto:
