@@ -46,7 +46,7 @@ from skslot.datasets import digits_projection, dirichlet_partition, load_digits_
 from skslot.heads import FedCGSClassifier, FedPFTClassifier
 from skslot.protocol import ClientParty, InProcessTransport, OneShotProtocol
 
-EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, None)
+EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, None)
 ALPHAS = (0.1, None)
 DELTA = 1e-5
 HEADS = {
@@ -70,11 +70,15 @@ def run(
 ) -> float:
     """Macro accuracy (%) over the clients of one run."""
     classes = np.unique(data.y)
-    budget = None
-    if epsilon is not None:
-        budget = PrivacyBudget(
-            epsilon, DELTA, clip_norm=1.0, shares={"statistics": share}, random_state=seed
+    def budget(k: int | None) -> PrivacyBudget | None:
+        """The run's budget; a client's own seeds its noise apart from the others'."""
+        if epsilon is None:
+            return None
+        rs = None if k is None else 1000 * seed + k
+        return PrivacyBudget(
+            epsilon, DELTA, clip_norm=1.0, shares={"statistics": share}, random_state=rs
         )
+
     parties = {}
     for k in range(part.n_clients):
         train = part.train_index[part.train_client == k]
@@ -91,9 +95,9 @@ def run(
             label=k,
             X_test=l2(Xt),
             y_test=data.y[test],
-            privacy=budget,
+            privacy=budget(k),
         )
-    protocol = OneShotProtocol(HEADS[head](seed), privacy=budget, **CONFIGS[config])
+    protocol = OneShotProtocol(HEADS[head](seed), privacy=budget(None), **CONFIGS[config])
     result = protocol.run(InProcessTransport(parties), classes)
     accuracies = []
     for k, party in parties.items():

@@ -240,3 +240,21 @@ def test_private_fedpft_fits_one_component():
         FedPFTClassifier(
             n_components=2, covariance_type="full", privacy=PrivacyBudget(1.0)
         ).fit(np.eye(4), [0, 1, 0, 1])
+
+
+def test_a_fixed_noise_seed_still_gives_each_client_its_own_noise():
+    data = make_federated_classification(n_clients=2, n_samples_per_client=200, random_state=0)
+    rows = data.client == 0
+    X = np.vstack([data.X[rows], data.X[rows]])  # two clients holding the same rows
+    y = np.concatenate([data.y[rows], data.y[rows]])
+    client = np.repeat([0, 1], rows.sum())
+    head = FedCGSClassifier(privacy=PrivacyBudget(4.0, clip_norm=10.0, random_state=0))
+    classes = np.unique(data.y)
+    first, second = (
+        head.client_statistics(X[client == k], y[client == k], classes, client_index=k)
+        for k in (0, 1)
+    )
+    assert not np.allclose(first.sums, second.sums)  # correlated noise would not average out
+    again = head.client_statistics(X[client == 1], y[client == 1], classes, client_index=1)
+    np.testing.assert_array_equal(again.sums, second.sums)  # as fit makes it, reproducibly
+    head.fit(X, y, client=client)

@@ -1325,7 +1325,7 @@ def test_a_private_fedcgs_run_charges_every_message_to_each_client_s_budget(node
     config = DeploymentConfig(classes=CLASSES, epsilon=8.0, clip_norm=clip, tau=0.4)
     grid = LocalGrid(client_app, node_configs, config.to_run_config())
     request = upload_request(
-        11, privacy=(8.0, 1e-5, clip), releases=("statistics", "evaluation")
+        11, privacy=(8.0, 1e-5, clip), releases=("statistics", "evaluation"), shares=(0.9, 0.1)
     )
     first, second = (messages.received(grid._deliver(request)) for _ in range(2))
     arrays = [u.arrays(upload_stage.STATISTICS, max_bytes=1 << 20) for u in (first, second)]
@@ -1344,3 +1344,22 @@ def test_a_node_enforces_its_own_budget(node_configs):
     report, _, _, _ = deploy(strict, epsilon=8.0, clip_norm=20.0, tau=0.4)
     assert "takes part only under its own budget" in report.rejected["upload"][11]
     assert 11 not in report.accuracy and len(report.accuracy) == N_CLIENTS - 1
+
+
+def test_a_private_node_splits_its_own_table_by_position_alone(tmp_path):
+    """Its split's sizes are public: they must not depend on its labels."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    y = rng.integers(0, 4, size=60)
+    config = DeploymentConfig(classes=CLASSES, epsilon=8.0, clip_norm=20.0, tau=0.4)
+    splits = []
+    for labels in (y, np.where(np.arange(60) == 7, (y + 1) % 4, y)):  # one label changed
+        path = tmp_path / f"own{len(splits)}.csv"
+        pd.DataFrame({"f0": X[:, 0], "f1": X[:, 1], "f2": X[:, 2], "label": labels}).to_csv(
+            path, index=False
+        )
+        data = load_client_data({"data": str(path), "epsilon": 8.0, "clip-norm": 20.0}, config)
+        splits.append(data.X_test)
+    np.testing.assert_array_equal(splits[0], splits[1])
+    assert splits[0].shape[0] == round(0.3 * 60)

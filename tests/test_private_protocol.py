@@ -206,3 +206,70 @@ def test_the_server_checks_a_private_client_s_shrinkage(clients):
     result = OneShotProtocol(head, tau=0.4, privacy=BUDGET).run(Liar(own), CLASSES)
     assert "not the OAS shrinkage of its released statistics" in result.report.rejected["upload"][0]
     assert result.report.privacy_spent[0] > 0  # it spent its release, though refused
+
+
+def _private_party(clients, k=0, **kwargs):
+    X, y, Xt, yt = clients[k]
+    return ClientParty(
+        X,
+        y,
+        head=FedCGSClassifier(),
+        classes=CLASSES,
+        label=k,
+        X_test=Xt,
+        y_test=yt,
+        privacy=BUDGET,
+        **kwargs,
+    )
+
+
+PRIVATE_UPLOAD = UploadRequest(
+    0, privacy=(8.0, 1e-5, 12.0), releases=("statistics", "evaluation"), shares=(0.9, 0.1)
+)
+
+
+def test_a_private_client_keeps_the_plan_it_was_first_given(clients):
+    """The same noise at another split of the budget would give the exact statistics away."""
+    party = _private_party(clients)
+    party.answer("upload", PRIVATE_UPLOAD)
+    other = UploadRequest(0, privacy=(8.0, 1e-5, 12.0), releases=("statistics",), shares=(1.0,))
+    with pytest.raises(PrivacyBudgetExceeded, match="releases were announced as"):
+        party.answer("upload", other)
+    restored = _private_party(clients, state=ClientState.from_config(party.state.to_config()))
+    with pytest.raises(PrivacyBudgetExceeded, match="releases were announced as"):
+        restored.answer("upload", other)
+    wrong_split = UploadRequest(
+        0, privacy=(8.0, 1e-5, 12.0), releases=("statistics", "evaluation"), shares=(0.5, 0.5)
+    )
+    with pytest.raises(ValueError, match="splits its budget"):
+        _private_party(clients).answer("upload", wrong_split)
+
+
+@pytest.mark.parametrize("stage", ["updates", "refit", "validation", "screening"])
+def test_a_private_client_answers_no_stage_outside_its_releases(clients, stage):
+    party = _private_party(clients)
+    party.answer("upload", PRIVATE_UPLOAD)
+    with pytest.raises(PrivacyBudgetExceeded, match=f"the '{stage}' stage would release"):
+        party.answer(stage, None)
+
+
+def test_a_private_client_counts_its_test_rows_once_for_one_head(clients):
+    """Another head under the same noise would tell the difference of the exact counts."""
+    head = FedCGSClassifier()
+    result = OneShotProtocol(head, tau=0.4, privacy=BUDGET).run(
+        InProcessTransport(parties(clients, head)), CLASSES
+    )
+    party = _private_party(clients)
+    party.answer("upload", PRIVATE_UPLOAD)
+    from skslot.protocol.stages.evaluation import EvaluationRequest
+
+    request = EvaluationRequest(result.reference, result.head.linear_scores(), 0.4)
+    first = party.answer("evaluation", request)
+    restored = _private_party(clients, state=ClientState.from_config(party.state.to_config()))
+    assert restored.answer("evaluation", request) == first  # a retry, in a new process
+    scores = result.head.linear_scores()
+    other = EvaluationRequest(
+        None, type(scores)(scores.classes, scores.coef, -scores.intercept), 0.4
+    )
+    with pytest.raises(PrivacyBudgetExceeded, match="for another head or tau"):
+        restored.answer("evaluation", other)

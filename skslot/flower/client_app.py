@@ -171,6 +171,13 @@ def _own_table(
     y = config.label_codes(table.classes[table.y], where=path)
     if table.is_test is not None:
         test = table.is_test
+    elif node_privacy(node_config, config) is not None:
+        # a private node's split must not depend on its labels (its sizes are public):
+        # round(test_size * n) rows drawn by position alone
+        n = y.shape[0]
+        order = np.random.default_rng(config.seed).permutation(n)
+        test = np.zeros(n, dtype=bool)
+        test[order[: round(config.test_size * n)]] = True
     else:
         test = np.zeros(y.shape[0], dtype=bool)
         _, held_out = validation_split(y, config.test_size, config.seed)

@@ -886,8 +886,8 @@ class PrivacySettings(_Settings):
         "sends (its statistics, from which the server derives its summary, and its test "
         "counts: skslot.accounting), at a fixed tau and without the screening; a node's own "
         "'epsilon', 'delta' and 'clip-norm' (node config) is the budget it enforces, and it "
-        "refuses a run under another.  With O-FedAvg, only the summary is private.  Refused "
-        "with FedPFT, whose mixtures have no private release.",
+        "refuses a run under another.  With O-FedAvg, only the summary is private.  FedPFT "
+        "needs one component per class.",
         low=0.0,
         low_open=True,
     )

@@ -100,9 +100,10 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         X, y, classes = check_classification_data(self, X, y)
         labels, codes = check_client_labels(client, X.shape[0])
         stats, spent = [], {}
+        noise_seeds = self._noise_seeds(len(labels))
         for i, seed in enumerate(_client_seeds(self, len(labels))):
             rows = codes == i if len(labels) > 1 else slice(None)
-            ledger = self._new_ledger(labels[i])
+            ledger = self._new_ledger(labels[i], noise_seeds[i])
             stats.append(self._client_statistics(X[rows], y[rows], classes, seed, ledger))
             if ledger is not None:
                 spent[labels[i]] = ledger.spent()
@@ -130,12 +131,23 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         """The head's :class:`~skslot.accounting.PrivacyBudget`, or ``None``."""
         return getattr(self, "privacy", None)
 
-    def _new_ledger(self, client: Any) -> Any:
+    def _noise_seeds(self, n_clients: int) -> list:
+        """Each client's noise seed in ``fit``: ``None`` (fresh entropy) unless the budget fixes
+        it, then one per client (never the same noise at two clients)."""
+        budget = self._privacy_budget()
+        if budget is None or budget.random_state is None:
+            return [None] * n_clients
+        from ..privacy import noise_seed
+
+        base = noise_seed(budget.random_state, stacklevel=4)
+        return [base + i for i in range(n_clients)]
+
+    def _new_ledger(self, client: Any, seed: int | None = None) -> Any:
         """A fresh ledger for one client's release of its statistics, or ``None``."""
         budget = self._privacy_budget()
         if budget is None:
             return None
-        return budget.ledger([self.private_release], client=client)
+        return budget.ledger([self.private_release], client=client, seed=seed)
 
     def client_statistics(
         self,
@@ -187,8 +199,8 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         if not isinstance(client_index, (int, np.integer)) or client_index < 0:
             raise ValueError(f"client_index must be a non-negative int, got {client_index!r}")
         seed = _client_seeds(self, int(client_index) + 1)[-1]
-        if ledger is None:
-            ledger = self._new_ledger(client_index)
+        if ledger is None:  # as fit makes this client's release
+            ledger = self._new_ledger(client_index, self._noise_seeds(int(client_index) + 1)[-1])
         elif self.private_release is None:
             raise ValueError(f"{type(self).__name__} has no private release: pass no ledger")
         return self._client_statistics(X, y, classes, seed, ledger)

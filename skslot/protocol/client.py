@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..accounting import PrivacyBudget, PrivacyLedger
+from ..accounting import PrivacyBudget, PrivacyBudgetExceeded, PrivacyLedger
 from ..gaussian import GaussianSummary
 from ..heads import OneShotHead
 from ..maps import GaussianMap
@@ -51,6 +51,10 @@ class ClientState:
     noise_seed : int or None, default=None
         Under a privacy budget, the run's secret noise seed (drawn by the
         client, never sent): a release made again is the same release.
+    evaluation : tuple of (str, int) or None, default=None
+        Under a privacy budget, the digest of the evaluation request answered
+        and the count released for it: the same request gets the same count,
+        another is refused (its input is the server's choice).
     """
 
     summary: GaussianSummary | None = None
@@ -61,6 +65,7 @@ class ClientState:
     mean_tau: float | None = None
     releases: tuple[str, ...] = ()
     noise_seed: int | None = None
+    evaluation: tuple[str, int] | None = None
 
     def to_config(self) -> dict[str, int | float | bytes]:
         """The state as scalar settings, to keep between a transport's calls.
@@ -81,6 +86,9 @@ class ClientState:
             "releases": ",".join(self.releases).encode(),
             "noise-seed": -1 if self.noise_seed is None else self.noise_seed,
         }
+        if self.evaluation is not None:
+            values["evaluation-digest"] = self.evaluation[0].encode()
+            values["evaluation-count"] = self.evaluation[1]
         for name in ("summary", "reference"):
             summary = getattr(self, name)
             if summary is not None:
@@ -106,6 +114,10 @@ class ClientState:
         index, seed, mean_tau = values["client-index"], values["split-seed"], values["mean-tau"]
         releases = bytes(values.get("releases", b"")).decode()
         noise_seed = values.get("noise-seed", -1)
+        evaluation = None
+        if "evaluation-digest" in values:
+            digest = bytes(values["evaluation-digest"]).decode()
+            evaluation = (digest, int(values["evaluation-count"]))
         return cls(
             **summaries,
             client_index=None if index < 0 else index,
@@ -113,6 +125,7 @@ class ClientState:
             mean_tau=None if mean_tau < 0 else mean_tau,
             releases=tuple(releases.split(",")) if releases else (),
             noise_seed=None if noise_seed < 0 else int(noise_seed),
+            evaluation=evaluation,
         )
 
 
@@ -323,4 +336,10 @@ class ClientParty:
         """
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; the stages are {list(STAGES)}")
+        if self.privacy is not None and not STAGES[stage].answers_privately:
+            raise PrivacyBudgetExceeded(
+                f"client {self.label!r} releases under its privacy budget and answers only "
+                f"the {[n for n, st in STAGES.items() if st.answers_privately]} stages; the "
+                f"{stage!r} stage would release values the budget does not cover"
+            )
         return STAGES[stage].answer(self, request)

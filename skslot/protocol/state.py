@@ -117,6 +117,8 @@ class RunState:
             else (float(budget.epsilon), float(budget.delta), float(budget.clip_norm))
         )
         self.releases: tuple[str, ...] = protocol.releases
+        split = budget.split(self.releases) if budget is not None else {}
+        self.shares: tuple[float, ...] = tuple(split[r] for r in self.releases)
         #: Per client, the releases the server received from it.
         self.received: dict[Hashable, list[str]] = {}
         #: Whether this run screens: the protocol screens and enough clients can vote.

@@ -150,6 +150,9 @@ class Stage(Generic[Request, Reply]):
     reply: ClassVar[type]
     #: The server's check of a decoded reply against what the client sent before.
     check: ClassVar[Callable[..., str | None]]
+    #: Whether a client under a privacy budget answers it (its reply a charged release):
+    #: a private client refuses every other stage.
+    answers_privately: ClassVar[bool] = False
 
     def answer(self, party: ClientParty, request: Request) -> Reply:
         """The client's step: its reply to ``request``.

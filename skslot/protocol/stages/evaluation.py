@@ -7,11 +7,13 @@ the counts to the test size the client announced at upload (:func:`check`).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...accounting import PrivacyBudgetExceeded
 from ...gaussian import GaussianSummary
 from ...heads import LinearScores
 from ...wire.payload import Payload, ReceivedPayload
@@ -68,6 +70,40 @@ class Evaluation:
 
 #: Replace-one L2 sensitivity of a count of rows (replacing a row changes it by one at most).
 COUNT_SENSITIVITY = 1.0
+
+
+def _private_evaluation(party: ClientParty, request: EvaluationRequest, n_correct: int) -> int:
+    """A private client's released count: once per run, for one request only.
+
+    The count's input (the head, ``tau``) is the server's choice, so the same
+    noise on another input would tell the difference of the two exact counts:
+    the client keeps the request's digest with the count it released (in its
+    state, across processes), repeats it for the same request and refuses
+    another.
+    """
+    digest = hashlib.sha256(
+        b"".join(
+            np.ascontiguousarray(a).tobytes() for a in request.head.to_arrays().values()
+        )
+        + repr(float(request.tau)).encode()
+    ).hexdigest()
+    state = party.state
+    if state.evaluation is not None:
+        if state.evaluation[0] != digest:
+            raise PrivacyBudgetExceeded(
+                f"client {party.label!r} released its evaluation count of this run for "
+                "another head or tau: a second count would release the difference"
+            )
+        return state.evaluation[1]
+    n_test = party.n_test
+    count = party.ledger().release(
+        "evaluation",
+        lambda sigma, rng: private_count(n_correct, n_test, sigma, rng),
+        n=n_test,
+        sensitivity=COUNT_SENSITIVITY,
+    )
+    state.evaluation = (digest, int(count))
+    return int(count)
 
 
 def private_count(count: int, total: int, sigma: float, rng: np.random.Generator) -> int:
@@ -169,6 +205,7 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
     request = EvaluationRequest
     reply = Evaluation
     check = staticmethod(check)
+    answers_privately = True
 
     def answer(self, party: ClientParty, request: EvaluationRequest) -> Evaluation:
         full_map = party.full_map(request.reference)
@@ -177,12 +214,7 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
         predictions = request.head.predict(full_map.geodesic(request.tau).apply(party.X_test))
         n_correct, n_test = int(np.sum(predictions == party.y_test)), party.n_test
         if party.privacy is not None:
-            n_correct = party.ledger().release(
-                "evaluation",
-                lambda sigma, rng: private_count(n_correct, n_test, sigma, rng),
-                n=n_test,
-                sensitivity=COUNT_SENSITIVITY,
-            )
+            n_correct = _private_evaluation(party, request, n_correct)
         return Evaluation(n_correct, n_test)
 
     def encode_request(self, request: EvaluationRequest, wire: ServerWire) -> Payload:

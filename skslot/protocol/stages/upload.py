@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..._validation import check_feature_scale
-from ...accounting import RELEASES
+from ...accounting import RELEASES, PrivacyBudgetExceeded
 from ...gaussian import GaussianSummary
 from ...label_shift import class_counts
 from ...selection import validation_sizes
@@ -97,6 +97,9 @@ class UploadRequest:
     releases : tuple of str, default=()
         A private run's releases (:data:`~skslot.accounting.RELEASES`), which
         the client's ledger is planned for.
+    shares : tuple of float, default=()
+        Each release's share of the budget as the server accounts for it; a
+        client splitting its budget otherwise refuses.
     """
 
     client_index: int
@@ -109,6 +112,7 @@ class UploadRequest:
     validation_statistics: bool = True
     privacy: tuple[float, float, float] | None = None
     releases: tuple[str, ...] = ()
+    shares: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -267,7 +271,21 @@ def private_run(party: ClientParty, request: UploadRequest) -> PrivacyLedger | N
             f"{type(party.head).__name__} has no private release among the run's "
             f"{list(request.releases)}"
         )
-    party.state.releases = tuple(request.releases)
+    state = party.state
+    if state.releases and tuple(request.releases) != state.releases:
+        raise PrivacyBudgetExceeded(
+            f"this run's releases were announced as {list(state.releases)}; a request for "
+            f"{list(request.releases)} would release again under another plan"
+        )
+    shares = own.split(request.releases)
+    if request.shares and not np.allclose(
+        [shares[r] for r in request.releases], request.shares, rtol=1e-9, atol=0.0
+    ):
+        raise ValueError(
+            f"this client splits its budget {shares}, but the run accounts for "
+            f"{dict(zip(request.releases, request.shares, strict=False))}"
+        )
+    state.releases = tuple(request.releases)
     return party.ledger()
 
 
@@ -779,6 +797,7 @@ def collect(run: RunState) -> None:
             validation_statistics=not run.screens,  # a screened final head never merges them
             privacy=run.privacy_settings,
             releases=run.releases,
+            shares=run.shares,
         )
         for k, c in enumerate(parties)
     }
@@ -868,6 +887,7 @@ class UploadStage(Stage[UploadRequest, Upload]):
     request = UploadRequest
     reply = Upload
     check = staticmethod(check)
+    answers_privately = True
 
     def answer(self, party: ClientParty, request: UploadRequest) -> Upload:
         state, strategy = party.state, party.head.strategy
@@ -883,7 +903,7 @@ class UploadStage(Stage[UploadRequest, Upload]):
         split = party.split
         X_fit, y_fit = party.fitting_rows()
         derived = strategy.derives_summary
-        if derived:  # its summary's scale check, as the estimator's
+        if derived and ledger is None:  # its summary's scale check (a release is clipped)
             check_feature_scale(X_fit)
         fitting, validation = strategy.client_upload(
             party.head,
@@ -971,6 +991,7 @@ class UploadStage(Stage[UploadRequest, Upload]):
         if request.privacy is not None:
             values["epsilon"], values["delta"], values["clip-norm"] = map(float, request.privacy)
             values["releases"] = ",".join(request.releases)
+            values["shares"] = [float(w) for w in request.shares]
         return Payload(values)
 
     def decode_request(self, payload: ReceivedPayload, wire: ClientWire) -> UploadRequest:
@@ -1000,7 +1021,7 @@ class UploadStage(Stage[UploadRequest, Upload]):
                 f"summary-dtype must be one of {SUMMARY_DTYPES}, got {dtype!r}"
             )
         epsilon = payload.optional("epsilon", (float, int))
-        privacy, releases = None, ()
+        privacy, releases, shares = None, (), ()
         if epsilon is not None:
             privacy = (
                 float(epsilon),
@@ -1011,6 +1032,9 @@ class UploadStage(Stage[UploadRequest, Upload]):
             unknown = sorted(set(releases) - set(RELEASES))
             if unknown:
                 raise MessageFormatError(f"releases names unknown releases {unknown}")
+            shares = tuple(payload.floats("shares"))
+            if len(shares) != len(releases) or not all(0.0 < w <= 1.0 for w in shares):
+                raise MessageFormatError(f"{len(shares)} shares for {len(releases)} releases")
         return UploadRequest(
             index,
             payload.optional("split-seed", int),
@@ -1022,6 +1046,7 @@ class UploadStage(Stage[UploadRequest, Upload]):
             validation_statistics=parts != 0,
             privacy=privacy,
             releases=releases,
+            shares=shares if epsilon is not None else (),
         )
 
     def encode_reply(self, reply: Upload, request: UploadRequest) -> Payload:
