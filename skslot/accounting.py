@@ -67,8 +67,8 @@ RELEASES = (
 
 #: Each release's default weight in a split: nine for those that shape the model (the
 #: summary, a head's statistics or local head), one for a count.  Against equal shares, on
-#: the embedded digits (FedCGS, every release of a run under one budget) it gains 0.8 to
-#: 2 points at epsilon 2 to 8 under label skew and 1 to 8 points without
+#: the embedded digits (FedCGS and FedPFT, every release of a run under one budget, with
+#: and without SLOT and label skew) it gains 0.5 to 11 points at every epsilon from 1 to 64
 #: (docs/results/private_federation.md): a test count needs little of the budget.
 DEFAULT_SHARES = {
     "summary": 9.0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from skslot import GaussianSummaryEstimator
 from skslot.accounting import PrivacyBudget, PrivacyBudgetExceeded
 from skslot.datasets import make_federated_classification
 from skslot.defence import DefenceBounds
@@ -70,12 +71,20 @@ class RecordingTransport(InProcessTransport):
 
 
 @pytest.mark.parametrize("head", [FedCGSClassifier(), FedPFTClassifier(random_state=0)])
-@pytest.mark.parametrize("client_tau", ["uniform", "label-shift"])
-def test_every_message_of_a_private_run_is_a_charged_release(clients, client_tau, head):
+@pytest.mark.parametrize(
+    ("client_tau", "covariance"),
+    [("uniform", "total"), ("label-shift", "total"), ("uniform", "within")],
+)
+def test_every_message_of_a_private_run_is_a_charged_release(clients, client_tau, covariance, head):
     protocol = OneShotProtocol(
-        head, tau=0.4, privacy=BUDGET, defence=DefenceBounds(), client_tau=client_tau
+        head,
+        tau=0.4,
+        privacy=BUDGET,
+        defence=DefenceBounds(),
+        client_tau=client_tau,
+        summary_covariance=covariance,
     )
-    own = parties(clients, head)
+    own = parties(clients, head, summary_estimator=GaussianSummaryEstimator(covariance=covariance))
     transport = RecordingTransport(own)
     result = protocol.run(transport, CLASSES)
     report = result.report
@@ -101,7 +110,7 @@ def test_every_message_of_a_private_run_is_a_charged_release(clients, client_tau
             result.summaries[result.clients.index(c)].mean, own[c].state.summary.mean
         )
         if isinstance(released, ClassMoments):  # sent, and derived from the release
-            expected = released.summary(client=c)
+            expected = released.summary(covariance=covariance, client=c)
             np.testing.assert_allclose(own[c].state.summary.mean, expected.mean, rtol=1e-12)
 
 
