@@ -1310,18 +1310,24 @@ def test_a_node_reads_its_own_table_with_named_columns(node_configs, tmp_path):
     )
 
 
-def test_a_private_fedcgs_run_charges_every_message_to_each_client_s_budget(node_configs):
-    """With epsilon, FedCGS's clients release everything they send under one budget."""
+@pytest.mark.parametrize("head", ["FedCGS", "FedPFT"])
+def test_a_private_run_charges_every_message_to_each_client_s_budget(node_configs, head):
+    """With epsilon, a statistics head's clients release everything they send under one budget."""
     pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
     clip = 20.0
-    report, _, _, grid = deploy(node_configs, epsilon=8.0, clip_norm=clip, tau=0.4)
+    report, _, _, _ = deploy(node_configs, epsilon=8.0, clip_norm=clip, tau=0.4, head=head)
     assert report.status == "completed" and len(report.accuracy) == N_CLIENTS
     for node in node_configs:  # each client sent two messages: its statistics, its counts
         assert set(report.bytes_sent[node]) == {"upload", "evaluation"}
         assert 0.99 * 8.0 < report.privacy_spent[node] <= 8.0
     assert "a private run" in report.screening["skipped"]
     assert "(epsilon = 8, delta = 1e-05) budget" in report.privacy
-    # a repeated request (a retry, a restarted node) gets the same release, not fresh noise
+
+
+def test_a_private_node_repeats_its_release_and_never_sends_exact_moments(node_configs):
+    """A repeated request (a retry, a restarted node) gets the same release, not fresh noise."""
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    clip = 20.0
     config = DeploymentConfig(classes=CLASSES, epsilon=8.0, clip_norm=clip, tau=0.4)
     grid = LocalGrid(client_app, node_configs, config.to_run_config())
     request = upload_request(
