@@ -282,3 +282,19 @@ def test_a_private_client_counts_its_test_rows_once_for_one_head(clients):
     )
     with pytest.raises(PrivacyBudgetExceeded, match="for another head or tau"):
         restored.answer("evaluation", other)
+
+
+def test_a_head_s_own_budget_is_refused_in_a_run(clients):
+    """A head's budget covers one fit; in a run each call would be a new, uncomposed release."""
+    private_head = FedCGSClassifier(privacy=BUDGET)
+    with pytest.raises(ValueError, match="a run's budget is OneShotProtocol's privacy"):
+        OneShotProtocol(private_head, tau=0.4)
+    X, y, _, _ = clients[0]
+    with pytest.raises(ValueError, match="a client's budget for a run is ClientParty's privacy"):
+        ClientParty(X, y, head=private_head, classes=CLASSES)
+    from skslot import FederatedTauSearch
+
+    with pytest.raises(ValueError, match="a run's budget is OneShotProtocol's privacy"):
+        FederatedTauSearch(private_head, random_state=0).fit(
+            X, y, client=np.arange(y.shape[0]) % 2
+        )

@@ -46,7 +46,10 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         this budget (:class:`~skslot.accounting.PrivacyBudget`): one Gaussian
         mechanism on its clipped class sums, class counts and Gram matrix
         together (:func:`~skslot.heads.private_class_statistics`).
-        ``None``: exact statistics.
+        ``None``: exact statistics.  Each ``fit`` is a new release of every
+        client's rows (``k`` fits, a grid search's folds included, spend ``k``
+        budgets); a federated run composes all its releases under one budget
+        instead (:class:`~skslot.protocol.OneShotProtocol`'s ``privacy``).
 
     Attributes
     ----------

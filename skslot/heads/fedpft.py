@@ -90,6 +90,10 @@ class FedPFTClassifier(OneShotHead):
         Gram matrices (:func:`~skslot.heads.private_class_moments`); each
         class's one component (full, diagonal, spherical or low-rank) is
         post-processing.  Needs ``n_components=1``.  ``None``: exact mixtures.
+        Each ``fit`` is a new release of every client's rows (``k`` fits, a
+        grid search's folds included, spend ``k`` budgets); a federated run
+        composes all its releases under one budget instead
+        (:class:`~skslot.protocol.OneShotProtocol`'s ``privacy``).
 
     Attributes
     ----------

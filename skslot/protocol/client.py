@@ -177,6 +177,11 @@ class ClientParty:
         state: ClientState | None = None,
         privacy: PrivacyBudget | None = None,
     ) -> None:
+        if getattr(head, "privacy", None) is not None:
+            raise ValueError(
+                f"{type(head).__name__}'s privacy budget covers its own fit in process; a "
+                "client's budget for a run is ClientParty's privacy"
+            )
         self.X, self.y = X, y
         self.head = head
         self.classes = np.asarray(classes)

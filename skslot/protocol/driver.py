@@ -233,6 +233,12 @@ class OneShotProtocol:
         self.privacy = privacy
         validate_parameter_constraints(self._parameter_constraints, vars(self), type(self).__name__)
         head._validate_params()
+        if getattr(head, "privacy", None) is not None:
+            raise ValueError(
+                f"{type(head).__name__}'s privacy budget covers its own fit in process, one "
+                "release per call; a run's budget is OneShotProtocol's privacy (and each "
+                "ClientParty's), under which every release of the run is composed"
+            )
         if privacy is not None:
             _check_private_run(self)
         if screen == "on" and not (defence or NoDefence()).screens:
