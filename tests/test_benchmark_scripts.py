@@ -121,6 +121,12 @@ def test_private_federation_benchmark_runs_and_prints_each_configuration():
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    for row in ("| no SLOT | 9 : 1 |", "| centred alone | 9 : 1 |", "| SLOT | 9 : 1 |"):
+    rows = (
+        "| no SLOT | 9 : 1 |",
+        "| centred alone | 9 : 1 |",
+        "| SLOT | 9 : 1 |",
+        "| centred, then SLOT | 9 : 1 |",
+    )
+    for row in rows:
         assert result.stdout.count(row) == 2  # with and without label skew
     assert "## FedCGS: releasing in a lower dimension" in result.stdout
