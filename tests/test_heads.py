@@ -417,3 +417,34 @@ def test_o_fedavg_warns_when_local_training_takes_no_step(monkeypatch):
     X = np.random.default_rng(0).normal(size=(40, 3))
     with pytest.warns(ConvergenceWarning, match="took no step"):
         OneShotFedAvgClassifier().fit(X, (X[:, 0] > 0).astype(int))
+
+
+class _FourArgumentFedCGS(FedCGSClassifier):
+    """A user's head written against ``_client_statistics(X, y, classes, seed)``."""
+
+    def _client_statistics(self, X, y, classes, seed):
+        return super()._client_statistics(X, y, classes, seed)
+
+
+def test_a_head_written_before_private_releases_still_fits_and_runs(skewed):
+    from skslot.protocol import ClientParty, InProcessTransport, OneShotProtocol
+
+    head = _FourArgumentFedCGS()
+    fitted = head.fit(skewed.X, skewed.y, client=skewed.client)
+    exact = FedCGSClassifier().fit(skewed.X, skewed.y, client=skewed.client)
+    np.testing.assert_array_equal(fitted.coef_, exact.coef_)
+    classes = np.unique(skewed.y)
+    parties = {
+        k: ClientParty(
+            skewed.X[skewed.client == k],
+            skewed.y[skewed.client == k],
+            head=head,
+            classes=classes,
+            label=int(k),
+        )
+        for k in np.unique(skewed.client)
+    }
+    result = OneShotProtocol(head, tau=0.4, evaluate=False).run(
+        InProcessTransport(parties), classes
+    )
+    assert result.report.status == "completed"

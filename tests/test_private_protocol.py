@@ -15,6 +15,7 @@ from skslot.heads import (
     FedCGSClassifier,
     FedPFTClassifier,
     OneShotFedAvgClassifier,
+    private_class_statistics,
 )
 from skslot.protocol import ClientParty, ClientState, InProcessTransport, OneShotProtocol
 from skslot.protocol.stages.upload import UploadRequest
@@ -295,6 +296,42 @@ def test_a_head_s_own_budget_is_refused_in_a_run(clients):
     from skslot import FederatedTauSearch
 
     with pytest.raises(ValueError, match="a run's budget is OneShotProtocol's privacy"):
-        FederatedTauSearch(private_head, random_state=0).fit(
-            X, y, client=np.arange(y.shape[0]) % 2
+        FederatedTauSearch(private_head, random_state=0).fit(X, y, client=np.arange(y.shape[0]) % 2)
+
+
+def test_a_failed_private_run_still_reports_what_each_client_spent(clients):
+    from skslot.protocol import ProtocolRunError
+
+    head = FedCGSClassifier()
+    protocol = OneShotProtocol(head, tau=0.4, privacy=BUDGET, min_clients=5)
+    with pytest.raises(ProtocolRunError, match="fewer than min_clients") as failed:
+        protocol.run(InProcessTransport(parties(clients, head)), CLASSES)
+    spent = failed.value.report.privacy_spent
+    assert sorted(spent) == [0, 1, 2, 3] and all(0 < e < BUDGET.epsilon for e in spent.values())
+
+
+def test_a_refused_request_leaves_the_private_client_as_it_was(clients):
+    party = _private_party(clients)
+    within = UploadRequest(
+        0,
+        summary_covariance="within",
+        privacy=(8.0, 1e-5, 12.0),
+        releases=("statistics",),
+        shares=(1.0,),
+    )
+    with pytest.raises(ValueError, match="would map its rows with another summary"):
+        party.answer("upload", within)
+    assert party.state.releases == () and party.state.noise_seed is None
+    party.answer("upload", PRIVATE_UPLOAD)  # the run's own plan is still open to it
+
+
+def test_released_statistics_pass_the_server_s_checks_at_small_sizes():
+    classes = np.arange(4)
+    for seed in range(400):
+        rng = np.random.default_rng(seed)
+        m = 1 + seed % 3
+        X, y = rng.normal(size=(10, m)) + 3.0, rng.integers(0, 4, size=10)
+        released = private_class_statistics(X, y, classes, clip_norm=6.0, sigma=5.0, rng=rng)
+        ClassStatistics.from_arrays(
+            released.to_arrays(), classes=classes, n_features=m, n_samples=10
         )

@@ -217,9 +217,10 @@ def _party(context: Context, config: DeploymentConfig, data: ClientData) -> Clie
 def node_privacy(node_config: Mapping[str, Any], config: DeploymentConfig) -> PrivacyBudget | None:
     """The budget this node releases under: its own node config's, else the run's.
 
-    A node that sets ``epsilon`` (with ``delta`` and ``clip-norm``, defaulting
-    as the run config's do) in its node config enforces that budget: it
-    refuses a run under another, or without one.
+    A node that sets ``epsilon`` in its node config enforces that budget: it
+    refuses a run under another, or without one.  Its ``delta`` defaults to
+    ``1e-5`` (never the server's), its ``clip-norm`` to the run's (the bound
+    does not change the guarantee, only which rows are clipped).
 
     Parameters
     ----------
@@ -238,7 +239,7 @@ def node_privacy(node_config: Mapping[str, Any], config: DeploymentConfig) -> Pr
         return PrivacyBudget(
             float(node_config["epsilon"]),
             float(node_config.get("delta", 1e-5)),
-            float(node_config.get("clip-norm", 1.0)),
+            float(node_config.get("clip-norm", config.clip_norm)),
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"node config 'epsilon', 'delta', 'clip-norm': {exc}") from None

@@ -104,7 +104,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         for i, seed in enumerate(_client_seeds(self, len(labels))):
             rows = codes == i if len(labels) > 1 else slice(None)
             ledger = self._new_ledger(labels[i], noise_seeds[i])
-            stats.append(self._client_statistics(X[rows], y[rows], classes, seed, ledger))
+            stats.append(self._statistics_of(X[rows], y[rows], classes, seed, ledger))
             if ledger is not None:
                 spent[labels[i]] = ledger.spent()
         self._fit_from_statistics(stats, classes, None)
@@ -203,6 +203,15 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             ledger = self._new_ledger(client_index, self._noise_seeds(int(client_index) + 1)[-1])
         elif self.private_release is None:
             raise ValueError(f"{type(self).__name__} has no private release: pass no ledger")
+        return self._statistics_of(X, y, classes, seed, ledger)
+
+    def _statistics_of(
+        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: Any, ledger: Any
+    ) -> Any:
+        """:meth:`_client_statistics`, passing the ledger only to a private release (a head
+        written before ledgers existed overrides it with four arguments)."""
+        if ledger is None:
+            return self._client_statistics(X, y, classes, seed)
         return self._client_statistics(X, y, classes, seed, ledger)
 
     def fit_from_statistics(

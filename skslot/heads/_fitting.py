@@ -186,10 +186,14 @@ def statistics_of_parts(
         all rows and ``None``.
     """
     head = clone(head)  # computing statistics records n_features_in_ on the head
-    if parts is None:
-        return head.client_statistics(X, y, classes, client_index=client_index, ledger=ledger), None
     if ledger is not None:
-        raise ValueError("a private client releases the statistics of all its rows, in one part")
+        if parts is not None:
+            raise ValueError(
+                "a private client releases the statistics of all its rows, in one part"
+            )
+        return head.client_statistics(X, y, classes, client_index=client_index, ledger=ledger), None
+    if parts is None:
+        return head.client_statistics(X, y, classes, client_index=client_index), None
     fit, val = parts
     fitting = head.client_statistics(X[fit], y[fit], classes, client_index=client_index)
     if val.shape[0] == 0:

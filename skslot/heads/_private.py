@@ -61,6 +61,9 @@ __all__ = [
 CLASS_STATISTICS_SENSITIVITY = math.sqrt(6.0)
 #: Replace-one L2 sensitivity of (class sums, class counts, each class's upper(G_c)).
 CLASS_MOMENTS_SENSITIVITY = math.sqrt(6.0)
+#: Relative floor of a released within-class scatter's eigenvalues (in units of ``C^2``):
+#: well above the server's rounding tolerance, far below any noise.
+_PSD_FLOOR = 1e-9
 
 
 def private_class_statistics(
@@ -184,7 +187,11 @@ def consistent_statistics(
     means = sums / np.maximum(counts, 1.0)[:, None]
     between = between_class_scatter(counts, means, mean)
     within = symmetrize(gram - np.outer(s1, mean) - between)
-    within = symmetrize(sym_eigh(within).apply(lambda w: w.clip(min=0.0)))
+    # eigenvalues floored just above zero (not at zero), so that the scatter the server
+    # rebuilds from the Gram matrix stays positive semi-definite through its rounding
+    eigh = sym_eigh(within)
+    floor = _PSD_FLOOR * max(float(np.abs(eigh.eigenvalues).max(initial=0.0)), 1.0)
+    within = symmetrize(eigh.apply(lambda w: w.clip(min=floor)))
     gram = symmetrize(within + between + np.outer(s1, mean))
     moments = ShiftedMoments(n, np.zeros_like(s1), scale * s1, (scale * scale) * gram)
     return ClassStatistics(np.asarray(classes), counts, scale * sums, moments)

@@ -159,7 +159,9 @@ class ClientParty:
         The client's own differential-privacy budget for a run
         (:class:`~skslot.accounting.PrivacyBudget`): every value it sends is
         then a release charged to it, and it refuses a run that asks for
-        another budget or for a release the budget does not cover.
+        another budget or for a release the budget does not cover.  A party
+        (its state) is one run's: a new run needs a new party, and spends a
+        new budget.
     """
 
     def __init__(

@@ -30,7 +30,7 @@ from ..selection import (
     validation_split,
 )
 from ..summary import COVARIANCES
-from .report import ProtocolReport
+from .report import ProtocolReport, ProtocolRunError
 from .stages import evaluation, screening, updates, upload, validation
 from .stages.reference import ReferenceStep
 from .state import RunState, order_key, split_seeds
@@ -305,6 +305,14 @@ class OneShotProtocol:
             server step fails on the clients' values; its ``report`` says why.
         """
         run = RunState(self, transport, np.asarray(classes))
+        try:
+            return self._stages(run)
+        except ProtocolRunError:
+            run.account_privacy()  # what each client spent before the run failed
+            raise
+
+    def _stages(self, run: RunState) -> ProtocolResult:
+        """The stages of :meth:`run`, in order, on the run's state."""
         strategy, head = self.head.strategy, self.head
         upload.collect(run)  # each upload checked against itself
         run.weigh()  # the defence: clients against each other, weight caps

@@ -241,6 +241,8 @@ def private_run(party: ClientParty, request: UploadRequest) -> PrivacyLedger | N
     ------
     ValueError
         If the run and the client disagree on privacy.
+    PrivacyBudgetExceeded
+        If the run announces another plan than the one it announced first.
     """
     own = party.privacy
     if own is None and request.privacy is None:
@@ -895,14 +897,23 @@ class UploadStage(Stage[UploadRequest, Upload]):
         why = private_summary_problem(party.head, estimator.epsilon)
         if why:
             raise ValueError(why)
-        ledger = private_run(party, request)
+        derived = strategy.derives_summary
+        settings = (estimator.covariance, estimator.covariance_floor)
+        if derived and settings != (request.summary_covariance, request.covariance_floor):
+            raise ValueError(
+                f"this client summarises with covariance={settings[0]!r}, "
+                f"covariance_floor={settings[1]!r}, but the run derives summaries with "
+                f"covariance={request.summary_covariance!r}, covariance_floor="
+                f"{request.covariance_floor!r}: the client would map its rows with another "
+                "summary than the server's"
+            )
+        ledger = private_run(party, request)  # checked before the state changes
         if state.summary is not None and state.split_seed != request.split_seed:
             state.summary = None  # another split: another fitting part to summarise
         state.client_index, state.split_seed = request.client_index, request.split_seed
         state.mean_tau = request.mean_tau
         split = party.split
         X_fit, y_fit = party.fitting_rows()
-        derived = strategy.derives_summary
         if derived and ledger is None:  # its summary's scale check (a release is clipped)
             check_feature_scale(X_fit)
         fitting, validation = strategy.client_upload(
@@ -917,15 +928,6 @@ class UploadStage(Stage[UploadRequest, Upload]):
         if not request.validation_statistics:
             validation = None
         if derived:  # derived afresh from this upload's (released) statistics
-            settings = (estimator.covariance, estimator.covariance_floor)
-            if settings != (request.summary_covariance, request.covariance_floor):
-                raise ValueError(
-                    f"this client summarises with covariance={settings[0]!r}, "
-                    f"covariance_floor={settings[1]!r}, but the run derives summaries with "
-                    f"covariance={request.summary_covariance!r}, covariance_floor="
-                    f"{request.covariance_floor!r}: the client would map its rows with another "
-                    "summary than the server's"
-                )
             shrinkage = (  # private: a function of the release alone (no fourth moments)
                 fitting.oas_shrinkage(request.summary_covariance)
                 if ledger is not None
