@@ -72,6 +72,7 @@ __all__ = [
     "noisy_moments",
     "oas_shrinkage",
     "psd_projection",
+    "symmetric_noise",
     "warn_large_delta",
 ]
 
@@ -256,13 +257,35 @@ def noisy_moments(
     if np.any(moments.shift != 0):
         raise ValueError("private sums must be taken about zero (a data-free shift)")
     m = moments.s1.shape[0]
-    noise = symmetric_from_upper(rng.normal(scale=sigma, size=m * (m + 1) // 2), m)
+    noise = symmetric_noise(m, sigma, rng)
     return ShiftedMoments(
         moments.n,
         moments.shift,
         moments.s1 + rng.normal(scale=sigma, size=m),
         moments.gram + noise,
     )
+
+
+def symmetric_noise(m: int, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    """An ``m x m`` symmetric matrix of ``N(0, sigma^2)`` noise, drawn on its upper triangle.
+
+    The noise of a released Gram matrix: the upper triangle (diagonal
+    included) is what the mechanism's sensitivity counts, mirrored below.
+
+    Parameters
+    ----------
+    m : int
+        The dimension.
+    sigma : float
+        Standard deviation of each drawn entry.
+    rng : numpy.random.Generator
+        Source of the noise.
+
+    Returns
+    -------
+    ndarray of shape (m, m)
+    """
+    return symmetric_from_upper(rng.normal(scale=sigma, size=m * (m + 1) // 2), m)
 
 
 def noisy_mean_and_covariance(

@@ -39,13 +39,15 @@ covariance, OAS-shrunk) are post-processing.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._linalg import sym_eigh, symmetric_from_upper, symmetrize
+from .._linalg import sym_eigh, symmetrize
 from .._moments import ShiftedMoments
 from ..gaussian import GaussianSummary
+from ..privacy import oas_shrinkage, psd_projection, symmetric_noise
 from ._statistics import ClassStatistics, between_class_scatter
 
 __all__ = [
@@ -101,25 +103,32 @@ def private_class_statistics(
     n, m = X.shape
     codes = np.searchsorted(classes, y)
     n_classes = classes.shape[0]
-    zero = np.zeros(m)
     sums = np.zeros((n_classes, m))
     gram = np.zeros((m, m))
-    for c in np.unique(codes):  # each row is read once, clipped as the summary clips
-        part = ShiftedMoments.from_rows(
-            X, rows=np.flatnonzero(codes == c), shift=zero, fourth_order=False, clip_norm=clip_norm
-        )
-        sums[c] = part.s1 / clip_norm
-        gram += part.gram / (clip_norm * clip_norm)
+    for c, class_sum, class_gram in _clipped_class_sums(X, codes, clip_norm):
+        sums[c] = class_sum
+        gram += class_gram
     counts = np.bincount(codes, minlength=n_classes).astype(np.float64)
 
     noisy_sums = sums + rng.normal(scale=sigma, size=sums.shape)
     noisy_counts = counts + rng.normal(scale=sigma, size=n_classes)
-    noisy_gram = symmetrize(gram) + symmetric_from_upper(
-        rng.normal(scale=sigma, size=m * (m + 1) // 2), m
-    )
+    noisy_gram = symmetrize(gram) + symmetric_noise(m, sigma, rng)
     return consistent_statistics(
         classes, noisy_counts, noisy_sums, noisy_gram, n=n, scale=clip_norm
     )
+
+
+def _clipped_class_sums(
+    X: np.ndarray, codes: np.ndarray, clip_norm: float
+) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """Per class held, its position, sum and Gram matrix about zero, of rows clipped to
+    ``clip_norm``, in units of it: each row read once, clipped as the summary clips."""
+    zero = np.zeros(X.shape[1])
+    for c in np.unique(codes):
+        part = ShiftedMoments.from_rows(
+            X, rows=np.flatnonzero(codes == c), shift=zero, fourth_order=False, clip_norm=clip_norm
+        )
+        yield int(c), part.s1 / clip_norm, part.gram / (clip_norm * clip_norm)
 
 
 def rounded_counts(noisy: np.ndarray, n: int) -> np.ndarray:
@@ -232,9 +241,12 @@ class ClassMoments:
         """
         n = self.counts.sum()
         mean = self.counts @ self.means / n
-        within = np.einsum("c,cij->ij", self.counts, self.covariances) / n
         between = between_class_scatter(self.counts, self.means, mean) / n
-        return mean, symmetrize(within + between)
+        return mean, symmetrize(self._within() + between)
+
+    def _within(self) -> np.ndarray:
+        """The pooled within-class covariance, before symmetrisation."""
+        return np.einsum("c,cij->ij", self.counts, self.covariances) / self.counts.sum()
 
     def summary(
         self,
@@ -261,13 +273,12 @@ class ClassMoments:
         GaussianSummary
         """
         from ..ledoit_wolf import shrunk_summary
-        from ..privacy import oas_shrinkage
 
-        mean, total = self.total()
         n = self.n_samples
-        S = total
         if covariance == "within":
-            S = symmetrize(np.einsum("c,cij->ij", self.counts, self.covariances) / n)
+            mean, S = self.counts @ self.means / self.counts.sum(), symmetrize(self._within())
+        else:
+            mean, S = self.total()
         return shrunk_summary(
             n, mean, S, oas_shrinkage(S, n), covariance_floor=covariance_floor, client=client
         )
@@ -307,26 +318,20 @@ def private_class_moments(
     n, m = X.shape
     codes = np.searchsorted(classes, y)
     n_classes = classes.shape[0]
-    zero = np.zeros(m)
     sums = np.zeros((n_classes, m))
     grams = np.zeros((n_classes, m, m))
-    for c in np.unique(codes):
-        part = ShiftedMoments.from_rows(
-            X, rows=np.flatnonzero(codes == c), shift=zero, fourth_order=False, clip_norm=clip_norm
-        )
-        sums[c] = part.s1 / clip_norm
-        grams[c] = symmetrize(part.gram) / (clip_norm * clip_norm)
+    for c, class_sum, class_gram in _clipped_class_sums(X, codes, clip_norm):
+        sums[c] = class_sum
+        grams[c] = symmetrize(class_gram)
     counts = np.bincount(codes, minlength=n_classes) + rng.normal(scale=sigma, size=n_classes)
     sums += rng.normal(scale=sigma, size=sums.shape)
-    size = m * (m + 1) // 2
     for c in range(n_classes):  # every class's Gram is noised, held or not
-        grams[c] += symmetric_from_upper(rng.normal(scale=sigma, size=size), m)
+        grams[c] += symmetric_noise(m, sigma, rng)
     counts = rounded_counts(counts, n)
     means = np.zeros((n_classes, m))
     covariances = np.zeros((n_classes, m, m))
     for c in np.flatnonzero(counts > 0):
         means[c] = sums[c] / counts[c]
-        scatter = symmetrize(grams[c] / counts[c] - np.outer(means[c], means[c]))
-        covariances[c] = symmetrize(sym_eigh(scatter).apply(lambda w: w.clip(min=0.0)))
+        covariances[c] = psd_projection(grams[c] / counts[c] - np.outer(means[c], means[c]))
     C = clip_norm
     return ClassMoments(np.asarray(classes), counts, C * means, (C * C) * covariances)

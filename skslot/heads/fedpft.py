@@ -6,6 +6,7 @@ The mixtures a client sends, and their arrays, are in :mod:`skslot.heads._mixtur
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
@@ -213,24 +214,38 @@ class FedPFTClassifier(OneShotHead):
     ) -> ClassMixtures:
         if ledger is not None:
             return self._private_mixtures(X, y, classes, ledger)
-        n_components, min_samples = self.n_components, self.min_samples_per_class
+        n_components = self.n_components
+
+        def mixture(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            rows = X[y == classes[k]].astype(np.float64, copy=False)
+            return self._fit_mixture(rows, min(n_components, rows.shape[0]), seed)
+
+        counts = [int(np.sum(y == label)) for label in classes]
+        return self._message(classes, counts, X.shape[1], mixture)
+
+    def _message(
+        self,
+        classes: np.ndarray,
+        counts: Sequence[int],
+        n_features: int,
+        mixture: Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray]],
+    ) -> ClassMixtures:
+        """A client's message: ``mixture(k)`` of the ``k``-th class if it has enough rows, cast to
+        ``transmit_dtype``; the classes with fewer listed as skipped with their counts."""
         dtype = np.dtype(self.transmit_dtype)
-        rank = self._rank(X.shape[1])
+        min_rows = max(self.min_samples_per_class, 2)
         mixtures, skipped = [], []
-        for label in classes:
-            rows = X[y == label]
-            if rows.shape[0] == 0:
+        for k, (label, count) in enumerate(zip(classes, counts, strict=True)):
+            if count == 0:
                 continue
-            if rows.shape[0] < max(min_samples, 2):
-                skipped.append((_as_python(label), rows.shape[0]))
+            if count < min_rows:
+                skipped.append((_as_python(label), count))
                 continue
-            weights, means, covariances = self._fit_mixture(
-                rows.astype(np.float64, copy=False), min(n_components, rows.shape[0]), seed
-            )
+            weights, means, covariances = mixture(k)
             mixtures.append(
                 ClassMixture(
                     label,
-                    rows.shape[0],
+                    count,
                     _as_transmitted(weights, dtype),
                     _as_transmitted(means, dtype),
                     _as_transmitted(covariances, dtype),
@@ -241,10 +256,10 @@ class FedPFTClassifier(OneShotHead):
             classes,
             mixtures,
             skipped,
-            X.shape[1],
+            n_features,
             self.covariance_type,
             dtype.name,
-            rank,
+            self._rank(n_features),
             reg_covar=float(self.reg_covar),
             rounding=float(np.finfo(dtype).eps),
         )
@@ -298,20 +313,11 @@ class FedPFTClassifier(OneShotHead):
         -------
         ClassMixtures
         """
-        dtype = np.dtype(self.transmit_dtype)
         m = moments.means.shape[1]
         rank = self._rank(m)
-        min_rows = max(self.min_samples_per_class, 2)
-        mixtures, skipped = [], []
-        for label, count, mean, cov in zip(
-            moments.classes, moments.counts, moments.means, moments.covariances, strict=True
-        ):
-            count = int(count)
-            if count == 0:
-                continue
-            if count < min_rows:
-                skipped.append((_as_python(label), count))
-                continue
+
+        def gaussian(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            mean, cov = moments.means[k], moments.covariances[k]
             if self.covariance_type == "lowrank":
                 params = low_rank_of_covariance(cov, rank, self.reg_covar)
             elif self.covariance_type == "full":
@@ -320,27 +326,10 @@ class FedPFTClassifier(OneShotHead):
                 params = np.diagonal(cov) + self.reg_covar
                 if self.covariance_type == "spherical":
                     params = np.array([params.mean()])
-            mixtures.append(
-                ClassMixture(
-                    label,
-                    count,
-                    _as_transmitted(np.ones(1), dtype),
-                    _as_transmitted(mean[None], dtype),
-                    _as_transmitted(params[None], dtype),
-                    self.covariance_type,
-                )
-            )
-        return ClassMixtures(
-            np.asarray(moments.classes),
-            mixtures,
-            skipped,
-            m,
-            self.covariance_type,
-            dtype.name,
-            rank,
-            reg_covar=float(self.reg_covar),
-            rounding=float(np.finfo(dtype).eps),
-        )
+            return np.ones(1), mean[None], params[None]
+
+        counts = [int(c) for c in moments.counts]
+        return self._message(np.asarray(moments.classes), counts, m, gaussian)
 
     def _rank(self, n_features: int | None = None) -> int:
         """The low-rank factor's width (0 unless ``covariance_type="lowrank"``).

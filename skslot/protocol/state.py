@@ -143,6 +143,20 @@ class RunState:
         #: Whether any screening round could.
         self.ever_screened = False
 
+    def received_release(self, c: Hashable, release: str) -> None:
+        """Record that client ``c`` made ``release`` (spent, even if its reply is refused).
+
+        Parameters
+        ----------
+        c : hashable
+            The client's address.
+        release : str
+            A release of the run's plan.
+        """
+        made = self.received.setdefault(c, [])
+        if release not in made:
+            made.append(release)
+
     def account_privacy(self) -> None:
         """A private run's report: the budget, its split and what each client spent.
 

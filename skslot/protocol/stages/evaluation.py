@@ -180,7 +180,7 @@ def evaluate(run: RunState, final: OneShotHead, tau: float) -> None:
         result: Evaluation = exchange.replies[c]
         n_test = run.clients[c].upload.n_test
         if "evaluation" in run.releases and n_test:
-            run.received.setdefault(c, []).append("evaluation")
+            run.received_release(c, "evaluation")
         why = check(result, n_test)
         if why:
             run.reject("evaluation", c, why)

@@ -809,8 +809,8 @@ def collect(run: RunState) -> None:
     replies = {}
     for c, upload in exchange.replies.items():
         report.clients[c] = upload.client_label  # shown, never trusted
-        if run.releases and head.private_release not in run.received.setdefault(c, []):
-            run.received[c].append(head.private_release)  # spent, even if refused below
+        if run.releases:
+            run.received_release(c, head.private_release)
         if upload.summary_bytes is not None:
             report.summary_payload_bytes[c] = upload.summary_bytes
         why = form_problem(upload, derives)
