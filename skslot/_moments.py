@@ -39,7 +39,7 @@ from ._backend import (
     to_backend,
 )
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "RowMagnitude", "ShiftedMoments"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "RowMagnitude", "ShiftedMoments", "clip_factors"]
 
 DEFAULT_CHUNK_SIZE = 4096
 
@@ -211,6 +211,25 @@ class ShiftedMoments:
         return self.recentred(self.mean)
 
 
+def clip_factors(norms: Any, clip_norm: float) -> Any:
+    """Each row's factor that scales it to Euclidean norm at most ``clip_norm``.
+
+    ``clip_norm / max(norm, clip_norm)``: one for a row within the bound.
+
+    Parameters
+    ----------
+    norms : array of shape (n,)
+        The rows' Euclidean norms (NumPy or torch).
+    clip_norm : float
+        The bound, ``> 0``.
+
+    Returns
+    -------
+    array of shape (n,)
+    """
+    return clip_norm / norms.clip(min=clip_norm)
+
+
 def _power_sums(
     X: Any,
     rows: np.ndarray | None,
@@ -256,7 +275,7 @@ def _power_sums(
         if magnitude:
             peaks.append(r.max())
         if clip_norm is not None:
-            scale = clip_norm / (r**0.5).clip(min=clip_norm)
+            scale = clip_factors(r**0.5, clip_norm)
             Z *= scale[:, None]
             r *= scale * scale
         total += matmul_into(B.T, B, product)  # NumPy runs A^T A as a symmetric rank-k update

@@ -60,6 +60,8 @@ from sklearn.utils import check_random_state
 from ._linalg import sym_eigh, symmetric_from_upper, symmetrize
 from ._moments import ShiftedMoments
 from ._validation import check_in_range
+from .gaussian import GaussianSummary
+from .ledoit_wolf import shrunk_summary
 
 __all__ = [
     "SUMMARY_SENSITIVITY",
@@ -71,6 +73,7 @@ __all__ = [
     "noisy_mean_and_covariance",
     "noisy_moments",
     "oas_shrinkage",
+    "private_summary",
     "psd_projection",
     "symmetric_noise",
     "warn_large_delta",
@@ -320,6 +323,47 @@ def noisy_mean_and_covariance(
     mean = noisy.s1 / noisy.n
     S = noisy.gram / noisy.n - np.outer(mean, mean)
     return C * mean, (C * C) * psd_projection(S)
+
+
+def private_summary(
+    moments: ShiftedMoments,
+    *,
+    clip_norm: float,
+    sigma: float,
+    rng: np.random.Generator,
+    covariance_floor: float = 1e-8,
+    client: int | str | None = None,
+) -> GaussianSummary:
+    """The summary released from the sums of rows clipped to ``clip_norm`` about zero.
+
+    The mean and covariance are released by :func:`noisy_mean_and_covariance`
+    (sensitivity :data:`SUMMARY_SENSITIVITY` in units of ``clip_norm``) and
+    shrunk by OAS (:func:`oas_shrinkage`), a function of the release alone.
+
+    Parameters
+    ----------
+    moments : ShiftedMoments
+        Sums of the clipped rows about zero (no fourth order).
+    clip_norm : float
+        The clipping norm ``C``.
+    sigma : float
+        Standard deviation of the noise, in units of ``clip_norm``.
+    rng : numpy.random.Generator
+        Source of the noise.
+    covariance_floor : float, default=1e-8
+        The relative floor on the covariance's smallest eigenvalue.
+    client : int, str or None, default=None
+        The label the summary carries.
+
+    Returns
+    -------
+    GaussianSummary
+    """
+    mean, S = noisy_mean_and_covariance(moments, clip_norm, sigma, rng)
+    n = int(moments.n)
+    return shrunk_summary(
+        n, mean, S, oas_shrinkage(S, n), covariance_floor=covariance_floor, client=client
+    )
 
 
 def psd_projection(S: np.ndarray) -> np.ndarray:

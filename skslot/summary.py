@@ -45,8 +45,7 @@ from .privacy import (
     SUMMARY_SENSITIVITY,
     gaussian_mechanism_sigma,
     noise_generator,
-    noisy_mean_and_covariance,
-    oas_shrinkage,
+    private_summary,
 )
 
 __all__ = [  # the formulas live in skslot.ledoit_wolf, and are importable from here
@@ -322,12 +321,11 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
             n = _check_sample_count(moments.n, label)
             rng = noise_generator(self.random_state, self.delta, n, label)
             self.releases_[label] = self.releases_.get(label, 0) + 1
-            mean, S = noisy_mean_and_covariance(moments, self.clip_norm, self.noise_scale_, rng)
-            self.summaries_[label] = shrunk_summary(
-                n,
-                mean,
-                S,
-                oas_shrinkage(S, n),
+            self.summaries_[label] = private_summary(
+                moments,
+                clip_norm=self.clip_norm,
+                sigma=self.noise_scale_,
+                rng=rng,
                 covariance_floor=self.covariance_floor,
                 client=label,
             )

@@ -17,9 +17,13 @@ from skslot.heads import (
 )
 from skslot.heads._private import (
     CLASS_STATISTICS_SENSITIVITY,
+    LOCAL_HEAD_GRADIENT_TOL,
+    LOCAL_HEAD_SENSITIVITY,
     private_class_statistics,
+    private_local_head,
     rounded_counts,
 )
+from skslot.heads._softmax import softmax_objective
 from skslot.privacy import PrivacyWarning, gaussian_mechanism_sigma
 
 dp_accounting = pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
@@ -186,6 +190,70 @@ def test_private_fedcgs_reports_its_spending_and_stays_close_to_exact():
     assert clone(private).privacy == budget
 
 
+def test_private_fedavg_reports_its_spending_and_stays_close_to_its_minimisers():
+    data = make_federated_classification(n_clients=3, n_samples_per_client=400, random_state=0)
+    clip = float(np.linalg.norm(data.X, axis=1).max())  # known bound here: nothing is clipped
+    C = 1e-3  # C' = C clip^2 = 0.38: the noise on each parameter is about the weights' size
+
+    def accuracy(budget):
+        head = OneShotFedAvgClassifier(C=C, privacy=budget)
+        return head, np.mean(head.fit(data.X, data.y, client=data.client).predict(data.X) == data.y)
+
+    private, noisy = accuracy(PrivacyBudget(8.0, clip_norm=clip, random_state=0))
+    assert set(private.privacy_spent_) == set(np.unique(data.client))
+    assert all(7.9 < spent <= 8.0 for spent in private.privacy_spent_.values())
+    # the heads the releases are centred on: the same minimisers, without noise
+    classes = np.unique(data.y)
+    heads = [
+        np.column_stack(
+            private_local_head(
+                data.X[data.client == k], np.searchsorted(classes, data.y[data.client == k]),
+                classes.shape[0], C=C, clip_norm=clip, sigma=0.0,
+                rng=np.random.default_rng(0), max_iter=100,
+            )
+        )
+        for k in np.unique(data.client)
+    ]  # fmt: skip
+    Wb = sum(w * h for w, h in zip(np.bincount(data.client) / 1200, heads, strict=True))
+    predicted = classes[np.argmax(data.X @ Wb[:, :-1].T + Wb[:, -1], axis=1)]
+    exact = np.mean(predicted == data.y)
+    assert exact > 0.6 and noisy > exact - 0.05
+    assert accuracy(PrivacyBudget(0.05, clip_norm=clip, random_state=0))[1] < noisy - 0.1
+
+
+def test_the_private_local_head_is_the_penalised_minimiser_within_its_sensitivity():
+    """Output perturbation's premises: the minimiser, and neighbours within ``4 C'``."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(60, 4))
+    y = rng.integers(0, 3, 60)
+    C, clip = 0.5, 1.5
+
+    def head(X, y):
+        coef, intercept = private_local_head(
+            X, y, 3, C=C, clip_norm=clip, sigma=0.0, rng=rng, max_iter=500
+        )
+        return np.column_stack([coef * clip, intercept])  # in units of the clip norm
+
+    theta = head(X, y)
+    # the gradient of the penalised objective of the clipped rows (units of clip) vanishes
+    U = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), clip)
+    _, grad = softmax_objective(U, y, 3, C=C * clip**2, penalise_intercept=True)(theta.ravel())
+    assert np.linalg.norm(grad) <= LOCAL_HEAD_GRADIENT_TOL
+    # scikit-learn's objective leaves the intercept unpenalised: another minimiser
+    assert np.linalg.norm(theta[:, -1]) > 0
+    # replacing one row, anywhere, moves the released point by at most the sensitivity
+    worst = 0.0
+    for i in range(20):
+        Xn, yn = X.copy(), y.copy()
+        Xn[i] = 10.0 * rng.normal(size=4)  # clipped: far outside the ball
+        yn[i] = (y[i] + 1) % 3
+        worst = max(worst, float(np.linalg.norm(head(Xn, yn) - theta)))
+    assert 0.05 * LOCAL_HEAD_SENSITIVITY * C * clip**2 < worst
+    assert worst <= LOCAL_HEAD_SENSITIVITY * C * clip**2
+    with pytest.raises(ValueError, match="raise max_iter"):
+        private_local_head(X, y, 3, C=1e4, clip_norm=clip, sigma=0.0, rng=rng, max_iter=2)
+
+
 def test_a_client_step_under_a_ledger_releases_once():
     data = make_federated_classification(n_clients=2, random_state=0)
     head = FedCGSClassifier(privacy=PrivacyBudget(4.0, clip_norm=10.0, random_state=0))
@@ -200,7 +268,7 @@ def test_a_client_step_under_a_ledger_releases_once():
     fresh = head.privacy.ledger(["statistics"])
     released = FedCGSClassifier().client_statistics(data.X, data.y, classes, ledger=fresh)
     assert fresh.released == ("statistics",) and released.counts.sum() == data.X.shape[0]
-    with pytest.raises(ValueError, match="has no private release"):
+    with pytest.raises(PrivacyBudgetExceeded, match="'local_head' is not covered"):
         OneShotFedAvgClassifier().client_statistics(data.X, data.y, classes, ledger=fresh)
 
 

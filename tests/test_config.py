@@ -65,8 +65,8 @@ OTHER = {
     "retry_interval": 2.0,
     "output_dir": 'C:\\out "x"',
 }
-#: Settings some values need beside them (a private summary needs O-FedAvg).
-CONTEXT = {"epsilon": {"head": "O-FedAvg"}, "head_params": {"head": "FedPFT"}}
+#: Settings some values need beside them.
+CONTEXT = {"head_params": {"head": "FedPFT"}}
 #: A value each string setting with its own format refuses, and the message it gives.
 BAD_STRINGS = {
     "head": ("SVM", "unknown head 'SVM'"),
@@ -163,7 +163,10 @@ def test_a_string_in_a_bad_format_names_the_key(name):
         ),
         ({"epsilon": 1.0, "tau": "auto"}, "a private run needs a fixed tau"),
         ({"epsilon": 1.0, "screen": "on"}, "a private run does not screen"),
-        ({"epsilon": 1.0, "head": "O-FedAvg", "summary_covariance": "within"}, "'epsilon'"),
+        (
+            {"epsilon": 1.0, "head": "O-FedAvg", "summary_covariance": "within"},
+            "summary of the total covariance",
+        ),
     ],
 )
 def test_settings_that_do_not_go_together_are_refused(settings, message):

@@ -374,16 +374,23 @@ def test_labels_outside_the_configured_class_set_fail_that_client(node_configs):
     assert all("labels [3] are not in the run's class set" in why for why in rejected.values())
 
 
-def test_private_summaries_travel_through_the_same_protocol(node_configs):
+def test_a_private_fedavg_run_travels_through_the_same_protocol(node_configs):
+    """With epsilon, O-FedAvg's clients release their summaries and local heads too."""
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
     exact, _, exact_reference, _ = deploy(node_configs, summary_dtype="float64", head="O-FedAvg")
     private, _, private_reference, _ = deploy(
         node_configs, summary_dtype="float64", epsilon=8.0, clip_norm=20.0, head="O-FedAvg"
     )
     assert sorted(private.accuracy) == [11, 12, 13, 14]
-    assert "NOT private" in private.privacy and exact.privacy is None
+    assert exact.privacy is None and "local_head" in private.privacy
+    for node in node_configs:  # its summary, its local head, its test count
+        assert set(private.bytes_sent[node]) == {"upload", "updates", "evaluation"}
+        assert 0.99 * 8.0 < private.privacy_spent[node] <= 8.0
     a, b = (GaussianSummary.from_bytes(r) for r in (exact_reference, private_reference))
     assert not np.allclose(a.covariance, b.covariance)  # the noise reached the reference
-    assert b.n == a.n and private.summary_values == exact.summary_values
+    # a private client holds out no rows (the exact run screens, on its fitting rows)
+    assert b.n > a.n and private.summary_values == exact.summary_values
+    assert exact.screening["excluded"] == [] and "a private run" in private.screening["skipped"]
 
 
 # -- hostile summaries ------------------------------------------------------------------
@@ -805,9 +812,17 @@ def test_node_config_dataset_overrides_the_run_config(tmp_path):
 
 def test_private_summaries_are_released_once_per_run(node_configs):
     """A server asking again gets the same bytes, not fresh noise to average out."""
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
     config = DeploymentConfig(epsilon=1.0, clip_norm=20.0, classes=CLASSES, head="O-FedAvg")
     grid = LocalGrid(client_app, node_configs, config.to_run_config())
-    request = upload_request(11)
+    releases = ("summary", "local_head", "evaluation")
+    shares = config.privacy_budget().split(releases)
+    request = upload_request(
+        11,
+        privacy=(1.0, 1e-5, 20.0),
+        releases=releases,
+        shares=tuple(shares[r] for r in releases),
+    )
     first, second = (grid._deliver(request) for _ in range(2))
     payload = [messages.received(r).value("summary", bytes) for r in (first, second)]
     assert payload[0] == payload[1]

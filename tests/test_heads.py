@@ -27,14 +27,29 @@ HEADS = [FedCGSClassifier(), OneShotFedAvgClassifier(), FedPFTClassifier(random_
 PRIVATE_HEADS = [
     FedCGSClassifier(privacy=PrivacyBudget(100.0, clip_norm=10.0, random_state=0)),
     FedPFTClassifier(random_state=0, privacy=PrivacyBudget(100.0, clip_norm=10.0, random_state=0)),
+    # a budget large enough for the checks' accuracy thresholds on their small data sets
+    OneShotFedAvgClassifier(privacy=PrivacyBudget(1e4, clip_norm=5.0, random_state=0)),
 ]
+
+
+def _expected_failures(estimator):
+    if isinstance(estimator, OneShotFedAvgClassifier) and estimator.privacy is not None:
+        return {
+            "check_non_transformer_estimators_n_iter": (
+                "a private local head does not release its solver's iteration count (it "
+                "depends on the rows): n_iter_ is 0"
+            )
+        }
+    return {}
 
 
 @short_local_training  # O-FedAvg at its default budget in the checks that fit it
 @pytest.mark.filterwarnings(
     "ignore:random_state fixes the privacy noise:skslot.privacy.PrivacyWarning"
 )
-@parametrize_with_checks([*HEADS, *PRIVATE_HEADS])
+@parametrize_with_checks(
+    [*HEADS, *PRIVATE_HEADS], expected_failed_checks=_expected_failures, xfail_strict=True
+)
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
 

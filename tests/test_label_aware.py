@@ -192,7 +192,7 @@ def test_flower_runs_label_aware_summaries_as_in_process(tmp_path, data):
     search.fit(X, y, client=client)
     assert report.tau == search.best_tau_
     np.testing.assert_array_equal(scores.coef, search.best_estimator_.linear_scores().coef)
-    with pytest.raises(ValueError, match="no calibrated differentially private release"):
+    with pytest.raises(ValueError, match="summary of the total covariance"):
         DeploymentConfig(summary_covariance="within", epsilon=1.0, head="O-FedAvg")
     # a FedCGS client's budget covers its statistics, its label-aware summary derived from them
     private = DeploymentConfig(summary_covariance="within", epsilon=1.0, tau=0.4)

@@ -20,13 +20,14 @@ import numpy as np
 import pytest
 from scipy.stats import beta, norm
 
+import skslot.heads.fedavg
 import skslot.heads.fedcgs
 import skslot.heads.fedpft
 import skslot.protocol.stages.evaluation
 import skslot.summary
 from skslot import GaussianSummaryEstimator
 from skslot.accounting import PrivacyBudget
-from skslot.heads import FedCGSClassifier, FedPFTClassifier
+from skslot.heads import FedCGSClassifier, FedPFTClassifier, OneShotFedAvgClassifier
 
 dp_accounting = pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
 
@@ -153,7 +154,47 @@ def moments_release(D, seed):
     return np.concatenate([(n[:, None] * moments.means).ravel(), n, *grams])
 
 
+#: The local head's inverse regularisation (rows of norm at most 1: C' = C).
+LOCAL_C = 1.0
+
+
+def local_head_pair():
+    """Data sets whose local heads differ by two thirds of the sensitivity.
+
+    999 rows at zero of class 0 make the head predict class 0 confidently,
+    so the loss is nearly flat in the weights and the penalty alone holds
+    them; the last row, of class 1, is ``e1`` in one data set and ``-e1`` in
+    the other, so the two rows' gradients point apart.
+    """
+    X = np.zeros((1000, 2))
+    y = np.zeros(1000, dtype=int)
+    y[-1] = 1
+    D0, D1 = (X.copy(), y), (X.copy(), y)
+    D0[0][-1], D1[0][-1] = [1.0, 0.0], [-1.0, 0.0]
+    return D0, D1
+
+
+def local_head_release(D, seed):
+    """``[W, b]`` of the released local head (rows of norm 1: in units of the clip norm)."""
+    X, y = D
+    if seed is None:
+        coef, intercept = skslot.heads.fedavg.private_local_head(
+            X, y, 3, C=LOCAL_C, clip_norm=1.0, sigma=0.0, rng=np.random.default_rng(0),
+            max_iter=1000,
+        )  # fmt: skip
+        return np.column_stack([coef, intercept]).ravel()
+    budget = PrivacyBudget(EPSILON, DELTA, clip_norm=1.0, random_state=seed)
+    head = OneShotFedAvgClassifier(C=LOCAL_C, max_iter=1000, privacy=budget)
+    update = head.client_statistics(X, y, np.arange(3))
+    return np.column_stack([update.coef, update.intercept]).ravel()
+
+
 def _claimed_sd(mechanism):
+    if mechanism == "local head":
+        ledger = PrivacyBudget(EPSILON, DELTA).ledger(["local_head"])
+        return ledger.noise_scale(
+            "local_head", skslot.heads.fedavg.LOCAL_HEAD_SENSITIVITY * LOCAL_C
+        )
     if mechanism == "summary":
         return (
             GaussianSummaryEstimator(epsilon=EPSILON, delta=DELTA, clip_norm=1.0)
@@ -212,6 +253,12 @@ MECHANISMS = {
         moments_release,
         skslot.heads.fedpft,
         "CLASS_MOMENTS_SENSITIVITY",
+    ),
+    "local head": (
+        local_head_pair,
+        local_head_release,
+        skslot.heads.fedavg,
+        "LOCAL_HEAD_SENSITIVITY",
     ),
     "evaluation count": (
         count_pair,

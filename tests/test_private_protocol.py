@@ -115,6 +115,64 @@ def test_every_message_of_a_private_run_is_a_charged_release(clients, client_tau
             np.testing.assert_allclose(own[c].state.summary.mean, expected.mean, rtol=1e-12)
 
 
+@pytest.mark.parametrize("client_tau", ["uniform", "label-shift"])
+def test_every_message_of_a_private_fedavg_run_is_a_charged_release(clients, client_tau):
+    """O-FedAvg: the summary (and counts) at upload, one local head, the test count."""
+    head = OneShotFedAvgClassifier(C=0.1)
+    protocol = OneShotProtocol(
+        head, tau=0.4, privacy=BUDGET, defence=DefenceBounds(), client_tau=client_tau
+    )
+    own = parties(clients, head)
+    transport = RecordingTransport(own)
+    result = protocol.run(transport, CLASSES)
+    report = result.report
+    assert report.status == "completed" and len(report.accuracy) == 4
+    counts = ("class_counts",) if client_tau == "label-shift" else ()
+    charged = {
+        "upload": ("summary", *counts),
+        "updates": ("local_head",),
+        "evaluation": ("evaluation",),
+    }
+    for c, stages in transport.sent.items():
+        assert stages == ["upload", "updates", "evaluation"]
+        ledger = own[c].ledger()
+        assert ledger.released == tuple(r for s in stages for r in charged[s])
+        assert report.privacy_spent[c] == pytest.approx(ledger.spent(), rel=1e-12)
+        assert 0.99 * BUDGET.epsilon < ledger.spent() <= BUDGET.epsilon
+        # what the server received is the release: the summary and the local head
+        np.testing.assert_array_equal(
+            result.summaries[result.clients.index(c)].mean, ledger.result("summary").mean
+        )
+        exact = GaussianSummaryEstimator().fit(own[c].X).summaries_[None]
+        assert not np.allclose(ledger.result("summary").mean, exact.mean, rtol=1e-3)
+        update = ledger.result("local_head")
+        assert update.n_iter == 0  # the solver's iterations depend on the rows: not sent
+    if counts:  # the label-shift rule read the released counts, integers adding up to n
+        for c in own:
+            released = own[c].ledger().result("class_counts")
+            assert released.dtype == np.int64 and released.sum() == own[c].y.shape[0]
+    # the final head is the weighted mean of the released local heads
+    heads = [own[c].ledger().result("local_head") for c in result.clients]
+    n = np.array([u.n for u in heads], dtype=float)
+    mean = sum(w * u.coef for w, u in zip(n / n.sum(), heads, strict=True))
+    np.testing.assert_allclose(result.head.coef_, mean, rtol=1e-10)
+
+
+def test_a_private_fedavg_client_releases_one_local_head(clients):
+    head = OneShotFedAvgClassifier(C=0.1)
+    protocol = OneShotProtocol(head, tau=0.4, privacy=BUDGET)
+    own = parties(clients, head)
+    result = protocol.run(InProcessTransport(own), CLASSES)
+    from skslot.protocol.stages.updates import UpdatesRequest
+
+    party = own[result.clients[0]]
+    first = party.ledger().result("local_head")
+    again = party.answer("updates", UpdatesRequest(result.reference, (0.4,), "all"))
+    assert again[0] is first  # asked again: the head first released, no fresh noise
+    with pytest.raises(PrivacyBudgetExceeded, match="one local head per run"):
+        party.answer("updates", UpdatesRequest(result.reference, (0.2, 0.4), "all"))
+
+
 def test_a_private_client_repeats_a_release_in_a_new_process(clients):
     head = FedCGSClassifier()
     X, y, _, _ = clients[0]
@@ -188,10 +246,13 @@ def test_a_release_outside_the_plan_is_refused(clients):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"head": OneShotFedAvgClassifier()}, "OneShotFedAvgClassifier has no private release"),
         ({"head": FedPFTClassifier(n_components=2, covariance_type="full")}, "one Gaussian"),
-        ({"tau": "auto"}, "privacy needs a fixed tau"),
-        ({"screen": "on", "defence": DefenceBounds()}, "exclude each other"),
+        ({"tau": "auto"}, "a private run needs a fixed tau"),
+        ({"screen": "on", "defence": DefenceBounds()}, "a private run does not screen"),
+        (
+            {"head": OneShotFedAvgClassifier(), "summary_covariance": "within"},
+            "summary of the total covariance",
+        ),
     ],
 )
 def test_a_private_run_refuses_what_its_budget_cannot_cover(kwargs, match):

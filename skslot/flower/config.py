@@ -39,6 +39,7 @@ from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class, make_head
 from ..label_shift import CLIENT_TAU_RULES
 from ..protocol import OneShotProtocol, ReferenceStep
+from ..protocol.driver import private_run_problem
 from ..protocol.stages.upload import private_summary_problem
 from ..screening import SCREENING
 from ..selection import DEFAULT_TAUS, SELECTION_RULES, candidate_grid, check_tau_grid
@@ -1152,20 +1153,19 @@ class DeploymentConfig:
             ) from None
         if head.private_release is None:
             why = private_summary_problem(head, self.epsilon)
-        else:
-            why = None if self.epsilon is None else head.private_problem()
-        if why:
-            raise ValueError(f"{why} (run-config keys 'epsilon' and 'head')")
-        if self.privacy_budget() is not None and self.auto:
-            raise ValueError(
-                "a private run needs a fixed tau: tau = auto releases every client's "
-                "validation counts, which the budget does not cover (run-config keys "
-                "'epsilon' and 'tau')"
+        elif self.epsilon is not None:
+            why = private_run_problem(
+                head,
+                auto=self.auto,
+                screen=self.screen,
+                summary_covariance=self.summary_covariance,
             )
-        if self.privacy_budget() is not None and self.screen == "on":
+        else:
+            why = None
+        if why:
             raise ValueError(
-                "a private run does not screen: the screening releases validation counts "
-                "the budget does not cover (run-config keys 'epsilon' and 'screen')"
+                f"{why} (run-config keys 'epsilon', 'head', 'tau', 'screen' and "
+                "'summary-covariance')"
             )
 
     @classmethod

@@ -14,9 +14,11 @@ from ._mixtures import ClassMixture, ClassMixtures
 from ._private import (
     CLASS_MOMENTS_SENSITIVITY,
     CLASS_STATISTICS_SENSITIVITY,
+    LOCAL_HEAD_SENSITIVITY,
     ClassMoments,
     private_class_moments,
     private_class_statistics,
+    private_local_head,
 )
 from ._registry import HEADS, head_class, make_head
 from ._statistics import ClassStatistics
@@ -28,6 +30,7 @@ __all__ = [
     "CLASS_MOMENTS_SENSITIVITY",
     "CLASS_STATISTICS_SENSITIVITY",
     "HEADS",
+    "LOCAL_HEAD_SENSITIVITY",
     "ClassMixture",
     "ClassMixtures",
     "ClassMoments",
@@ -47,6 +50,7 @@ __all__ = [
     "message_bytes",
     "private_class_moments",
     "private_class_statistics",
+    "private_local_head",
     "refit_head",
     "statistics_of_parts",
 ]

@@ -123,7 +123,8 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         if self.private_release is None:
             return (
                 f"{type(self).__name__} has no private release (its messages would be exact "
-                "statistics of the clients' rows); use FedCGSClassifier or FedPFTClassifier"
+                "statistics of the clients' rows); use FedCGSClassifier, FedPFTClassifier or "
+                "OneShotFedAvgClassifier"
             )
         return None
 

@@ -210,6 +210,7 @@ def local_heads(
     taus: Sequence[float],
     *,
     client_index: int = 0,
+    ledger: PrivacyLedger | None = None,
 ) -> list:
     """Client step of a head trained on aligned rows (O-FedAvg): one local head per ``tau``.
 
@@ -227,6 +228,9 @@ def local_heads(
         The fractions of the map to align the rows with.
     client_index : int, default=0
         The client's position (seeds the local training).
+    ledger : PrivacyLedger, optional
+        A private client's ledger: each head is its release ``"local_head"``
+        (so one ``tau``; asked again, the head first released).
 
     Returns
     -------
@@ -236,7 +240,7 @@ def local_heads(
     head = clone(head)  # training records n_features_in_ on the head
     return [
         head.client_statistics(
-            full_map.geodesic(tau).apply(X), y, classes, client_index=client_index
+            full_map.geodesic(tau).apply(X), y, classes, client_index=client_index, ledger=ledger
         )
         for tau in taus
     ]

@@ -34,28 +34,62 @@ it by a row of another class moves two sums (``sqrt(2)``), two counts
 sensitivity is ``sqrt(6)`` again (:data:`CLASS_MOMENTS_SENSITIVITY`).  The
 class means, covariances and the client's summary (total mean and
 covariance, OAS-shrunk) are post-processing.
+
+O-FedAvg's local head is released by output perturbation (Chaudhuri,
+Monteleoni and Sarwate 2011, the sensitivity method, with Gaussian noise):
+the client solves the multinomial logistic regression of its rows clipped to
+``C`` and expressed in units of it, ``u_i`` in the unit ball, with the
+intercept penalised as the weight of a constant feature of value one,
+
+    ``theta* = argmin  sum_i -log softmax(theta [u_i; 1])_{y_i} + ||theta||^2 / (2 C')``,
+
+``C' = C_reg C^2`` (the head's inverse regularisation ``C_reg`` in the rows'
+units), and releases ``theta* + N(0, sigma^2 I)``.  Divided by ``n`` the
+objective is ``lambda = 1 / (C' n)`` strongly convex, and each row's loss
+gradient, ``(p - e_y) [u; 1]^T``, has norm at most
+``sqrt(2) * sqrt(2) = 2``; replacing one row moves the gradient of the mean
+loss by at most ``4 / n``, so the minimiser by at most ``4 / (n lambda) =
+4 C'``.  The solver stops only once the gradient's norm is below
+:data:`LOCAL_HEAD_GRADIENT_TOL` (the released point is then within
+``C' * tol`` of the exact minimiser), so the sensitivity of what is released
+is ``(4 + 2 tol) C'`` (:data:`LOCAL_HEAD_SENSITIVITY` times ``C'``).  The
+released ``[W, b]`` in the rows' units is post-processing.
+
+References
+----------
+.. [1] Chaudhuri, Monteleoni and Sarwate, "Differentially private empirical
+   risk minimization", JMLR 12, 2011 (Corollary 8: the minimiser's
+   sensitivity ``2 L / (n lambda)``).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 
 from .._linalg import sym_eigh, symmetrize
-from .._moments import ShiftedMoments
+from .._moments import ShiftedMoments, clip_factors
 from ..gaussian import GaussianSummary
 from ..privacy import oas_shrinkage, psd_projection, symmetric_noise
+from ._softmax import fit_softmax_regression, softmax_objective
 from ._statistics import ClassStatistics, between_class_scatter
 
 __all__ = [
+    "CLASS_COUNTS_SENSITIVITY",
     "CLASS_MOMENTS_SENSITIVITY",
     "CLASS_STATISTICS_SENSITIVITY",
+    "LOCAL_HEAD_GRADIENT_TOL",
+    "LOCAL_HEAD_SENSITIVITY",
     "ClassMoments",
+    "private_class_counts",
     "private_class_moments",
     "private_class_statistics",
+    "private_local_head",
     "rounded_counts",
 ]
 
@@ -63,6 +97,14 @@ __all__ = [
 CLASS_STATISTICS_SENSITIVITY = math.sqrt(6.0)
 #: Replace-one L2 sensitivity of (class sums, class counts, each class's upper(G_c)).
 CLASS_MOMENTS_SENSITIVITY = math.sqrt(6.0)
+#: Replace-one L2 sensitivity of the class counts alone: two counts move by one.
+CLASS_COUNTS_SENSITIVITY = math.sqrt(2.0)
+#: Largest Euclidean norm of the objective's gradient (rows in units of the clip norm) at
+#: a released local head: the point is then within ``C' * tol`` of the exact minimiser.
+LOCAL_HEAD_GRADIENT_TOL = 2e-3
+#: Replace-one L2 sensitivity of a released local head per unit of ``C' = C_reg * clip^2``:
+#: ``4`` for the exact minimisers, plus twice the distance the tolerance allows each.
+LOCAL_HEAD_SENSITIVITY = 4.0 + 2.0 * LOCAL_HEAD_GRADIENT_TOL
 #: Relative floor of a released within-class scatter's eigenvalues (in units of ``C^2``):
 #: well above the server's rounding tolerance, far below any noise.
 _PSD_FLOOR = 1e-9
@@ -335,3 +377,111 @@ def private_class_moments(
         covariances[c] = psd_projection(grams[c] / counts[c] - np.outer(means[c], means[c]))
     C = clip_norm
     return ClassMoments(np.asarray(classes), counts, C * means, (C * C) * covariances)
+
+
+def private_class_counts(
+    y: np.ndarray, classes: np.ndarray, *, sigma: float, rng: np.random.Generator
+) -> np.ndarray:
+    """The class counts of ``y`` released with the Gaussian mechanism, rounded to add up to ``n``.
+
+    Parameters
+    ----------
+    y : ndarray of shape (n,)
+        The labels, each one of ``classes``.
+    classes : ndarray of shape (C,)
+        The run's class set, sorted.
+    sigma : float
+        Standard deviation of the noise on each count
+        (sensitivity :data:`CLASS_COUNTS_SENSITIVITY`).
+    rng : numpy.random.Generator
+        Source of the noise.
+
+    Returns
+    -------
+    counts : ndarray of int64, shape (C,)
+        Non-negative, adding up to ``n`` (:func:`rounded_counts`).
+    """
+    counts = np.bincount(np.searchsorted(classes, y), minlength=classes.shape[0])
+    noisy = counts + rng.normal(scale=sigma, size=counts.shape)
+    return rounded_counts(noisy, y.shape[0]).astype(np.int64)
+
+
+def private_local_head(
+    X: np.ndarray,
+    codes: np.ndarray,
+    n_classes: int,
+    *,
+    C: float,
+    clip_norm: float,
+    sigma: float,
+    rng: np.random.Generator,
+    max_iter: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A multinomial logistic-regression head released by output perturbation.
+
+    See the module's description: rows clipped to ``clip_norm``, every
+    parameter penalised, solved until the gradient's norm is below
+    :data:`LOCAL_HEAD_GRADIENT_TOL`, then noised.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, m)
+        The (aligned) rows; not modified.
+    codes : ndarray of shape (n,)
+        Each row's class, as an index into the class set.
+    n_classes : int
+        The size of the class set.
+    C : float
+        The head's inverse L2 regularisation strength, in the rows' units.
+    clip_norm : float
+        The public bound rows are clipped to.
+    sigma : float
+        Standard deviation of the noise on each parameter in units of the
+        clip norm (``noise_multiplier * LOCAL_HEAD_SENSITIVITY * C' / 2``).
+    rng : numpy.random.Generator
+        Source of the noise.
+    max_iter : int
+        Most solver iterations.
+
+    Returns
+    -------
+    coef : ndarray of shape (n_classes, m)
+    intercept : ndarray of shape (n_classes,)
+
+    Raises
+    ------
+    ValueError
+        If the solver does not reach the tolerance within ``max_iter``
+        iterations (a release needs the minimiser).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    m = X.shape[1]
+    U = X * (clip_factors(np.linalg.norm(X, axis=1), clip_norm) / clip_norm)[:, None]
+    C_units = C * clip_norm * clip_norm
+    size = n_classes * (m + 1)
+    theta = np.zeros((n_classes, m + 1))
+    objective = softmax_objective(U, codes, n_classes, C=C_units, penalise_intercept=True)
+    for _ in range(3):  # L-BFGS may stop on its function tolerance: start again from there
+        with warnings.catch_warnings():  # convergence is checked below, on the gradient's norm
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            theta, _ = fit_softmax_regression(
+                U,
+                codes,
+                n_classes,
+                C=C_units,
+                max_iter=max_iter,
+                tol=LOCAL_HEAD_GRADIENT_TOL / math.sqrt(size),
+                init=theta,
+                penalise_intercept=True,
+            )
+        gradient = float(np.linalg.norm(objective(theta.ravel())[1]))
+        if gradient <= LOCAL_HEAD_GRADIENT_TOL:
+            break
+    else:
+        raise ValueError(
+            f"the private local head's solver stopped at a gradient of norm {gradient:.3g}, "
+            f"above the {LOCAL_HEAD_GRADIENT_TOL:g} its release's sensitivity assumes: "
+            f"raise max_iter (it is {max_iter}) or lower C (it is {C})"
+        )
+    theta = theta + rng.normal(scale=sigma, size=theta.shape)
+    return theta[:, :m] / clip_norm, theta[:, m].copy()

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
-import scipy.optimize
-from scipy.special import log_softmax
-from sklearn.exceptions import ConvergenceWarning
 
 from .._param_validation import Interval, Options
 from .._validation import client_weights
+from ..accounting import PrivacyBudget, PrivacyLedger
 from ..wire.arrays import ArrayMessage, read_array, read_count, read_sample_count
 from ._base import LinearHeadMixin, OneShotHead
+from ._private import LOCAL_HEAD_SENSITIVITY, private_local_head
+from ._softmax import fit_softmax_regression
 
-__all__ = ["LinearHeadUpdate", "OneShotFedAvgClassifier", "fit_softmax_regression"]
+__all__ = ["LinearHeadUpdate", "OneShotFedAvgClassifier"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,111 +136,6 @@ class LinearHeadUpdate:
         )
 
 
-#: Features whose root-mean-square entry exceeds this are solved in rescaled coordinates.
-RESCALE_ABOVE = 1e3
-
-
-def fit_softmax_regression(
-    X: np.ndarray,
-    codes: np.ndarray,
-    n_classes: int,
-    *,
-    C: float,
-    max_iter: int,
-    tol: float = 1e-4,
-    init: np.ndarray,
-) -> tuple[np.ndarray, int]:
-    """Multinomial logistic regression over a fixed class set, by L-BFGS.
-
-    Minimises ``sum_i -log softmax(W x_i + b)_{y_i} + ||W||^2 / (2 C)`` (the
-    objective of :class:`sklearn.linear_model.LogisticRegression`) over all
-    ``n_classes`` classes, including those absent from ``codes``, starting from
-    ``init`` (packed ``[W, b]`` of shape ``(n_classes, m + 1)``).  Stops when
-    the largest gradient entry is below ``tol`` (as scikit-learn's ``lbfgs``
-    solver) or after ``max_iter`` iterations.  Returns the packed solution and
-    the number of iterations run, and warns (``ConvergenceWarning``) when it
-    stopped at ``max_iter`` or could not take a single step.
-
-    Features of a very large scale (root-mean-square entry above
-    :data:`RESCALE_ABOVE`) are solved in rescaled coordinates ``x / s``,
-    ``W s``, with ``C s^2``: the same objective and optimum, but a first
-    step L-BFGS can take (at ``1e20`` it would otherwise stop at once).
-
-    Parameters
-    ----------
-    X : ndarray of shape (n, m)
-        The rows.
-    codes : ndarray of shape (n,)
-        Each row's class, as an index into the class set.
-    n_classes : int
-        The size of the class set.
-    C : float
-        Inverse L2 regularisation strength, ``> 0``.
-    max_iter : int
-        Most L-BFGS iterations.
-    tol : float, default=1e-4
-        Tolerance on the largest gradient entry.
-    init : ndarray of shape (n_classes, m + 1)
-        The packed starting point ``[W, b]``.
-
-    Returns
-    -------
-    solution : ndarray of shape (n_classes, m + 1)
-        The packed ``[W, b]``.
-    n_iter : int
-        The L-BFGS iterations run.
-    """
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    n, m = X.shape
-    scale = float(np.sqrt(np.mean(X * X))) if X.size else 1.0
-    if scale > RESCALE_ABOVE:
-        X = X / scale
-        init = init.copy()
-        init[:, :m] *= scale
-        C = C * scale**2
-    else:
-        scale = 1.0
-    rows = np.arange(n)
-
-    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        Wb = theta.reshape(n_classes, m + 1)
-        W, b = Wb[:, :m], Wb[:, m]
-        log_p = log_softmax(X @ W.T + b, axis=1)
-        loss = -log_p[rows, codes].sum() + 0.5 * np.sum(W * W) / C
-        residual = np.exp(log_p)
-        residual[rows, codes] -= 1.0
-        grad = np.empty_like(Wb)
-        grad[:, :m] = residual.T @ X + W / C
-        grad[:, m] = residual.sum(axis=0)
-        return loss, grad.ravel()
-
-    result = scipy.optimize.minimize(
-        objective,
-        init.ravel(),
-        jac=True,
-        method="L-BFGS-B",
-        options={"maxiter": max_iter, "gtol": tol, "ftol": 64 * np.finfo(float).eps},
-    )
-    n_iter = int(result.nit)
-    if n_iter >= max_iter:
-        warnings.warn(
-            f"local training reached max_iter={max_iter} before its gradient tolerance "
-            f"tol={tol:g}; increase max_iter for a converged local head",
-            ConvergenceWarning,
-            stacklevel=3,
-        )
-    elif n_iter == 0 and np.max(np.abs(objective(result.x)[1])) > tol:
-        warnings.warn(
-            f"local training took no step ({result.message}): the local head is its "
-            "initialisation; check the features' scale and the data",
-            ConvergenceWarning,
-            stacklevel=3,
-        )
-    Wb = result.x.reshape(n_classes, m + 1)
-    Wb[:, :m] /= scale
-    return Wb, n_iter
-
-
 class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
     """One-shot FedAvg (O-FedAvg): average local linear heads once.
 
@@ -265,6 +159,20 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         Standard deviation of the shared random initialisation (0: zeros).
     random_state : int, RandomState or None, default=None
         Seed of the shared initialisation.
+    privacy : PrivacyBudget, default=None
+        Each client releases its local head differentially privately under
+        this budget (:class:`~skslot.accounting.PrivacyBudget`), by output
+        perturbation (:func:`~skslot.heads.private_local_head`): rows clipped
+        to the budget's ``clip_norm``, the intercept penalised as the weights
+        (so the objective is strongly convex and its minimiser unique: the
+        initialisation plays no part), solved to the gradient tolerance the
+        release's sensitivity assumes within ``max_iter`` iterations, then
+        noised.  The noise on each parameter grows with ``C``: under privacy
+        a small ``C`` (``0.01`` on L2-normalised features,
+        docs/results/private_federation.md) keeps the head's scores above
+        it.  In a federation the budget is the client's
+        (:class:`~skslot.protocol.ClientParty`'s ``privacy``), which covers
+        its summary and counts too.
 
     Attributes
     ----------
@@ -278,6 +186,9 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         Flower counts them: :func:`~skslot.heads.message_bytes`), in client
         order; the SLOT summary is counted apart.
     n_features_in_ : int
+    privacy_spent_ : dict
+        With ``privacy``: the epsilon each client spent (the accountant's, at
+        the budget's delta), by client label.
 
     Examples
     --------
@@ -288,9 +199,19 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
     >>> head = head.fit(data.X, data.y, client=data.client)
     >>> head.predict(data.X[:3]).shape
     (3,)
+
+    Each client's local head released under a privacy budget:
+
+    >>> from skslot.accounting import PrivacyBudget
+    >>> budget = PrivacyBudget(epsilon=8.0, clip_norm=10.0)
+    >>> private = OneShotFedAvgClassifier(C=0.01, privacy=budget)
+    >>> private = private.fit(data.X, data.y, client=data.client)
+    >>> max(private.privacy_spent_.values()) <= 8.0
+    True
     """
 
     statistics_type = LinearHeadUpdate
+    private_release = "local_head"
     server_params = ("weighting",)
     _parameter_constraints: ClassVar[dict] = {
         "C": [Interval(Real, 0.0, None, closed="neither")],
@@ -299,6 +220,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         "weighting": [Options(("samples", "uniform"))],
         "init_scale": [Interval(Real, 0.0, None, closed="left")],
         "random_state": ["random_state"],
+        "privacy": [PrivacyBudget, None],
     }
 
     def __init__(
@@ -310,6 +232,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         weighting: str = "samples",
         init_scale: float = 0.0,
         random_state: int | np.random.RandomState | None = None,
+        privacy: PrivacyBudget | None = None,
     ) -> None:
         self.C = C
         self.max_iter = max_iter
@@ -317,6 +240,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         self.weighting = weighting
         self.init_scale = init_scale
         self.random_state = random_state
+        self.privacy = privacy
 
     def shared_initialisation(self, n_classes: int, n_features: int) -> np.ndarray:
         """The initial ``[W, b]`` every client starts from (same seed, same values).
@@ -343,12 +267,36 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         y: np.ndarray,
         classes: np.ndarray,
         seed: int | None,
-        ledger: None = None,
+        ledger: PrivacyLedger | None = None,
     ) -> LinearHeadUpdate:
+        codes = np.searchsorted(classes, y)
+        if ledger is not None:
+            clip_norm = ledger.budget.clip_norm
+
+            def release(sigma: float, rng: np.random.Generator) -> LinearHeadUpdate:
+                coef, intercept = private_local_head(
+                    X,
+                    codes,
+                    classes.shape[0],
+                    C=self.C,
+                    clip_norm=clip_norm,
+                    sigma=sigma,
+                    rng=rng,
+                    max_iter=self.max_iter,
+                )
+                # no iteration count: how long the solver took depends on the rows
+                return LinearHeadUpdate(classes, coef, intercept, X.shape[0], 0)
+
+            return ledger.release(
+                self.private_release,
+                release,
+                n=X.shape[0],
+                sensitivity=LOCAL_HEAD_SENSITIVITY * self.C * clip_norm * clip_norm,
+            )
         init = self.shared_initialisation(classes.shape[0], X.shape[1])
         Wb, n_iter = fit_softmax_regression(
             X,
-            np.searchsorted(classes, y),
+            codes,
             classes.shape[0],
             C=self.C,
             max_iter=self.max_iter,

@@ -218,8 +218,10 @@ class ClientParty:
         if not state.releases:
             raise RuntimeError("no upload request of this run announced its releases")
         ledger = self._ledger
-        if ledger is None or ledger.seed != state.noise_seed or tuple(ledger.shares) != tuple(
-            state.releases
+        if (
+            ledger is None
+            or ledger.seed != state.noise_seed
+            or tuple(ledger.shares) != tuple(state.releases)
         ):
             ledger = self.privacy.ledger(state.releases, client=self.label, seed=state.noise_seed)
             state.noise_seed = ledger.seed

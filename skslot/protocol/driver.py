@@ -14,7 +14,7 @@ import numpy as np
 from .._backend import as_host_rows
 from .._param_validation import InstanceOf, Interval, Options, validate_parameter_constraints
 from .._validation import check_client_labels, check_open_fraction, check_row_labels
-from ..accounting import PrivacyBudget
+from ..accounting import RELEASES, PrivacyBudget
 from ..defence import DefenceBounds, NoDefence
 from ..gaussian import GaussianSummary
 from ..heads import OneShotHead
@@ -274,7 +274,10 @@ class OneShotProtocol:
         """What each client releases under the run's privacy budget (none without one)."""
         if self.privacy is None:
             return ()
-        return (self.head.private_release,) + (("evaluation",) if self.evaluate else ())
+        made = {self.head.private_release, "evaluation" if self.evaluate else None}
+        if self.head.strategy.trains_locally:  # its summary and counts are releases of their own
+            made |= {"summary", "class_counts" if self.client_tau == "label-shift" else None}
+        return tuple(r for r in RELEASES if r in made)
 
     def run(self, transport: Transport, classes: Sequence) -> ProtocolResult:
         """Run every stage over ``transport``; the clients agree on the class set ``classes``.
@@ -380,21 +383,62 @@ class OneShotProtocol:
                 return
 
 
-def _check_private_run(protocol: OneShotProtocol) -> None:
-    """A private run's settings: a head with a private release, a fixed tau, no screening."""
-    why = protocol.head.private_problem()
+def private_run_problem(
+    head: OneShotHead, *, auto: bool, screen: str, summary_covariance: str
+) -> str | None:
+    """Why a run under a privacy budget cannot be made with these settings, or ``None``.
+
+    The one check of a private run's settings, for the protocol and the
+    deployment's configuration: a head with a private release, a fixed tau,
+    no screening required, and the total covariance's summary where the
+    summary is a release of its own.
+
+    Parameters
+    ----------
+    head : OneShotHead
+    auto : bool
+        Whether ``tau`` is chosen by the federation.
+    screen : str
+        The ``screen`` setting.
+    summary_covariance : str
+        The summaries' covariance.
+
+    Returns
+    -------
+    str or None
+    """
+    why = head.private_problem()
     if why:
-        raise ValueError(f"privacy: {why}")
-    if protocol.auto:
-        raise ValueError(
-            'privacy needs a fixed tau: tau="auto" releases every client\'s validation '
+        return why
+    if auto:
+        return (
+            'a private run needs a fixed tau: tau="auto" releases every client\'s validation '
             "counts, which the budget does not cover"
         )
-    if protocol.screen == "on":
-        raise ValueError(
-            "privacy and screen='on' exclude each other: the screening releases validation "
-            "counts the budget does not cover"
+    if screen == "on":
+        return (
+            "a private run does not screen: the screening releases validation counts the "
+            "budget does not cover"
         )
+    if head.strategy.trains_locally and summary_covariance != "total":
+        return (
+            f"a private run of {type(head).__name__} releases each client's summary of the "
+            "total covariance (the within-class summary's sensitivity is not derived): set "
+            "summary_covariance to 'total'"
+        )
+    return None
+
+
+def _check_private_run(protocol: OneShotProtocol) -> None:
+    """A private run's settings (:func:`private_run_problem`)."""
+    why = private_run_problem(
+        protocol.head,
+        auto=protocol.auto,
+        screen=protocol.screen,
+        summary_covariance=protocol.summary_covariance,
+    )
+    if why:
+        raise ValueError(f"privacy: {why}")
 
 
 def _final_fitting(run: RunState, trains_locally: bool) -> str:

@@ -82,9 +82,7 @@ def _private_evaluation(party: ClientParty, request: EvaluationRequest, n_correc
     another.
     """
     digest = hashlib.sha256(
-        b"".join(
-            np.ascontiguousarray(a).tobytes() for a in request.head.to_arrays().values()
-        )
+        b"".join(np.ascontiguousarray(a).tobytes() for a in request.head.to_arrays().values())
         + repr(float(request.tau)).encode()
     ).hexdigest()
     state = party.state

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ...accounting import PrivacyBudgetExceeded
 from ...gaussian import GaussianSummary
 from ...heads._fitting import local_heads
 from ...wire import MessageFormatError
@@ -119,6 +120,8 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
     exchange = run.exchange(stage, requests)
     received = {}
     for c, updates in exchange.replies.items():
+        if run.releases:  # spent, even if the heads are refused
+            run.received_release(c, "local_head")
         upload = run.clients[c].upload
         expected = upload.n_fit if part == "fit" else upload.n_rows
         why = check(updates, len(wanted[c]), expected)
@@ -150,7 +153,23 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
     reply = LocalHeads
     check = staticmethod(check)
 
+    answers_privately = True
+
     def answer(self, party: ClientParty, request: UpdatesRequest) -> LocalHeads:
+        ledger = None
+        if party.privacy is not None:
+            if party.head.private_release != "local_head":
+                raise PrivacyBudgetExceeded(
+                    f"client {party.label!r} releases under its privacy budget and its "
+                    f"head, {type(party.head).__name__}, trains no local head: the "
+                    f"{self.name!r} stage would release values the budget does not cover"
+                )
+            if len(request.taus) != 1:
+                raise PrivacyBudgetExceeded(
+                    f"client {party.label!r} releases one local head per run under its "
+                    f"privacy budget; the request asks for {len(request.taus)}"
+                )
+            ledger = party.ledger()
         full_map = party.full_map(request.reference)
         split = party.split
         rows = split[0] if request.part == "fit" and split is not None else slice(None)
@@ -162,6 +181,7 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
             full_map,
             request.taus,
             client_index=party.state.client_index or 0,
+            ledger=ledger,
         )
         return LocalHeads(heads)
 
@@ -192,9 +212,14 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
 
 
 class RefitStage(UpdatesStage):
-    """Stage "refit": the same exchange after a choice, local heads at the chosen ``tau``."""
+    """Stage "refit": the same exchange after a choice, local heads at the chosen ``tau``.
+
+    Never under privacy: a private run has a fixed ``tau`` and makes its
+    final head at the updates stage, its one local head release.
+    """
 
     name = "refit"
+    answers_privately = False
 
 
 STAGE = UpdatesStage()

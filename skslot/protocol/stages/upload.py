@@ -17,10 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..._moments import ShiftedMoments
 from ..._validation import check_feature_scale
 from ...accounting import RELEASES, PrivacyBudgetExceeded
 from ...gaussian import GaussianSummary
+from ...heads._private import CLASS_COUNTS_SENSITIVITY, private_class_counts
 from ...label_shift import class_counts
+from ...privacy import SUMMARY_SENSITIVITY, private_summary
 from ...selection import validation_sizes
 from ...summary import COVARIANCES
 from ...wire import (
@@ -60,6 +63,8 @@ __all__ = [
 
 #: The groups of arrays an upload carries.
 STATISTICS, VALIDATION_STATISTICS = "statistics", "validation-statistics"
+#: The releases an upload carries (each where the run makes it).
+UPLOAD_RELEASES = ("summary", "statistics", "class_counts")
 
 
 @dataclass(frozen=True)
@@ -809,8 +814,9 @@ def collect(run: RunState) -> None:
     replies = {}
     for c, upload in exchange.replies.items():
         report.clients[c] = upload.client_label  # shown, never trusted
-        if run.releases:
-            run.received_release(c, head.private_release)
+        for release in run.releases:  # spent, even if the upload is refused
+            if release in UPLOAD_RELEASES:
+                run.received_release(c, release)
         if upload.summary_bytes is not None:
             report.summary_payload_bytes[c] = upload.summary_bytes
         why = form_problem(upload, derives)
@@ -861,6 +867,51 @@ def collect(run: RunState) -> None:
         run.enter(c, replies[c])
         accepted.append(c)
     run.keep("upload", accepted)
+
+
+def as_decoded(summary: GaussianSummary, dtype: str | None) -> GaussianSummary:
+    """The summary as the server decodes it from the wire (``dtype``; ``None``: as is)."""
+    if dtype is None:
+        return summary
+    return GaussianSummary.from_bytes(summary.to_bytes(dtype))
+
+
+def released_summary(
+    party: ClientParty, ledger: PrivacyLedger, covariance_floor: float
+) -> GaussianSummary:
+    """A private client's summary of its rows, the release ``"summary"`` of its ledger.
+
+    The rows are clipped to the budget's norm and summed about zero; the mean
+    and covariance are released with the Gaussian mechanism and shrunk
+    towards their trace by OAS (:func:`skslot.privacy.private_summary`).
+    """
+    clip_norm = ledger.budget.clip_norm
+    moments = ShiftedMoments.from_rows(
+        party.X, shift=np.zeros(party.X.shape[1]), fourth_order=False, clip_norm=clip_norm
+    )
+    return ledger.release(
+        "summary",
+        lambda sigma, rng: private_summary(
+            moments,
+            clip_norm=clip_norm,
+            sigma=sigma,
+            rng=rng,
+            covariance_floor=covariance_floor,
+            client=party.label,
+        ),
+        n=party.X.shape[0],
+        sensitivity=SUMMARY_SENSITIVITY,
+    )
+
+
+def released_class_counts(party: ClientParty, ledger: PrivacyLedger) -> np.ndarray:
+    """A private client's class counts, the release ``"class_counts"`` of its ledger."""
+    return ledger.release(
+        "class_counts",
+        lambda sigma, rng: private_class_counts(party.y, party.classes, sigma=sigma, rng=rng),
+        n=party.y.shape[0],
+        sensitivity=CLASS_COUNTS_SENSITIVITY,
+    )
 
 
 class UploadStage(Stage[UploadRequest, Upload]):
@@ -942,21 +993,18 @@ class UploadStage(Stage[UploadRequest, Upload]):
                 covariance_floor=request.covariance_floor,
                 client=party.label,
             )
-        elif ledger is not None:  # the summary of the released moments: post-processing
-            state.summary = ledger.result(party.head.private_release).summary(
-                covariance=request.summary_covariance,
-                covariance_floor=request.covariance_floor,
-                client=party.label,
-            )
-            if request.summary_dtype is not None:  # kept as the server will decode it
-                state.summary = GaussianSummary.from_bytes(
-                    state.summary.to_bytes(request.summary_dtype)
+        elif ledger is not None:
+            if strategy.uploads_statistics:  # the summary of the released moments
+                summary = ledger.result(party.head.private_release).summary(
+                    covariance=request.summary_covariance,
+                    covariance_floor=request.covariance_floor,
+                    client=party.label,
                 )
+            else:  # a head training locally: the summary is a release of its own
+                summary = released_summary(party, ledger, request.covariance_floor)
+            state.summary = as_decoded(summary, request.summary_dtype)
         elif state.summary is None:
-            summary = party.summarise()
-            if request.summary_dtype is not None:  # kept as the server will decode it
-                summary = GaussianSummary.from_bytes(summary.to_bytes(request.summary_dtype))
-            state.summary = summary
+            state.summary = as_decoded(party.summarise(), request.summary_dtype)
         return Upload(
             None if derived else state.summary,
             n_fit=y_fit.shape[0],
@@ -967,9 +1015,11 @@ class UploadStage(Stage[UploadRequest, Upload]):
             class_counts=(
                 None
                 if not request.class_counts
-                else fitting.class_counts()  # released: post-processing of the statistics
-                if ledger is not None
                 else class_counts(party.y, party.classes)
+                if ledger is None
+                else fitting.class_counts()  # released: post-processing of the statistics
+                if fitting is not None
+                else released_class_counts(party, ledger)
             ),
             shrinkage=state.summary.shrinkage if derived else None,
             label=party.label if derived else None,
