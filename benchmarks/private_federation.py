@@ -5,7 +5,9 @@ Each run is the real protocol in process (``OneShotProtocol`` over
 ``PrivacyBudget``): every value a client sends is a release under its one
 budget (FedCGS: its statistics, from which the server derives its summary and
 its label-shift counts; FedPFT: its class moments, from which it derives its
-mixtures and its summary; both: its test count), delta = 1e-5.  Rows are
+mixtures and its summary; O-FedAvg: its summary, its label-shift counts and
+its local head, released by output perturbation; all: its test count),
+delta = 1e-5.  Rows are
 L2-normalised first (a public per-row step), so ``clip_norm = 1`` clips
 nothing.  Embedded digits (three domains, one client each, 256-d public
 projection), Dirichlet alpha = 0.1 and no label skew, seeds 0-4.
@@ -23,12 +25,15 @@ The accuracy is measured on each client's test rows with its own map (the
 clients' reported counts are noisy releases).  Two splits of the budget:
 equal shares, and nine tenths to the statistics (the default).  A last table
 releases in a lower dimension (a public projection of the 256 features,
-``digits_projection``) at epsilon = 8.
+``digits_projection``) at epsilon = 8, and another repeats each client's rows
+``k`` times (the same information, ``k`` times the rows: the statistics scale
+by ``k``, the noise does not) to measure the client sizes at which the noise
+stops costing accuracy.
 
 Usage::
 
     python benchmarks/private_federation.py [--seeds 5] [--shares 1 9]
-        [--heads FedCGS FedPFT] [--out docs/results/private_federation.md]
+        [--heads FedCGS FedPFT O-FedAvg] [--out docs/results/private_federation.md]
         [--figure docs/results/private_federation.png]
 """
 
@@ -50,6 +55,7 @@ from skslot.heads import (
     ClassStatistics,
     FedCGSClassifier,
     FedPFTClassifier,
+    OneShotFedAvgClassifier,
     private_class_statistics,
 )
 from skslot.heads._private import consistent_statistics
@@ -61,7 +67,15 @@ DELTA = 1e-5
 HEADS = {
     "FedCGS": lambda seed: FedCGSClassifier(),
     "FedPFT": lambda seed: FedPFTClassifier(random_state=seed),
+    # the regularisation a private local head needs (its noise grows with C): 0.1 on rows of
+    # norm 1, against 22.3 / 18.8 / 15.5 / 13.2 at C = 0.01 / 0.03 / 0.3 / 3 (eps 8, no SLOT,
+    # alpha 0.1, seed 0)
+    "O-FedAvg": lambda seed: OneShotFedAvgClassifier(C=0.1, max_iter=1000),
 }
+#: Each client's rows repeated this many times (the client-size table, eps = 8).
+REPEATS = (1, 4, 16, 64)
+#: The releases that shape the model (their share is the benchmark's ``share``).
+MODEL_RELEASES = ("summary", "statistics", "local_head")
 DIMENSIONS = (256, 128, 64)
 CONFIGS = {
     "no SLOT": {"tau": 0.0},
@@ -78,7 +92,14 @@ def l2(X: np.ndarray) -> np.ndarray:
 
 
 def run(
-    data, part, config: str, epsilon: float | None, share: float, seed: int, head: str = "FedCGS"
+    data,
+    part,
+    config: str,
+    epsilon: float | None,
+    share: float,
+    seed: int,
+    head: str = "FedCGS",
+    repeats: int = 1,
 ) -> float:
     """Macro accuracy (%) over the clients of one run."""
     classes = np.unique(data.y)
@@ -89,7 +110,11 @@ def run(
             return None
         rs = None if k is None else 1000 * seed + k
         return PrivacyBudget(
-            epsilon, DELTA, clip_norm=1.0, shares={"statistics": share}, random_state=rs
+            epsilon,
+            DELTA,
+            clip_norm=1.0,
+            shares=dict.fromkeys(MODEL_RELEASES, share),
+            random_state=rs,
         )
 
     parties = {}
@@ -101,8 +126,8 @@ def run(
             mean = X.mean(axis=0)
             X, Xt = X - mean, Xt - mean
         parties[k] = ClientParty(
-            l2(X),
-            data.y[train],
+            np.tile(l2(X), (repeats, 1)),
+            np.tile(data.y[train], repeats),
             head=HEADS[head](seed),
             classes=classes,
             label=k,
@@ -185,6 +210,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     epsilons = (8.0, None) if args.quick else EPSILONS
+    repeat_grid = REPEATS[:2] if args.quick else REPEATS
     if args.quick:
         args.seeds, args.heads, args.shares = 1, ["FedCGS"], [9.0]
     warnings.filterwarnings("ignore", "random_state fixes the privacy noise")
@@ -210,6 +236,18 @@ def main() -> None:
                 if head == "FedCGS":
                     for name, value in ablation(data, part, seed).items():
                         scores.setdefault(("ablation", alpha, name), []).append(value)
+                if head != "O-FedAvg":  # repeated rows weaken its penalty: another head
+                    for repeats in repeat_grid[1:]:
+                        key = (head, alpha, "repeats", repeats)
+                        scores.setdefault(key, []).append(
+                            run(data, part, "SLOT", 8.0, 9.0, seed, head, repeats)
+                        )
+                        n_runs += 1
+                    largest = (head, alpha, "repeats, no privacy", repeat_grid[-1])
+                    scores.setdefault(largest, []).append(
+                        run(data, part, "SLOT", None, 9.0, seed, head, repeat_grid[-1])
+                    )
+                    n_runs += 1
                 for dim in DIMENSIONS[1:]:
                     projected = replace(data, X=data.X @ digits_projection(data.X.shape[1], dim))
                     for epsilon in (8.0, None):
@@ -227,9 +265,10 @@ def main() -> None:
         f"clip_norm = 1, delta = {DELTA:g}, {args.seeds} seeds; macro accuracy (%) over the "
         "clients' test rows, mean [min, max]. Each client releases its head's statistics "
         "(FedCGS: class sums, counts and Gram matrix; FedPFT: class sums, counts and per-class "
-        "Gram matrices; its summary, shrinkage and label-shift counts are derived from them) "
-        "and its test count under one budget. Shares: the statistics' weight against the "
-        "evaluation count's 1 (9 : 1 is the default). Generated by "
+        "Gram matrices; its summary, shrinkage and label-shift counts are derived from them), "
+        "or, O-FedAvg (C = 0.1), its summary, its label-shift counts and its local head, "
+        "and its test count under one budget. Shares: the weight of each release that "
+        "shapes the model against each count's 1 (9 : 1 is the default). Generated by "
         f"benchmarks/private_federation.py ({n_runs} runs, {elapsed:.0f} s on one process, "
         "one BLAS thread).",
         "",
@@ -275,6 +314,43 @@ def main() -> None:
         ]
         lines += table(
             scores, rows, DIMENSIONS, ("skew", "configuration", "privacy"), lambda d: f"m = {d}"
+        )
+        lines.append("")
+    sized = [h for h in args.heads if h != "O-FedAvg"]
+    if sized:
+        lines += [
+            "## Client sizes: each client's rows repeated k times (SLOT, eps = 8)",
+            "",
+            "The same information in k times the rows: the released statistics scale by "
+            "k, their noise does not, so this is what clients k times larger (rows from the "
+            "same distribution) would lose to the noise. Without privacy, repeating rows "
+            "changes no class mean or covariance, only the summaries' shrinkage (both "
+            "non-private columns shown).",
+            "",
+        ]
+        rows = [
+            (
+                (head, f"alpha = {alpha}" if alpha else "no label skew"),
+                [(head, alpha, 9.0, "SLOT", 8.0)]
+                + [(head, alpha, "repeats", k) for k in repeat_grid[1:]]
+                + [(head, alpha, None, "SLOT", None)]
+                + [(head, alpha, "repeats, no privacy", repeat_grid[-1])],
+            )
+            for head in sized
+            for alpha in ALPHAS
+        ]
+        lines += table(
+            scores,
+            rows,
+            [*repeat_grid, None, -repeat_grid[-1]],
+            ("head", "skew"),
+            lambda k: (
+                f"k = {k}"
+                if k and k > 0
+                else "no privacy"
+                if k is None
+                else f"no privacy, k = {-k}"
+            ),
         )
         lines.append("")
     if "FedCGS" in args.heads:

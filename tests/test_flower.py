@@ -37,7 +37,7 @@ from skslot.flower import (  # noqa: E402
     write_flower_app,
 )
 from skslot.flower.client_app import app as client_app  # noqa: E402
-from skslot.heads import HEADS, make_head, message_bytes  # noqa: E402
+from skslot.heads import HEADS, OneShotFedAvgClassifier, make_head, message_bytes  # noqa: E402
 from skslot.protocol import ClientParty, ProtocolRunError, UploadRequest  # noqa: E402
 from skslot.protocol.stages import upload as upload_stage  # noqa: E402
 from skslot.wire import MessageFormatError  # noqa: E402
@@ -808,6 +808,21 @@ def test_node_config_dataset_overrides_the_run_config(tmp_path):
         load_client_data({"partition-id": 2, "dataset": str(path)}, config)
     with pytest.raises(ValueError, match="node config 'partition-id' must be"):
         load_client_data({"partition-id": "one"}, config)
+
+
+class ExactLocalHeads(OneShotFedAvgClassifier):
+    """A head that trains locally with no private release of its own (a user's head)."""
+
+    private_release = None
+
+
+def test_a_head_without_a_private_release_gets_a_private_summary_alone(node_configs):
+    """epsilon then protects the summary only, and the run says so."""
+    report, _, _, _ = deploy(
+        node_configs, epsilon=8.0, clip_norm=20.0, head=f"{__name__}:ExactLocalHeads"
+    )
+    assert sorted(report.accuracy) == [11, 12, 13, 14]
+    assert "NOT private" in report.privacy and not report.privacy_spent
 
 
 def test_private_summaries_are_released_once_per_run(node_configs):

@@ -676,7 +676,8 @@ class AlignmentSettings(_Settings):
         "The covariance each client's summary transports: of all its rows ('total', the "
         "paper's) or of its class-centred rows ('within', label-aware)",
         details='See :class:`~skslot.GaussianSummaryEstimator`; ``"within"`` has no '
-        "private release, so it is refused with ``epsilon``.",
+        "private release of its own, so it is refused with ``epsilon`` where the summary is "
+        "released (O-FedAvg); FedCGS derives it from its released statistics.",
         options=COVARIANCES,
     )
     taus: str = _setting(
@@ -883,12 +884,14 @@ class PrivacySettings(_Settings):
     epsilon: float | None = _setting(
         None,
         "The epsilon of each client's privacy budget ('none': exact values)",
-        details="With FedCGS, one (epsilon, delta) budget per client covers everything it "
-        "sends (its statistics, from which the server derives its summary, and its test "
-        "counts: skslot.accounting), at a fixed tau and without the screening; a node's own "
-        "'epsilon', 'delta' and 'clip-norm' (node config) is the budget it enforces, and it "
-        "refuses a run under another.  With O-FedAvg, only the summary is private.  FedPFT "
-        "needs one component per class.",
+        details="One (epsilon, delta) budget per client covers everything it sends "
+        "(skslot.accounting): with FedCGS its statistics, from which the server derives its "
+        "summary, with FedPFT its class moments (one component per class), with O-FedAvg its "
+        "summary, its label-shift counts and its local head (keep the head's C small: its "
+        "noise grows with C), and its test counts; at a fixed tau and without the screening. "
+        "A node's own 'epsilon', 'delta' and 'clip-norm' (node config) is the budget it "
+        "enforces, and it refuses a run under another.  With a head of no private release "
+        "of its own, only the summary is private.",
         low=0.0,
         low_open=True,
     )
@@ -1306,8 +1309,8 @@ class DeploymentConfig:
         -------
         PrivacyBudget or None
             ``(epsilon, delta, clip_norm)`` with a head that has a private
-            release (FedCGS); ``None`` without ``epsilon``, or with a head
-            whose only private message is the summary (O-FedAvg).
+            release (each built-in head); ``None`` without ``epsilon``, or
+            with a head whose only private message is the summary.
         """
         if self.epsilon is None or self.make_head().private_release is None:
             return None

@@ -35,12 +35,13 @@ from .transport import FlowerTransport
 
 __all__ = ["app", "run_one_shot"]
 
-#: What an O-FedAvg run with private summaries does and does not protect (logged and reported).
+#: What a run with private summaries alone (a head with no private release of its own) does
+#: and does not protect (logged and reported).
 PRIVACY_SCOPE = (
     "the (epsilon, delta) guarantee covers each client's summary, released once per run; "
-    "O-FedAvg's local heads and the validation, screening and test counts are NOT private, "
-    "so the summary's guarantee does not protect the data (with FedCGS, one budget per "
-    "client covers everything it sends)"
+    "the head's messages and the validation, screening and test counts are NOT private, "
+    "so the summary's guarantee does not protect the data (with a built-in head, one "
+    "budget per client covers everything it sends)"
 )
 
 
@@ -97,7 +98,7 @@ def run_one_shot(
         protocol_logger.warning(
             "skslot: the defence is off: every client passing the wire checks counts"
         )
-    private = config.privacy_budget() is not None  # else: O-FedAvg's summary alone
+    private = config.privacy_budget() is not None  # else: the summary alone
     if config.epsilon is not None and not private:
         protocol_logger.warning("skslot: %s", PRIVACY_SCOPE)
     try:
