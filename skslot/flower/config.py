@@ -38,8 +38,7 @@ from ..barycenter import BuresBarycenter
 from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class, make_head
 from ..label_shift import CLIENT_TAU_RULES
-from ..protocol import OneShotProtocol, ReferenceStep
-from ..protocol.driver import private_run_problem
+from ..protocol import OneShotProtocol, ReferenceStep, private_run_problem
 from ..protocol.stages.upload import private_summary_problem
 from ..screening import SCREENING
 from ..selection import DEFAULT_TAUS, SELECTION_RULES, candidate_grid, check_tau_grid

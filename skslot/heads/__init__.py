@@ -12,10 +12,12 @@ from ._fitting import (
 from ._linear_scores import LinearScores
 from ._mixtures import ClassMixture, ClassMixtures
 from ._private import (
+    CLASS_COUNTS_SENSITIVITY,
     CLASS_MOMENTS_SENSITIVITY,
     CLASS_STATISTICS_SENSITIVITY,
     LOCAL_HEAD_SENSITIVITY,
     ClassMoments,
+    private_class_counts,
     private_class_moments,
     private_class_statistics,
     private_local_head,
@@ -27,6 +29,7 @@ from .fedcgs import FedCGSClassifier
 from .fedpft import FedPFTClassifier
 
 __all__ = [
+    "CLASS_COUNTS_SENSITIVITY",
     "CLASS_MOMENTS_SENSITIVITY",
     "CLASS_STATISTICS_SENSITIVITY",
     "HEADS",
@@ -48,6 +51,7 @@ __all__ = [
     "local_heads",
     "make_head",
     "message_bytes",
+    "private_class_counts",
     "private_class_moments",
     "private_class_statistics",
     "private_local_head",

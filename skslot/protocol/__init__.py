@@ -21,7 +21,7 @@ Examples
 """
 
 from .client import ClientParty, ClientState
-from .driver import OneShotProtocol, ProtocolResult, held_out_rows
+from .driver import OneShotProtocol, ProtocolResult, held_out_rows, private_run_problem
 from .in_process import InProcessTransport
 from .report import ProtocolReport, ProtocolRunError
 from .stages import STAGES, ClientWire, ServerWire, Stage
@@ -62,4 +62,5 @@ __all__ = [
     "ValidationCounts",
     "ValidationRequest",
     "held_out_rows",
+    "private_run_problem",
 ]

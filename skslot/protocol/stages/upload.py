@@ -21,7 +21,7 @@ from ..._moments import ShiftedMoments
 from ..._validation import check_feature_scale
 from ...accounting import RELEASES, PrivacyBudgetExceeded
 from ...gaussian import GaussianSummary
-from ...heads._private import CLASS_COUNTS_SENSITIVITY, private_class_counts
+from ...heads import CLASS_COUNTS_SENSITIVITY, private_class_counts
 from ...label_shift import class_counts
 from ...privacy import SUMMARY_SENSITIVITY, private_summary
 from ...selection import validation_sizes
