@@ -885,23 +885,22 @@ def released_summary(
     and covariance are released with the Gaussian mechanism and shrunk
     towards their trace by OAS (:func:`skslot.privacy.private_summary`).
     """
-    clip_norm = ledger.budget.clip_norm
-    moments = ShiftedMoments.from_rows(
-        party.X, shift=np.zeros(party.X.shape[1]), fourth_order=False, clip_norm=clip_norm
-    )
-    return ledger.release(
-        "summary",
-        lambda sigma, rng: private_summary(
+    X, clip_norm = party.X, ledger.budget.clip_norm
+
+    def release(sigma: float, rng: np.random.Generator) -> GaussianSummary:
+        moments = ShiftedMoments.from_rows(
+            X, shift=np.zeros(X.shape[1]), fourth_order=False, clip_norm=clip_norm
+        )
+        return private_summary(
             moments,
             clip_norm=clip_norm,
             sigma=sigma,
             rng=rng,
             covariance_floor=covariance_floor,
             client=party.label,
-        ),
-        n=party.X.shape[0],
-        sensitivity=SUMMARY_SENSITIVITY,
-    )
+        )
+
+    return ledger.release("summary", release, n=X.shape[0], sensitivity=SUMMARY_SENSITIVITY)
 
 
 def released_class_counts(party: ClientParty, ledger: PrivacyLedger) -> np.ndarray:
