@@ -167,10 +167,45 @@ def test_a_private_fedavg_client_releases_one_local_head(clients):
 
     party = own[result.clients[0]]
     first = party.ledger().result("local_head")
-    again = party.answer("updates", UpdatesRequest(result.reference, (0.4,), "all"))
-    assert again[0] is first  # asked again: the head first released, no fresh noise
+    same = UpdatesRequest(result.reference, (0.4,), "all")
+    assert party.answer("updates", same)[0] is first  # asked again: the same release
     with pytest.raises(PrivacyBudgetExceeded, match="one local head per run"):
         party.answer("updates", UpdatesRequest(result.reference, (0.2, 0.4), "all"))
+    # in a new process: the same request gets the same head, another map is refused
+    # (the same noise on rows aligned otherwise would give away the exact difference)
+    restored = ClientParty(
+        party.X, party.y, head=head, classes=CLASSES, label=party.label, privacy=BUDGET,
+        state=ClientState.from_config(party.state.to_config()),
+    )  # fmt: skip
+    again = restored.answer("updates", same)[0]
+    np.testing.assert_array_equal(again.coef, first.coef)
+    np.testing.assert_array_equal(again.intercept, first.intercept)
+    for other in (
+        UpdatesRequest(result.reference, (0.2,), "all"),
+        UpdatesRequest(result.summaries[1], (0.4,), "all"),
+    ):
+        with pytest.raises(PrivacyBudgetExceeded, match="on another map"):
+            restored.answer("updates", other)
+
+
+def test_a_private_fedavg_run_keeps_its_reference_after_a_rejection(clients):
+    """The released heads were trained on the first reference: it is never rebuilt."""
+    head = OneShotFedAvgClassifier(C=0.1)
+    own = parties(clients, head)
+
+    class Inflated(InProcessTransport):
+        def exchange(self, stage, requests, **kwargs):
+            exchange = super().exchange(stage, requests, **kwargs)
+            if stage == "updates":  # one client's head out of line with the others'
+                u = exchange.replies[3][0]
+                exchange.replies[3][0] = type(u)(u.classes, 1e6 * u.coef, u.intercept, u.n)
+            return exchange
+
+    protocol = OneShotProtocol(head, tau=0.4, privacy=BUDGET, defence=DefenceBounds())
+    result = protocol.run(Inflated(own), CLASSES)
+    assert 3 in result.report.rejected["updates"]
+    assert result.report.reference_clients == [0, 1, 2, 3]  # built from every upload
+    assert result.clients == [0, 1, 2] and result.report.status == "completed"
 
 
 def test_a_private_client_repeats_a_release_in_a_new_process(clients):

@@ -478,10 +478,10 @@ def private_local_head(
         if gradient <= LOCAL_HEAD_GRADIENT_TOL:
             break
     else:
-        raise ValueError(
-            f"the private local head's solver stopped at a gradient of norm {gradient:.3g}, "
-            f"above the {LOCAL_HEAD_GRADIENT_TOL:g} its release's sensitivity assumes: "
-            f"raise max_iter (it is {max_iter}) or lower C (it is {C})"
+        raise ValueError(  # no value of the data in the message: it may reach the server
+            f"the private local head's solver did not reach the gradient tolerance "
+            f"{LOCAL_HEAD_GRADIENT_TOL:g} its release's sensitivity assumes: raise max_iter "
+            f"(it is {max_iter}) or lower C (it is {C})"
         )
     theta = theta + rng.normal(scale=sigma, size=theta.shape)
     return theta[:, :m] / clip_norm, theta[:, m].copy()

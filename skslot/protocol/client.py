@@ -55,6 +55,11 @@ class ClientState:
         Under a privacy budget, the digest of the evaluation request answered
         and the count released for it: the same request gets the same count,
         another is refused (its input is the server's choice).
+    local_head : str or None, default=None
+        Under a privacy budget, the digest of the map (reference, fractions)
+        and rows its local head was released for: the same request gets the
+        same head, another is refused (the same noise on rows aligned by
+        another map would release the difference of two exact heads).
     """
 
     summary: GaussianSummary | None = None
@@ -66,6 +71,7 @@ class ClientState:
     releases: tuple[str, ...] = ()
     noise_seed: int | None = None
     evaluation: tuple[str, int] | None = None
+    local_head: str | None = None
 
     def to_config(self) -> dict[str, int | float | bytes]:
         """The state as scalar settings, to keep between a transport's calls.
@@ -89,6 +95,8 @@ class ClientState:
         if self.evaluation is not None:
             values["evaluation-digest"] = self.evaluation[0].encode()
             values["evaluation-count"] = self.evaluation[1]
+        if self.local_head is not None:
+            values["local-head-digest"] = self.local_head.encode()
         for name in ("summary", "reference"):
             summary = getattr(self, name)
             if summary is not None:
@@ -118,6 +126,7 @@ class ClientState:
         if "evaluation-digest" in values:
             digest = bytes(values["evaluation-digest"]).decode()
             evaluation = (digest, int(values["evaluation-count"]))
+        local_head = values.get("local-head-digest")
         return cls(
             **summaries,
             client_index=None if index < 0 else index,
@@ -126,6 +135,7 @@ class ClientState:
             releases=tuple(releases.split(",")) if releases else (),
             noise_seed=None if noise_seed < 0 else int(noise_seed),
             evaluation=evaluation,
+            local_head=None if local_head is None else bytes(local_head).decode(),
         )
 
 

@@ -438,7 +438,9 @@ class RunState:
         reference of the final head: the reference, the maps and the clients'
         fractions of ``tau`` are made again from the clients still in, sent
         to every client with its next request, and the local heads trained
-        on the old reference are dropped.
+        on the old reference are dropped.  Not in a private run once local
+        heads were released: each client releases its one head on one map,
+        so the reference stays as the released heads were trained on it.
 
         Parameters
         ----------
@@ -452,6 +454,12 @@ class RunState:
         """
         built_from = self.report.reference_clients
         if self.order == built_from:
+            return False
+        if self.releases and self._local_heads:
+            # each private client released its one local head on this reference
+            logger.info(
+                "skslot: a private run keeps its reference: the local heads are released once"
+            )
             return False
         gone = [c for c in built_from if c not in self.clients]
         logger.info(

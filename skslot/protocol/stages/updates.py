@@ -10,13 +10,17 @@ compares its norm with the others' (the defence).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ...accounting import PrivacyBudgetExceeded
 from ...gaussian import GaussianSummary
 from ...heads._fitting import local_heads
+from ...maps import GaussianMap
 from ...wire import MessageFormatError
 from ...wire.arrays import sample_count_problem
 from ...wire.payload import Payload, ReceivedPayload, array_list
@@ -139,6 +143,28 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
     run.keep(stage, [c for c in run.order if c in received or c not in requests])
 
 
+def _check_private_request(party: ClientParty, aligned: GaussianMap, part: str) -> None:
+    """A private client's local head is released for one map and part of its rows only.
+
+    Its input (the map, made from the server's reference and fractions) is
+    the server's choice, so the same noise on rows aligned by another map
+    would release the difference of two exact heads: the client keeps the
+    digest of the first request's map and part (in its state, across
+    processes), answers the same request again with the same release and
+    refuses another.
+    """
+    parts = (aligned.linear, aligned.offset, np.asarray(part.encode()))
+    digest = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in parts))
+    state = party.state
+    if state.local_head is None:
+        state.local_head = digest.hexdigest()
+    elif state.local_head != digest.hexdigest():
+        raise PrivacyBudgetExceeded(
+            f"client {party.label!r} released its local head of this run on another map "
+            "(reference, tau or mean fraction): a second head would release the difference"
+        )
+
+
 class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
     """Stage "updates": one local head per ``tau`` on a part of the client's rows.
 
@@ -173,6 +199,8 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
         full_map = party.full_map(request.reference)
         split = party.split
         rows = split[0] if request.part == "fit" and split is not None else slice(None)
+        if ledger is not None:
+            _check_private_request(party, full_map.geodesic(request.taus[0]), request.part)
         heads = local_heads(
             party.head,
             party.X[rows],

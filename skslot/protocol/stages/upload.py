@@ -958,6 +958,12 @@ class UploadStage(Stage[UploadRequest, Upload]):
                 "summary than the server's"
             )
         ledger = private_run(party, request)  # checked before the state changes
+        if ledger is not None and not strategy.uploads_statistics:
+            if request.summary_covariance != "total":
+                raise ValueError(
+                    "this client releases the summary of its total covariance; the run asks "
+                    f"for {request.summary_covariance!r}, whose sensitivity is not derived"
+                )
         if state.summary is not None and state.split_seed != request.split_seed:
             state.summary = None  # another split: another fitting part to summarise
         state.client_index, state.split_seed = request.client_index, request.split_seed
