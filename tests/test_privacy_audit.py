@@ -202,13 +202,15 @@ def _claimed_sd(mechanism):
             .noise_scale_
         )
     _, _, module, name = MECHANISMS[mechanism]
-    release = "evaluation" if mechanism == "evaluation count" else "statistics"
+    release = {"evaluation count": "evaluation", "class counts": "class_counts"}.get(
+        mechanism, "statistics"
+    )
     ledger = PrivacyBudget(_claimed(mechanism), DELTA).ledger([release])
     return ledger.noise_scale(release, getattr(module, name))
 
 
 def _claimed(mechanism):
-    return COUNT_EPSILON if mechanism == "evaluation count" else EPSILON
+    return COUNT_EPSILON if mechanism in ("evaluation count", "class counts") else EPSILON
 
 
 def count_pair():
@@ -240,6 +242,30 @@ def count_release(count, seed):
 #: The count is released in whole rows: audited where its noise spans several rows.
 COUNT_EPSILON = 1.0
 
+
+def class_counts_pair():
+    """Labels whose class counts differ by the sensitivity: one row of class 0 or of 1."""
+    y = np.arange(200) % 2
+    y0, y1 = y.copy(), y.copy()
+    y0[0], y1[0] = 0, 1
+    return y0, y1
+
+
+def class_counts_release(y, seed):
+    """The class counts as a private O-FedAvg client releases them (rounded to add up to n)."""
+    if seed is None:
+        return np.bincount(y, minlength=2).astype(float)
+    budget = PrivacyBudget(COUNT_EPSILON, DELTA, random_state=seed)
+    ledger = budget.ledger(["class_counts"])
+    return ledger.release(
+        "class_counts",
+        lambda sigma, rng: skslot.heads.private_class_counts(
+            y, CLASSES, sigma=sigma, rng=rng
+        ),
+        n=y.shape[0],
+        sensitivity=skslot.heads.CLASS_COUNTS_SENSITIVITY,
+    ).astype(float)
+
 MECHANISMS = {
     "summary": (summary_pair, summary_release, skslot.summary, "SUMMARY_SENSITIVITY"),
     "statistics": (
@@ -259,6 +285,12 @@ MECHANISMS = {
         local_head_release,
         skslot.heads.fedavg,
         "LOCAL_HEAD_SENSITIVITY",
+    ),
+    "class counts": (
+        class_counts_pair,
+        class_counts_release,
+        skslot.heads,
+        "CLASS_COUNTS_SENSITIVITY",
     ),
     "evaluation count": (
         count_pair,
