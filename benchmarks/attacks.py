@@ -387,7 +387,8 @@ SPLIT_OFFSET = 0.95 * BOUNDS.max_mean_offset
 BOTH = ("FedCGS", "O-FedAvg")
 ALL = ("FedCGS", "FedPFT", "O-FedAvg")
 STATISTICS = ("FedCGS", "FedPFT")
-PRIVATE = (("epsilon", 16.0), ("clip_norm", 20.0))
+#: A private federation: every release under one budget; O-FedAvg's C * clip_norm^2 = 0.1
+PRIVATE = (("epsilon", 16.0), ("clip_norm", 20.0), ("head_params", '{"C": 0.00025}'))
 AUTO = (("tau", "auto"),)
 #: the deployment's defaults (a fixed tau, each client's by its label shift, the mean moved fully)
 DEFAULTS = (("tau", BOUNDS.tau), ("client_tau", BOUNDS.client_tau), ("mean_tau", BOUNDS.mean_tau))
@@ -418,7 +419,7 @@ ATTACKS = [
     *baselines(own_class=True),
     *baselines(settings=AUTO, what='tau = "auto"'),
     *baselines(settings=DEFAULTS, what="the deployment's defaults"),
-    *baselines(heads=("O-FedAvg",), settings=PRIVATE, what="DP summaries (epsilon 16)"),
+    *baselines(heads=("O-FedAvg",), settings=PRIVATE, what="a private federation (epsilon 16)"),
     Attack("Gram matrix x1e8, honest n", ("FedCGS",), lambda _: scaled_gram(1e8)),
     Attack(
         "summary's 10 largest eigenvalues x1e-9 (trace kept), real statistics",
@@ -443,7 +444,7 @@ ATTACKS = [
         lambda _: poisoned_reference(2**53 - 10**5, 1e3),
     ),
     Attack(
-        "summary only (n = 2^53 - 1e5, mean + 1e3), then drops out, DP on (epsilon 16)",
+        "summary only (n = 2^53 - 1e5, mean + 1e3), then drops out, private (epsilon 16)",
         ("O-FedAvg",),
         lambda _: poisoned_reference(2**53 - 10**5, 1e3),
         settings=PRIVATE,
@@ -478,7 +479,7 @@ ATTACKS = [
         settings=DEFAULTS,
     ),
     Attack(
-        f"flipped labels, rows x{COUNT}, DP on (epsilon 16)",
+        f"flipped labels, rows x{COUNT}, private (epsilon 16)",
         ("O-FedAvg",),
         rows=repeated(flipped_labels, COUNT),
         adaptive=True,
@@ -560,7 +561,7 @@ ATTACKS = [
         against_new_rules=True,
     ),
     Attack(
-        "vote manipulation, DP on (epsilon 16)",
+        "vote manipulation, private (epsilon 16)",
         ("O-FedAvg",),
         lambda _: framing_votes,
         adaptive=True,

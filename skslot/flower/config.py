@@ -886,8 +886,9 @@ class PrivacySettings(_Settings):
         details="One (epsilon, delta) budget per client covers everything it sends "
         "(skslot.accounting): with FedCGS its statistics, from which the server derives its "
         "summary, with FedPFT its class moments (one component per class), with O-FedAvg its "
-        "summary, its label-shift counts and its local head (keep the head's C small: its "
-        "noise grows with C), and its test counts; at a fixed tau and without the screening. "
+        "summary, its label-shift counts and its local head (keep the head's C times "
+        "clip-norm squared near 0.1: its noise grows with it), and its test counts; at a "
+        "fixed tau and without the screening. "
         "A node's own 'epsilon', 'delta' and 'clip-norm' (node config) is the budget it "
         "enforces, and it refuses a run under another.  With a head of no private release "
         "of its own, only the summary is private.",

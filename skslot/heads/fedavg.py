@@ -167,10 +167,12 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         (so the objective is strongly convex and its minimiser unique: the
         initialisation plays no part), solved to the gradient tolerance the
         release's sensitivity assumes within ``max_iter`` iterations, then
-        noised.  The noise on each parameter grows with ``C``: under privacy
-        a small ``C`` (``0.01`` on L2-normalised features,
-        docs/results/private_federation.md) keeps the head's scores above
-        it.  In a federation the budget is the client's
+        noised.  The noise on each parameter grows with
+        ``C * clip_norm**2`` (the regularisation in units of the clip norm):
+        under privacy keep it near ``0.1`` (``C = 0.1`` on rows of norm at
+        most 1, ``C = 0.1 / clip_norm**2`` in general;
+        docs/results/private_federation.md), which keeps the head's scores
+        above the noise.  In a federation the budget is the client's
         (:class:`~skslot.protocol.ClientParty`'s ``privacy``), which covers
         its summary and counts too.
 
@@ -204,7 +206,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
 
     >>> from skslot.accounting import PrivacyBudget
     >>> budget = PrivacyBudget(epsilon=8.0, clip_norm=10.0)
-    >>> private = OneShotFedAvgClassifier(C=0.01, privacy=budget)
+    >>> private = OneShotFedAvgClassifier(C=0.1 / 10.0**2, privacy=budget)
     >>> private = private.fit(data.X, data.y, client=data.client)
     >>> max(private.privacy_spent_.values()) <= 8.0
     True

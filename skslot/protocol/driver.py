@@ -456,10 +456,16 @@ def _final_fitting(run: RunState, trains_locally: bool) -> str:
     if not run.ever_screened:
         return "every accepted client's fitting rows"
     left = f"{len(run.order)} clients left cannot be screened again"
-    if trains_locally:  # new local heads on the reference built again: nothing judged them
+    if trains_locally and run.reference_kept is not None:  # the heads the screening judged
+        return (
+            "the screened contributions: every accepted client's local heads on its fitting "
+            "rows, on the reference built before the exclusion (with the excluded client's "
+            f"summary: {left} heads trained on another)"
+        )
+    if trains_locally:  # a client missing since: new local heads on a new reference
         return (
             "every accepted client's local heads on its fitting rows, trained again on the "
-            f"reference built without the excluded client(s), not screened ({left})"
+            f"reference built without the client(s) gone, not screened ({left})"
         )
     return (
         "the screened contributions (every accepted client's fitting statistics), aligned "

@@ -142,6 +142,9 @@ class RunState:
         self.screened = False
         #: Whether any screening round could.
         self.ever_screened = False
+        #: The clients whose screened local heads were kept on the reference built before
+        #: an exclusion (too few left to screen heads trained on another), or ``None``.
+        self.reference_kept: list | None = None
 
     def received_release(self, c: Hashable, release: str) -> None:
         """Record that client ``c`` made ``release`` (spent, even if its reply is refused).
@@ -441,6 +444,12 @@ class RunState:
         on the old reference are dropped.  Not in a private run once local
         heads were released: each client releases its one head on one map,
         so the reference stays as the released heads were trained on it.
+        Nor after a screening leaves too few clients to screen again, for a
+        head that trains locally: heads trained on a new reference would
+        enter the final head unjudged, so the reference stays and the
+        screened heads of the clients left are used (``reference_kept``);
+        it then returns ``True`` once, for the candidates and the choice to
+        be made again without the excluded client.
 
         Parameters
         ----------
@@ -450,10 +459,10 @@ class RunState:
         Returns
         -------
         bool
-            Whether it was built again.
+            Whether the run goes round again (the reference built again, or kept).
         """
         built_from = self.report.reference_clients
-        if self.order == built_from:
+        if self.order in (built_from, self.reference_kept):
             return False
         if self.releases and self._local_heads:
             # each private client released its one local head on this reference
@@ -461,6 +470,21 @@ class RunState:
                 "skslot: a private run keeps its reference: the local heads are released once"
             )
             return False
+        if (
+            stage == "screening"
+            and self._local_heads
+            and len(self.order) <= MIN_VOTERS
+            and self.protocol.head.strategy.trains_locally
+        ):
+            # local heads trained on a new reference could not be screened: keep the one
+            # the screened heads were trained on, and go round again without the excluded
+            self.reference_kept = list(self.order)
+            logger.info(
+                "skslot: the reference is kept: %d clients could not screen heads trained on "
+                "another",
+                len(self.order),
+            )
+            return True
         gone = [c for c in built_from if c not in self.clients]
         logger.info(
             "skslot: the reference is built again without %s",
