@@ -1246,6 +1246,31 @@ def test_mixtures_inconsistent_with_the_summary_are_rejected(
     assert sorted(report.accuracy) == [11, 12, 13]
 
 
+def test_a_summary_collapsed_where_its_own_class_means_lie_apart_is_rejected(node_configs):
+    """FedPFT: the trace kept, the largest variances crushed, the statistics real.
+
+    The summary's mean and total variance agree with the mixtures, but its
+    covariance cannot be narrower than its own class means are apart (the
+    reference it would shape moved the honest clients 14.6 points)."""
+
+    def collapse(request, reply):
+        if request.metadata.message_type != "query.upload":
+            return reply
+        own = own_summary(reply)
+        values, vectors = np.linalg.eigh(own.covariance)
+        trace = values.sum()
+        values[-2:] = 1e-9 * values.mean()
+        values *= trace / values.sum()
+        covariance = (vectors * values) @ vectors.T
+        return rewrite_upload(
+            request, reply, GaussianSummary(own.n, own.mean, covariance, client=own.client)
+        )
+
+    report = deploy(node_configs, faults={14: collapse}, head="FedPFT")[0]
+    assert "along its own class means' direction" in report.rejected["upload"][14]
+    assert sorted(report.accuracy) == [11, 12, 13]
+
+
 def test_oversized_local_heads_are_rejected(node_configs):
     """O-FedAvg: coefficients x 1e3 at an honest count would dominate the average."""
 

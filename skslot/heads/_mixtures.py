@@ -30,13 +30,17 @@ class ImpliedMoments(NamedTuple):
 
     ``mean`` and ``trace`` (of the total or the class-centred covariance) of
     the ``n`` rows described; ``error`` bounds the trace's uncertainty from
-    the transmit rounding (absolute).
+    the transmit rounding (absolute); ``class_counts`` and ``class_means``,
+    where the statistics give them, the rows and mean of each class
+    described (their between-class scatter bounds the total covariance).
     """
 
     mean: np.ndarray
     trace: float
     n: int
     error: float = 0.0
+    class_counts: np.ndarray | None = None
+    class_means: np.ndarray | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -351,7 +355,7 @@ class ClassMixtures:
         # the parameters' rounding moves each trace by at most rounding * |tr| and each
         # squared mean norm by 2 rounding ||mu||^2 (to first order)
         error = 2 * self.rounding * float(n @ np.array(spread)) / n.sum()
-        return ImpliedMoments(mean, trace, int(n.sum()), error)
+        return ImpliedMoments(mean, trace, int(n.sum()), error, n, means_)
 
     def scaled(self, factor: float) -> ClassMixtures:
         """The message weighted by ``factor``: the server draws that share of its rows.

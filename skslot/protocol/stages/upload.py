@@ -54,6 +54,7 @@ __all__ = [
     "UploadRequest",
     "UploadStage",
     "check",
+    "collapsed_spread",
     "collect",
     "inconsistent_parts",
     "inconsistent_statistics",
@@ -478,6 +479,8 @@ def check(
             trace_error=implied.error,
             covariance=summary_covariance,
         )
+        if why is None and summary_covariance == "total" and implied.class_means is not None:
+            why = collapsed_spread(summary, implied.class_counts, implied.class_means)
         if why:
             return f"inconsistent with its summary: {why}"
     if upload.validation is not None:
@@ -628,6 +631,76 @@ def inconsistent_statistics(
         return (
             f"the statistics' mean lies {offset / np.sqrt(trace):.3g} standard deviations from "
             "the summary's"
+        )
+    return None
+
+
+#: The share of the bound a summary's variance along a class direction must reach
+#: (:func:`collapsed_spread`): room for the summary's and the means' transmit rounding.
+SPREAD_RTOL = 0.1
+
+
+def collapsed_spread(
+    summary: GaussianSummary,
+    class_counts: np.ndarray,
+    class_means: np.ndarray,
+    *,
+    rtol: float = SPREAD_RTOL,
+) -> str | None:
+    """Why a summary's covariance is narrower than its own class means are apart, or None.
+
+    The total covariance ``S`` of the summary's ``N`` rows holds the scatter
+    of any of their classes' means about the rows' mean ``mu``:
+    ``S >= B = sum_c (n_c / N) (mu_c - mu)(mu_c - mu)^T`` (within each class
+    the rows spread about their mean, and classes not described only add).
+    A shrunk summary ``Sigma = (1 - s) S + s (tr S / m) I`` (Ledoit-Wolf and
+    OAS keep the trace) then has, along every unit ``v`` and whatever the
+    shrinkage ``s``, ``v^T Sigma v >= min(v^T B v, tr(Sigma) / m)``.  Checked
+    along the eigenvectors of ``B``, up to ``rtol``: a summary whose variance
+    collapses where its own statistics' class means lie apart is refused.
+
+    Parameters
+    ----------
+    summary : GaussianSummary
+        The client's summary of its total covariance.
+    class_counts : ndarray of shape (C,)
+        The rows of each class its statistics describe.
+    class_means : ndarray of shape (C, m)
+        Their means.
+    rtol : float, default=SPREAD_RTOL
+
+    Returns
+    -------
+    str or None
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot import GaussianSummary
+    >>> from skslot.protocol.stages.upload import collapsed_spread
+    >>> means = np.array([[-1.0, 0.0], [1.0, 0.0]])  # classes two apart along the first axis
+    >>> collapsed_spread(GaussianSummary(10, np.zeros(2), np.eye(2)), [5, 5], means) is None
+    True
+    >>> collapsed_spread(GaussianSummary(10, np.zeros(2), np.diag([1e-6, 2.0])), [5, 5], means)
+    "its summary's variance along its own class means' direction is 1e-06 of what they imply"
+    """
+    counts = np.asarray(class_counts, dtype=np.float64)
+    if counts.size == 0 or summary.n <= 0:
+        return None
+    D = np.sqrt(counts / summary.n)[:, None] * (np.asarray(class_means) - summary.mean)
+    # B = D^T D: its eigenvectors from the C x C Gram D D^T
+    values, vectors = np.linalg.eigh(D @ D.T)
+    keep = values > 1e-12 * max(float(values.max(initial=0.0)), 1e-300)
+    if not keep.any():
+        return None
+    directions = (D.T @ vectors[:, keep]) / np.sqrt(values[keep])
+    along = np.einsum("mk,mn,nk->k", directions, summary.covariance, directions)
+    floor = np.minimum(values[keep], np.trace(summary.covariance) / summary.dimension)
+    worst = int(np.argmin(along / floor))
+    if along[worst] < (1.0 - rtol) * floor[worst]:
+        return (
+            "its summary's variance along its own class means' direction is "
+            f"{along[worst] / floor[worst]:.3g} of what they imply"
         )
     return None
 
