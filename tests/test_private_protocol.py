@@ -188,6 +188,23 @@ def test_a_private_fedavg_client_releases_one_local_head(clients):
             restored.answer("updates", other)
 
 
+def test_a_private_fedavg_client_releases_the_total_covariance_only(clients):
+    head = OneShotFedAvgClassifier(C=0.1)
+    party = parties(clients, head)[0]
+    releases = ("summary", "local_head")
+    split = BUDGET.split(releases)
+    request = UploadRequest(
+        0,
+        privacy=(8.0, 1e-5, 12.0),
+        releases=releases,
+        shares=tuple(split[r] for r in releases),
+        summary_covariance="within",
+    )
+    with pytest.raises(ValueError, match="summary of its total covariance"):
+        party.answer("upload", request)
+    assert party.ledger().released == ()  # refused before any release
+
+
 def test_a_private_fedavg_run_keeps_its_reference_after_a_rejection(clients):
     """The released heads were trained on the first reference: it is never rebuilt."""
     head = OneShotFedAvgClassifier(C=0.1)
