@@ -39,6 +39,7 @@ from .datasets import DomainDataset, FeatureTable, dirichlet_partition
 from .exceptions import UnknownClientWarning
 from .heads import HEADS, OneShotHead, make_head
 from .selection import NoValidationRowsError
+from .summary import FORMS
 from .tau_search import FederatedTauSearch
 from .transformer import DEFAULT_CLIENT_TAU, DEFAULT_MEAN_TAU, DEFAULT_TAU, SLOTTransformer
 
@@ -149,6 +150,12 @@ class BenchmarkConfig:
     baselines : bool, default=True
         Also run the heads after each client's own centring and
         standardisation and after CORAL-style alignment (:data:`BASELINES`).
+    form : {"dense", "low-rank"}, default="dense"
+        The summaries' form (:class:`~skslot.SLOTTransformer`'s ``form``):
+        ``"low-rank"`` holds each client's summary in factor form, exactly,
+        without an ``m x m`` matrix (for clients with fewer rows than
+        features); the same alignment to rounding.  With ``auto`` refused:
+        the federated search exchanges dense summaries.
     covariance : {"total", "within"} or None, default=None
         Deprecated name of ``summary_covariance``, used in its place (with a
         ``FutureWarning``) when given; it will be removed in a future release.
@@ -169,9 +176,17 @@ class BenchmarkConfig:
     client_tau: str = DEFAULT_CLIENT_TAU
     mean_tau: float | None = DEFAULT_MEAN_TAU
     baselines: bool = True
+    form: str = "dense"
     covariance: InitVar[str | None] = None
 
     def __post_init__(self, covariance: str | None) -> None:
+        if self.form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
+        if self.form != "dense" and self.auto:
+            raise ValueError(
+                f"form={self.form!r} with auto: the federated choice of tau exchanges dense "
+                "summaries; run without the auto column (auto=False, --no-auto)"
+            )
         if covariance is None:
             return
         warnings.warn(
@@ -222,6 +237,7 @@ def evaluate_run(
         covariance=config.summary_covariance,
         client_tau=config.client_tau,
         mean_tau=config.mean_tau,
+        form=config.form,
     )
     slot.fit(X_train, y_train, client=train_client)
     # CPU time of every client's summary, the server's barycenter and the maps, in one
@@ -314,6 +330,7 @@ def evaluate_run(
             mean_tau=0.0,
             client_tau="uniform",
             unknown_client="identity",
+            form=config.form,
         )
         fit_heads(
             coral.transform(X_train, client=train_client),

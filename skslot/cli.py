@@ -29,7 +29,7 @@ from .datasets import EMBEDDED_DATASETS, FeatureTable, load_dataset, load_table
 from .datasets._tables import table_kind
 from .flower.config import DeploymentConfig, Setting, write_flower_app
 from .label_shift import CLIENT_TAU_RULES
-from .summary import COVARIANCES
+from .summary import COVARIANCES, FORMS
 
 __all__ = ["main"]
 
@@ -281,6 +281,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_n_jobs,
         default=2,
         help="parallel runs: a count, or -1 for every core (joblib's convention) (default: 2)",
+    )
+    bench.add_argument(
+        "--form",
+        choices=FORMS,
+        default=BenchmarkConfig.form,
+        help="the summaries' form: 'dense' m x m covariances, or 'low-rank' factors held "
+        "exactly without an m x m matrix (for clients with fewer rows than features; needs "
+        "--no-auto) (default: dense)",
     )
     bench.add_argument(
         "--no-auto",
@@ -553,22 +561,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     taus = tuple(sorted(set(args.taus) | {args.main_tau}))
     if args.main_tau not in args.taus:
         print(f"skslot bench: adding --main-tau {args.main_tau:g} to the sweep", file=sys.stderr)
-    config = BenchmarkConfig(
-        alphas=args.alphas,
-        taus=taus,
-        seeds=tuple(range(args.seeds)),
-        heads=args.heads,
-        main_tau=args.main_tau,
-        clients_per_domain=args.clients_per_domain,
-        preprocess=args.preprocess,
-        n_jobs=args.n_jobs,
-        auto=args.auto,
-        validation_fraction=args.validation_fraction,
-        split=args.split,
-        summary_covariance=args.summary_covariance,
-        client_tau=args.client_tau,
-        mean_tau=args.mean_tau,
-    )
+    try:
+        config = BenchmarkConfig(
+            alphas=args.alphas,
+            taus=taus,
+            seeds=tuple(range(args.seeds)),
+            heads=args.heads,
+            main_tau=args.main_tau,
+            clients_per_domain=args.clients_per_domain,
+            preprocess=args.preprocess,
+            n_jobs=args.n_jobs,
+            auto=args.auto,
+            validation_fraction=args.validation_fraction,
+            split=args.split,
+            summary_covariance=args.summary_covariance,
+            client_tau=args.client_tau,
+            mean_tau=args.mean_tau,
+            form=args.form,
+        )
+    except ValueError as exc:
+        print(f"skslot bench: {exc}", file=sys.stderr)
+        return 2
     print(_describe(data, config), file=sys.stderr)
     features = _feature_names(data)
     if isinstance(data, FeatureTable) and args.features is None and table_kind(args.data) != "npz":
@@ -597,6 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     kind += "" if args.client_tau == BenchmarkConfig.client_tau else f"-{args.client_tau}"
     if args.mean_tau != BenchmarkConfig.mean_tau:
         kind += f"-mean-tau-{_shown_fraction(args.mean_tau)}"
+    kind += "" if args.form == BenchmarkConfig.form else f"-{args.form}"
     out = args.out or os.path.join("skslot-results", data.name + kind)
     label = slot_label(config)
     used = {"name": data.name, "rows": int(data.X.shape[0]), "features": features}

@@ -14,6 +14,7 @@ from skslot.cli import main
 from skslot.datasets import digits_projection, load_npz, make_federated_classification
 from skslot.heads import FedCGSClassifier
 from skslot.selection import NoValidationRowsError
+from skslot.summary import FORMS
 
 from .conftest import PAPER, few_rows_per_client, shared_npz
 
@@ -302,3 +303,29 @@ def test_benchmark_config_covariance_is_the_deprecated_name_of_summary_covarianc
         assert BenchmarkConfig(**{**old.__dict__, "split": "random"}) == dataclasses.replace(
             old, split="random"
         )
+
+
+@few_rows_per_client
+def test_a_low_rank_run_gives_the_dense_run_s_accuracies(tmp_path):
+    """Clients with fewer rows than features: factor summaries, the same alignment."""
+    data = make_federated_classification(
+        n_clients=3, n_samples_per_client=30, n_features=80, n_classes=3, alpha=None,
+        domain_shift=1.5, random_state=1,
+    )  # fmt: skip: 21 training rows a client, ranks adding up to 60 < 80
+    path = tmp_path / "wide.npz"
+    np.savez(path, X=data.X, y=data.y, domain=data.client)
+    wide = load_npz(path)
+    settings = {"alphas": (None,), "taus": (0.0, 0.6), "seeds": (0,), "heads": ("FedCGS",)}
+    configs = {form: BenchmarkConfig(**settings, auto=False, form=form) for form in FORMS}
+    records = {form: run_benchmark(wide, c, progress=False) for form, c in configs.items()}
+    assert len(records["dense"]) == len(records["low-rank"]) > 0
+    for a, b in zip(records["dense"], records["low-rank"], strict=True):
+        assert (a["tau"], a["selection"], a["domain"]) == (b["tau"], b["selection"], b["domain"])
+        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1e-12)
+    with pytest.raises(ValueError, match="exchanges dense summaries"):
+        BenchmarkConfig(form="low-rank")  # with the auto column
+
+
+def test_cli_refuses_low_rank_summaries_with_the_auto_column(small_npz, capsys):
+    assert main(["bench", "--data", str(small_npz), "--form", "low-rank"]) == 2
+    assert "--no-auto" in capsys.readouterr().err
