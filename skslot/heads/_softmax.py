@@ -101,7 +101,9 @@ def fit_softmax_regression(
     Features of a very large scale (root-mean-square entry above
     :data:`RESCALE_ABOVE`) are solved in rescaled coordinates ``x / s``,
     ``W s``, with ``C s^2``: the same objective and optimum, but a first
-    step L-BFGS can take (at ``1e20`` it would otherwise stop at once).
+    step L-BFGS can take (at ``1e20`` it would otherwise stop at once).  Not
+    with ``penalise_intercept``, whose penalty the rescaling would change
+    (the private release solves rows in the unit ball).
 
     Parameters
     ----------
