@@ -77,7 +77,7 @@ DIGITS = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effne
 HONEST, ATTACKER = (11, 12, 13), 14
 DIMENSION, ALPHA, TAU = 256, 0.1, 0.4
 #: the paper's geodesic at TAU, every client alike (the configuration this study measures)
-SLOT = {"client_tau": "uniform", "mean_tau": None}
+SLOT = {"client_tau": "uniform", "mean_tau": None, "label_mix": "federation"}
 Fault = Callable[[Message, Message], Message | None]
 
 
@@ -471,7 +471,7 @@ ATTACKS = [
         honest=THREE,
     ),
     Attack(
-        f"flipped labels, rows x{COUNT}, the deployment's defaults (tau {BOUNDS.tau:g}, "
+        f"flipped labels, rows x{COUNT}, the deployment's defaults (tau {BOUNDS.protocol().tau:g}, "
         f"client-tau {BOUNDS.client_tau}, mean-tau {BOUNDS.mean_tau:g})",
         ALL,
         rows=repeated(flipped_labels, COUNT),

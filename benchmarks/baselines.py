@@ -57,9 +57,11 @@ from skslot.datasets import (
     load_dataset,
     make_federated_classification,
 )
+from skslot.defaults import CLIENT_TAU as DEFAULT_CLIENT_TAU
+from skslot.defaults import MEAN_TAU as DEFAULT_MEAN_TAU
+from skslot.defaults import TAU as DEFAULT_TAU
 from skslot.heads import make_head
 from skslot.label_shift import class_counts, label_shift_distances
-from skslot.transformer import DEFAULT_CLIENT_TAU, DEFAULT_MEAN_TAU, DEFAULT_TAU
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "baselines"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effnet_lite0.npz"

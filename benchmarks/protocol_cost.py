@@ -27,6 +27,7 @@ import numpy as np
 from joblib import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
+from skslot.defaults import TAU
 from skslot.flower import DeploymentConfig, run_one_shot
 from skslot.flower import client_app as client_module
 
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.flower_harness import LocalGrid
 
 HEADS = ("FedCGS", "FedPFT", "O-FedAvg")
-TAUS = (DeploymentConfig().tau, "auto")
+TAUS = (TAU, "auto")  # every class served (label-mix = "federation"): this study's case
 SCREENS = ("auto", "off")
 
 
@@ -44,6 +45,7 @@ def one_run(head: str, tau, screen: str) -> dict:
     with threadpool_limits(1):
         config = DeploymentConfig(
             head=head, tau=tau, screen=screen, dataset="office-caltech10", alpha=0.1, seed=0,
+            label_mix="federation",
             num_clients=4, connect_timeout=0.0, reply_timeout=1.0,
         )  # fmt: skip
         nodes = {11 + k: {"partition-id": k} for k in range(4)}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .barycenter import BuresBarycenter
     from .baselines import ClientStandardScaler
+    from .label_mix import ClientPriorClassifier
     from .exceptions import (
         InvalidSummaryError,
         SingleClientWarning,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
 # public name -> the submodule that defines it
 _SUBMODULE_OF = {
     "BuresBarycenter": "barycenter",
+    "ClientPriorClassifier": "label_mix",
     "ClientStandardScaler": "baselines",
     "FederatedTauSearch": "tau_search",
     "GaussianMap": "maps",
@@ -52,6 +54,7 @@ _SUBMODULE_OF = {
 
 __all__ = [
     "BuresBarycenter",
+    "ClientPriorClassifier",
     "ClientStandardScaler",
     "FederatedTauSearch",
     "GaussianMap",

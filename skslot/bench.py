@@ -36,12 +36,15 @@ from threadpoolctl import threadpool_limits
 
 from .baselines import ClientStandardScaler
 from .datasets import DomainDataset, FeatureTable, dirichlet_partition
+from .defaults import CLIENT_TAU, MEAN_TAU, TAU
 from .exceptions import UnknownClientWarning
 from .heads import HEADS, OneShotHead, make_head
+from .label_mix import own_mix_accuracy
+from .label_shift import class_counts
 from .selection import NoValidationRowsError
 from .summary import FORMS
 from .tau_search import FederatedTauSearch
-from .transformer import DEFAULT_CLIENT_TAU, DEFAULT_MEAN_TAU, DEFAULT_TAU, SLOTTransformer
+from .transformer import SLOTTransformer
 
 __all__ = [
     "BASELINES",
@@ -73,6 +76,14 @@ SPLITS = ("random", "given")
 #: The baselines printed beside SLOT, by the record's ``selection``: each client alone
 #: (its own mean; its own mean and standard deviation) and SLOT's covariance part alone.
 BASELINES = ("centre", "z-score", "CORAL")
+#: The two ways a federation is judged: each client's test rows are its domain's whole test
+#: split, every class served ("domain", the paper's), or follow its own training mix ("own mix").
+CASES = ("domain", "own mix")
+#: The record's ``selection`` of the own-mix case's alignment
+#: (``SLOTTransformer(label_mix="client")``).
+LABEL_MIX_SELECTION = "label-mix"
+#: Where :func:`summarise` keys the own-mix case's SLOT records among the sweep's taus.
+SLOT_KEY = "label-mix"
 #: The baselines a client computes alone (no summary sent).
 LOCAL_BASELINES = {
     "centre": ClientStandardScaler(with_std=False, unknown_client="identity"),
@@ -82,6 +93,15 @@ LOCAL_BASELINES = {
 #: derives its summary from its statistics: :meth:`skslot.heads.ClassStatistics.summary`).
 SHRINKAGE_BYTES = 8
 CLIENT_TABLE_TITLE = "Accuracy per client (%), mean +- std over seeds"
+#: How each case's test rows are drawn, as the tables name it.
+OWN_MIX_TITLE = (
+    "Each client's own label mix (test rows weighted to its training mix; label_mix='client')"
+)
+DOMAIN_TITLE = (
+    "Every class of each domain (its whole test split; label_mix='federation', the paper's)"
+)
+#: The SLOT column of the own-mix case.
+OWN_MIX_LABEL = "SLOT (label_mix='client')"
 
 
 class BenchmarkWarning(UserWarning):
@@ -165,7 +185,7 @@ class BenchmarkConfig:
     taus: Sequence[float] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     seeds: Sequence[int] = (0, 1, 2, 3, 4)
     heads: Sequence[str] = ("O-FedAvg", "FedCGS", "FedPFT")
-    main_tau: float = DEFAULT_TAU
+    main_tau: float = TAU
     clients_per_domain: int = 1
     preprocess: str = "none"
     n_jobs: int = 1
@@ -173,8 +193,8 @@ class BenchmarkConfig:
     validation_fraction: float = 0.2
     split: str | None = None
     summary_covariance: str = "total"
-    client_tau: str = DEFAULT_CLIENT_TAU
-    mean_tau: float | None = DEFAULT_MEAN_TAU
+    client_tau: str = CLIENT_TAU
+    mean_tau: float | None = MEAN_TAU
     baselines: bool = True
     form: str = "dense"
     covariance: InitVar[str | None] = None
@@ -232,7 +252,8 @@ def evaluate_run(
     test_domain = part.client_domain[part.test_client]
     # clients with < 2 training rows have no map: their test rows stay unaligned
     start = time.process_time()
-    slot = SLOTTransformer(
+    slot = SLOTTransformer(  # the domain case's alignment; label_mix switches after fit
+        label_mix="federation",
         unknown_client="identity",
         covariance=config.summary_covariance,
         client_tau=config.client_tau,
@@ -244,6 +265,9 @@ def evaluate_run(
     # process: unlike the wall time, not inflated by other work on the machine
     slot_seconds = time.process_time() - start
     records = []
+    classes = np.unique(data.y)
+    # each client's training mix: the label mix of its future rows in the "own mix" case
+    mixes = {k: class_counts(y_train[train_client == k], classes) for k in np.unique(train_client)}
 
     # what each client sends for SLOT: its summary, float32 on the wire (Flower's default),
     # or, where the head's statistics determine the summary (FedCGS), its shrinkage alone
@@ -253,6 +277,7 @@ def evaluate_run(
 
     def record(
         pred: np.ndarray,
+        own: np.ndarray,
         tau: float,
         name: str,
         selection: str,
@@ -260,41 +285,54 @@ def evaluate_run(
         *,
         derived: bool,
     ) -> None:
+        """Two records per domain: the domain case (``pred``, the federation's mix, on the
+        domain's test split) and the own-mix case (``own``, each client's mix, its test
+        rows weighted to its training mix)."""
         summary_bytes = SHRINKAGE_BYTES if derived else payload
         if selection in LOCAL_BASELINES or (selection == "fixed" and tau == 0):
             summary_bytes = 0  # nothing sent for alignment
+        own_accuracy = own_mix_accuracy(own == y_test, y_test, part.test_client, mixes, classes)
         for d in np.unique(test_domain):
             rows = test_domain == d
-            records.append(
-                {
-                    "dataset": data.name,
-                    "alpha": "none" if alpha is None else alpha,
-                    "seed": seed,
-                    "tau": tau,
-                    "covariance": config.summary_covariance,
-                    "client_tau": config.client_tau,
-                    "selection": selection,
-                    "head": name,
-                    "domain": str(data.domains[d]),
-                    "accuracy": float(np.mean(pred[rows] == y_test[rows])),
-                    "n_train": int(train_rows.shape[0]),
-                    "n_test": int(rows.sum()),
-                    "n_clients": len(slot.clients_),
-                    "n_empty_clients": len(part.empty_clients),
-                    "slot_cpu_seconds": round(slot_seconds, 3),
-                    "barycenter_iterations": slot.n_iter_,
-                    # bytes per client: the head's statistics, the SLOT summary (none at tau 0)
-                    "head_bytes": "" if head_bytes is None else round(head_bytes),
-                    "summary_bytes": summary_bytes,
-                }
-            )
+            clients = [k for k in own_accuracy if part.client_domain[k] == d]
+            for case in CASES:
+                if case == "domain":
+                    accuracy = float(np.mean(pred[rows] == y_test[rows]))
+                elif clients:  # the domain's clients with training rows, each with its mix
+                    accuracy = float(np.mean([own_accuracy[k] for k in clients]))
+                else:  # no client of this domain has a label mix to follow
+                    continue
+                records.append(
+                    {
+                        "dataset": data.name,
+                        "case": case,
+                        "alpha": "none" if alpha is None else alpha,
+                        "seed": seed,
+                        "tau": tau,
+                        "covariance": config.summary_covariance,
+                        "client_tau": config.client_tau,
+                        "selection": selection,
+                        "head": name,
+                        "domain": str(data.domains[d]),
+                        "accuracy": accuracy,
+                        "n_train": int(train_rows.shape[0]),
+                        "n_test": int(rows.sum()),
+                        "n_clients": len(slot.clients_),
+                        "n_empty_clients": len(part.empty_clients),
+                        "slot_cpu_seconds": round(slot_seconds, 3),
+                        "barycenter_iterations": slot.n_iter_,
+                        # bytes per client: the head's statistics, the SLOT summary (none at tau 0)
+                        "head_bytes": "" if head_bytes is None else round(head_bytes),
+                        "summary_bytes": summary_bytes,
+                    }
+                )
 
     def fit_heads(Z_train: np.ndarray, Z_test: np.ndarray, tau: float, selection: str) -> None:
         for name, factory in factories.items():
-            head = factory(seed)
-            pred = head.fit(Z_train, y_train, client=train_client).predict(Z_test)
+            head = factory(seed).fit(Z_train, y_train, client=train_client)
             record(
-                pred,
+                head.predict(Z_test),
+                _own_mix_predictions(head, Z_test, part.test_client),
                 tau,
                 name,
                 selection,
@@ -313,6 +351,15 @@ def evaluate_run(
             tau,
             "fixed",
         )
+    # the own-mix case's alignment: each client's domain offset measured within classes
+    slot.set_params(label_mix="client", tau=None)
+    fit_heads(
+        slot.transform(X_train, client=train_client),
+        slot.transform(X_test, client=part.test_client),
+        slot.tau_value,
+        LABEL_MIX_SELECTION,
+    )
+    slot.set_params(label_mix="federation")
     if config.baselines:
         for name, baseline in LOCAL_BASELINES.items():
             scaler = clone(baseline).fit(X_train, client=train_client)
@@ -340,8 +387,11 @@ def evaluate_run(
         )
     if config.auto:
         for name, factory in factories.items():
+            head = factory(seed)
+            if "label_mix" in head.get_params():  # the domain case's choice, as its alignment
+                head.set_params(label_mix="federation")
             search = FederatedTauSearch(
-                factory(seed),
+                head,
                 taus=config.taus,
                 validation_fraction=config.validation_fraction,
                 slot=clone(slot),  # its own maps, of each client's fitting rows
@@ -354,14 +404,32 @@ def evaluate_run(
                 break  # this run has no auto records, for any head; summaries count the runs
             Z_test = search.slot_.transform(X_test, client=part.test_client)
             derived = search.head.strategy.derives_summary
-            predicted = search.best_estimator_.predict(Z_test)
-            record(predicted, search.best_tau_, name, "auto", derived=derived)
+            best = search.best_estimator_
+            own = _own_mix_predictions(best, Z_test, part.test_client)
+            record(best.predict(Z_test), own, search.best_tau_, name, "auto", derived=derived)
             if "refit" in search.stages_:  # a second local round (O-FedAvg): what it buys
                 chosen = search.candidate_heads_[search.best_index_]
+                own = _own_mix_predictions(chosen, Z_test, part.test_client)
                 record(
-                    chosen.predict(Z_test), search.best_tau_, name, "auto-norefit", derived=derived
+                    chosen.predict(Z_test),
+                    own,
+                    search.best_tau_,
+                    name,
+                    "auto-norefit",
+                    derived=derived,
                 )
     return records
+
+
+def _own_mix_predictions(head: Any, X: np.ndarray, client: np.ndarray) -> np.ndarray:
+    """``head``'s predictions with each row's client's own label mix, where it takes one.
+
+    A head without a ``label_mix`` (a scikit-learn classifier from a custom factory)
+    predicts every row with the federation's mix.
+    """
+    if getattr(head, "label_mix", None) is None:
+        return head.predict(X)
+    return head.set_params(label_mix="client").predict(X, client=client)
 
 
 def _pattern(regex: Any) -> str:
@@ -533,21 +601,29 @@ def run_benchmark(
     return records
 
 
-def _macro(records: list[dict], selection: str = "fixed") -> dict[tuple, float]:
+def _macro(
+    records: list[dict], selection: str = "fixed", case: str = "domain"
+) -> dict[tuple, float]:
     """Macro accuracy over domains per (alpha, head, tau, seed) of one kind of record.
 
     For ``selection="auto"`` the key's tau is the one the federation chose.
     """
     groups: dict[tuple, list[float]] = {}
     for r in records:
-        if r.get("selection", "fixed") == selection:
+        if r.get("selection", "fixed") == selection and r.get("case", "domain") == case:
             key = (r["alpha"], r["head"], r["tau"], r["seed"])
             groups.setdefault(key, []).append(r["accuracy"])
     return {key: float(np.mean(v)) for key, v in groups.items()}
 
 
-def summarise(records: list[dict], main_tau: float) -> list[dict]:
+def summarise(records: list[dict], main_tau: float, case: str = "domain") -> list[dict]:
     """Per (alpha, head): accuracy without SLOT, at ``main_tau``, best fixed tau, auto.
+
+    ``case`` is how the federation is judged (:data:`CASES`): in the
+    ``"domain"`` case SLOT is the sweep's ``main_tau``; in the ``"own mix"``
+    case it is the alignment that keeps each client's label mix (the records
+    of :data:`LABEL_MIX_SELECTION`), and the spreads, bytes and per-client
+    figures are the same kind of figures of that case.
 
     Mean and standard deviation over seeds of the macro accuracy (in %), the
     gain, the best tau of the sweep (``best_fixed``: its accuracy), the
@@ -567,15 +643,22 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
         The records of :func:`run_benchmark`.
     main_tau : float
         The ``tau`` reported as "with SLOT"; one of the sweep's.
+    case : {"domain", "own mix"}, default="domain"
 
     Returns
     -------
     summary : list of dict
         One row per (alpha, head), in the records' order.
     """
-    macro = _macro(records)
-    auto_macro = {kind: _macro(records, kind) for kind in ("auto", "auto-norefit")}
-    baseline_macro = {name: _macro(records, name) for name in BASELINES}
+    records = [r for r in records if r.get("case", "domain") == case]
+    macro = _macro(records, case=case)
+    if case != "domain":  # SLOT's own records stand at a key of their own
+        label_mix = _macro(records, LABEL_MIX_SELECTION, case)
+        macro.update({(a, h, SLOT_KEY, seed): v for (a, h, _, seed), v in label_mix.items()})
+    # the federated choice runs the domain case's alignment: shown in that case alone
+    kinds = ("auto", "auto-norefit") if case == "domain" else ()
+    auto_macro = {kind: _macro(records, kind, case) for kind in kinds}
+    baseline_macro = {name: _macro(records, name, case) for name in BASELINES}
     rows = []
     alphas = list(dict.fromkeys(r["alpha"] for r in records))
     heads = list(dict.fromkeys(r["head"] for r in records))
@@ -588,8 +671,15 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
                     [v for (a, h, t, _), v in macro.items() if (a, h, t) == (alpha, head, tau)]
                 )
 
-            def fixed(tau: float, alpha: Any = alpha, head: str = head) -> list[dict]:
-                """The fixed-tau records of this (alpha, head) at ``tau``."""
+            def fixed(tau: Any, alpha: Any = alpha, head: str = head) -> list[dict]:
+                """The fixed-tau records of this (alpha, head) at ``tau`` (or SLOT's own)."""
+                if tau == SLOT_KEY:
+                    return [
+                        r
+                        for r in records
+                        if (r["alpha"], r["head"], r.get("selection"))
+                        == (alpha, head, LABEL_MIX_SELECTION)
+                    ]
                 return [
                     r
                     for r in records
@@ -610,7 +700,8 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
             def bytes_at(tau: float, key: str) -> list:
                 return [float(r[key]) for r in fixed(tau) if r.get(key, "") != ""] or [np.nan]
 
-            base, slot = seeds_at(0.0), seeds_at(main_tau)
+            slot_key = main_tau if case == "domain" else SLOT_KEY
+            base, slot = seeds_at(0.0), seeds_at(slot_key)
             sweep = {tau: float(seeds_at(tau).mean()) for tau in taus}
             best_tau = max(sweep, key=sweep.get)
             row = {
@@ -624,12 +715,12 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
                 "best_tau": best_tau,
                 "best_fixed": sweep[best_tau],
                 "spread_without": domain_spread(0.0),
-                "spread_with": domain_spread(main_tau),
-                "head_bytes": float(np.mean(bytes_at(main_tau, "head_bytes"))),
-                "summary_bytes": float(np.mean(bytes_at(main_tau, "summary_bytes"))),
+                "spread_with": domain_spread(slot_key),
+                "head_bytes": float(np.mean(bytes_at(slot_key, "head_bytes"))),
+                "summary_bytes": float(np.mean(bytes_at(slot_key, "summary_bytes"))),
                 "tau_sweep": sweep,
                 "n_seeds": int(base.shape[0]),
-                "per_client": _per_client(fixed(0.0), per_domain(0.0), per_domain(main_tau)),
+                "per_client": _per_client(fixed(0.0), per_domain(0.0), per_domain(slot_key)),
             }
             for name in BASELINES:
                 values = 100 * np.array(
@@ -643,6 +734,8 @@ def summarise(records: list[dict], main_tau: float) -> list[dict]:
                     key = name.lower().replace("-", "_")
                     row[key], row[f"{key}_std"] = float(values.mean()), float(values.std())
             for kind, key in (("auto", "auto"), ("auto-norefit", "auto_norefit")):
+                if kind not in auto_macro:
+                    continue
                 chosen = sorted(
                     (seed, tau, v)
                     for (a, h, tau, seed), v in auto_macro[kind].items()
@@ -849,6 +942,7 @@ def write_outputs(
     title: str,
     label: str | None = None,
     data: Mapping[str, object] | None = None,
+    own_mix: list[dict] | None = None,
 ) -> dict[str, str]:
     """Write results.csv, summary.json, summary.md (titled ``title``) and tau_sweep.png.
 
@@ -876,6 +970,9 @@ def write_outputs(
     data : mapping, optional
         What the run used, written to summary.json (e.g. ``{"name": ...,
         "features": [...]}``).
+    own_mix : list of dict, optional
+        The rows of :func:`summarise` in the ``"own mix"`` case, written
+        beside (summary.md's first table, summary.json's ``own_mix_rows``).
 
     Returns
     -------
@@ -892,9 +989,16 @@ def write_outputs(
         writer.writeheader()
         writer.writerows(records)
     with open(paths["summary.json"], "w") as f:
-        json.dump({"data": dict(data or {}), "rows": summary}, f, indent=1)
+        rows = {"data": dict(data or {}), "rows": summary}
+        if own_mix is not None:
+            rows["own_mix_rows"] = own_mix
+        json.dump(rows, f, indent=1)
     with open(paths["summary.md"], "w") as f:
-        f.write(f"# {title}\n\n{format_table(summary, main_tau, label)}\n\n")
+        f.write(f"# {title}\n\n")
+        if own_mix is not None:
+            f.write(f"## {OWN_MIX_TITLE}\n\n{format_table(own_mix, main_tau, OWN_MIX_LABEL)}\n\n")
+            f.write(f"## {DOMAIN_TITLE}\n\n")
+        f.write(f"{format_table(summary, main_tau, label)}\n\n")
         f.write(f"## {CLIENT_TABLE_TITLE}\n\n{format_client_table(summary, main_tau)}\n")
     plot_tau_sweep(summary, paths["tau_sweep.png"], records[0]["dataset"])
     return paths

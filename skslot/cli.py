@@ -15,6 +15,8 @@ from . import __version__
 from .bench import (
     CLIENT_TABLE_TITLE,
     DEFAULT_HEADS,
+    DOMAIN_TITLE,
+    OWN_MIX_TITLE,
     PREPROCESS,
     BenchmarkConfig,
     BenchmarkWarning,
@@ -603,6 +605,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"skslot bench: {exc}", file=sys.stderr)
         return 2
     summary = summarise(records, config.main_tau)
+    own_mix = summarise(records, config.main_tau, case="own mix")
     title = (
         f"{data.name}: macro accuracy over domains (%), mean +- std over {len(config.seeds)} seeds"
     )
@@ -615,10 +618,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     label = slot_label(config)
     used = {"name": data.name, "rows": int(data.X.shape[0]), "features": features}
     paths = write_outputs(
-        records, summary, out, main_tau=config.main_tau, title=title, label=label, data=used
+        records,
+        summary,
+        out,
+        main_tau=config.main_tau,
+        title=title,
+        label=label,
+        data=used,
+        own_mix=own_mix,
     )
     print(f"{data.name}: macro accuracy over domains (%), mean over {len(config.seeds)} seeds")
-    print(f"SLOT = {label.removeprefix('SLOT ')}; centre, z-score: each client alone")
+    print("centre, z-score: each client alone")
+    print(f"\n{OWN_MIX_TITLE}")
+    print("SLOT = each client's domain offset, measured within classes, removed")
+    print(format_short_table(own_mix))
+    print(f"\n{DOMAIN_TITLE}")
+    print(f"SLOT = {label.removeprefix('SLOT ')}")
     print(format_short_table(summary))
     print(f"more (spreads, CORAL, bytes) in {paths['summary.md']}")
     if len(config.alphas) == 1:  # one's own clients as they are: the table is short

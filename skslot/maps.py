@@ -57,7 +57,9 @@ References
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +68,7 @@ from ._linalg import SymmetricEigh, cholesky_factor, sym_eigh, trace_sqrt
 from ._moments import ShiftedMoments
 from .gaussian import GaussianSummary
 
-__all__ = ["GaussianMap", "bures_wasserstein_distance"]
+__all__ = ["GaussianMap", "bures_wasserstein_distance", "with_mean_image"]
 
 
 def bures_wasserstein_distance(source: GaussianSummary, target: GaussianSummary) -> float:
@@ -413,3 +415,33 @@ class GaussianMap:
             matmul_into(X[rows], At, out[rows])
             out[rows] += b
         return out
+
+
+def with_mean_image(ot_map: Any, mean: np.ndarray, image: np.ndarray) -> Any:
+    """``ot_map`` with its offset changed so that it sends ``mean`` to ``image``.
+
+    The linear part, hence the covariance's transport, is unchanged: what
+    :mod:`skslot.label_mix` uses to move a client's mean by its domain
+    offset instead of onto the reference mean.
+
+    Parameters
+    ----------
+    ot_map : GaussianMap or LowRankMap
+        A full (unanchored) map.
+    mean, image : ndarray of shape (m,)
+
+    Returns
+    -------
+    GaussianMap or LowRankMap
+        Of ``ot_map``'s kind.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot.maps import GaussianMap, with_mean_image
+    >>> T = with_mean_image(GaussianMap(2 * np.eye(2), np.ones(2)), np.zeros(2), np.full(2, 5.0))
+    >>> T.apply(np.zeros((1, 2))), T.linear[0, 0]
+    (array([[5., 5.]]), np.float64(2.0))
+    """
+    current = ot_map.apply(np.asarray(mean, dtype=np.float64)[None, :])[0]
+    return dataclasses.replace(ot_map, offset=ot_map.offset + (image - current))

@@ -19,6 +19,7 @@ import numpy as np
 
 from ._deprecation import moved_names
 from ._validation import check_in_range, check_open_fraction, check_option
+from .defaults import TAUS
 
 if TYPE_CHECKING:
     from .heads import OneShotHead
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 #: The paper's sweep, and the default grid of the federated search.
-DEFAULT_TAUS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+DEFAULT_TAUS = TAUS
 
 
 class NoValidationRowsError(ValueError):

@@ -243,6 +243,11 @@ class FederatedTauSearch(
         labels, codes = check_client_labels(client, X.shape[0])
         protocol.reference.check_clients(labels)
         slot = self._slot()
+        if slot.label_mix != protocol.label_mix:
+            raise ValueError(
+                f"the head serves label_mix={protocol.label_mix!r} but slot has "
+                f"label_mix={slot.label_mix!r}: set the same label_mix on both"
+            )
         frozen = isinstance(protocol.reference, FixedReference)  # its maps, on both sides
         fixed_maps = protocol.reference.fixed.maps if frozen else {}  # the server's, anchored
         parties = {
@@ -270,13 +275,27 @@ class FederatedTauSearch(
         self.candidate_heads_ = result.candidate_heads
         self.stages_ = list(result.stages)
         # each client's map, as a deployed client computes it from the reference it received
+        summaries = {
+            label: slot.summaries_[label] if frozen else parties[label].state.summary
+            for label in labels
+        }
+        # with each client's own mix, the reference a client received is about its own
+        # destination: its domain offset is its mean less that destination
+        offsets = (
+            {
+                label: summaries[label].mean - parties[label].state.reference.mean
+                for label in labels
+                if parties[label].state.reference is not None  # left out before it
+            }
+            if protocol.label_mix == "client" and not frozen
+            else None
+        )
         own = SLOTTransformer.from_reference(
             result.reference,
-            {
-                label: slot.summaries_[label] if frozen else parties[label].state.summary
-                for label in labels
-            },
+            summaries,
             tau_scales=result.tau_scales,
+            domain_offsets=offsets,
+            label_mix=protocol.label_mix,
             client_tau=self._slot().client_tau,
             mean_tau=self._slot().mean_tau,
             unknown_client=self.unknown_client,
@@ -359,10 +378,11 @@ class FederatedTauSearch(
         Returns
         -------
         y_pred : ndarray of shape (n_samples,)
-            ``best_estimator_``'s prediction for each aligned row.
+            ``best_estimator_``'s prediction for each aligned row (under its
+            client's own label mix with the head's ``label_mix="client"``).
         """
         Z = self._aligned(X, client)
-        return self.best_estimator_.predict(Z)
+        return self.best_estimator_.predict(Z, client=client)
 
     def predict_proba(self, X: Any, *, client: Any = None) -> np.ndarray:
         """Class probabilities of the aligned rows.
@@ -383,7 +403,7 @@ class FederatedTauSearch(
             ``classes_``.
         """
         Z = self._aligned(X, client)
-        return self.best_estimator_.predict_proba(Z)
+        return self.best_estimator_.predict_proba(Z, client=client)
 
     def decision_function(self, X: Any, *, client: Any = None) -> np.ndarray:
         """Class scores of the aligned rows.
@@ -404,7 +424,7 @@ class FederatedTauSearch(
             classes.
         """
         Z = self._aligned(X, client)
-        return self.best_estimator_.decision_function(Z)
+        return self.best_estimator_.decision_function(Z, client=client)
 
     def score(self, X: Any, y: Any, sample_weight: Any = None, *, client: Any = None) -> float:
         """Accuracy of ``predict(X, client=client)``.
@@ -445,5 +465,6 @@ def selection_left_out(report: ProtocolReport) -> dict:
 def _full_maps(slot: SLOTTransformer) -> dict:
     """A fitted transformer's maps at ``tau = 1`` (anchored at each mean with ``mean_tau``)."""
     return {
-        label: slot._anchored(full, slot.summaries_[label]) for label, full in slot.maps_.items()
+        label: slot._anchored(full, slot.summaries_[label], label)
+        for label, full in slot.maps_.items()
     }

@@ -11,7 +11,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._backend import empty_like_rows, row_index
+from ._backend import as_host_rows, empty_like_rows, row_index
 from ._doc_link import DocLinkMixin
 from ._linalg import cholesky_factor
 from ._param_validation import Interval, Options, ParameterValidationMixin
@@ -29,11 +29,13 @@ from .barycenter import (
     as_summary_list,
     warn_single_client,
 )
+from .defaults import CLIENT_TAU, COVARIANCE_FLOOR, LABEL_MIX, MEAN_TAU, default_tau
 from .exceptions import SmallClientWarning, UnknownClientWarning, shown_labels
 from .gaussian import GaussianSummary
+from .label_mix import LABEL_MIXES, domain_offsets
 from .label_shift import CLIENT_TAU_RULES, class_counts, label_shift_distances
 from .low_rank import LowRankGaussianSummary, LowRankMap, as_dense
-from .maps import GaussianMap
+from .maps import GaussianMap, with_mean_image
 from .summary import GaussianSummaryEstimator
 
 if TYPE_CHECKING:  # the output types, without importing pandas or torch at run time
@@ -42,14 +44,10 @@ if TYPE_CHECKING:  # the output types, without importing pandas or torch at run 
 
 __all__ = ["SLOTTransformer"]
 
+#: A label no client has (an unseen client's map).
+_NO_CLIENT = object()
+
 UNKNOWN_CLIENT = ("fit", "error", "identity")
-#: The defaults of :class:`SLOTTransformer` (and of the run config and ``skslot bench``):
-#: each client's mean moved all the way to the reference mean, its covariance ``tau`` times
-#: its label-shift factor along the Bures geodesic (docs/results.md, "What SLOT adds over a
-#: client alone").  The paper's geodesic is ``tau=0.4, mean_tau=None, client_tau="uniform"``.
-DEFAULT_TAU = 0.6
-DEFAULT_MEAN_TAU = 1.0
-DEFAULT_CLIENT_TAU = "label-shift"
 
 
 class SLOTTransformer(
@@ -61,35 +59,46 @@ class SLOTTransformer(
     reference ``N(mu_b, Sigma_b)`` (weighted mean, Bures-Wasserstein
     barycenter) and each client's optimal-transport map ``T_k(x) = A_k x + b_k``.
     ``transform`` moves each row of client ``k`` along its client's
-    geodesic: its mean a fraction ``mean_tau`` of the way to the reference
-    mean, its covariance a fraction ``tau_k`` along the Bures geodesic::
+    geodesic: its mean a fraction ``mean_tau`` of the way to its destination,
+    its covariance a fraction ``tau_k`` along the Bures geodesic::
 
-        T_k(x) = mu_k + mean_tau (mu_b - mu_k) + ((1 - tau_k) I + tau_k A_k) (x - mu_k),
+        T_k(x) = mu_k + mean_tau (nu_k - mu_k) + ((1 - tau_k) I + tau_k A_k) (x - mu_k).
 
-    so that ``W2^2(T_k # G_k, G_b) = (1 - mean_tau)^2 ||mu_k - mu_b||^2 +
-    (1 - tau_k)^2 B^2(Sigma_k, Sigma_b)``.  By default ``mean_tau = 1`` and
-    ``tau_k = tau * d_k``, with ``d_k`` the label-shift factor
-    (``client_tau``): the configuration that beats each client's own
-    centring under label skew and costs nothing without it (docs/results.md,
-    "What SLOT adds over a client alone").  The paper's geodesic,
+    **Whose label mix** (``label_mix``) decides the destination ``nu_k`` of
+    the client's mean.  A client's mean is its domain *and* its label mix;
+    when each client's future rows follow its own mix (a hospital's
+    prevalence), the second must stay.  With ``label_mix="client"`` (the
+    default) the client's domain offset ``delta_k`` is measured within
+    classes (:func:`~skslot.label_mix.domain_offsets`, a two-way fit of the
+    clients' class means) and ``nu_k = mu_k - delta_k``: the classes of every
+    client meet, its label mix stays; its covariance stays too by default
+    (``tau`` 0).  With ``label_mix="federation"`` (every class of each
+    client's domain served, the paper's test) ``nu_k = mu_b``, the reference
+    mean, and by default ``tau_k = 0.6 d_k`` with ``d_k`` the client's label
+    shift (``client_tau``).  Pair it with the same ``label_mix`` of the head
+    (:mod:`skslot.label_mix`); docs/choosing.md gives the measured cost of
+    each wrong choice.  The paper's geodesic,
     ``T_k^tau(x) = (1 - tau) x + tau (A_k x + b_k)`` for every client, is
-    ``SLOTTransformer(tau=0.4, mean_tau=None, client_tau="uniform")``.
+    ``SLOTTransformer(tau=0.4, mean_tau=None, client_tau="uniform",
+    label_mix="federation")``.
 
     Parameters
     ----------
-    tau : float, default=0.6
+    tau : float or None, default=None
         Fraction of the covariance's transport (and of the mean's, with
         ``mean_tau=None``), in ``[0, 1]``: 0 leaves the covariance alone, 1
-        maps it onto the reference's.  Changing it after ``fit`` needs no
-        refit.
+        maps it onto the reference's.  ``None``: 0 with
+        ``label_mix="client"``, 0.6 with ``"federation"``
+        (:func:`skslot.defaults.default_tau`; :attr:`tau_value`).  Changing it
+        after ``fit`` needs no refit.
     mean_tau : float or None, default=1.0
         Fraction of the mean's transport, in ``[0, 1]``, the same for every
-        client: each client's mean moves ``mean_tau`` of the way to the
-        reference mean and its rows about it follow the covariance's geodesic
+        client: each client's mean moves ``mean_tau`` of the way to its
+        destination (``label_mix``) and its rows about it follow the covariance's geodesic
         at ``tau`` (:meth:`~skslot.maps.GaussianMap.with_mean_fraction`).
         ``None`` moves the mean by the client's ``tau`` too (the paper's
         geodesic, scaled by ``client_tau`` like it); ``mean_tau=1, tau=0`` is
-        per-client centring onto the reference mean, ``mean_tau=0, tau=1,
+        per-client centring onto that destination, ``mean_tau=0, tau=1,
         client_tau="uniform"`` CORAL-style alignment of the covariances
         alone.  Changing it after ``fit`` needs no refit.
     client_tau : {"uniform", "label-shift"}, default="label-shift"
@@ -98,21 +107,29 @@ class SLOTTransformer(
         total-variation distance between client ``k``'s class proportions
         and the federation's (:mod:`skslot.label_shift`: a client with the
         federation's label mix keeps its covariance; ``fit`` then needs
-        ``y``, and a client unseen in ``fit`` cannot be mapped at
-        ``transform``).
+        ``y``; without labels every client moves ``tau``, with a warning).
+    label_mix : {"client", "federation"}, default="client"
+        Whose label mix the aligned rows keep: each client's own (its mean's
+        domain offset measured within classes; ``fit`` needs ``y`` for it,
+        and without labels falls back to ``"federation"``'s mean with a
+        warning), or the federation's (each client's whole mean moved to
+        the reference mean).
     unknown_client : {"fit", "error", "identity"}, default="fit"
         What ``transform`` does with a client label not seen in ``fit``:
         estimate that client's Gaussian from the rows given to ``transform``
         and map it to the reference (a client joining later, as in a
         federation, and the held-out clients of grouped cross-validation;
         the fitted state is not changed; it needs at least 2 rows of that
-        client in one call), raise, or leave its rows unchanged.
+        client in one call), raise, or leave its rows unchanged.  A new
+        client's labels are unknown, so its label mix is taken as the
+        federation's: its mean moves to the reference mean, and its
+        covariance only where no label-aware rule applies
+        (``client_tau="uniform"``, ``covariance="total"``).
     covariance : {"total", "within"}, default="total"
         The covariance each client's summary transports (see
         :class:`GaussianSummaryEstimator`): of all its rows (the paper's), or
         of its class-centred rows (label-aware: the client's label mix no
-        longer enters the map; ``fit`` then needs ``y``, and a client unseen
-        in ``fit`` cannot be summarised at ``transform``).
+        longer enters the map; ``fit`` then needs ``y``).
     weights, solver, init, anderson, tol, max_iter, client_batch
         Passed to :class:`BuresBarycenter` (``client_batch``: clients per
         block of the iteration, to bound its memory with many clients).
@@ -143,6 +160,11 @@ class SLOTTransformer(
     tau_scales_ : dict
         Client label to the factor of ``tau`` its rows move by: 1 with
         ``client_tau="uniform"``, ``d_k`` with ``"label-shift"``.
+    domain_offsets_ : dict or None
+        Client label to its domain offset measured within classes, where
+        ``fit`` had labels (``None`` otherwise); used with
+        ``label_mix="client"``, so changing ``label_mix`` after ``fit`` needs
+        no refit.
     clients_ : list
         Client labels seen in ``fit``.
     barycenter_ : BuresBarycenter or None
@@ -164,12 +186,31 @@ class SLOTTransformer(
     >>> X = np.vstack([rng.normal(0, 1, (200, 2)), rng.normal(5, 3, (200, 2))])
     >>> client = np.repeat([0, 1], 200)
     >>> y = np.tile([0, 1], 200)
-    >>> slot = SLOTTransformer().fit(X, y, client=client)
+    >>> slot = SLOTTransformer(label_mix="federation").fit(X, y, client=client)
     >>> Z = slot.transform(X, client=client)
     >>> np.round(Z[:200].mean(0) - Z[200:].mean(0), 8) + 0.0  # the means meet
     array([0., 0.])
-    >>> paper = SLOTTransformer(tau=1.0, mean_tau=None, client_tau="uniform")
-    >>> Z = paper.fit_transform(X, client=client)  # the paper's geodesic, no labels needed
+
+    Each client's own label mix kept: client 1 is client 0 moved by 4 and
+    holds class 1 three times as often; its class means meet client 0's,
+    and its mean stays apart by what its label mix says.
+
+    >>> means = np.array([[0.0, 0.0], [6.0, 0.0]])
+    >>> y = np.r_[np.tile([0, 1], 100), np.repeat([0, 1, 1, 1], 50)]
+    >>> X = means[y] + rng.normal(0, 1, (400, 2)) + 4.0 * (client == 1)[:, None]
+    >>> Z = SLOTTransformer().fit(X, y, client=client).transform(X, client=client)
+    >>> [np.round(Z[(client == 1) & (y == c)].mean(0) - Z[(client == 0) & (y == c)].mean(0))
+    ...  + 0.0 for c in (0, 1)]
+    [array([0., 0.]), array([0., 0.])]
+    >>> np.round(Z[client == 1].mean(0) - Z[client == 0].mean(0), 1) + 0.0  # 6 x (0.75 - 0.5)
+    array([1.5, 0. ])
+
+    The paper's geodesic:
+
+    >>> paper = SLOTTransformer(
+    ...     tau=1.0, mean_tau=None, client_tau="uniform", label_mix="federation"
+    ... )
+    >>> Z = paper.fit_transform(X, client=client)  # no labels needed
     >>> np.round(Z[:200].std(0) / Z[200:].std(0), 1)  # the spreads meet too (up to shrinkage)
     array([1., 1.])
     """
@@ -178,9 +219,10 @@ class SLOTTransformer(
     __metadata_request__transform = {"client": True}
 
     _parameter_constraints: ClassVar[dict] = {
-        "tau": [Interval(Real, 0.0, 1.0, closed="both")],
+        "tau": [Interval(Real, 0.0, 1.0, closed="both"), None],
         "mean_tau": [Interval(Real, 0.0, 1.0, closed="both"), None],
         "client_tau": [Options(CLIENT_TAU_RULES)],
+        "label_mix": [Options(LABEL_MIXES)],
         "unknown_client": [Options(UNKNOWN_CLIENT)],
         "covariance": GaussianSummaryEstimator._parameter_constraints["covariance"],
         # the barycenter's own parameters (weights, solver, ..., n_jobs), declared there
@@ -193,10 +235,11 @@ class SLOTTransformer(
 
     def __init__(
         self,
-        tau: float = DEFAULT_TAU,
+        tau: float | None = None,
         *,
-        mean_tau: float | None = DEFAULT_MEAN_TAU,
-        client_tau: str = DEFAULT_CLIENT_TAU,
+        mean_tau: float | None = MEAN_TAU,
+        client_tau: str = CLIENT_TAU,
+        label_mix: str = LABEL_MIX,
         unknown_client: str = "fit",
         covariance: str = "total",
         weights: Any = "samples",
@@ -205,7 +248,7 @@ class SLOTTransformer(
         anderson: int = 5,
         tol: float = 1e-10,
         max_iter: int = 100,
-        covariance_floor: float = 1e-8,
+        covariance_floor: float = COVARIANCE_FLOOR,
         chunk_size: int = 4096,
         form: str = "dense",
         client_batch: int | None = None,
@@ -214,6 +257,7 @@ class SLOTTransformer(
         self.tau = tau
         self.mean_tau = mean_tau
         self.client_tau = client_tau
+        self.label_mix = label_mix
         self.unknown_client = unknown_client
         self.covariance = covariance
         self.weights = weights
@@ -229,14 +273,25 @@ class SLOTTransformer(
         self.n_jobs = n_jobs
 
     def _anchored(
-        self, full: GaussianMap | LowRankMap, source: GaussianSummary | LowRankGaussianSummary
+        self,
+        full: GaussianMap | LowRankMap,
+        source: GaussianSummary | LowRankGaussianSummary,
+        label: Any = _NO_CLIENT,
     ) -> GaussianMap | LowRankMap:
-        """A client's full map with its mean moved by ``mean_tau`` (as it is without)."""
+        """A client's full map with its mean moved by ``mean_tau`` (as it is without).
+
+        With ``label_mix="client"`` and the client's domain offset measured,
+        the mean's destination is the client's mean less its offset instead
+        of the reference mean.
+        """
+        offsets = getattr(self, "domain_offsets_", None)
+        if self.label_mix == "client" and offsets is not None and label in offsets:
+            full = with_mean_image(full, source.mean, source.mean - offsets[label])
         return full.with_mean_fraction(self.mean_tau, source.mean)
 
-    def _summary_estimator(self) -> GaussianSummaryEstimator:
+    def _summary_estimator(self, covariance: str | None = None) -> GaussianSummaryEstimator:
         return GaussianSummaryEstimator(
-            covariance=self.covariance,
+            covariance=self.covariance if covariance is None else covariance,
             covariance_floor=self.covariance_floor,
             chunk_size=self.chunk_size,
             form=self.form,
@@ -298,11 +353,14 @@ class SLOTTransformer(
             The fitted transformer.
         """
         self._validate_params()
-        if self.client_tau == "label-shift" and y is None:
-            raise ValueError(
-                f"{type(self).__name__}(client_tau='label-shift') requires y to be passed, but "
-                "the target y is None: each client's tau is scaled by how far its class "
-                "proportions are from the federation's"
+        if y is None and (self.label_mix == "client" or self.client_tau == "label-shift"):
+            warnings.warn(
+                f"{type(self).__name__}.fit without y: no client's label mix can be measured, "
+                "so each client's mean moves to the reference mean (its label mix with it) "
+                "and every client moves tau (pass y to measure each client's domain offset "
+                "within classes and its label shift)",
+                UserWarning,
+                stacklevel=2,
             )
         X = check_rows(self, X, reset=True, ensure_min_samples=2)
         bary = self.barycenter_estimator()
@@ -320,14 +378,32 @@ class SLOTTransformer(
         self.maps_ = bary.maps()
         self.clients_ = bary.clients_
         self.tau_scales_ = self._tau_scales(X, y, client)
+        self.domain_offsets_ = None if y is None else self._domain_offsets(X, y, client)
         self.barycenter_ = bary
         self.n_iter_ = bary.n_iter_
         self._reference_factor = bary._result.factor if bary.form_ == "dense" else None
         return self
 
+    def _domain_offsets(self, X: Any, y: Any, client: Any) -> dict:
+        """Each fitted client's domain offset, measured within classes (``label_mix``)."""
+        y = check_row_labels(y, X.shape[0])
+        labels, codes = check_client_labels(client, X.shape[0])
+        classes, y_codes = np.unique(y, return_inverse=True)
+        rows = np.asarray(as_host_rows(X), dtype=np.float64)
+        position = {label: i for i, label in enumerate(labels)}
+        counts = np.zeros((len(self.clients_), classes.shape[0]))
+        sums = np.zeros((len(self.clients_), classes.shape[0], rows.shape[1]))
+        for k, label in enumerate(self.clients_):
+            mine = codes == position[label]
+            onehot = np.eye(classes.shape[0])[y_codes[mine]]
+            counts[k] = onehot.sum(axis=0)
+            sums[k] = onehot.T @ rows[mine]
+        offsets = domain_offsets(counts, sums)
+        return dict(zip(self.clients_, offsets, strict=True))
+
     def _tau_scales(self, X: Any, y: Any, client: Any) -> dict:
         """Each fitted client's factor of ``tau`` (see ``client_tau``)."""
-        if self.client_tau == "uniform":
+        if self.client_tau == "uniform" or y is None:
             return dict.fromkeys(self.clients_, 1.0)
         y = check_row_labels(y, X.shape[0])
         labels, codes = check_client_labels(client, X.shape[0])
@@ -364,8 +440,9 @@ class SLOTTransformer(
         reference: GaussianSummary,
         summaries: GaussianSummary | list | Mapping,
         *,
-        tau: float = DEFAULT_TAU,
+        tau: float | None = None,
         tau_scales: Mapping[Any, float] | None = None,
+        domain_offsets: Mapping[Any, Any] | None = None,
         **params: Any,
     ) -> SLOTTransformer:
         """A fitted transformer from the protocol objects of a deployment.
@@ -382,12 +459,19 @@ class SLOTTransformer(
             This party's own summary (or several, keyed by client label), a
             :class:`~skslot.GaussianSummary` or a
             :class:`~skslot.low_rank.LowRankGaussianSummary`.
-        tau : float, default=0.6
-            Fraction of the covariance's transport, in ``[0, 1]``.
+        tau : float or None, default=None
+            Fraction of the covariance's transport, in ``[0, 1]`` (``None``:
+            the default of ``label_mix``).
         tau_scales : dict, optional
             Client label to the factor of ``tau`` its rows move by (what the
             server computed from the class counts, with
             ``client_tau="label-shift"``); default 1 for every client.
+        domain_offsets : dict, optional
+            Client label to its domain offset measured within classes (what
+            the server computed from the clients' class sums,
+            :func:`~skslot.label_mix.domain_offsets`), for
+            ``label_mix="client"``; a client without one moves its mean to the
+            reference mean, as with ``label_mix="federation"``.
         **params
             Other constructor parameters.
 
@@ -438,11 +522,26 @@ class SLOTTransformer(
         self.summaries_ = dict(summaries)
         self.maps_ = {label: self._full_map(s) for label, s in self.summaries_.items()}
         self.clients_ = list(self.summaries_)
+        self.n_features_in_ = reference.dimension
         self.tau_scales_ = self._given_scales(tau_scales)
+        self.domain_offsets_ = self._given_offsets(domain_offsets)
         self.barycenter_ = None
         self.n_iter_ = 0
-        self.n_features_in_ = reference.dimension
         return self
+
+    def _given_offsets(self, offsets: Mapping[Any, Any] | None) -> dict | None:
+        """Each client's domain offset as given to :meth:`from_reference`, checked."""
+        if offsets is None:
+            return None
+        checked = {}
+        for label in (label for label in self.clients_ if label in offsets):
+            offset = np.asarray(offsets[label], dtype=np.float64)
+            if offset.shape != (self.n_features_in_,) or not np.all(np.isfinite(offset)):
+                raise ValueError(
+                    f"domain_offsets[{label!r}] must be {self.n_features_in_} finite values"
+                )
+            checked[label] = offset
+        return checked
 
     def _map_for(self, label: Any, X: np.ndarray | None) -> GaussianMap | LowRankMap:
         full = self.maps_.get(label)
@@ -457,24 +556,6 @@ class SLOTTransformer(
                     f"{self.clients_}); set unknown_client='fit' to estimate a new "
                     "client's map from its rows, or 'identity' to leave them unchanged"
                 )
-            for applies, option, what in (  # the label-aware options need the client's labels
-                (
-                    self.client_tau == "label-shift",
-                    "client_tau='label-shift'",
-                    "its tau needs its class counts",
-                ),
-                (
-                    self.covariance == "within",
-                    "covariance='within'",
-                    "its within-class summary needs its labels",
-                ),
-            ):
-                if applies:
-                    raise ValueError(
-                        f"{type(self).__name__}({option}): client {label!r} was not seen during "
-                        f"fit, and {what}, which transform does not receive; fit with that "
-                        "client's labelled rows, or set unknown_client='identity' or 'error'"
-                    )
             if X.shape[0] < 2:
                 raise ValueError(
                     f"{type(self).__name__}: client {label!r} was not seen during fit and has "
@@ -484,10 +565,22 @@ class SLOTTransformer(
                 )
             with warnings.catch_warnings():  # transform's own warning names the new client
                 warnings.simplefilter("ignore", SmallClientWarning)
-                summary = self._summary_estimator().fit(X, client=label).summaries_[label]
-            return self._anchored(self._full_map(summary), summary).geodesic(self.tau)
+                summary = self._summary_estimator(covariance="total")
+                summary = summary.fit(X, client=label).summaries_[label]
+            # its label mix is unknown, so taken as the federation's: the mean moves to the
+            # reference mean, and the covariance only where a rule needs no labels
+            label_aware = self.client_tau == "label-shift" or self.covariance == "within"
+            tau = 0.0 if label_aware else self.tau_value
+            return self._anchored(self._full_map(summary), summary).geodesic(tau)
         scale = self.tau_scales_[label]
-        return self._anchored(full, self.summaries_[label]).geodesic(self.tau * scale)
+        return self._anchored(full, self.summaries_[label], label).geodesic(self.tau_value * scale)
+
+    @property
+    def tau_value(self) -> float:
+        """``tau``, or where it is ``None`` the default of ``label_mix``
+        (:func:`skslot.defaults.default_tau`: 0 for the client's own mix, 0.6 for the
+        federation's)."""
+        return default_tau(self.label_mix) if self.tau is None else float(self.tau)
 
     def client_map(self, client: Any) -> GaussianMap | LowRankMap:
         """The affine map ``transform`` applies to the rows of ``client``, a fitted client.
@@ -595,6 +688,6 @@ class SLOTTransformer(
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # the label-aware options read the class labels in fit
-        tags.target_tags.required = self.covariance == "within" or self.client_tau == "label-shift"
+        tags.target_tags.required = self.covariance == "within"
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags

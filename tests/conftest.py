@@ -80,7 +80,9 @@ def fitting_rows(y, client, random_state, fraction=0.2):
 #: The paper's geodesic: mean and covariance moved by the same tau, every client alike (the
 #: tests of the map's maths, which need no labels; SLOTTransformer's defaults move the mean
 #: fully and scale tau by each client's label shift).
-PAPER = {"mean_tau": None, "client_tau": "uniform"}
+PAPER = {"mean_tau": None, "client_tau": "uniform", "label_mix": "federation"}
+#: The same for a protocol or a benchmark, whose label mix is the head's (or both cases).
+PAPER_RUN = {"mean_tau": None, "client_tau": "uniform"}
 
 
 #: O-FedAvg's local heads stop at their L-BFGS budget (``max_iter``, 100 by default, 50 where a

@@ -117,8 +117,8 @@ def test_mean_tau_is_validated_and_not_scaled_by_the_label_shift_factor(labelled
     X, y, client = labelled_clients.X, labelled_clients.y, labelled_clients.client
     with pytest.raises(ValueError, match="mean_tau must"):
         SLOTTransformer(mean_tau=1.5).fit(X, y, client=client)
-    slot = SLOTTransformer(tau=0.5, mean_tau=1.0, client_tau="label-shift").fit(X, y, client=client)
-    Z = slot.transform(X, client=client)
+    slot = SLOTTransformer(tau=0.5, mean_tau=1.0, client_tau="label-shift", label_mix="federation")
+    Z = slot.fit(X, y, client=client).transform(X, client=client)
     with pytest.raises(ValueError, match="client 9 was not seen during fit"):
         slot.client_map(9)
     for k in slot.clients_:
@@ -165,18 +165,32 @@ def digits_records():
         return run_benchmark(load_dataset("digits"), config, progress=False)
 
 
-def macro(records, alpha, selection, tau=None):
-    """Macro accuracy (%) per seed of one kind of record."""
+def macro(records, alpha, selection, tau=None, case="domain"):
+    """Macro accuracy (%) per seed of one kind of record, in one case."""
     by_seed = {}
     for r in records:
-        if (r["alpha"], r["selection"]) == (alpha, selection) and tau in (None, r["tau"]):
+        if (r["alpha"], r["selection"], r["case"]) == (alpha, selection, case) and tau in (
+            None,
+            r["tau"],
+        ):
             by_seed.setdefault(r["seed"], []).append(r["accuracy"])
     return np.array([100 * np.mean(by_seed[s]) for s in sorted(by_seed)])
 
 
-def test_the_default_beats_each_clients_own_centring_on_real_digits(digits_records):
-    """The defaults' targets: ahead of centring under skew, no loss without it."""
-    tau = SLOTTransformer().tau
+def test_the_default_keeps_each_clients_own_mix_on_real_digits(digits_records):
+    """Each client's own mix (the default): at least no alignment - 0.5, with and without
+    skew, and at least centring with the client's prior - 0.5."""
+    for alpha in (0.1, "none"):
+        slot = macro(digits_records, alpha, "label-mix", case="own mix")
+        none = macro(digits_records, alpha, "fixed", 0.0, case="own mix")
+        centre = macro(digits_records, alpha, "centre", case="own mix")
+        assert slot.mean() >= none.mean() - 0.5, (alpha, slot, none)
+        assert slot.mean() >= centre.mean() - 0.5, (alpha, slot, centre)
+
+
+def test_the_federation_setting_beats_each_clients_own_centring_on_real_digits(digits_records):
+    """Every class of the domain: ahead of centring under skew, no loss without it."""
+    tau = SLOTTransformer(label_mix="federation").tau_value
     skewed = macro(digits_records, 0.1, "fixed", tau) - macro(digits_records, 0.1, "centre")
     assert skewed.min() > 1.0 and skewed.mean() > 2.0, skewed
     no_skew = macro(digits_records, "none", "fixed", tau) - np.maximum(

@@ -16,7 +16,7 @@ from skslot.heads import FedCGSClassifier
 from skslot.selection import NoValidationRowsError
 from skslot.summary import FORMS
 
-from .conftest import PAPER, few_rows_per_client, shared_npz
+from .conftest import PAPER_RUN, few_rows_per_client, shared_npz
 
 #: The runs leave the test rows of a client without training rows unaligned, by design
 #: (unknown_client="identity"), and the transformer says so.
@@ -58,13 +58,26 @@ def test_cli_runs_the_protocol_and_writes_outputs(small_npz, tmp_path, capsys):
     rows = list(csv.DictReader(io.StringIO((out_dir / "results.csv").read_text())))
     fixed = [r for r in rows if r["selection"] == "fixed"]
     auto = [r for r in rows if r["selection"] == "auto"]
-    assert len(fixed) == 2 * 2 * 2 * 4  # alphas x seeds x taus x domains (one head)
-    assert len(auto) == 2 * 2 * 4 and {r["tau"] for r in auto} <= {"0.0", "1.0"}
-    full = (out_dir / "summary.md").read_text()  # the full table; the printed one is short
+    # alphas x seeds x taus x domains (one head), in the domain case; the own-mix case has a
+    # record for each domain with a client that kept training rows
+    domain_case = [r for r in fixed if r["case"] == "domain"]
+    assert len(domain_case) == 2 * 2 * 2 * 4 and len(fixed) - len(domain_case) <= len(domain_case)
+    assert {r["case"] for r in rows} == {"domain", "own mix"}
+    auto_domain = [r for r in auto if r["case"] == "domain"]
+    assert len(auto_domain) == 2 * 2 * 4 and {r["tau"] for r in auto} <= {"0.0", "1.0"}
+    full = (out_dir / "summary.md").read_text()  # the full tables; the printed ones are short
     assert "| auto (taus chosen) |" in full and "| auto |" in out
+    assert full.index("Each client's own label mix") < full.index("Every class of each domain")
+    own_rows = json.loads((out_dir / "summary.json").read_text())["own_mix_rows"]
     printed = [line for line in out.splitlines() if line.startswith("| ")]
-    assert len(printed) == 1 + 2 and max(map(len, printed)) <= 100
-    for line, r in zip(printed[1:], summary, strict=True):  # one decimal, SLOT beside alone
+    assert len(printed) == 2 * (1 + 2) and max(map(len, printed)) <= 100
+    assert out.index("Each client's own label mix") < out.index("Every class of each domain")
+    for line, r in zip(printed[1:3], own_rows, strict=True):  # the own-mix case first, no auto
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[2:6] == [
+            f"{r[k]:.1f}" for k in ("without_slot", "centre", "z_score", "with_slot")
+        ]
+    for line, r in zip(printed[4:], summary, strict=True):  # one decimal, SLOT beside alone
         cells = [c.strip() for c in line.strip("|").split("|")]
         alone = max(r["centre"], r["z_score"])
         means = [f"{r[k]:.1f}" for k in ("without_slot", "centre", "z_score", "with_slot")]
@@ -108,13 +121,39 @@ def test_summary_is_computed_from_the_records(small_npz):
     config = BenchmarkConfig(alphas=(0.1,), taus=(0.0, 0.4), seeds=(0, 1), heads=("FedCGS",))
     records = run_benchmark(data, config, progress=False)
     (row,) = summarise(records, main_tau=0.4)
+    (own,) = summarise(records, main_tau=0.4, case="own mix")
+
+    def records_of(case):
+        return [r for r in records if r["case"] == case]
+
     macro = {
         (s, kind): np.mean(
-            [r["accuracy"] for r in records if (r["seed"], r["tau"], r["selection"]) == (s, *kind)]
+            [
+                r["accuracy"]
+                for r in records_of("domain")
+                if (r["seed"], r["tau"], r["selection"]) == (s, *kind)
+            ]
         )
         for s in (0, 1)
         for kind in KINDS
     }
+    own_macro = {
+        (s, selection): np.mean(
+            [
+                r["accuracy"]
+                for r in records_of("own mix")
+                if (r["seed"], r["selection"]) == (s, selection)
+                and (selection != "fixed" or r["tau"] == 0.0)
+            ]
+        )
+        for s in (0, 1)
+        for selection in ("fixed", "label-mix", "centre")
+    }
+    # the own-mix case: its SLOT is the alignment that keeps each client's label mix
+    for key, selection in [("without_slot", "fixed"), ("with_slot", "label-mix")]:
+        assert own[key] == pytest.approx(100 * np.mean([own_macro[s, selection] for s in (0, 1)]))
+    assert own["centre"] == pytest.approx(100 * np.mean([own_macro[s, "centre"] for s in (0, 1)]))
+    assert "auto" not in own and "auto" in row
     assert row["without_slot"] == pytest.approx(
         100 * np.mean([macro[s, (0.0, "fixed")] for s in (0, 1)])
     )
@@ -146,7 +185,11 @@ def test_the_baselines_are_the_heads_on_each_clients_own_scaling(small_npz):
     )
     pred = head.predict(scaler.transform(X[te], client=part.test_client))
     domain = part.client_domain[part.test_client]
-    centre = {r["domain"]: r["accuracy"] for r in records if r["selection"] == "centre"}
+    centre = {
+        r["domain"]: r["accuracy"]
+        for r in records
+        if r["selection"] == "centre" and r["case"] == "domain"
+    }
     for d in np.unique(domain):
         rows = domain == d
         assert centre[f"domain{d}"] == pytest.approx(np.mean(pred[rows] == y[te][rows]))
@@ -187,7 +230,7 @@ def digits_runs():
     data = load_npz(shared_npz("digits_effnet_lite0.npz"))
     data = dataclasses.replace(data, X=data.X.astype(np.float64) @ digits_projection())
     config = BenchmarkConfig(
-        alphas=(0.1, None), taus=(0.0, 0.4), seeds=(0, 1, 2), n_jobs=2, baselines=False, **PAPER
+        alphas=(0.1, None), taus=(0.0, 0.4), seeds=(0, 1, 2), n_jobs=2, baselines=False, **PAPER_RUN
     )
     with warnings.catch_warnings():
         # O-FedAvg's local heads stop at their default budget, and at alpha = 0.1 some clients
@@ -283,7 +326,7 @@ def test_a_run_whose_clients_hold_out_nothing_has_no_auto_records(small_npz):
     data = load_npz(small_npz)
     config = BenchmarkConfig(taus=(0.0, 0.4), heads=("FedCGS",), validation_fraction=0.001)
     records = evaluate_run(data, data.X.astype(np.float64), None, 0, config)
-    assert {r["selection"] for r in records} == {"fixed", "centre", "z-score", "CORAL"}
+    assert {r["selection"] for r in records} == {"fixed", "label-mix", "centre", "z-score", "CORAL"}
     with pytest.raises(NoValidationRowsError, match="no client has validation rows"):
         FederatedTauSearch(FedCGSClassifier(), validation_fraction=0.001).fit(
             data.X, data.y, client=data.domain
@@ -309,8 +352,13 @@ def test_benchmark_config_covariance_is_the_deprecated_name_of_summary_covarianc
 def test_a_low_rank_run_gives_the_dense_run_s_accuracies(tmp_path):
     """Clients with fewer rows than features: factor summaries, the same alignment."""
     data = make_federated_classification(
-        n_clients=3, n_samples_per_client=30, n_features=80, n_classes=3, alpha=None,
-        domain_shift=1.5, random_state=1,
+        n_clients=3,
+        n_samples_per_client=30,
+        n_features=80,
+        n_classes=3,
+        alpha=None,
+        domain_shift=1.5,
+        random_state=1,
     )  # fmt: skip: 21 training rows a client, ranks adding up to 60 < 80
     path = tmp_path / "wide.npz"
     np.savez(path, X=data.X, y=data.y, domain=data.client)

@@ -130,3 +130,20 @@ def test_private_federation_benchmark_runs_and_prints_each_configuration():
     for row in rows:
         assert result.stdout.count(row) == 2  # with and without label skew
     assert "## FedCGS: releasing in a lower dimension" in result.stdout
+
+
+def test_label_mix_study_scores_every_configuration_both_ways():
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "label_mix.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    for title in ("## own mix", "## domain", "## domain, heads on each client's mix"):
+        assert f"\n{title}\n" in result.stdout
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| digits")]
+    assert len(rows) == 3 * 7  # three tables, seven heads (one data set, alpha 0.1)
+    for row in rows:
+        cells = [float(c) for c in row.strip("| ").split(" | ")[3:9]]
+        assert all(0.0 <= c <= 100.0 for c in cells)

@@ -76,7 +76,10 @@ def test_a_csv_with_string_labels_and_clients_runs_with_per_client_outputs(
     ]
     north = summary[0]["per_client"]["north"]
     fixed = [
-        r for r in rows if (r["alpha"], r["domain"], r["selection"]) == ("0.1", "north", "fixed")
+        r
+        for r in rows
+        if (r["alpha"], r["domain"], r["selection"], r["case"])
+        == ("0.1", "north", "fixed", "domain")
     ]
     for tau, key in (("0.0", "without_slot"), ("0.4", "with_slot")):
         accuracy = [100 * float(r["accuracy"]) for r in fixed if r["tau"] == tau]
@@ -120,7 +123,10 @@ def test_given_split_and_no_skew_use_exactly_the_users_rows(tmp_path, capsys, co
     for site in SITES:
         expected = correct[(frame["site"][is_test] == site).to_numpy()].mean()
         (found,) = [
-            r for r in rows if (r["domain"], r["tau"], r["selection"]) == (site, "0.0", "fixed")
+            r
+            for r in rows
+            if (r["domain"], r["tau"], r["selection"], r["case"])
+            == (site, "0.0", "fixed", "domain")
         ]
         assert float(found["accuracy"]) == pytest.approx(expected)
 
@@ -244,7 +250,8 @@ def test_warnings_of_the_runs_are_reported_once_after_the_progress(n_jobs, capsy
     config = BenchmarkConfig(
         alphas=(None,), taus=(0.0, 0.4), seeds=(0, 1), heads=("slow",), auto=False, n_jobs=n_jobs
     )
-    config = dataclasses.replace(config, baselines=False)  # one fit per tau and seed
+    # one fit per tau and seed, and the own-mix case's alignment
+    config = dataclasses.replace(config, baselines=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         records = run_benchmark(table, config, factories={"slow": slow_fedpft})
@@ -252,7 +259,7 @@ def test_warnings_of_the_runs_are_reported_once_after_the_progress(n_jobs, capsy
     (summary,) = caught  # one warning, not one per fit
     assert summary.category is BenchmarkWarning
     assert str(summary.message).startswith(
-        "4 warnings from the runs: ConvergenceWarning x4 (lbfgs failed to converge"
+        "6 warnings from the runs: ConvergenceWarning x6 (lbfgs failed to converge"
     )
     err = capsys.readouterr().err
     assert "[1/2]" in err and "[2/2]" in err and "Warning" not in err
@@ -275,7 +282,8 @@ def test_the_cli_prints_one_warning_line_at_the_end(clinic_csv, tmp_path, capsys
         "[1/2] clinic alpha=none seed=0",
         "[2/2] clinic alpha=none seed=1",
     ]
-    fits = 2 * (2 + len(BASELINES))  # seeds x (taus + baselines), one warning each
+    # seeds x (taus + the own-mix case's alignment + baselines), one warning each
+    fits = 2 * (2 + 1 + len(BASELINES))
     assert lines[-1].startswith(
         f"skslot bench: {fits} warnings from the runs: ConvergenceWarning x{fits} (lbfgs failed"
     )
@@ -333,7 +341,7 @@ def test_flower_app_options_are_the_run_config_and_a_bad_one_names_its_key(tmp_p
     for option, value, message in [
         ("--selection-rule", "max", "selection_rule must be one of 'one-standard-error', 'best'"),
         ("--seed", "three", "seed must be a non-negative integer, got 'three'"),
-        ("--tau", "2", "tau must be in [0, 1] or 'auto', got 2.0"),
+        ("--tau", "2", "tau must be in [0, 1] or 'auto' or 'default', got 2.0"),
     ]:
         assert main(["flower-app", str(tmp_path), option, value]) == 2
         err = capsys.readouterr().err

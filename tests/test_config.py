@@ -10,12 +10,15 @@ import pytest
 import skslot.flower.config as config_module
 from skslot import FederatedTauSearch
 from skslot.datasets import make_federated_classification
+from skslot.defaults import CLIENT_TAU as DEFAULT_CLIENT_TAU
+from skslot.defaults import LABEL_MIX, default_tau
+from skslot.defaults import MEAN_TAU as DEFAULT_MEAN_TAU
+from skslot.defaults import TAU as DEFAULT_TAU
 from skslot.defence import DefenceBounds
 from skslot.flower import DeploymentConfig
 from skslot.flower.config import AlignmentSettings, Setting
 from skslot.heads import FedCGSClassifier
 from skslot.selection import DEFAULT_TAUS
-from skslot.transformer import DEFAULT_CLIENT_TAU, DEFAULT_MEAN_TAU, DEFAULT_TAU
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = DeploymentConfig.settings()
@@ -26,6 +29,7 @@ OTHER = {
     "accept_partial": True,
     "head": "FedPFT",
     "head_params": '{"rank": 2}',
+    "label_mix": "federation",
     "classes": "cat,dog,eel",
     "seed": 3,
     "summary_dtype": "float64",
@@ -157,8 +161,11 @@ def test_a_string_in_a_bad_format_names_the_key(name):
         ({"head": "FedPFT", "head_params": '{"ranks": 2}'}, "head-params"),
         ({"tau": "auto", "head": "FedPFT", "head_grid": '{"shrinkage": [1]}'}, "head-grid"),
         (
-            {"epsilon": 1.0, "head": "FedPFT",
-             "head_params": '{"n_components": 2, "covariance_type": "full"}'},
+            {
+                "epsilon": 1.0,
+                "head": "FedPFT",
+                "head_params": '{"n_components": 2, "covariance_type": "full"}',
+            },
             "a private release fits one Gaussian per class",
         ),
         ({"epsilon": 1.0, "tau": "auto"}, "a private run needs a fixed tau"),
@@ -232,11 +239,15 @@ def test_defaults_that_belong_to_another_object_are_read_from_it():
     for f in dataclasses.fields(DefenceBounds):
         assert DeploymentConfig.setting(f.name).default == f.default == getattr(config, f.name)
     assert config.defence_bounds() == DefenceBounds()
-    assert (config.tau, config.mean_tau, config.client_tau) == (
-        DEFAULT_TAU,
+    assert (config.mean_tau, config.client_tau, config.label_mix) == (
         DEFAULT_MEAN_TAU,
         DEFAULT_CLIENT_TAU,
+        LABEL_MIX,
     )
+    assert config.tau == "default" and config.protocol().tau == default_tau(LABEL_MIX)
+    federation = DeploymentConfig(label_mix="federation")
+    assert federation.protocol().tau == DEFAULT_TAU
+    assert federation.protocol().head.label_mix == "federation"
     assert config.tau_grid == DEFAULT_TAUS
 
 

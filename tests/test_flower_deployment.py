@@ -53,7 +53,7 @@ import pytest
 
 pytest.importorskip("flwr", reason="the Flower extra is not installed: pip install '.[flower]'")
 
-from skslot import FederatedTauSearch
+from skslot import FederatedTauSearch, SLOTTransformer
 from skslot.flower import DeploymentConfig, write_flower_app
 from skslot.flower.launch import COMPLETED, FAILED, PARTIAL
 from skslot.flower.launch import launch as launch_run
@@ -159,6 +159,7 @@ def test_flower_deployment_on_localhost(tmp_path, capsys):
     config = DeploymentConfig(
         head="FedCGS",
         tau=0.4,
+        label_mix="federation",  # the in-process pipeline it is compared with: every class
         alpha=0.1,
         seed=0,
         dataset="digits",  # a run-config value: the node configs only give partition-id
@@ -334,7 +335,9 @@ def test_flower_deployment_on_localhost(tmp_path, capsys):
     rank = {node: i for i, node in enumerate(sorted(partition))}  # clients ordered by node id
     parts, X, y, client = client_rows(node_configs, auto)
     by_rank = np.array([rank[node_of[c]] for c in client])
-    search = FederatedTauSearch(auto.make_head(), random_state=auto.seed)
+    search = FederatedTauSearch(
+        auto.make_head(), slot=SLOTTransformer(label_mix=auto.label_mix), random_state=auto.seed
+    )
     assert search.head.get_params()["C"] == 0.1
     search.fit(X, y, client=by_rank)
     assert chosen["tau"] == search.best_tau_

@@ -54,6 +54,7 @@ def test_simulation_engine_with_twenty_virtual_clients_equals_in_process(tmp_pat
     config = DeploymentConfig(
         head="FedCGS",
         tau=0.4,
+        label_mix="federation",  # the in-process pipeline it is compared with: every class
         screen="off",  # the in-process pipeline it is compared with has no screening
         alpha=None,  # no client is left without rows
         dataset=dataset,

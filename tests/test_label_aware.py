@@ -132,17 +132,21 @@ def test_a_supervised_pipeline_passes_the_labels_to_slot(data):
                 slot.summaries_[k].covariance, direct.summaries_[k].covariance
             )
         assert pipe.score(X, y, client=client) > 0.5
-    # a client unseen in fit cannot be summarised without its labels
-    with (
-        pytest.raises(ValueError, match="needs its labels"),
-        ignoring(UnknownClientWarning, r"SLOTTransformer\.transform: client\(s\) 99 were not seen"),
-    ):
-        slot.transform(X[:5], client=np.full(5, 99))
+    # a client unseen in fit has no labels for its within-class summary: its label mix is
+    # taken as the federation's, so its spread stays (and its mean follows tau_k = 0 here)
+    with ignoring(UnknownClientWarning, r"SLOTTransformer\.transform: client\(s\) 99 were"):
+        Z = slot.transform(X[:5], client=np.full(5, 99))
+    np.testing.assert_allclose(Z, X[:5], atol=1e-10)
+    slot.set_params(mean_tau=1.0)
+    with ignoring(UnknownClientWarning, r"SLOTTransformer\.transform: client\(s\) 99 were"):
+        Z = slot.transform(X[:5], client=np.full(5, 99))
+    np.testing.assert_allclose(Z - Z.mean(axis=0), X[:5] - X[:5].mean(axis=0), atol=1e-10)
+    np.testing.assert_allclose(Z.mean(axis=0), slot.reference_.mean, atol=1e-10)
 
 
 def test_the_federated_search_runs_label_aware_summaries_of_its_fitting_rows(data):
     slot = SLOTTransformer(covariance="within", **PAPER)
-    search = FederatedTauSearch(FedCGSClassifier(), slot=slot, random_state=0)
+    search = FederatedTauSearch(FedCGSClassifier(label_mix="federation"), slot=slot, random_state=0)
     search.fit(data.X, data.y, client=data.client)
     # the held-out rows are outside each client's summary, hence outside its map
     for k, rows in fitting_rows(data.y, data.client, 0).items():
@@ -185,7 +189,7 @@ def test_flower_runs_label_aware_summaries_as_in_process(tmp_path, data):
     y = np.concatenate([np.load(node_configs[21 + k]["data"])["y_train"] for k in range(3)])
     client = np.repeat([0, 1, 2], 150)
     search = FederatedTauSearch(
-        FedCGSClassifier(),
+        FedCGSClassifier(label_mix="federation"),
         slot=SLOTTransformer(covariance="within", **PAPER),
         random_state=config.seed,
     )

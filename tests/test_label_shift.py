@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 import sklearn
+from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
@@ -72,7 +73,7 @@ def test_class_counts_name_labels_outside_the_class_set():
 
 def test_each_client_moves_tau_times_its_distance(data):
     X, y, client = data.X, data.y, data.client
-    slot = SLOTTransformer(tau=0.8, client_tau="label-shift", mean_tau=None)
+    slot = SLOTTransformer(tau=0.8, client_tau="label-shift", mean_tau=None, label_mix="federation")
     slot.fit(X, y, client=client)
     uniform = SLOTTransformer(tau=0.8, **PAPER).fit(X, client=client)
     distances = label_shift_distances(own_counts(data))
@@ -96,17 +97,20 @@ def test_each_client_moves_tau_times_its_distance(data):
 
 def test_label_shift_errors_name_the_problem(data):
     X, y, client = data.X, data.y, data.client
-    with pytest.raises(ValueError, match="requires y to be passed"):
-        SLOTTransformer(client_tau="label-shift").fit(X, client=client)
+    # without labels the rule cannot be applied: every client moves tau, and fit says so
+    with pytest.warns(UserWarning, match="fit without y: no client's label mix"):
+        unlabelled = SLOTTransformer(client_tau="label-shift").fit(X, client=client)
+    assert set(unlabelled.tau_scales_.values()) == {1.0}
     with pytest.raises(ValueError, match="client_tau must be one of"):
         SLOTTransformer(client_tau="per-client").fit(X, y, client=client)
     slot = SLOTTransformer(client_tau="label-shift").fit(X, y, client=client)
     unseen = r"SLOTTransformer\.transform: client\(s\) 99 were not seen during fit"
-    with (
-        pytest.raises(ValueError, match="its tau needs its class counts"),
-        ignoring(UnknownClientWarning, unseen),
-    ):
-        slot.transform(X[:5], client=np.full(5, 99))
+    # an unseen client's label mix is taken as the federation's: label shift 0, so its
+    # covariance stays and its mean moves to the reference mean (finite scores, no error)
+    with ignoring(UnknownClientWarning, unseen):
+        new = slot.transform(X[:5], client=np.full(5, 99))
+    np.testing.assert_allclose(new - new.mean(axis=0), X[:5] - X[:5].mean(axis=0), atol=1e-10)
+    np.testing.assert_allclose(new.mean(axis=0), slot.reference_.mean, atol=1e-10)
     with pytest.warns(UnknownClientWarning, match=unseen + ": their rows are left unchanged"):
         left = slot.set_params(unknown_client="identity").transform(X[:5], client=np.full(5, 99))
     np.testing.assert_array_equal(left, X[:5])
@@ -135,13 +139,16 @@ def test_a_pipeline_passes_the_labels_to_the_rule(data):
 def test_the_protocol_scales_every_client_by_the_counts_it_uploaded(data, head):
     """Both head shapes: the server scales the statistics' maps, or asks each client for its tau."""
     X, y, client = data.X, data.y, data.client
-    slot = SLOTTransformer(client_tau="label-shift", mean_tau=None)
+    head = clone(head).set_params(label_mix="federation")
+    slot = SLOTTransformer(client_tau="label-shift", mean_tau=None, label_mix="federation")
     search = FederatedTauSearch(head, slot=slot, taus=(0.0, 0.5, 1.0), random_state=0)
     search.fit(X, y, client=client)
     distances = label_shift_distances(own_counts(data))
     assert search.slot_.tau_scales_ == pytest.approx(distances, rel=1e-12)
     # the chosen head predicts the rows as aligned by each client's scaled tau
-    fitted = SLOTTransformer(tau=search.best_tau_, client_tau="label-shift", mean_tau=None)
+    fitted = SLOTTransformer(
+        tau=search.best_tau_, client_tau="label-shift", mean_tau=None, label_mix="federation"
+    )
     fitted.fit(X, y, client=client)
     np.testing.assert_allclose(
         search.slot_.transform(X, client=client),
@@ -150,7 +157,9 @@ def test_the_protocol_scales_every_client_by_the_counts_it_uploaded(data, head):
         atol=1e-9,
     )
     # the uniform search moves the clients differently
-    uniform = FederatedTauSearch(head, taus=(0.0, 0.5, 1.0), random_state=0)
+    uniform = FederatedTauSearch(
+        head, slot=SLOTTransformer(**PAPER), taus=(0.0, 0.5, 1.0), random_state=0
+    )
     uniform.fit(X, y, client=client)
     uniform.slot_.set_params(tau=1.0)
     search.slot_.set_params(tau=1.0)

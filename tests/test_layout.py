@@ -30,7 +30,7 @@ from skslot.protocol import (
 from skslot.wire import WireFormatError
 from skslot.wire.payload import Payload
 
-from .conftest import PAPER, short_local_training
+from .conftest import PAPER_RUN, short_local_training
 
 PACKAGE = Path(skslot.__file__).parent
 PARTS = ("request", "reply", "answer", "check", "encode_request", "decode_request")
@@ -198,7 +198,7 @@ def test_every_stage_s_codec_carries_what_the_objects_carry(name):
         return out
 
     protocol = OneShotProtocol(
-        head, tau="auto", taus=(0.0, 0.5, 1.0), defence=DefenceBounds(), random_state=0, **PAPER
+        head, tau="auto", taus=(0.0, 0.5, 1.0), defence=DefenceBounds(), random_state=0, **PAPER_RUN
     )
     plain = protocol.run(InProcessTransport(parties()), classes)
     transport = CodecTransport(parties(), ServerWire(head, classes, summary_dtype="float64"))

@@ -458,7 +458,11 @@ def test_a_low_rank_reference_travels_to_a_client_that_aligns_alone(rng):
     own = GaussianSummaryEstimator(form="low-rank").fit(X[:30], client=0).summaries_[0]
     reference = LowRankGaussianSummary.from_bytes(fitted.reference_.to_bytes("float64"))
     alone = SLOTTransformer.from_reference(
-        reference, own, tau_scales={0: fitted.tau_scales_[0]}, form="low-rank"
+        reference,
+        own,
+        tau_scales={0: fitted.tau_scales_[0]},
+        domain_offsets={0: fitted.domain_offsets_[0]},  # the server's, with each own mix
+        form="low-rank",
     )
     assert isinstance(alone.maps_[0], LowRankMap)
     assert rel(alone.transform(X[:30]), fitted.transform(X[:30], client=np.zeros(30, int))) < 1e-8

@@ -160,14 +160,14 @@ def test_every_message_of_a_private_fedavg_run_is_a_charged_release(clients, cli
 
 def test_a_private_fedavg_client_releases_one_local_head(clients):
     head = OneShotFedAvgClassifier(C=0.1)
-    protocol = OneShotProtocol(head, tau=0.4, privacy=BUDGET)
+    protocol = OneShotProtocol(head, tau=0.4, client_tau="uniform", privacy=BUDGET)
     own = parties(clients, head)
     result = protocol.run(InProcessTransport(own), CLASSES)
     from skslot.protocol.stages.updates import UpdatesRequest
 
     party = own[result.clients[0]]
     first = party.ledger().result("local_head")
-    same = UpdatesRequest(result.reference, (0.4,), "all")
+    same = UpdatesRequest(party.state.reference, (0.4,), "all")  # the reference it received
     assert party.answer("updates", same)[0] is first  # asked again: the same release
     with pytest.raises(PrivacyBudgetExceeded, match="one local head per run"):
         party.answer("updates", UpdatesRequest(result.reference, (0.2, 0.4), "all"))
@@ -181,7 +181,7 @@ def test_a_private_fedavg_client_releases_one_local_head(clients):
     np.testing.assert_array_equal(again.coef, first.coef)
     np.testing.assert_array_equal(again.intercept, first.intercept)
     for other in (
-        UpdatesRequest(result.reference, (0.2,), "all"),
+        UpdatesRequest(party.state.reference, (0.2,), "all"),
         UpdatesRequest(result.summaries[1], (0.4,), "all"),
     ):
         with pytest.raises(PrivacyBudgetExceeded, match="on another map"):

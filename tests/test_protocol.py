@@ -384,17 +384,23 @@ def test_the_same_protocol_object_runs_over_both_transports(clients, tmp_path, s
         assert len(set(distances.values())) == 4 and 0 < min(distances.values())
 
 
-@pytest.mark.parametrize("name", ["FedCGS", "O-FedAvg"])
-def test_the_mean_fraction_reaches_the_clients_and_the_server_as_the_transformer_s(clients, name):
-    """mean_tau in the protocol: each client's map is the transformer's, on both sides."""
-    head = make_head(name, seed=0)
+@pytest.mark.parametrize(
+    "name, label_mix", [("FedCGS", "federation"), ("O-FedAvg", "federation"), ("FedCGS", "client")]
+)
+def test_the_mean_fraction_reaches_the_clients_and_the_server_as_the_transformer_s(
+    clients, name, label_mix
+):
+    """mean_tau and label_mix in the protocol: each client's map is the transformer's, on both
+    sides (with each client's own mix, its domain offset from the class sums it uploads)."""
+    head = make_head(name, seed=0).set_params(label_mix=label_mix)
     protocol = OneShotProtocol(head, tau=0.6, mean_tau=1.0, client_tau="label-shift")
     transport = parties(clients, protocol.head)
     result = protocol.run(InProcessTransport(transport), CLASSES)
     X = np.vstack([c[0] for c in clients.values()])
     y = np.concatenate([c[1] for c in clients.values()])
     client = np.repeat(list(clients), [c[0].shape[0] for c in clients.values()])
-    slot = SLOTTransformer(tau=0.6, mean_tau=1.0, client_tau="label-shift").fit(X, y, client=client)
+    slot = SLOTTransformer(tau=0.6, mean_tau=1.0, client_tau="label-shift", label_mix=label_mix)
+    slot.fit(X, y, client=client)
     for k, party in transport.items():
         Xt = clients[k][2]
         own = party.full_map().geodesic(0.6 * result.tau_scales[k]).apply(Xt)
@@ -702,3 +708,46 @@ def test_a_screened_run_asks_for_no_validation_statistics(clients, name):
     )
     result = protocol.run(InProcessTransport(transport), CLASSES)
     assert result.report.rejected["upload"][0] == "the run asked for no validation statistics"
+
+
+def test_a_head_without_class_sums_keeps_each_clients_mean_with_its_own_mix(clients):
+    """O-FedAvg uploads no class sums: with each client's own mix no domain offset is
+    measured, so each client's mean stays where it is (its covariance still moves)."""
+    head = make_head("O-FedAvg", seed=0)
+    protocol = OneShotProtocol(head, tau=0.6, client_tau="uniform")
+    transport = parties(clients, protocol.head)
+    protocol.run(InProcessTransport(transport), CLASSES)
+    for party in transport.values():
+        mean = party.state.summary.mean
+        np.testing.assert_allclose(party.full_map().apply(mean[None])[0], mean, atol=1e-9)
+
+
+def test_each_client_predicts_with_its_own_label_mix_at_the_evaluation(clients):
+    """The evaluation's counts are the client's own-mix predictions: equal to the final head
+    predicting the client's rows with its counts, and to no prior for the federation's mix."""
+    for label_mix in ("client", "federation"):
+        head = make_head("FedCGS").set_params(label_mix=label_mix)
+        protocol = OneShotProtocol(head, tau=0.0, mean_tau=0.0)
+        transport = parties(clients, protocol.head)
+        result = protocol.run(InProcessTransport(transport), CLASSES)
+        for k, (_, y, X_test, y_test) in clients.items():
+            counts = np.bincount(y, minlength=len(CLASSES))
+            scores = result.head.linear_scores()
+            mix = counts if label_mix == "client" else None
+            expected = np.mean(scores.predict(X_test, class_counts=mix) == y_test)
+            assert result.report.accuracy[k] == pytest.approx(expected)
+        assert (scores.federation is not None) == (label_mix == "client")
+
+
+@pytest.mark.parametrize("label_mix", ["federation", "client"])
+def test_at_tau_zero_the_server_still_moves_each_mean(clients, label_mix):
+    """tau = 0 with mean_tau = 1 is a translation, not the identity: the server pushes the
+    statistics through it as each client moves its rows (its final head is the pipeline's)."""
+    head = make_head("FedCGS").set_params(label_mix=label_mix)
+    result = OneShotProtocol(head, tau=0.0).run(InProcessTransport(parties(clients, head)), CLASSES)
+    X = np.vstack([c[0] for c in clients.values()])
+    y = np.concatenate([c[1] for c in clients.values()])
+    client = np.repeat(list(clients), [c[0].shape[0] for c in clients.values()])
+    slot = SLOTTransformer(tau=0.0, label_mix=label_mix).fit(X, y, client=client)
+    expected = clone(head).fit(slot.transform(X, client=client), y, client=client)
+    np.testing.assert_allclose(result.head.coef_, expected.coef_, rtol=1e-6, atol=1e-8)

@@ -20,9 +20,12 @@ def _blocks(path: Path, language: str) -> list[str]:
 
 
 def test_readme_starts_with_the_library():
-    """Short, and its first lines hold a runnable example, not a benchmark."""
+    """Short, and its first lines hold a runnable example, not a benchmark.
+
+    The main job's two tables (each client's own label mix, every class of the domain)
+    take 32 of its lines."""
     lines = README.read_text().splitlines()
-    assert len(lines) < 150
+    assert len(lines) < 170
     assert lines.index("```python") < 30
     assert max(len(line) for line in lines if line.startswith("|")) <= 100  # no wide table
 

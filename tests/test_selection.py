@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import sklearn
+from sklearn.base import clone
 from sklearn.frozen import FrozenEstimator
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -289,7 +290,10 @@ def test_sklearn_compatible(estimator, check):
 @pytest.mark.parametrize("head", HEADS, ids=lambda h: type(h).__name__)
 def test_refit_equals_the_head_on_all_rows_aligned_at_the_chosen_tau(federated, head):
     X, y, client = federated.X, federated.y, federated.client
-    search = FederatedTauSearch(head, taus=(0.0, 0.5, 1.0), random_state=0).fit(X, y, client=client)
+    head = clone(head).set_params(label_mix="federation")  # every mean to the reference
+    slot = SLOTTransformer(label_mix="federation")
+    search = FederatedTauSearch(head, slot=slot, taus=(0.0, 0.5, 1.0), random_state=0)
+    search.fit(X, y, client=client)
     assert search.best_params_ == {"tau": search.best_tau_}
     Z = search.slot_.transform(X, client=client)
     if isinstance(head, FedPFTClassifier):  # sampled from the two parts' mixtures: close only
@@ -297,7 +301,9 @@ def test_refit_equals_the_head_on_all_rows_aligned_at_the_chosen_tau(federated, 
         return
     expected = type(head)(**head.get_params()).fit(Z, y, client=client)
     assert _relative(search.best_estimator_.coef_, expected.coef_) < 1e-6
-    np.testing.assert_array_equal(search.predict(X, client=client), expected.predict(Z))
+    np.testing.assert_array_equal(
+        search.predict(X, client=client), expected.predict(Z, client=client)
+    )
 
 
 def test_search_reports_a_table_per_candidate_and_client(federated):
@@ -325,11 +331,11 @@ def test_a_frozen_slot_transformer_is_reused(federated):
     fit = np.sort(np.concatenate(list(fitting_rows(y, client, 0).values())))
     slot = SLOTTransformer(**PAPER).fit(X[fit], client=client[fit])  # on the search's fitting rows
     fresh = FederatedTauSearch(
-        FedCGSClassifier(), slot=SLOTTransformer(**PAPER), random_state=0
+        FedCGSClassifier(label_mix="federation"), slot=SLOTTransformer(**PAPER), random_state=0
     ).fit(X, y, client=client)
-    frozen = FederatedTauSearch(FedCGSClassifier(), slot=FrozenEstimator(slot), random_state=0).fit(
-        X, y, client=client
-    )
+    frozen = FederatedTauSearch(
+        FedCGSClassifier(label_mix="federation"), slot=FrozenEstimator(slot), random_state=0
+    ).fit(X, y, client=client)
     # FedCGS's summaries are derived from its statistics, the frozen ones computed directly:
     # the same Ledoit-Wolf summaries up to rounding, and the frozen maps on both sides
     np.testing.assert_allclose(
@@ -340,7 +346,9 @@ def test_a_frozen_slot_transformer_is_reused(federated):
     # a client the frozen transformer has no map for: refused before any work
     others = np.where(client == 3, 7, client)
     with pytest.raises(ValueError, match=r"the fitted reference has no map for clients \[7\]"):
-        FederatedTauSearch(FedCGSClassifier(), slot=FrozenEstimator(slot)).fit(X, y, client=others)
+        FederatedTauSearch(
+            FedCGSClassifier(label_mix="federation"), slot=FrozenEstimator(slot)
+        ).fit(X, y, client=others)
 
 
 def test_a_frozen_transformer_s_maps_align_the_clients_held_out_rows(federated):
@@ -351,7 +359,10 @@ def test_a_frozen_transformer_s_maps_align_the_clients_held_out_rows(federated):
     X, y, client = federated.X, federated.y, federated.client
     slot = SLOTTransformer(**PAPER).fit(X + 3.0 * client[:, None], client=client)  # other maps
     search = FederatedTauSearch(
-        FedCGSClassifier(), taus=(0.0, 1.0), slot=FrozenEstimator(slot), random_state=0
+        FedCGSClassifier(label_mix="federation"),
+        taus=(0.0, 1.0),
+        slot=FrozenEstimator(slot),
+        random_state=0,
     ).fit(X, y, client=client)
     table = search.cv_results_
     kept = fitting_rows(y, client, 0)
@@ -431,7 +442,9 @@ def test_a_new_client_is_aligned_with_its_own_summary(federated):
     X, y, client = federated.X, federated.y, federated.client
     seen = client != 3
     slot = SLOTTransformer(**PAPER)  # a new client's labels are not needed to map it
-    search = FederatedTauSearch(FedCGSClassifier(), taus=(1.0,), slot=slot, random_state=0)
+    search = FederatedTauSearch(
+        FedCGSClassifier(label_mix="federation"), taus=(1.0,), slot=slot, random_state=0
+    )
     search.fit(X[seen], y[seen], client=client[seen])
     with pytest.warns(UnknownClientWarning, match=r"client\(s\) 3 were not seen during fit"):
         predicted = search.predict(X[~seen], client=client[~seen])

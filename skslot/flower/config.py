@@ -35,15 +35,23 @@ import numpy as np
 
 from ..accounting import PrivacyBudget
 from ..barycenter import BuresBarycenter
+from ..defaults import (
+    CLIENT_MIX_TAU,
+    CLIENT_TAU,
+    LABEL_MIX,
+    MEAN_TAU,
+    TAU,
+    VALIDATION_FRACTION,
+)
 from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class, make_head
+from ..label_mix import LABEL_MIXES
 from ..label_shift import CLIENT_TAU_RULES
 from ..protocol import OneShotProtocol, ReferenceStep, private_run_problem
 from ..protocol.stages.upload import private_summary_problem
 from ..screening import SCREENING
 from ..selection import DEFAULT_TAUS, SELECTION_RULES, candidate_grid, check_tau_grid
 from ..summary import COVARIANCES, GaussianSummaryEstimator
-from ..transformer import DEFAULT_CLIENT_TAU, DEFAULT_MEAN_TAU, DEFAULT_TAU
 from ..wire.summary_codec import SUMMARY_DTYPES
 
 __all__ = [
@@ -114,13 +122,13 @@ class Setting:
     >>> from skslot.flower import DeploymentConfig
     >>> tau = DeploymentConfig.setting("tau")
     >>> tau.key, tau.default, tau.allowed
-    ('tau', 0.6, "a number in [0, 1] or 'auto'")
+    ('tau', 'default', "a number in [0, 1] or 'auto' or 'default'")
     >>> tau.check(1)
     1.0
     >>> tau.check(1.5)
     Traceback (most recent call last):
     ...
-    ValueError: tau must be in [0, 1] or 'auto', got 1.5 (run-config key 'tau')
+    ValueError: tau must be in [0, 1] or 'auto' or 'default', got 1.5 (run-config key 'tau')
     """
 
     name: str
@@ -525,6 +533,17 @@ class ProtocolSettings(_Settings):
         form="a JSON object",
         decode=_json_object,
     )
+    label_mix: str = _setting(
+        LABEL_MIX,
+        "Whose label mix each node's future rows follow: its own ('client': each node's mean "
+        "moves by its domain offset measured within classes, and it predicts with its own "
+        "class counts) or the federation's ('federation', every class of its domain served, "
+        "the paper's test)",
+        details="The head's ``label_mix`` (:mod:`skslot.label_mix`, "
+        ":attr:`skslot.protocol.OneShotProtocol.label_mix`); docs/choosing.md gives the cost "
+        "of each wrong choice.",
+        options=LABEL_MIXES,
+    )
     classes: str = _setting(
         "0,1,2,3,4,5,6,7,8,9",
         "The global class set: comma-separated integer labels, or class names (a node's "
@@ -577,7 +596,11 @@ class ProtocolSettings(_Settings):
             A new, unfitted ``head`` with ``head_params``, and ``seed`` as its
             ``random_state`` where it has one that ``head_params`` does not set.
         """
-        return make_head(self.head, _json_object("head_params", self.head_params), seed=self.seed)
+        params = _json_object("head_params", self.head_params)
+        head = make_head(self.head, params, seed=self.seed)
+        if "label_mix" in head.get_params() and "label_mix" not in params:
+            head.set_params(label_mix=self.label_mix)
+        return head
 
     @property
     def class_names(self) -> list[str]:
@@ -643,17 +666,19 @@ class AlignmentSettings(_Settings):
     """How far each client moves its features, and how the federation chooses ``tau``."""
 
     tau: float | str = _setting(
-        DEFAULT_TAU,
+        "default",
         "Fraction of the transport each client applies (of its covariance's, with mean-tau), "
-        "or 'auto': chosen by the clients' validation over taus",
+        "'auto': chosen by the clients' validation over taus, or 'default': the label mix's "
+        f"({CLIENT_MIX_TAU:g} with each node's own, {TAU:g} with the federation's)",
         details='See :class:`~skslot.SLOTTransformer`; ``"auto"`` runs the protocol of '
-        ":class:`~skslot.FederatedTauSearch`.",
-        words=("auto",),
+        ':class:`~skslot.FederatedTauSearch`; ``"default"`` is '
+        ":func:`skslot.defaults.default_tau` of ``label-mix``.",
+        words=("auto", "default"),
         low=0.0,
         high=1.0,
     )
     mean_tau: float | None = _setting(
-        DEFAULT_MEAN_TAU,
+        MEAN_TAU,
         "Fraction of the mean's transport, the same for every client and candidate tau "
         "('none': the mean follows each client's tau, the paper's geodesic)",
         details=":class:`~skslot.SLOTTransformer`'s ``mean_tau``; the paper's configuration "
@@ -662,7 +687,7 @@ class AlignmentSettings(_Settings):
         high=1.0,
     )
     client_tau: str = _setting(
-        DEFAULT_CLIENT_TAU,
+        CLIENT_TAU,
         "Each client's fraction of the transport: tau for all ('uniform', the paper's), or "
         "tau times the total-variation distance between its class proportions and the "
         "federation's ('label-shift')",
@@ -695,7 +720,7 @@ class AlignmentSettings(_Settings):
         decode=_json_grid,
     )
     validation_fraction: float = _setting(
-        0.2,
+        VALIDATION_FRACTION,
         "The share of each class of each client held out for validation, with tau = 'auto' "
         "or a screening",
         low=0.0,
@@ -1024,8 +1049,10 @@ class DeploymentConfig:
     --------
     >>> from skslot.flower import DeploymentConfig
     >>> config = DeploymentConfig.from_run_config({"head": "FedPFT", "alpha": "none"})
-    >>> config.head, config.alpha, config.tau, config.mean_tau, config.client_tau
-    ('FedPFT', None, 0.6, 1.0, 'label-shift')
+    >>> config.head, config.alpha, config.label_mix, config.tau, config.mean_tau, config.client_tau
+    ('FedPFT', None, 'client', 'default', 1.0, 'label-shift')
+    >>> config.protocol().tau  # the label mix's default
+    0.0
     >>> config.to_run_config()["alpha"]
     'none'
     >>> DeploymentConfig.from_run_config({"mean-tau": "none"}).mean_tau is None  # the paper's
@@ -1329,7 +1356,7 @@ class DeploymentConfig:
         )
         return OneShotProtocol(
             self.make_head(),
-            tau=self.tau,
+            tau=None if self.tau == "default" else self.tau,
             taus=self.tau_grid,
             head_grid=self.head_grid_values(),
             validation_fraction=self.validation_fraction,

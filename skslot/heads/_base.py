@@ -28,6 +28,7 @@ from .._validation import (
     check_host_rows,
     spawn_seeds,
 )
+from ..label_mix import client_counts_of, prior_shifts, row_clients
 from ..maps import GaussianMap
 from ..wire import message_bytes
 from ._linear_scores import LinearScores
@@ -53,6 +54,9 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     """
 
     __metadata_request__fit = {"client": True}
+    __metadata_request__predict = {"client": True}
+    __metadata_request__predict_proba = {"client": True}
+    __metadata_request__decision_function = {"client": True}
 
     #: The class of what :meth:`client_statistics` returns; it has
     #: ``to_arrays()`` and ``from_arrays(arrays, classes=, n_features=, n_samples=)``.
@@ -107,6 +111,8 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             stats.append(self._statistics_of(X[rows], y[rows], classes, seed, ledger))
             if ledger is not None:
                 spent[labels[i]] = ledger.spent()
+        self.client_class_counts_ = client_counts_of(y, codes, labels, classes)
+        self.class_counts_ = sum(self.client_class_counts_.values())
         self._fit_from_statistics(stats, classes, None)
         self.upload_bytes_ = _upload_bytes(stats)
         if self._privacy_budget() is not None:
@@ -263,8 +269,42 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             if any(t.linear.shape != (*dims, *dims) for t in maps):
                 raise ValueError(f"maps must act on dimension {next(iter(dims))}")
         (self.n_features_in_,) = dims
+        self.client_class_counts_ = {}
+        self.class_counts_ = _federation_counts(statistics, classes)
         self._fit_from_statistics(list(statistics), classes, maps)
         self.upload_bytes_ = _upload_bytes(statistics)
+        return self
+
+    def with_client_counts(self, counts: Mapping[Any, Any]) -> OneShotHead:
+        """Record clients' class counts, for predicting their rows with their own label mix.
+
+        A head fitted from statistics knows no client's label mix; in a
+        deployment each client holds its own counts and passes them here
+        (nothing is sent for it).  Returns ``self``.
+
+        Parameters
+        ----------
+        counts : mapping of client label to array-like of shape (n_classes,)
+            Training rows of each class of ``classes_``, by client.
+
+        Returns
+        -------
+        self : object
+        """
+        check_is_fitted(self, "classes_")
+        C = self.classes_.shape[0]
+        checked = {}
+        for label, row in counts.items():
+            row = np.asarray(row)
+            if row.shape != (C,) or not np.issubdtype(row.dtype, np.integer) or np.any(row < 0):
+                raise ValueError(
+                    f"client {label!r}'s class counts must be {C} non-negative integers, "
+                    f"got an array of dtype {row.dtype} and shape {row.shape}"
+                )
+            checked[label] = row.astype(np.int64)
+        self.client_class_counts_ = {**getattr(self, "client_class_counts_", {}), **checked}
+        if getattr(self, "class_counts_", None) is None:
+            self.class_counts_ = sum(checked.values()) if checked else None
         return self
 
     def decode_statistics(
@@ -325,7 +365,10 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         Returns
         -------
         scores : LinearScores
-            The classes, ``W`` and ``b``.
+            The classes, ``W`` and ``b``; with ``label_mix="client"`` also the
+            federation's class proportions and the prior the scores embed,
+            so that each client predicts with its own label mix
+            (``linear_scores().predict(X, class_counts)``).
 
         Raises
         ------
@@ -334,7 +377,14 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         """
         check_is_fitted(self, "classes_")
         coef, intercept = self._linear_parts()
-        return LinearScores(self.classes_, coef, intercept)
+        federation = getattr(self, "class_counts_", None)
+        if getattr(self, "label_mix", "federation") != "client" or federation is None:
+            return LinearScores(self.classes_, coef, intercept)
+        pi = federation / federation.sum()
+        embedded = self._embedded_prior()
+        if embedded is None:
+            embedded = np.log(np.where(pi > 0, pi, 1.0))
+        return LinearScores(self.classes_, coef, intercept, pi, np.where(pi > 0, embedded, 0.0))
 
     def _linear_parts(self) -> tuple[np.ndarray, np.ndarray]:
         raise TypeError(f"{type(self).__name__} has no linear decision function")
@@ -362,13 +412,35 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     def _scores(self, X: np.ndarray) -> np.ndarray:
         """Class scores of shape (n_samples, n_classes), larger is more likely."""
 
-    def decision_function(self, X: Any) -> np.ndarray:
+    def _client_scores(self, X: Any, client: Any) -> np.ndarray:
+        """Class scores, shifted to each row's client's label mix with ``label_mix="client"``."""
+        X = self._validate_for_predict(X)
+        scores = self._scores(X)
+        if getattr(self, "label_mix", "federation") != "client" or client is None:
+            return scores
+        federation = getattr(self, "class_counts_", None)
+        if federation is None:
+            return scores
+        rows = row_clients(client, X.shape[0])
+        shifts = prior_shifts(rows, self.client_class_counts_, federation, self._embedded_prior())
+        return scores + shifts
+
+    def _embedded_prior(self) -> np.ndarray | None:
+        """``log`` of the class prior the scores embed; ``None``: the federation's mix."""
+        return None
+
+    def decision_function(self, X: Any, *, client: Any = None) -> np.ndarray:
         """Class scores; of shape (n_samples,) for two classes, as in scikit-learn.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
             The rows to score.
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client of each row.  With ``label_mix="client"`` a row of a client
+            seen in ``fit`` is scored under that client's label mix
+            (:mod:`skslot.label_mix`); other rows, and every row when
+            ``client`` is ``None``, under the federation's.
 
         Returns
         -------
@@ -376,38 +448,42 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             Larger is more likely; for two classes, the second class's score
             minus the first's.
         """
-        scores = self._scores(self._validate_for_predict(X))
+        scores = self._client_scores(X, client)
         return scores[:, 1] - scores[:, 0] if scores.shape[1] == 2 else scores
 
-    def predict_proba(self, X: Any) -> np.ndarray:
+    def predict_proba(self, X: Any, *, client: Any = None) -> np.ndarray:
         """Class probabilities, columns in the order of ``classes_``.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
             The rows to classify.
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client of each row (see :meth:`decision_function`).
 
         Returns
         -------
         proba : ndarray of shape (n_samples, n_classes)
             The softmax of the class scores.
         """
-        return softmax(self._scores(self._validate_for_predict(X)), axis=1)
+        return softmax(self._client_scores(X, client), axis=1)
 
-    def predict(self, X: Any) -> np.ndarray:
+    def predict(self, X: Any, *, client: Any = None) -> np.ndarray:
         """Most likely class of each row.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
             The rows to classify.
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client of each row (see :meth:`decision_function`).
 
         Returns
         -------
         y_pred : ndarray of shape (n_samples,)
             A label of ``classes_`` per row.
         """
-        scores = self._scores(self._validate_for_predict(X))
+        scores = self._client_scores(X, client)
         return self.classes_[np.argmax(scores, axis=1)]
 
     def __sklearn_tags__(self):
@@ -434,6 +510,16 @@ def _client_seeds(head: Any, n_clients: int) -> list[int | None]:
     if not hasattr(head, "random_state"):
         return [None] * n_clients
     return list(spawn_seeds(head.random_state, n_clients))
+
+
+def _federation_counts(statistics: Sequence, classes: np.ndarray) -> np.ndarray | None:
+    """The federation's class counts from statistics that carry them, else ``None``."""
+    if not all(hasattr(stat, "class_counts") for stat in statistics):
+        return None
+    counts = [np.asarray(stat.class_counts(), dtype=np.int64) for stat in statistics]
+    if any(c.shape != classes.shape for c in counts):
+        return None
+    return sum(counts)
 
 
 def _upload_bytes(statistics: Sequence) -> np.ndarray:

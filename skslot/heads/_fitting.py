@@ -247,7 +247,11 @@ def local_heads(
 
 
 def _at(maps: Sequence[GaussianMap] | None, tau: float) -> list[GaussianMap] | None:
-    """The maps moved a fraction ``tau``; ``None`` (no transport at all) for ``tau = 0``."""
-    if maps is None or tau == 0.0:
+    """The maps moved a fraction ``tau``; ``None`` where that moves nothing.
+
+    ``tau = 0`` is no transport only for unanchored maps: an anchored map (its mean
+    moved by ``mean_tau``, or by a client's domain offset) still translates there.
+    """
+    if maps is None or (tau == 0.0 and all(getattr(t, "anchor", None) is None for t in maps)):
         return None
     return [t.geodesic(tau) for t in maps]

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from ..label_mix import client_log_prior
+from ..wire._errors import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, read_array
 
 __all__ = ["LinearScores"]
@@ -27,6 +29,12 @@ class LinearScores:
     classes : ndarray of shape (C,)
     coef : ndarray of shape (C, m)
     intercept : ndarray of shape (C,)
+    federation : ndarray of shape (C,), optional
+        The federation's class proportions, where each client is to predict
+        with its own label mix (the head's ``label_mix="client"``).
+    embedded : ndarray of shape (C,), optional
+        ``log`` of the class prior the scores embed (with ``federation``;
+        zero for a class the federation has no rows of).
 
     Examples
     --------
@@ -42,32 +50,48 @@ class LinearScores:
     classes: np.ndarray
     coef: np.ndarray
     intercept: np.ndarray
+    federation: np.ndarray | None = None
+    embedded: np.ndarray | None = None
 
-    def decision_scores(self, X: np.ndarray) -> np.ndarray:
-        """Class scores ``X W^T + b``.
+    def decision_scores(self, X: np.ndarray, class_counts: Any = None) -> np.ndarray:
+        """Class scores ``X W^T + b``, under a client's own label mix where it is given.
 
         Parameters
         ----------
         X : ndarray of shape (n_samples, m)
+        class_counts : array-like of shape (C,), optional
+            The client's own training rows of each class: with
+            ``federation`` set, the scores are shifted by ``log pi_k -
+            embedded`` (:mod:`skslot.label_mix`); without, or for a head
+            that serves the federation's mix, left as they are.
 
         Returns
         -------
         scores : ndarray of shape (n_samples, C)
         """
-        return X @ self.coef.T.astype(X.dtype, copy=False) + self.intercept
+        scores = X @ self.coef.T.astype(X.dtype, copy=False) + self.intercept
+        if class_counts is None or self.federation is None:
+            return scores
+        present = self.federation > 0
+        shift = np.zeros(self.federation.shape)
+        own = client_log_prior(np.asarray(class_counts), self.federation)
+        shift[present] = own[present] - self.embedded[present]
+        return scores + shift
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def predict(self, X: np.ndarray, class_counts: Any = None) -> np.ndarray:
         """Class of the largest score of each row.
 
         Parameters
         ----------
         X : ndarray of shape (n_samples, m)
+        class_counts : array-like of shape (C,), optional
+            The client's own class counts (see :meth:`decision_scores`).
 
         Returns
         -------
         y : ndarray of shape (n_samples,)
         """
-        return self.classes[np.argmax(self.decision_scores(X), axis=1)]
+        return self.classes[np.argmax(self.decision_scores(X, class_counts), axis=1)]
 
     def to_arrays(self) -> ArrayMessage:
         """The head as a message of arrays (the class set is agreed and not sent).
@@ -75,9 +99,13 @@ class LinearScores:
         Returns
         -------
         arrays : dict of str to ndarray
-            ``"coef"`` and ``"intercept"``.
+            ``"coef"`` and ``"intercept"``, and with a client prior
+            ``"federation"`` and ``"embedded"``.
         """
-        return {"coef": self.coef, "intercept": self.intercept}
+        arrays = {"coef": self.coef, "intercept": self.intercept}
+        if self.federation is not None:
+            arrays.update(federation=self.federation, embedded=self.embedded)
+        return arrays
 
     @classmethod
     def from_arrays(
@@ -107,4 +135,12 @@ class LinearScores:
         coef = read_array(arrays, "coef", (C, n_features))
         # a class no client had scores very low but finite, as in the heads
         intercept = read_array(arrays, "intercept", (C,))
-        return cls(np.asarray(classes), coef, intercept)
+        if "federation" not in arrays and "embedded" not in arrays:
+            return cls(np.asarray(classes), coef, intercept)
+        federation = read_array(arrays, "federation", (C,), nonnegative=True)
+        embedded = read_array(arrays, "embedded", (C,))
+        if not np.isclose(federation.sum(), 1.0):
+            raise StatisticsFormatError(
+                f"the federation's class proportions add up to {federation.sum():.6g}, not 1"
+            )
+        return cls(np.asarray(classes), coef, intercept, federation, embedded)

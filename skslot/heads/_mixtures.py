@@ -282,6 +282,23 @@ class ClassMixtures:
         """Rows the mixtures describe, skipped classes included."""
         return int(sum(mx.n for mx in self.mixtures) + sum(k for _, k in self.skipped))
 
+    def class_sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of each described class and their sums (a skipped class counts zero rows).
+
+        Returns
+        -------
+        counts : ndarray of shape (C,)
+        sums : ndarray of shape (C, m)
+        """
+        counts = np.zeros(self.classes.shape[0])
+        sums = np.zeros((self.classes.shape[0], self.n_features))
+        position = {label: i for i, label in enumerate(self.classes.tolist())}
+        for mx in self.mixtures:
+            i = position[mx.label]
+            counts[i] = mx.n
+            sums[i] = mx.n * (np.asarray(mx.weights, dtype=np.float64) @ mx.means)
+        return counts, sums
+
     def class_counts(self) -> np.ndarray:
         """Rows of each class (int64, skipped classes included), in the order of ``classes``.
 

@@ -53,6 +53,16 @@ class ClassStatistics:
         """The dimension ``m`` of the rows."""
         return self.sums.shape[1]
 
+    def class_sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of each class and their sums: what the domain offsets are measured from.
+
+        Returns
+        -------
+        counts : ndarray of shape (C,)
+        sums : ndarray of shape (C, m)
+        """
+        return np.asarray(self.counts, dtype=np.float64), self.sums
+
     def class_counts(self) -> np.ndarray:
         """Rows of each class (int64), in the order of ``classes``.
 

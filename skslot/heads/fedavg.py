@@ -12,6 +12,8 @@ import numpy as np
 from .._param_validation import Interval, Options
 from .._validation import client_weights
 from ..accounting import PrivacyBudget, PrivacyLedger
+from ..defaults import LABEL_MIX
+from ..label_mix import LABEL_MIXES, averaged_log_prior
 from ..wire.arrays import ArrayMessage, read_array, read_count, read_sample_count
 from ._base import LinearHeadMixin, OneShotHead
 from ._private import LOCAL_HEAD_SENSITIVITY, private_local_head
@@ -159,6 +161,10 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         Standard deviation of the shared random initialisation (0: zeros).
     random_state : int, RandomState or None, default=None
         Seed of the shared initialisation.
+    label_mix : {"client", "federation"}, default="client"
+        Whose label mix ``predict`` assumes for a row of a known client
+        (``client=`` routed to it): the client's own, estimated from its
+        training counts, or the federation's (:mod:`skslot.label_mix`).
     privacy : PrivacyBudget, default=None
         Each client releases its local head differentially privately under
         this budget (:class:`~skslot.accounting.PrivacyBudget`), by output
@@ -222,6 +228,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         "weighting": [Options(("samples", "uniform"))],
         "init_scale": [Interval(Real, 0.0, None, closed="left")],
         "random_state": ["random_state"],
+        "label_mix": [Options(LABEL_MIXES)],
         "privacy": [PrivacyBudget, None],
     }
 
@@ -234,6 +241,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         weighting: str = "samples",
         init_scale: float = 0.0,
         random_state: int | np.random.RandomState | None = None,
+        label_mix: str = LABEL_MIX,
         privacy: PrivacyBudget | None = None,
     ) -> None:
         self.C = C
@@ -242,6 +250,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         self.weighting = weighting
         self.init_scale = init_scale
         self.random_state = random_state
+        self.label_mix = label_mix
         self.privacy = privacy
 
     def shared_initialisation(self, n_classes: int, n_features: int) -> np.ndarray:
@@ -307,6 +316,14 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         )
         return LinearHeadUpdate(classes, Wb[:, :-1], Wb[:, -1], X.shape[0], n_iter)
 
+    def _embedded_prior(self) -> np.ndarray | None:
+        # each local head carries its client's prior: the average carries their geometric mix,
+        # known where every client's counts are (in the order its head was averaged in)
+        counts = getattr(self, "client_class_counts_", {})
+        if len(counts) != len(self._weights):
+            return None
+        return averaged_log_prior(counts, self._weights)
+
     def _fit_from_statistics(
         self, statistics: list, classes: np.ndarray, maps: list | None
     ) -> None:
@@ -314,6 +331,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
             if not np.array_equal(update.classes, classes):
                 raise ValueError("client heads use a different class set than the server")
         w = client_weights("weighting", self.weighting, [u.n for u in statistics])
+        self._weights = w
         self.classes_ = classes
         self.coef_ = sum(wk * u.coef for wk, u in zip(w, statistics, strict=True))
         self.intercept_ = sum(wk * u.intercept for wk, u in zip(w, statistics, strict=True))

@@ -10,6 +10,8 @@ import scipy.linalg
 
 from .._param_validation import Interval, Options
 from ..accounting import PrivacyBudget, PrivacyLedger
+from ..defaults import LABEL_MIX
+from ..label_mix import LABEL_MIXES
 from ._base import LinearHeadMixin, OneShotHead
 from ._private import CLASS_STATISTICS_SENSITIVITY, private_class_statistics
 from ._statistics import ClassStatistics, pooled_covariances
@@ -41,6 +43,10 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         discussion of FedCGS with SLOT-Align).
     priors : {"empirical", "uniform"}, default="empirical"
         ``log(N_c / N)`` or equal class priors.
+    label_mix : {"client", "federation"}, default="client"
+        Whose label mix ``predict`` assumes for a row of a known client
+        (``client=`` routed to it): the client's own, estimated from its
+        training counts, or the federation's (:mod:`skslot.label_mix`).
     privacy : PrivacyBudget, default=None
         Each client releases its statistics differentially privately under
         this budget (:class:`~skslot.accounting.PrivacyBudget`): one Gaussian
@@ -95,6 +101,7 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         "covariance": [Options(("total", "within"))],
         "shrinkage": [Interval(Real, 0.0, None, closed="left")],
         "priors": [Options(("empirical", "uniform"))],
+        "label_mix": [Options(LABEL_MIXES)],
         "privacy": [PrivacyBudget, None],
     }
 
@@ -104,12 +111,19 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         covariance: str = "total",
         shrinkage: float = 1e-3,
         priors: str = "empirical",
+        label_mix: str = LABEL_MIX,
         privacy: PrivacyBudget | None = None,
     ) -> None:
         self.covariance = covariance
         self.shrinkage = shrinkage
         self.priors = priors
+        self.label_mix = label_mix
         self.privacy = privacy
+
+    def _embedded_prior(self) -> np.ndarray | None:
+        if self.priors == "empirical":
+            return None
+        return np.zeros(self.classes_.shape[0])  # the scores embed equal priors
 
     def _client_statistics(
         self,

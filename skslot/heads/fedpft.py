@@ -16,6 +16,8 @@ from sklearn.utils import check_random_state
 
 from .._param_validation import HasMethods, Interval, InvalidParameterError, Options
 from ..accounting import PrivacyBudget, PrivacyLedger
+from ..defaults import LABEL_MIX
+from ..label_mix import LABEL_MIXES
 from ._base import OneShotHead
 from ._mixtures import (
     ClassMixture,
@@ -84,6 +86,10 @@ class FedPFTClassifier(OneShotHead):
         when None.
     random_state : int, RandomState or None, default=None
         Seeds the mixtures and the server's sampling.
+    label_mix : {"client", "federation"}, default="client"
+        Whose label mix ``predict`` assumes for a row of a known client
+        (``client=`` routed to it): the client's own, estimated from its
+        training counts, or the federation's (:mod:`skslot.label_mix`).
     privacy : PrivacyBudget, default=None
         Each client releases its class Gaussians differentially privately
         under this budget (:class:`~skslot.accounting.PrivacyBudget`): one
@@ -137,6 +143,7 @@ class FedPFTClassifier(OneShotHead):
         "transmit_dtype": [Options(TRANSMIT_DTYPES)],
         "estimator": [None, HasMethods("fit")],
         "random_state": ["random_state"],
+        "label_mix": [Options(LABEL_MIXES)],
         "privacy": [PrivacyBudget, None],
     }
 
@@ -152,6 +159,7 @@ class FedPFTClassifier(OneShotHead):
         transmit_dtype: str = "float16",
         estimator: Any = None,
         random_state: int | np.random.RandomState | None = None,
+        label_mix: str = LABEL_MIX,
         privacy: PrivacyBudget | None = None,
     ) -> None:
         self.n_components = n_components
@@ -163,6 +171,7 @@ class FedPFTClassifier(OneShotHead):
         self.transmit_dtype = transmit_dtype
         self.estimator = estimator
         self.random_state = random_state
+        self.label_mix = label_mix
         self.privacy = privacy
 
     @classmethod

@@ -15,13 +15,20 @@ from .._backend import as_host_rows
 from .._param_validation import InstanceOf, Interval, Options, validate_parameter_constraints
 from .._validation import check_client_labels, check_open_fraction, check_row_labels
 from ..accounting import RELEASES, PrivacyBudget
+from ..defaults import (
+    CLIENT_TAU,
+    COVARIANCE_FLOOR,
+    MEAN_TAU,
+    TAUS,
+    VALIDATION_FRACTION,
+    default_tau,
+)
 from ..defence import DefenceBounds, NoDefence
 from ..gaussian import GaussianSummary
 from ..heads import OneShotHead
 from ..label_shift import CLIENT_TAU_RULES
 from ..screening import SCREENING
 from ..selection import (
-    DEFAULT_TAUS,
     SELECTION_RULES,
     Candidate,
     Selection,
@@ -89,9 +96,12 @@ class OneShotProtocol:
         The head template (cloned for every fit, never modified); its
         ``strategy`` decides what the clients upload and whether they train
         locally.
-    tau : float or "auto", default=0.4
+    tau : float, "auto" or None, default=None
         Fraction of the transport the clients apply, or ``"auto"``: chosen by
-        the clients' validation over ``taus`` and ``head_grid``.
+        the clients' validation over ``taus`` and ``head_grid``; ``None``:
+        the default of the head's ``label_mix`` (:attr:`label_mix`,
+        :func:`skslot.defaults.default_tau`: 0 with each client's own mix,
+        0.6 with the federation's).
     taus : sequence of float, default=(0, 0.2, 0.4, 0.6, 0.8, 1)
     head_grid : dict of str to list, optional
         Server-side head parameters searched with ``tau``.
@@ -116,7 +126,7 @@ class OneShotProtocol:
     evaluate : bool, default=True
         Run the ``evaluation`` stage (clients score the global head on their
         test rows).
-    client_tau : {"uniform", "label-shift"}, default="uniform"
+    client_tau : {"uniform", "label-shift"}, default="label-shift"
         Each client's fraction of the transport: ``tau`` for all, or ``tau``
         times the total-variation distance between its class proportions and
         the federation's (:mod:`skslot.label_shift`; the clients then upload
@@ -130,7 +140,7 @@ class OneShotProtocol:
         The clients' summaries' ``covariance_floor``
         (:class:`~skslot.GaussianSummaryEstimator`), for the summaries the
         server derives from a client's statistics (FedCGS).
-    mean_tau : float or None, default=None
+    mean_tau : float or None, default=1.0
         Fraction of the mean's transport, the same for every client and every
         candidate ``tau`` (:class:`~skslot.SLOTTransformer`'s ``mean_tau``);
         ``None``: the mean follows each client's ``tau``.
@@ -163,7 +173,7 @@ class OneShotProtocol:
 
     _parameter_constraints: ClassVar[dict[str, list]] = {
         "head": [InstanceOf(OneShotHead, "a skslot one-shot head (skslot.heads)")],
-        "tau": [Interval(Real, 0.0, 1.0, closed="both"), Options(("auto",))],
+        "tau": [Interval(Real, 0.0, 1.0, closed="both"), Options(("auto",)), None],
         "taus": ["array-like"],
         "head_grid": [Mapping, None],
         "validation_fraction": [Interval(Real, 0.0, 1.0, closed="neither")],
@@ -186,10 +196,10 @@ class OneShotProtocol:
         self,
         head: OneShotHead,
         *,
-        tau: float | str = 0.4,
-        taus: Sequence[float] = DEFAULT_TAUS,
+        tau: float | str | None = None,
+        taus: Sequence[float] = TAUS,
         head_grid: Mapping[str, Sequence] | None = None,
-        validation_fraction: float = 0.2,
+        validation_fraction: float = VALIDATION_FRACTION,
         selection_rule: str = "one-standard-error",
         refit: bool = True,
         reference: ReferenceStep | None = None,
@@ -197,10 +207,10 @@ class OneShotProtocol:
         min_clients: int = 1,
         random_state: int | np.random.RandomState | None = None,
         evaluate: bool = True,
-        client_tau: str = "uniform",
+        client_tau: str = CLIENT_TAU,
         summary_covariance: str = "total",
-        covariance_floor: float = 1e-8,
-        mean_tau: float | None = None,
+        covariance_floor: float = COVARIANCE_FLOOR,
+        mean_tau: float | None = MEAN_TAU,
         screen: str = "auto",
         privacy: PrivacyBudget | None = None,
         config: dict | None = None,
@@ -214,7 +224,7 @@ class OneShotProtocol:
             )
             selection_rule = rule
         self.head = head
-        self.tau = tau
+        self.tau = default_tau(getattr(head, "label_mix", "federation")) if tau is None else tau
         self.taus = taus
         self.head_grid = head_grid
         self.validation_fraction = validation_fraction
@@ -249,9 +259,26 @@ class OneShotProtocol:
         #: The candidates ``(tau, server parameters)``: the grid, or the fixed ``tau``.
         grid = check_tau_grid(taus)
         self.candidates = (
-            candidate_grid(head, grid, head_grid) if tau == "auto" else [Candidate(float(tau))]
+            candidate_grid(head, grid, head_grid)
+            if self.tau == "auto"
+            else [Candidate(float(self.tau))]
         )
         self.config = dict(config or {})
+
+    @property
+    def label_mix(self) -> str:
+        """Whose label mix the run serves: the head's ``label_mix`` (:mod:`skslot.label_mix`).
+
+        ``"client"``: each client's mean moves by its domain offset measured
+        within classes, from the class sums of the head's statistics
+        (FedCGS, FedPFT; with a head that uploads none, O-FedAvg, each mean
+        stays where it is), and each client predicts with its own class
+        counts at the evaluation (nothing sent for it).  ``"federation"``:
+        each mean moves to the reference mean (the paper's) and the head
+        serves the federation's mix.  A head without the parameter serves
+        the federation's.
+        """
+        return getattr(self.head, "label_mix", "federation")
 
     @property
     def auto(self) -> bool:
@@ -351,6 +378,9 @@ class OneShotProtocol:
             final = strategy.fit_final(head, chosen, run)
             run.report.final_head = "every accepted client's rows"
         run.report.tau = float(chosen.tau)
+        counts = {c: getattr(run.clients[c].upload, "class_counts", None) for c in run.order}
+        if self.label_mix == "client" and all(n is not None for n in counts.values()):
+            final.with_client_counts(counts)  # the counts the label-shift rule received
         if self.evaluate:
             evaluation.evaluate(run, final, chosen.tau)
         run.report.status = "completed"

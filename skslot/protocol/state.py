@@ -10,7 +10,7 @@ report; the stages' server steps write their own results into the report.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -18,8 +18,9 @@ import numpy as np
 from .._validation import spawn_seeds
 from ..defence import NoDefence
 from ..gaussian import GaussianSummary
+from ..label_mix import domain_offsets
 from ..label_shift import label_shift_distances
-from ..maps import GaussianMap
+from ..maps import GaussianMap, with_mean_image
 from ..screening import MIN_VOTERS
 from .report import ProtocolReport, ProtocolRunError, logger
 from .transport import Exchange, Transport
@@ -105,6 +106,8 @@ class RunState:
         self.report.nodes = list(transport.parties())
         self.clients: dict[Hashable, _Client] = {}
         self.reference: GaussianSummary | None = None
+        #: Each client's mean destination with ``label_mix="client"`` (by address).
+        self.destinations: dict[Hashable, np.ndarray] = {}
         self.full_maps: dict[Hashable, GaussianMap] = {}
         self.has_reference: set = set()
         #: Per part of the rows ("fit", "all"), each client's local heads by its fraction.
@@ -353,6 +356,9 @@ class RunState:
         if c in self.has_reference:
             return None
         self.has_reference.add(c)
+        if self.reference is not None and c in self.destinations:
+            # its own target: the reference's covariance about the client's destination
+            return replace(self.reference, mean=self.destinations[c])
         return self.reference
 
     def client_taus(self, c: Hashable, taus: Sequence[float]) -> tuple[float, ...]:
@@ -429,9 +435,33 @@ class RunState:
                 continue
             break
         self.reference, self.full_maps = built.reference, built.maps
+        self.destinations = self._mean_destinations(order)
+        for c, destination in self.destinations.items():
+            mean = self.clients[c].summary.mean
+            self.full_maps[c] = with_mean_image(self.full_maps[c], mean, destination)
         self.report.barycenter_iterations = built.n_iter
         self.report.reference_clients = list(order)
         self._scale_taus()
+
+    def _mean_destinations(self, order: Sequence[Hashable]) -> dict[Hashable, np.ndarray]:
+        """Where each client's mean moves with ``label_mix="client"`` (none otherwise).
+
+        The client's mean less its domain offset, measured within classes from the
+        class sums of its statistics (:func:`~skslot.label_mix.domain_offsets`); its
+        own mean where the head's statistics carry no class sums (no offset measured).
+        A reference whose maps came anchored (a fitted transformer's) keeps them.
+        """
+        if self.protocol.label_mix != "client" or any(
+            self.full_maps[c].anchor is not None for c in order
+        ):
+            return {}
+        means = {c: self.clients[c].summary.mean for c in order}
+        stats = [self.clients[c].statistics for c in order]
+        if not all(hasattr(stat, "class_sums") for stat in stats):
+            return means
+        parts = [stat.class_sums() for stat in stats]
+        offsets = domain_offsets(np.stack([n for n, _ in parts]), np.stack([s for _, s in parts]))
+        return {c: means[c] - offset for c, offset in zip(order, offsets, strict=True)}
 
     def refresh_reference(self, stage: str) -> bool:
         """Build the reference again if a client it was built from has since left the run.

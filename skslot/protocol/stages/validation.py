@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ... import label_shift
 from ...gaussian import GaussianSummary
 from ...heads import LinearScores
 from ...maps import GaussianMap
@@ -154,6 +155,7 @@ def score_candidates(
     X: np.ndarray,
     y: np.ndarray,
     classes: np.ndarray,
+    class_counts: np.ndarray | None = None,
 ) -> ValidationCounts:
     """Count correct predictions of each candidate on the validation rows.
 
@@ -173,6 +175,9 @@ def score_candidates(
         The client's validation rows and labels.
     classes : ndarray
         The global class set.
+    class_counts : ndarray of shape (C,), optional
+        The client's own class counts: a candidate serving each client's own
+        label mix predicts with them (:meth:`LinearScores.predict`).
 
     Returns
     -------
@@ -188,7 +193,7 @@ def score_candidates(
     for j, (head, tau) in enumerate(zip(heads, taus, strict=True)):
         if tau not in aligned:
             aligned[tau] = full_map.geodesic(tau).apply(X)
-        hit = head.predict(aligned[tau]) == y
+        hit = head.predict(aligned[tau], class_counts) == y
         correct[j] = np.bincount(codes[hit], minlength=classes.shape[0])
     return ValidationCounts(correct, total)
 
@@ -306,7 +311,9 @@ class ValidationStage(Stage[ValidationRequest, ValidationCounts]):
     def answer(self, party: ClientParty, request: ValidationRequest) -> ValidationCounts:
         full_map = party.full_map(request.reference)
         X, y = party.held_out("validation")
-        return score_candidates(request.heads, request.taus, full_map, X, y, party.classes)
+        own_mix = any(head.federation is not None for head in request.heads)
+        own = label_shift.class_counts(party.y, party.classes) if own_mix else None
+        return score_candidates(request.heads, request.taus, full_map, X, y, party.classes, own)
 
     def encode_request(self, request: ValidationRequest, wire: ServerWire) -> Payload:
         values = wire.with_reference({"taus": [float(t) for t in request.taus]}, request.reference)
