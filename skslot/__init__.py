@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .barycenter import BuresBarycenter
     from .baselines import ClientStandardScaler
-    from .label_mix import ClientPriorClassifier
     from .exceptions import (
         InvalidSummaryError,
         SingleClientWarning,
@@ -26,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         UnknownClientWarning,
     )
     from .gaussian import GaussianSummary
+    from .label_mix import ClientPriorClassifier
     from .low_rank import LowRankGaussianSummary, LowRankMap
     from .maps import GaussianMap
     from .summary import GaussianSummaryEstimator
