@@ -84,4 +84,5 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public names and the module's dunders (not its own imports)."""
+    return sorted(set(__all__) | {name for name in globals() if name.startswith("__")})

@@ -282,3 +282,12 @@ def test_public_api_has_numpydoc_sections():
     pytest.importorskip("numpydoc")
     problems = numpydoc_problems()
     assert not problems, f"{len(problems)} docstring gaps:\n" + "\n".join(problems)
+
+
+def test_dir_of_the_package_is_its_public_api():
+    import skslot
+
+    names = [name for name in dir(skslot) if not name.startswith("__")]
+    assert names == sorted(skslot.__all__)  # no TYPE_CHECKING, importlib, annotations
+    assert all(hasattr(skslot, name) for name in dir(skslot))
+    assert "__version__" in dir(skslot)
