@@ -80,10 +80,9 @@ BASELINES = ("centre", "z-score", "CORAL")
 #: split, every class served ("domain", the paper's), or follow its own training mix ("own mix").
 CASES = ("domain", "own mix")
 #: The record's ``selection`` of the own-mix case's alignment
-#: (``SLOTTransformer(label_mix="client")``).
+#: (``SLOTTransformer(label_mix="client")``), and its key among the sweep's taus in
+#: :func:`summarise`.
 LABEL_MIX_SELECTION = "label-mix"
-#: Where :func:`summarise` keys the own-mix case's SLOT records among the sweep's taus.
-SLOT_KEY = "label-mix"
 #: The baselines a client computes alone (no summary sent).
 LOCAL_BASELINES = {
     "centre": ClientStandardScaler(with_std=False, unknown_client="identity"),
@@ -601,16 +600,14 @@ def run_benchmark(
     return records
 
 
-def _macro(
-    records: list[dict], selection: str = "fixed", case: str = "domain"
-) -> dict[tuple, float]:
+def _macro(records: list[dict], selection: str = "fixed") -> dict[tuple, float]:
     """Macro accuracy over domains per (alpha, head, tau, seed) of one kind of record.
 
     For ``selection="auto"`` the key's tau is the one the federation chose.
     """
     groups: dict[tuple, list[float]] = {}
     for r in records:
-        if r.get("selection", "fixed") == selection and r.get("case", "domain") == case:
+        if r.get("selection", "fixed") == selection:
             key = (r["alpha"], r["head"], r["tau"], r["seed"])
             groups.setdefault(key, []).append(r["accuracy"])
     return {key: float(np.mean(v)) for key, v in groups.items()}
@@ -651,14 +648,14 @@ def summarise(records: list[dict], main_tau: float, case: str = "domain") -> lis
         One row per (alpha, head), in the records' order.
     """
     records = [r for r in records if r.get("case", "domain") == case]
-    macro = _macro(records, case=case)
+    macro = _macro(records)
     if case != "domain":  # SLOT's own records stand at a key of their own
-        label_mix = _macro(records, LABEL_MIX_SELECTION, case)
-        macro.update({(a, h, SLOT_KEY, seed): v for (a, h, _, seed), v in label_mix.items()})
+        label_mix = _macro(records, LABEL_MIX_SELECTION)
+        macro.update({(a, h, LABEL_MIX_SELECTION, s): v for (a, h, _, s), v in label_mix.items()})
     # the federated choice runs the domain case's alignment: shown in that case alone
     kinds = ("auto", "auto-norefit") if case == "domain" else ()
-    auto_macro = {kind: _macro(records, kind, case) for kind in kinds}
-    baseline_macro = {name: _macro(records, name, case) for name in BASELINES}
+    auto_macro = {kind: _macro(records, kind) for kind in kinds}
+    baseline_macro = {name: _macro(records, name) for name in BASELINES}
     rows = []
     alphas = list(dict.fromkeys(r["alpha"] for r in records))
     heads = list(dict.fromkeys(r["head"] for r in records))
@@ -673,7 +670,7 @@ def summarise(records: list[dict], main_tau: float, case: str = "domain") -> lis
 
             def fixed(tau: Any, alpha: Any = alpha, head: str = head) -> list[dict]:
                 """The fixed-tau records of this (alpha, head) at ``tau`` (or SLOT's own)."""
-                if tau == SLOT_KEY:
+                if tau == LABEL_MIX_SELECTION:
                     return [
                         r
                         for r in records
@@ -700,7 +697,7 @@ def summarise(records: list[dict], main_tau: float, case: str = "domain") -> lis
             def bytes_at(tau: float, key: str) -> list:
                 return [float(r[key]) for r in fixed(tau) if r.get(key, "") != ""] or [np.nan]
 
-            slot_key = main_tau if case == "domain" else SLOT_KEY
+            slot_key = main_tau if case == "domain" else LABEL_MIX_SELECTION
             base, slot = seeds_at(0.0), seeds_at(slot_key)
             sweep = {tau: float(seeds_at(tau).mean()) for tau in taus}
             best_tau = max(sweep, key=sweep.get)

@@ -28,6 +28,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
+from scipy.special import softmax
 from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
 from sklearn.utils.validation import check_is_fitted
 
@@ -43,6 +44,7 @@ __all__ = [
     "client_log_prior",
     "domain_offsets",
     "own_mix_accuracy",
+    "prior_shift",
     "prior_shifts",
 ]
 
@@ -82,19 +84,47 @@ def client_log_prior(counts: np.ndarray, federation: np.ndarray) -> np.ndarray:
         return np.log((counts + strength * federation) / (counts.sum() + strength))
 
 
+def prior_shift(
+    counts: np.ndarray, federation: np.ndarray, embedded: np.ndarray | None = None
+) -> np.ndarray:
+    """One client's addition ``log pi_k - log rho`` to its class scores.
+
+    ``rho`` is the class prior the head's scores embed: the federation's
+    proportions ``pi`` by default.  Classes the federation has no rows of get
+    zero (their scores are left as the head made them).
+
+    Parameters
+    ----------
+    counts : ndarray of shape (C,)
+        The client's training rows of each class.
+    federation : ndarray of shape (C,)
+        The federation's class proportions ``pi``.
+    embedded : ndarray of shape (C,), optional
+        ``log rho``, where the head's scores embed another prior than ``pi``
+        (:func:`averaged_log_prior` for averaged local heads).
+
+    Returns
+    -------
+    ndarray of shape (C,)
+    """
+    present = federation > 0
+    if embedded is None:
+        embedded = np.log(np.where(present, federation, 1.0))
+    shift = np.zeros(federation.shape)
+    shift[present] = client_log_prior(counts, federation)[present] - embedded[present]
+    return shift
+
+
 def prior_shifts(
     client: np.ndarray,
     client_counts: Mapping[Hashable, np.ndarray],
     federation_counts: np.ndarray,
     embedded: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Per-row additions ``log pi_k - log rho`` to class scores, for each row's client.
+    """Per-row additions :func:`prior_shift` to class scores, for each row's client.
 
-    ``rho`` is the class prior the head's scores embed: the federation's
-    proportions ``pi`` by default.  Rows of a client absent from
-    ``client_counts`` (unseen in ``fit``) get zero: the federation's mix.
-    Classes the federation has no rows of get zero too (their scores are left
-    as the head made them).
+    Rows of a client absent from ``client_counts`` (unseen in ``fit``) get
+    zero: the federation's mix.
 
     Parameters
     ----------
@@ -103,8 +133,7 @@ def prior_shifts(
     client_counts : mapping of client label to ndarray of shape (C,)
     federation_counts : ndarray of shape (C,)
     embedded : ndarray of shape (C,), optional
-        ``log rho``, where the head's scores embed another prior than ``pi``
-        (:func:`averaged_log_prior` for averaged local heads).
+        See :func:`prior_shift`.
 
     Returns
     -------
@@ -116,16 +145,10 @@ def prior_shifts(
     if total <= 0:
         return shifts
     pi = federation_counts / total
-    present = pi > 0
-    if embedded is None:
-        embedded = np.where(present, np.log(np.where(present, pi, 1.0)), 0.0)
     for label, counts in client_counts.items():
         rows = client == label
-        if not rows.any():
-            continue
-        shift = np.zeros_like(pi)
-        shift[present] = client_log_prior(counts, pi)[present] - embedded[present]
-        shifts[rows] = shift
+        if rows.any():
+            shifts[rows] = prior_shift(counts, pi, embedded)
     return shifts
 
 
@@ -371,10 +394,7 @@ class ClientPriorClassifier(
         -------
         ndarray of shape (n_samples, C)
         """
-        scores = self._log_proba(X, client)
-        scores -= scores.max(axis=1, keepdims=True)
-        proba = np.exp(scores)
-        return proba / proba.sum(axis=1, keepdims=True)
+        return softmax(self._log_proba(X, client), axis=1)
 
     def predict(self, X: Any, *, client: Any = None) -> np.ndarray:
         """The most likely class of each row under its client's label mix.

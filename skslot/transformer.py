@@ -33,7 +33,7 @@ from .defaults import CLIENT_TAU, COVARIANCE_FLOOR, LABEL_MIX, MEAN_TAU, default
 from .exceptions import SmallClientWarning, UnknownClientWarning, shown_labels
 from .gaussian import GaussianSummary
 from .label_mix import LABEL_MIXES, domain_offsets
-from .label_shift import CLIENT_TAU_RULES, class_counts, label_shift_distances
+from .label_shift import CLIENT_TAU_RULES, label_shift_distances
 from .low_rank import LowRankGaussianSummary, LowRankMap, as_dense
 from .maps import GaussianMap, with_mean_image
 from .summary import GaussianSummaryEstimator
@@ -377,45 +377,41 @@ class SLOTTransformer(
         self.reference_ = bary.reference_
         self.maps_ = bary.maps()
         self.clients_ = bary.clients_
-        self.tau_scales_ = self._tau_scales(X, y, client)
-        self.domain_offsets_ = None if y is None else self._domain_offsets(X, y, client)
+        self._label_aware_fit(X, y, client)
         self.barycenter_ = bary
         self.n_iter_ = bary.n_iter_
         self._reference_factor = bary._result.factor if bary.form_ == "dense" else None
         return self
 
-    def _domain_offsets(self, X: Any, y: Any, client: Any) -> dict:
-        """Each fitted client's domain offset, measured within classes (``label_mix``)."""
+    def _class_sums(self, X: Any, y: Any, client: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Each fitted client's rows and row sums of each class, in ``clients_`` order."""
         y = check_row_labels(y, X.shape[0])
         labels, codes = check_client_labels(client, X.shape[0])
         classes, y_codes = np.unique(y, return_inverse=True)
         rows = np.asarray(as_host_rows(X), dtype=np.float64)
         position = {label: i for i, label in enumerate(labels)}
-        counts = np.zeros((len(self.clients_), classes.shape[0]))
+        counts = np.zeros((len(self.clients_), classes.shape[0]), dtype=np.int64)
         sums = np.zeros((len(self.clients_), classes.shape[0], rows.shape[1]))
         for k, label in enumerate(self.clients_):
             mine = codes == position[label]
             onehot = np.eye(classes.shape[0])[y_codes[mine]]
-            counts[k] = onehot.sum(axis=0)
+            counts[k] = np.bincount(y_codes[mine], minlength=classes.shape[0])
             sums[k] = onehot.T @ rows[mine]
-        offsets = domain_offsets(counts, sums)
-        return dict(zip(self.clients_, offsets, strict=True))
+        return counts, sums
 
-    def _tau_scales(self, X: Any, y: Any, client: Any) -> dict:
-        """Each fitted client's factor of ``tau`` (see ``client_tau``)."""
-        if self.client_tau == "uniform" or y is None:
-            return dict.fromkeys(self.clients_, 1.0)
-        y = check_row_labels(y, X.shape[0])
-        labels, codes = check_client_labels(client, X.shape[0])
-        classes = np.unique(y)
-        fitted = set(self.clients_)
-        counts = {
-            label: class_counts(y[codes == k], classes)
-            for k, label in enumerate(labels)
-            if label in fitted
-        }
-        distances = label_shift_distances(counts)
-        return {label: distances[label] for label in self.clients_}
+    def _label_aware_fit(self, X: Any, y: Any, client: Any) -> None:
+        """``tau_scales_`` (see ``client_tau``) and ``domain_offsets_`` (see ``label_mix``),
+        both from one pass over each fitted client's class counts and sums."""
+        if y is None:
+            self.tau_scales_ = dict.fromkeys(self.clients_, 1.0)
+            self.domain_offsets_ = None
+            return
+        counts, sums = self._class_sums(X, y, client)
+        if self.client_tau == "uniform":
+            self.tau_scales_ = dict.fromkeys(self.clients_, 1.0)
+        else:
+            self.tau_scales_ = label_shift_distances(dict(zip(self.clients_, counts, strict=True)))
+        self.domain_offsets_ = dict(zip(self.clients_, domain_offsets(counts, sums), strict=True))
 
     def _given_scales(self, tau_scales: Mapping[Any, float] | None) -> dict:
         """Each client's factor of ``tau`` as given to :meth:`from_reference`."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..label_mix import client_log_prior
+from ..label_mix import prior_shift
 from ..wire._errors import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, read_array
 
@@ -72,11 +72,7 @@ class LinearScores:
         scores = X @ self.coef.T.astype(X.dtype, copy=False) + self.intercept
         if class_counts is None or self.federation is None:
             return scores
-        present = self.federation > 0
-        shift = np.zeros(self.federation.shape)
-        own = client_log_prior(np.asarray(class_counts), self.federation)
-        shift[present] = own[present] - self.embedded[present]
-        return scores + shift
+        return scores + prior_shift(np.asarray(class_counts), self.federation, self.embedded)
 
     def predict(self, X: np.ndarray, class_counts: Any = None) -> np.ndarray:
         """Class of the largest score of each row.

@@ -11,6 +11,7 @@ import numpy as np
 from ..accounting import PrivacyBudget, PrivacyBudgetExceeded, PrivacyLedger
 from ..gaussian import GaussianSummary
 from ..heads import OneShotHead
+from ..label_shift import class_counts
 from ..maps import GaussianMap
 from ..selection import validation_split
 from ..summary import GaussianSummaryEstimator
@@ -247,6 +248,12 @@ class ClientParty:
     def n_test(self) -> int:
         """The client's test rows."""
         return 0 if self.y_test is None else int(self.y_test.shape[0])
+
+    @property
+    def class_counts(self) -> np.ndarray:
+        """The client's training rows of each class of the run: its own label mix, with
+        which it predicts where the head serves each client's own (nothing is sent)."""
+        return class_counts(self.y, self.classes)
 
     def summarise(self) -> GaussianSummary:
         """The summary of this client's fitting rows (all its training rows without a split).

@@ -16,7 +16,6 @@ import numpy as np
 from ...accounting import PrivacyBudgetExceeded
 from ...gaussian import GaussianSummary
 from ...heads import LinearScores
-from ...label_shift import class_counts
 from ...wire.payload import Payload, ReceivedPayload
 from ._stage import ClientWire, ServerWire, Stage
 
@@ -212,11 +211,9 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
         full_map = party.full_map(request.reference)
         if party.X_test is None or party.n_test == 0:
             return Evaluation(0, 0)
-        # a head serving each client's own label mix is shifted by this client's own class
-        # counts, here, from its training rows: nothing is sent for it
-        own = class_counts(party.y, party.classes) if request.head.federation is not None else None
+        # a head serving each client's own label mix predicts with this client's counts
         aligned = full_map.geodesic(request.tau).apply(party.X_test)
-        predictions = request.head.predict(aligned, class_counts=own)
+        predictions = request.head.predict(aligned, class_counts=party.class_counts)
         n_correct, n_test = int(np.sum(predictions == party.y_test)), party.n_test
         if party.privacy is not None:
             n_correct = _private_evaluation(party, request, n_correct)

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ... import label_shift
 from ...gaussian import GaussianSummary
 from ...heads import LinearScores
 from ...maps import GaussianMap
@@ -311,9 +310,9 @@ class ValidationStage(Stage[ValidationRequest, ValidationCounts]):
     def answer(self, party: ClientParty, request: ValidationRequest) -> ValidationCounts:
         full_map = party.full_map(request.reference)
         X, y = party.held_out("validation")
-        own_mix = any(head.federation is not None for head in request.heads)
-        own = label_shift.class_counts(party.y, party.classes) if own_mix else None
-        return score_candidates(request.heads, request.taus, full_map, X, y, party.classes, own)
+        return score_candidates(
+            request.heads, request.taus, full_map, X, y, party.classes, party.class_counts
+        )
 
     def encode_request(self, request: ValidationRequest, wire: ServerWire) -> Payload:
         values = wire.with_reference({"taus": [float(t) for t in request.taus]}, request.reference)
