@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +109,10 @@ def test_simulation_engine_with_twenty_virtual_clients_equals_in_process(tmp_pat
         assert run.returncode == 0, tails(logs)
     finally:
         stop([link])
+    # the simulation's Ray workers end with the SuperLink; give their exit the stop's bound
+    deadline = time.monotonic() + 15.0
+    while ray_processes() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not ray_processes() - before, "Ray processes outlived the run"
 
     import json
