@@ -306,21 +306,6 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
                 stacklevel=3,
             )
 
-    def transport_maps(self) -> dict:
-        """Deprecated name of :meth:`maps`.
-
-        Returns
-        -------
-        maps : dict
-            :class:`~skslot.maps.GaussianMap` per client label.
-        """
-        warnings.warn(
-            "BuresBarycenter.transport_maps is deprecated; use BuresBarycenter.maps",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.maps()
-
     def maps(self) -> dict:
         """Each client's optimal-transport map onto the reference.
 

@@ -26,7 +26,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import InitVar, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -175,9 +175,6 @@ class BenchmarkConfig:
         without an ``m x m`` matrix (for clients with fewer rows than
         features); the same alignment to rounding.  With ``auto`` refused:
         the federated search exchanges dense summaries.
-    covariance : {"total", "within"} or None, default=None
-        Deprecated name of ``summary_covariance``, used in its place (with a
-        ``FutureWarning``) when given; it will be removed in a future release.
     """
 
     alphas: Sequence[float | None] = (0.1, 0.05, 0.01, None)
@@ -196,9 +193,8 @@ class BenchmarkConfig:
     mean_tau: float | None = MEAN_TAU
     baselines: bool = True
     form: str = "dense"
-    covariance: InitVar[str | None] = None
 
-    def __post_init__(self, covariance: str | None) -> None:
+    def __post_init__(self) -> None:
         if self.form not in FORMS:
             raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
         if self.form != "dense" and self.auto:
@@ -206,15 +202,6 @@ class BenchmarkConfig:
                 f"form={self.form!r} with auto: the federated choice of tau exchanges dense "
                 "summaries; run without the auto column (auto=False, --no-auto)"
             )
-        if covariance is None:
-            return
-        warnings.warn(
-            "BenchmarkConfig's covariance was renamed summary_covariance; covariance is "
-            "deprecated and will be removed in a future release",
-            FutureWarning,
-            stacklevel=3,
-        )
-        object.__setattr__(self, "summary_covariance", covariance)
 
 
 def evaluate_run(

@@ -208,16 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--summary-covariance",
         choices=COVARIANCES,
-        default=None,
+        default=BenchmarkConfig.summary_covariance,
         help="the clients' summaries: of all their rows ('total', the paper's) or of their "
         "class-centred rows ('within', label-aware alignment) (default: "
         f"{BenchmarkConfig.summary_covariance})",
-    )
-    bench.add_argument(
-        "--covariance",
-        choices=COVARIANCES,
-        default=None,
-        help="deprecated: use --summary-covariance",
     )
     bench.add_argument(
         "--client-tau",
@@ -392,15 +386,6 @@ def _resolve(args: argparse.Namespace) -> None:
     """Check the bench options together and fill in what they imply (``args`` in place)."""
     if 0.0 not in args.taus:
         raise _UsageError("--taus must include 0 (the head without SLOT)")
-    if args.covariance is not None:
-        if args.summary_covariance not in (None, args.covariance):
-            raise _UsageError(
-                "--covariance is the deprecated name of --summary-covariance: give only "
-                "--summary-covariance"
-            )
-        args.summary_covariance = args.covariance
-    if args.summary_covariance is None:
-        args.summary_covariance = BenchmarkConfig.summary_covariance
     if not 0.0 <= args.main_tau <= 1.0:
         raise _UsageError("--main-tau must lie in [0, 1]")
     if args.skew == "none":
@@ -549,12 +534,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         print(f"skslot bench: {exc}", file=sys.stderr)
         return 2
-    if args.covariance is not None:
-        print(
-            "skslot bench: --covariance is deprecated and will be removed in a future "
-            "release: use --summary-covariance",
-            file=sys.stderr,
-        )
     try:
         data = _load(args)
     except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:

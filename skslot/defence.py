@@ -27,7 +27,6 @@ is indistinguishable from an honest client with unusual data
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from numbers import Real
@@ -35,7 +34,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._deprecation import moved_names
 from ._param_validation import Interval, Options, validate_parameter_constraints
 from .gaussian import GaussianSummary
 from .screening import ScreeningEvidence, strongest_case
@@ -402,25 +400,6 @@ class DefenceBounds:
         kept = [n for k, n in enumerate(counts) if k not in reasons]
         return reasons, capped_counts(kept, max_weight_ratio=self.max_weight_ratio)
 
-    def screen(self, summaries: Sequence[GaussianSummary]) -> tuple[dict[int, str], np.ndarray]:
-        """Deprecated name of :meth:`check_summaries` ("screen" names the screening stage).
-
-        Parameters
-        ----------
-        summaries : sequence of GaussianSummary
-
-        Returns
-        -------
-        reasons : dict of int to str
-        weights : ndarray
-        """
-        warnings.warn(
-            "DefenceBounds.screen is deprecated; use DefenceBounds.check_summaries",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.check_summaries(summaries)
-
     def implausible_test_sizes(self, sizes: Sequence[int]) -> dict[int, str]:
         """Positions of clients announcing far more test rows than the others (``max_count_ratio``).
 
@@ -505,11 +484,3 @@ class NoDefence(DefenceBounds):
     def implausible_updates(self, norms: Sequence[float]) -> dict[int, str]:
         return {}
 
-
-__getattr__ = moved_names(
-    __name__,
-    {
-        name: ("skslot.protocol.stages.upload", name)
-        for name in ("inconsistent_parts", "inconsistent_statistics")
-    },
-)

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from ._deprecation import moved_names
 from ._linalg import is_positive_definite
 from .exceptions import InvalidSummaryError
 from .wire._errors import SummaryFormatError as _SummaryFormatError
@@ -29,13 +28,6 @@ from .wire.summary_codec import (
 )
 
 __all__ = ["GaussianSummary"]
-
-#: Deprecated names, and the modules that define them.
-_MOVED = {
-    "GaussianMap": "skslot.maps",
-    "bures_wasserstein_distance": "skslot.maps",
-    "SummaryFormatError": "skslot.wire",
-}
 
 #: Tolerance, relative to the largest entry, on the asymmetry of a covariance.
 SYMMETRY_RTOL = 1e-10
@@ -351,6 +343,3 @@ def as_summary_list(
     if len(dims) > 1:
         raise ValueError(f"summaries have different dimensions: {sorted(dims)}")
     return labels, items
-
-
-__getattr__ = moved_names(__name__, {n: (m, n) for n, m in _MOVED.items()})

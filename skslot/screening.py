@@ -36,8 +36,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import binomtest
 
-from ._deprecation import moved_names
-
 __all__ = [
     "MIN_VOTERS",
     "SCREENING",
@@ -298,11 +296,3 @@ def strongest_case(
         return None, evidence
     return min(cases, key=lambda t: (evidence[t].p_value, -evidence[t].gain)), evidence
 
-
-__getattr__ = moved_names(
-    __name__,
-    {
-        name: ("skslot.protocol.stages.screening", name)
-        for name in ("PairedCounts", "paired_counts")
-    },
-)

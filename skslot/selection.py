@@ -10,14 +10,12 @@ told in docs/architecture.md.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._deprecation import moved_names
 from ._validation import check_in_range, check_open_fraction, check_option
 from .defaults import TAUS
 
@@ -296,8 +294,6 @@ def select_candidate(
     candidates: Sequence[Candidate],
     counts: Mapping[Any, ValidationCounts],
     selection_rule: str = "one-standard-error",
-    *,
-    rule: str | None = None,
 ) -> Selection:
     """Server step: choose a candidate from the clients' validation counts.
 
@@ -324,8 +320,6 @@ def select_candidate(
         Each client's counts (those without validation rows are left out).
     selection_rule : {"one-standard-error", "best"}, default="one-standard-error"
         How the candidate is chosen from the mean scores.
-    rule : str, optional
-        Deprecated name of ``selection_rule``.
 
     Returns
     -------
@@ -344,13 +338,6 @@ def select_candidate(
     .. [2] Hastie, Tibshirani and Friedman, "The Elements of Statistical
        Learning", 2nd ed., 2009.
     """
-    if rule is not None:
-        warnings.warn(
-            "select_candidate's rule is deprecated; use selection_rule",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        selection_rule = rule
     check_option("selection_rule", selection_rule, SELECTION_RULES)
     candidates = list(candidates)
     used = {label: c for label, c in counts.items() if c.n_samples > 0}
@@ -376,17 +363,3 @@ def select_candidate(
         index, candidates[index], scores, standard_errors, list(used), candidates, best
     )
 
-
-#: Deprecated names: the module that defines each, and its name there.
-_MOVED = {
-    "ValidationCounts": ("skslot.protocol.stages.validation", "ValidationCounts"),
-    "score_candidates": ("skslot.protocol.stages.validation", "score_candidates"),
-    "candidate_heads": ("skslot.heads", "candidate_heads"),
-    "client_statistics": ("skslot.heads", "statistics_of_parts"),
-    "head_without": ("skslot.heads", "head_without"),
-    "local_updates": ("skslot.heads", "local_heads"),
-    "refit_head": ("skslot.heads", "refit_head"),
-}
-
-
-__getattr__ = moved_names(__name__, _MOVED)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -106,9 +105,6 @@ class FederatedTauSearch(
     random_state : int, RandomState or None, default=None
         Seeds the clients' validation splits (one seed per client, by its
         position in sorted label order).
-    rule : {"one-standard-error", "best"}, default="deprecated"
-        Deprecated name of ``selection_rule``, used in its place (with a
-        ``FutureWarning``) when given; it will be removed in a future release.
 
     Attributes
     ----------
@@ -173,7 +169,6 @@ class FederatedTauSearch(
     _parameter_constraints: ClassVar[dict] = {
         "slot": [HasMethods(["fit", "transform"]), None],  # a (frozen) SLOTTransformer
         "unknown_client": [Options(UNKNOWN_CLIENT)],
-        "rule": [str],
     }
 
     def __init__(
@@ -188,7 +183,6 @@ class FederatedTauSearch(
         slot: Any = None,
         unknown_client: str = "fit",
         random_state: int | np.random.RandomState | None = None,
-        rule: str = "deprecated",
     ) -> None:
         self.head = head
         self.taus = taus
@@ -199,7 +193,6 @@ class FederatedTauSearch(
         self.slot = slot
         self.unknown_client = unknown_client
         self.random_state = random_state
-        self.rule = rule
 
     def fit(self, X: Any, y: Any, *, client: Any = None) -> FederatedTauSearch:
         """Run the federated search over the clients in ``client``.
@@ -229,7 +222,7 @@ class FederatedTauSearch(
             taus=self.taus,
             head_grid=self.head_grid,
             validation_fraction=self.validation_fraction,
-            selection_rule=self._selection_rule(),
+            selection_rule=self.selection_rule,
             refit=self.refit,
             reference=self._reference_step(),
             random_state=self.random_state,
@@ -302,18 +295,6 @@ class FederatedTauSearch(
         )
         self._store(selection, result.head, own, labels, classes)
         return self
-
-    def _selection_rule(self) -> str:
-        """``selection_rule``, or the deprecated ``rule`` where it is given."""
-        if isinstance(self.rule, str) and self.rule == "deprecated":
-            return self.selection_rule
-        warnings.warn(
-            "FederatedTauSearch's rule was renamed selection_rule; rule is deprecated and "
-            "will be removed in a future release",
-            FutureWarning,
-            stacklevel=3,
-        )
-        return self.rule
 
     def _slot(self) -> SLOTTransformer:
         """The transformer whose settings make the summaries and the reference."""

@@ -9,7 +9,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from skslot import FederatedTauSearch, SmallClientWarning
-from skslot.bench import BenchmarkConfig, evaluate_run, run_benchmark, slot_label, summarise
+from skslot.bench import BenchmarkConfig, evaluate_run, run_benchmark, summarise
 from skslot.cli import main
 from skslot.datasets import digits_projection, load_npz, make_federated_classification
 from skslot.heads import FedCGSClassifier
@@ -330,21 +330,6 @@ def test_a_run_whose_clients_hold_out_nothing_has_no_auto_records(small_npz):
     with pytest.raises(NoValidationRowsError, match="no client has validation rows"):
         FederatedTauSearch(FedCGSClassifier(), validation_fraction=0.001).fit(
             data.X, data.y, client=data.domain
-        )
-
-
-def test_benchmark_config_covariance_is_the_deprecated_name_of_summary_covariance():
-    within = BenchmarkConfig(summary_covariance="within")
-    with pytest.warns(FutureWarning, match="covariance was renamed summary_covariance"):
-        old = BenchmarkConfig(covariance="within")
-    assert old == within and old.summary_covariance == "within"
-    label = "SLOT (tau=0.6, label-shift, mean_tau=1, within covariance)"
-    assert slot_label(old) == slot_label(within) == label
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a copy does not pass the former name again
-        assert dataclasses.replace(old, seeds=(0,)).summary_covariance == "within"
-        assert BenchmarkConfig(**{**old.__dict__, "split": "random"}) == dataclasses.replace(
-            old, split="random"
         )
 
 

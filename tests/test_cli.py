@@ -21,7 +21,7 @@ from skslot.bench import (
     _Progress,
     run_benchmark,
 )
-from skslot.cli import _resolve, build_parser, main
+from skslot.cli import build_parser, main
 from skslot.datasets import dirichlet_partition, load_table, make_federated_classification
 from skslot.flower.config import DeploymentConfig
 from skslot.heads import FedCGSClassifier, FedPFTClassifier
@@ -349,26 +349,13 @@ def test_flower_app_options_are_the_run_config_and_a_bad_one_names_its_key(tmp_p
         assert f"(run-config key '{option[2:]}')" in err
 
 
-def test_bench_covariance_is_the_deprecated_name_of_summary_covariance(capsys, monkeypatch):
+def test_bench_summary_covariance_defaults_to_the_configs(capsys):
     parse = build_parser().parse_args
-    for argv, expected in [
-        ([], "total"),
-        (["--summary-covariance", "within"], "within"),
-        (["--covariance", "within"], "within"),
-    ]:
-        args = parse(["bench", *argv])
-        _resolve(args)
-        assert args.summary_covariance == expected
-
-    def stop(args):
-        raise OSError("not read")
-
-    monkeypatch.setattr(skslot.cli, "_load", stop)
-    assert main(["bench", "--covariance", "within", "--quiet"]) == 2
-    err = capsys.readouterr().err
-    assert "--covariance is deprecated" in err and "use --summary-covariance" in err
-    assert main(["bench", "--covariance", "within", "--summary-covariance", "total"]) == 2
-    assert "give only --summary-covariance" in capsys.readouterr().err
+    assert parse(["bench"]).summary_covariance == BenchmarkConfig.summary_covariance == "total"
+    assert parse(["bench", "--summary-covariance", "within"]).summary_covariance == "within"
+    with pytest.raises(SystemExit):
+        parse(["bench", "--covariance", "within"])  # one name per option
+    assert "unrecognized arguments: --covariance" in capsys.readouterr().err
 
 
 def test_the_bench_says_which_columns_it_used_as_features(tmp_path, capsys):

@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 
 import skslot.flower.config as config_module
-from skslot import FederatedTauSearch
-from skslot.datasets import make_federated_classification
 from skslot.defaults import CLIENT_TAU as DEFAULT_CLIENT_TAU
 from skslot.defaults import LABEL_MIX, default_tau
 from skslot.defaults import MEAN_TAU as DEFAULT_MEAN_TAU
@@ -17,7 +15,6 @@ from skslot.defaults import TAU as DEFAULT_TAU
 from skslot.defence import DefenceBounds
 from skslot.flower import DeploymentConfig
 from skslot.flower.config import AlignmentSettings, Setting
-from skslot.heads import FedCGSClassifier
 from skslot.selection import DEFAULT_TAUS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -274,16 +271,3 @@ def test_class_names_are_sent_as_positions_and_labels_are_checked():
 # -- one name per setting: the former names still work, with a warning ------------------
 
 
-def test_federated_tau_search_rule_is_the_deprecated_name_of_selection_rule():
-    data = make_federated_classification(
-        n_clients=3, n_samples_per_client=60, n_features=4, alpha=0.5, random_state=0
-    )
-    fit = {"X": data.X, "y": data.y, "client": data.client}
-    new = FederatedTauSearch(FedCGSClassifier(), selection_rule="best", random_state=0)
-    assert "selection_rule" in new.get_params() and new.get_params()["rule"] == "deprecated"
-    new.fit(**fit)
-    old = FederatedTauSearch(FedCGSClassifier(), rule="best", random_state=0)
-    with pytest.warns(FutureWarning, match="rule was renamed selection_rule"):
-        old.fit(**fit)
-    assert old.best_params_ == new.best_params_
-    assert old.best_score_ == new.best_score_

@@ -395,14 +395,6 @@ def test_small_clients_are_left_out_of_the_choice(federated):
         ({"taus": (0, 0, 1)}, ValueError, "repeats"),
         ({"taus": (0, 2)}, ValueError, r"each tau must be in \[0.0, 1.0\]"),
         ({"validation_fraction": 0.0}, ValueError, "validation_fraction"),
-        pytest.param(  # the deprecated name is validated too (its warning: test_deprecations)
-            {"rule": "max"},
-            ValueError,
-            "rule must be one of",
-            marks=pytest.mark.filterwarnings(
-                "ignore:FederatedTauSearch's rule was renamed selection_rule:FutureWarning"
-            ),
-        ),
         ({"head_grid": {"max_iter": [10]}}, ValueError, "server-side parameters"),
     ],
 )

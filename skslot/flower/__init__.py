@@ -19,8 +19,6 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .._deprecation import moved_names
-
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .client_app import ClientData, load_client_data
     from .config import (
@@ -77,20 +75,7 @@ __all__ = [
 ]
 
 
-#: Deprecated names, and the one import path of what they name.
-_MOVED = {
-    "DeploymentError": ("skslot.protocol", "ProtocolRunError"),
-    "DeploymentReport": ("skslot.protocol", "ProtocolReport"),
-    "ProtocolError": ("skslot.wire", "MessageFormatError"),
-}
-
-
-_moved = moved_names(__name__, _MOVED)
-
-
 def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        return _moved(name)
     if name in _CONFIG:
         value = getattr(import_module(f"{__name__}.{_CONFIG[name]}"), name)
     elif name in _NEED_FLOWER:

@@ -9,7 +9,6 @@ Pipeline execute the same code.
 
 from __future__ import annotations
 
-import warnings
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -72,16 +71,6 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     #: The release (:data:`skslot.accounting.RELEASES`) a private client's
     #: statistics are charged to; ``None`` for a head with no private release.
     private_release: ClassVar[str | None] = None
-
-    @property
-    def protocol(self) -> HeadStrategy:
-        """Deprecated name of :attr:`strategy`."""
-        warnings.warn(
-            f"{type(self).__name__}.protocol is deprecated; use .strategy",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.strategy
 
     def fit(self, X: Any, y: Any, *, client: Any = None) -> OneShotHead:
         """Fit the head as one federated round over the clients in ``client``.

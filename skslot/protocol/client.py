@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -326,24 +325,6 @@ class ClientParty:
         own = state.summary
         full = GaussianMap.optimal_transport(own, state.reference)
         return full.with_mean_fraction(state.mean_tau, own.mean)
-
-    def transport_map(self, reference: GaussianSummary | None = None) -> GaussianMap:
-        """Deprecated name of :meth:`full_map`.
-
-        Parameters
-        ----------
-        reference : GaussianSummary, optional
-
-        Returns
-        -------
-        GaussianMap
-        """
-        warnings.warn(
-            "ClientParty.transport_map is deprecated; use ClientParty.full_map",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.full_map(reference)
 
     def answer(self, stage: str, request: Any) -> Any:
         """The reply to ``request`` at ``stage``: the stage's client step on this party.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral, Real
@@ -167,8 +166,6 @@ class OneShotProtocol:
         validation counts are not released under the budget.
     config : dict, optional
         Shown in the report.
-    rule : str, optional
-        Deprecated name of ``selection_rule``.
     """
 
     _parameter_constraints: ClassVar[dict[str, list]] = {
@@ -214,15 +211,7 @@ class OneShotProtocol:
         screen: str = "auto",
         privacy: PrivacyBudget | None = None,
         config: dict | None = None,
-        rule: str | None = None,
     ) -> None:
-        if rule is not None:
-            warnings.warn(
-                "OneShotProtocol's rule is deprecated; use selection_rule",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            selection_rule = rule
         self.head = head
         self.tau = default_tau(getattr(head, "label_mix", "federation")) if tau is None else tau
         self.taus = taus

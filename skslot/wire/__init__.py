@@ -14,7 +14,6 @@ Nothing here needs Flower.  Every decoder raises a subclass of
 ================================  ============================================
 """
 
-from .._deprecation import moved_names
 from ._errors import (
     MessageFormatError,
     StatisticsFormatError,
@@ -63,6 +62,3 @@ __all__ = [
     "summary_dimension",
     "summary_payload_size",
 ]
-
-
-__getattr__ = moved_names(__name__, {"ProtocolError": ("skslot.wire", "MessageFormatError")})

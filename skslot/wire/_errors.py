@@ -10,7 +10,6 @@ invalid values, whether they were received or given.
 
 from __future__ import annotations
 
-from .._deprecation import moved_names
 from ..exceptions import InvalidSummaryError
 
 __all__ = [
@@ -40,6 +39,3 @@ class StatisticsFormatError(WireFormatError):
 
 class MessageFormatError(WireFormatError):
     """A received message lacks a part its stage needs, or a part is malformed."""
-
-
-__getattr__ = moved_names(__name__, {"ProtocolError": ("skslot.wire", "MessageFormatError")})
