@@ -32,6 +32,7 @@ References
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ __all__ = [
     "PrivacyBudget",
     "PrivacyBudgetExceeded",
     "PrivacyLedger",
+    "release_key",
 ]
 
 #: Every release a client can make in a run, in the order of the protocol.
@@ -89,6 +91,30 @@ _RELATIVE_DISCRETISATION = 2.5e-4
 
 
 T = TypeVar("T")
+
+
+def release_key(release: str) -> int:
+    """The 64-bit key a release's noise stream is seeded by, with the run's secret seed.
+
+    A digest of the release's *name*, so a release draws the same noise
+    whatever other releases the library knows or a run makes.
+
+    Parameters
+    ----------
+    release : str
+        The release's name.
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> from skslot.accounting import release_key
+    >>> release_key("summary") == release_key("summary") != release_key("statistics")
+    True
+    """
+    return int.from_bytes(hashlib.sha256(release.encode()).digest()[:8], "little")
 
 
 class PrivacyBudgetExceeded(RuntimeError):
@@ -356,7 +382,7 @@ class PrivacyLedger:
             return self._released[release]
         sigma = self.noise_scale(release, sensitivity)
         warn_large_delta(self.budget.delta, n, self.client)
-        rng = np.random.default_rng([self.seed, RELEASES.index(release)])
+        rng = np.random.default_rng([self.seed, release_key(release)])
         result = mechanism(sigma, rng)
         self._released[release] = result
         return result

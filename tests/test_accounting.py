@@ -287,8 +287,7 @@ def test_a_fixed_noise_seed_warns():
 def test_private_fedpft_sends_one_checked_gaussian_per_class(covariance_type):
     data = make_federated_classification(n_clients=2, n_samples_per_client=300, random_state=1)
     budget = PrivacyBudget(8.0, clip_norm=10.0, random_state=0)
-    head = FedPFTClassifier(covariance_type=covariance_type, rank=3, privacy=budget,
-                            random_state=0)
+    head = FedPFTClassifier(covariance_type=covariance_type, rank=3, privacy=budget, random_state=0)
     head.fit(data.X, data.y, client=data.client)
     assert all(7.9 < e <= 8.0 for e in head.privacy_spent_.values())
     classes = np.unique(data.y)
@@ -296,7 +295,9 @@ def test_private_fedpft_sends_one_checked_gaussian_per_class(covariance_type):
     message = head.client_statistics(data.X[rows], data.y[rows], classes)
     # what the server decodes passes every check of an exact message, and counts every row
     decoded = head.decode_statistics(
-        message.to_arrays(), classes=classes, n_features=data.X.shape[1],
+        message.to_arrays(),
+        classes=classes,
+        n_features=data.X.shape[1],
         n_samples=int(rows.sum()),
     )
     assert decoded.n_samples == rows.sum()
@@ -305,9 +306,9 @@ def test_private_fedpft_sends_one_checked_gaussian_per_class(covariance_type):
 
 def test_private_fedpft_fits_one_component():
     with pytest.raises(ValueError, match="one Gaussian per class"):
-        FedPFTClassifier(
-            n_components=2, covariance_type="full", privacy=PrivacyBudget(1.0)
-        ).fit(np.eye(4), [0, 1, 0, 1])
+        FedPFTClassifier(n_components=2, covariance_type="full", privacy=PrivacyBudget(1.0)).fit(
+            np.eye(4), [0, 1, 0, 1]
+        )
 
 
 def test_a_fixed_noise_seed_still_gives_each_client_its_own_noise():
@@ -326,3 +327,26 @@ def test_a_fixed_noise_seed_still_gives_each_client_its_own_noise():
     again = head.client_statistics(X[client == 1], y[client == 1], classes, client_index=1)
     np.testing.assert_array_equal(again.sums, second.sums)  # as fit makes it, reproducibly
     head.fit(X, y, client=client)
+
+
+def test_a_releases_noise_depends_on_its_name_not_on_the_known_releases(monkeypatch):
+    import skslot.accounting as accounting
+
+    budget = PrivacyBudget(4.0)
+
+    def draws() -> dict[str, np.ndarray]:
+        ledger = budget.ledger(("summary", "class_counts"), seed=7)
+        return {
+            name: ledger.release(
+                name, lambda s, rng: rng.standard_normal(4), n=100, sensitivity=1.0
+            )
+            for name in ("summary", "class_counts")
+        }
+
+    before = draws()
+    monkeypatch.setattr(accounting, "RELEASES", ("a_new_release", *accounting.RELEASES))
+    monkeypatch.setitem(accounting.DEFAULT_SHARES, "a_new_release", 1.0)
+    after = draws()
+    for name in before:  # the same bytes, though every release moved one place in RELEASES
+        assert before[name].tobytes() == after[name].tobytes()
+    assert not np.array_equal(before["summary"], before["class_counts"])
