@@ -232,7 +232,8 @@ def own_summary(reply: Message) -> GaussianSummary:
     config = reply.content.config_records[messages.CONFIG]
     if sends_summary(reply):
         return GaussianSummary.from_bytes(config["summary"])
-    arrays = {n: a.numpy() for n, a in reply.content.array_records[upload_stage.STATISTICS].items()}
+    record = reply.content.array_records[upload_stage.STATISTICS]
+    arrays = {n: a.numpy() for n, a in record.items()}
     C, m = arrays["sums"].shape
     fitting = ClassStatistics.from_arrays(arrays, classes=np.arange(C), n_features=m)
     return FedCGSClassifier().strategy.derived_summary(  # of the fitting rows

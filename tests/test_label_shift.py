@@ -18,6 +18,7 @@ from skslot import (
     SLOTTransformer,
     UnknownClientWarning,
 )
+from skslot.consistency import class_counts_problem
 from skslot.heads import FedCGSClassifier, OneShotFedAvgClassifier
 from skslot.label_shift import class_counts, label_shift_distances
 from skslot.protocol import Upload
@@ -177,7 +178,7 @@ def test_class_counts_are_tied_to_the_summary_and_the_statistics(data):
 
     def problem(upload_counts, statistics=stats, n_classes=classes.shape[0]):
         upload = Upload(summary, summary.n, 0, statistics=statistics, class_counts=upload_counts)
-        return upload_stage.class_counts_problem(upload, n_classes)
+        return class_counts_problem(upload, n_classes)
 
     assert problem(counts) is None
     assert problem(None) == "the upload lacks the class counts the run asked for"
@@ -250,7 +251,7 @@ def test_fedpft_counts_agree_with_a_class_skipped_in_one_part_only():
     upload = Upload(
         summary, 18, 0, fitting, validation, class_counts=class_counts(y, classes), n_validation=5
     )
-    assert upload_stage.class_counts_problem(upload, 3) is None
+    assert class_counts_problem(upload, 3) is None
 
 
 def test_weights_set_the_federation_s_proportions():

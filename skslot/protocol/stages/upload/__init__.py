@@ -1,0 +1,56 @@
+"""Stage "upload": each client's summary and, for statistics heads, its statistics.
+
+The request (:class:`UploadRequest`) gives a client its position, the seed
+of its validation split and the run's summary settings; the reply
+(:class:`Upload`) carries its summary (or, where the head's statistics
+determine it, its shrinkage) and its row counts.
+
+* the messages: :class:`UploadRequest`, :class:`Upload`;
+* the wire format, read and checked before allocation: :class:`UploadCodec`;
+* the client's step (:meth:`UploadStage.answer`), the server's
+  (:func:`collect`) and the meaning of one upload (:func:`check`, which runs
+  the consistency checks of :mod:`skslot.consistency`);
+* a private client's part: :func:`private_run`, :func:`released_summary`,
+  :func:`released_class_counts`, and the server's
+  :func:`private_shrinkage_problem`.
+
+Comparing clients with each other is the defence's (:mod:`skslot.defence`).
+"""
+
+from ._codec import UploadCodec, as_decoded
+from ._messages import (
+    STATISTICS,
+    UPLOAD_RELEASES,
+    VALIDATION_STATISTICS,
+    Upload,
+    UploadRequest,
+)
+from ._privacy import (
+    private_run,
+    private_shrinkage_problem,
+    private_summary_problem,
+    released_class_counts,
+    released_summary,
+)
+from ._steps import STAGE, UploadStage, check, collect, form_problem, run_dimension
+
+__all__ = [
+    "STAGE",
+    "STATISTICS",
+    "UPLOAD_RELEASES",
+    "VALIDATION_STATISTICS",
+    "Upload",
+    "UploadCodec",
+    "UploadRequest",
+    "UploadStage",
+    "as_decoded",
+    "check",
+    "collect",
+    "form_problem",
+    "private_run",
+    "private_shrinkage_problem",
+    "private_summary_problem",
+    "released_class_counts",
+    "released_summary",
+    "run_dimension",
+]

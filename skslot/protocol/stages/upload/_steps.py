@@ -1,0 +1,412 @@
+"""Stage "upload": the client's step, the server's step and the meaning of one upload."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...._validation import check_feature_scale
+from ....consistency import (
+    class_counts_problem,
+    collapsed_spread,
+    inconsistent_statistics,
+    inconsistent_statistics_parts,
+)
+from ....label_shift import class_counts
+from ._codec import UploadCodec, as_decoded
+from ._messages import UPLOAD_RELEASES, Upload, UploadRequest
+from ._privacy import (
+    private_run,
+    private_shrinkage_problem,
+    private_summary_problem,
+    released_class_counts,
+    released_summary,
+)
+
+if TYPE_CHECKING:
+    from ....defence import DefenceBounds, NoDefence
+    from ...client import ClientParty
+    from ...state import RunState
+
+__all__ = ["STAGE", "UploadStage", "check", "collect", "form_problem", "run_dimension"]
+
+
+# -- the server's checks ---------------------------------------------------------------------
+
+
+def run_dimension(uploads: Mapping[Hashable, Upload]) -> int | None:
+    """The feature dimension of the run (a transport delivers uploads of one dimension).
+
+    Parameters
+    ----------
+    uploads : mapping of address to Upload
+
+    Returns
+    -------
+    int or None
+        ``None`` when no upload was received.
+    """
+    dims = {upload.dimension for upload in uploads.values()}
+    if len(dims) > 1:
+        raise ValueError(f"the transport delivered summaries of dimensions {sorted(dims)}")
+    return dims.pop() if dims else None
+
+
+def form_problem(upload: Upload, derives_summary: bool) -> str | None:
+    """Why an upload's summary does not have the head's form: sent, or derived from statistics.
+
+    A head whose statistics determine the summary (FedCGS) has its clients
+    send their shrinkage in its place; any other sends the summary itself.
+
+    Parameters
+    ----------
+    upload : Upload
+    derives_summary : bool
+        Whether the run's head derives the summary from the statistics.
+
+    Returns
+    -------
+    str or None
+    """
+    if not derives_summary:
+        if upload.summary is None or upload.shrinkage is not None:
+            return "the upload must carry the client's summary (and no separate shrinkage)"
+        return None
+    if upload.summary is not None:
+        return (
+            "the head's statistics determine the summary: the upload must carry the "
+            "shrinkage, not a summary of its own"
+        )
+    if upload.statistics is None:
+        return "the upload lacks the statistics its summary is derived from"
+    if upload.shrinkage is None:
+        return "the upload lacks the shrinkage its summary is derived with"
+    return None
+
+
+def check(
+    upload: Upload,
+    n_features: int,
+    *,
+    split: bool,
+    uploads_statistics: bool,
+    defence: DefenceBounds | NoDefence,
+    derived: bool,
+    validation_statistics: bool = True,
+    summary_covariance: str = "total",
+    n_classes: int | None = None,
+    validation_fraction: float | None = None,
+    run_classes: int | None = None,
+) -> str | None:
+    """Why an upload does not fit the run: its parts, statistics and summary must agree.
+
+    The summary describes the fitting rows, so it must count ``n_fit`` rows
+    and, with a defence, agree with the fitting statistics
+    (:func:`inconsistent_statistics`; a summary the server ``derived`` from
+    them agrees by construction), and the validation statistics with the
+    fitting ones (:func:`inconsistent_parts`).  ``n_classes``: the run asked
+    for the client's class counts (over its ``n_classes`` classes), which
+    must add up to its fitting and validation rows and equal those of its
+    statistics; with a validation split (``validation_fraction``) they also
+    fix the size of its validation part.  Without them, the split still
+    bounds it: the run's ``run_classes`` classes each hold out
+    ``floor(fraction * n_c)`` rows, so the validation part of ``n`` rows lies
+    in ``(fraction * n - C, fraction * n]``.
+
+    Parameters
+    ----------
+    upload : Upload
+    n_features : int
+        The run's dimension.
+    split : bool
+        Whether the run has a validation part.
+    uploads_statistics : bool
+        Whether the head's clients upload statistics.
+    defence : DefenceBounds or NoDefence
+        Its bounds apply to the consistency of the parts (none without a defence).
+    derived : bool
+        Whether the server derived the summary from the statistics.
+    validation_statistics : bool, default=True
+        Whether the run asked for the validation part's statistics.
+    summary_covariance : {"total", "within"}, default="total"
+    n_classes : int, optional
+        The number of class counts the run asked for.
+    validation_fraction : float, optional
+    run_classes : int, optional
+        The number of the run's classes.
+
+    Returns
+    -------
+    str or None
+        Why the upload is refused, or ``None``.
+    """
+    summary = upload.summary
+    for name in ("n_fit", "n_validation", "n_test"):
+        value = getattr(upload, name)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            return f"{name} must be an integer, got {value!r}"
+        if value < 0:
+            return f"{name} must be >= 0, got {value}"
+    if summary.dimension != n_features:
+        return f"dimension {summary.dimension}, expected {n_features}"
+    if upload.n_fit != summary.n:
+        return f"its summary counts {summary.n} rows, but its fitting part {upload.n_fit}"
+    held, rows = upload.n_validation, upload.n_rows
+    if not split and held != 0:
+        return "this run has no validation part (a fixed tau, without screening)"
+    if split and validation_fraction is not None and run_classes is not None:
+        expected = validation_fraction * rows  # Python integers and floats: no wrap-around
+        if not expected - run_classes <= held <= expected * (1 + 1e-12):
+            return (
+                f"a validation part of {held} rows of {rows}: a split at validation_fraction = "
+                f"{validation_fraction} over {run_classes} classes holds out more than "
+                f"{expected - run_classes:.1f} and at most {expected:.1f}"
+            )
+    why = class_counts_problem(upload, n_classes, validation_fraction if split else None)
+    if why:
+        return why
+    if not uploads_statistics:
+        if upload.statistics is not None or upload.validation is not None:
+            return "the head trains locally: its upload carries no statistics"
+        return None
+    if upload.statistics is None:
+        return "the upload lacks the head's statistics"
+    if not validation_statistics:
+        if upload.validation is not None:
+            return "the run asked for no validation statistics"
+    elif (upload.validation is None) != (upload.n_validation == 0):
+        return f"validation statistics do not match a validation part of {upload.n_validation} rows"
+    if not defence.checks_consistency:
+        return None
+    if not derived:
+        implied = upload.statistics.implied_moments(summary_covariance)
+        why = inconsistent_statistics(
+            summary,
+            implied.mean,
+            implied.trace,
+            n_described=implied.n,
+            trace_error=implied.error,
+            covariance=summary_covariance,
+        )
+        if why is None and summary_covariance == "total" and implied.class_means is not None:
+            why = collapsed_spread(summary, implied.class_counts, implied.class_means)
+        if why:
+            return f"inconsistent with its summary: {why}"
+    if upload.validation is not None:
+        why = inconsistent_statistics_parts(upload.statistics, upload.validation, defence)
+        if why:
+            return f"implausible: {why}"
+    return None
+
+
+# -- the server's step -----------------------------------------------------------------------
+
+
+def collect(run: RunState) -> None:
+    """The server's step: every client's upload, its summary derived where the head does so,
+    each upload checked (:func:`check`), the accepted clients entered into the run.
+
+    Parameters
+    ----------
+    run : RunState
+    """
+    protocol, report = run.protocol, run.report
+    parties = run.parties
+    seeds = run.split_seeds() if run.splits else {}
+    counting = protocol.client_tau == "label-shift" or run.screens
+    requests = {
+        c: UploadRequest(
+            k,
+            seeds.get(c),
+            class_counts=counting,
+            summary_covariance=protocol.summary_covariance,
+            covariance_floor=protocol.covariance_floor,
+            mean_tau=protocol.mean_tau,
+            validation_statistics=not run.screens,  # a screened final head never merges them
+            privacy=run.privacy_settings,
+            releases=run.releases,
+            shares=run.shares,
+        )
+        for k, c in enumerate(parties)
+    }
+    exchange = run.exchange("upload", requests)
+    head = protocol.head
+    derives = head.strategy.derives_summary
+    replies = {}
+    for c, upload in exchange.replies.items():
+        report.clients[c] = upload.client_label  # shown, never trusted
+        for release in run.releases:  # spent, even if the upload is refused
+            if release in UPLOAD_RELEASES:
+                run.received_release(c, release)
+        if upload.summary_bytes is not None:
+            report.summary_payload_bytes[c] = upload.summary_bytes
+        why = form_problem(upload, derives)
+        if why is None and derives and run.releases:
+            why = private_shrinkage_problem(upload, protocol.summary_covariance)
+        if why is None and derives:
+            try:
+                summary = head.strategy.derived_summary(
+                    upload.statistics,
+                    upload.shrinkage,
+                    covariance=protocol.summary_covariance,
+                    covariance_floor=protocol.covariance_floor,
+                    client=upload.label,
+                )
+            except ValueError as exc:
+                why = f"its statistics make no summary: {exc}"
+            else:
+                upload = replace(upload, summary=summary)
+                report.clients[c] = summary.client  # the label as a summary holds it
+        if why:
+            run.reject("upload", c, why)
+            continue
+        replies[c] = upload
+    m = run_dimension(replies)
+    report.n_features = m
+    # values per summary on the wire: the shrinkage alone where the server derives it
+    report.summary_values = None if m is None else 1 if derives else m * (m + 1) // 2 + m + 1
+    accepted = []
+    for c in parties:
+        if c not in replies:
+            continue
+        why = check(
+            replies[c],
+            m,
+            split=run.splits,
+            uploads_statistics=head.strategy.uploads_statistics,
+            defence=run.defence,
+            derived=derives,
+            validation_statistics=not run.screens,
+            summary_covariance=protocol.summary_covariance,
+            n_classes=run.classes.shape[0] if counting else None,
+            validation_fraction=protocol.validation_fraction,
+            run_classes=run.classes.shape[0],
+        )
+        if why:
+            run.reject("upload", c, why)
+            continue
+        run.enter(c, replies[c])
+        accepted.append(c)
+    run.keep("upload", accepted)
+
+
+class UploadStage(UploadCodec):
+    """Stage "upload": a client's position and the run's settings out, its summary back.
+
+    The client's step summarises its fitting rows and adds what the head
+    uploads.  With a validation split (``request.split_seed``) the summary, and
+    so the map, leaves the held-out rows out: the validation then scores rows
+    new to the map, as the test does.  The summary is made once per run: a
+    repeated request with the same split gets the same one (for a private
+    summary, no fresh noise to average out; another split summarises other
+    rows, a new release), kept as the server decodes it (``summary_dtype``).
+    Where the head's statistics determine the summary (FedCGS), the client
+    sends its Ledoit-Wolf shrinkage instead and keeps the summary the server
+    derives from the same statistics, with the run's summary settings, which
+    must be its own.  Its wire format is :class:`~skslot.protocol.stages.upload.UploadCodec`'s.
+    """
+
+    name = "upload"
+    message_type = "query.upload"
+    request = UploadRequest
+    reply = Upload
+    check = staticmethod(check)
+    answers_privately = True
+
+    def answer(self, party: ClientParty, request: UploadRequest) -> Upload:
+        state, strategy = party.state, party.head.strategy
+        estimator = party.estimator
+        why = private_summary_problem(party.head, estimator.epsilon)
+        if why:
+            raise ValueError(why)
+        derived = strategy.derives_summary
+        settings = (estimator.covariance, estimator.covariance_floor)
+        if derived and settings != (request.summary_covariance, request.covariance_floor):
+            raise ValueError(
+                f"this client summarises with covariance={settings[0]!r}, "
+                f"covariance_floor={settings[1]!r}, but the run derives summaries with "
+                f"covariance={request.summary_covariance!r}, covariance_floor="
+                f"{request.covariance_floor!r}: the client would map its rows with another "
+                "summary than the server's"
+            )
+        ledger = private_run(party, request)  # checked before the state changes
+        if ledger is not None and not strategy.uploads_statistics:
+            if request.summary_covariance != "total":
+                raise ValueError(
+                    "this client releases the summary of its total covariance; the run asks "
+                    f"for {request.summary_covariance!r}, whose sensitivity is not derived"
+                )
+        if state.summary is not None and state.split_seed != request.split_seed:
+            state.summary = None  # another split: another fitting part to summarise
+        state.client_index, state.split_seed = request.client_index, request.split_seed
+        state.mean_tau = request.mean_tau
+        split = party.split
+        X_fit, y_fit = party.fitting_rows()
+        if derived and ledger is None:  # its summary's scale check (a release is clipped)
+            check_feature_scale(X_fit)
+        fitting, validation = strategy.client_upload(
+            party.head,
+            party.X,
+            party.y,
+            party.classes,
+            split,
+            client_index=request.client_index,
+            ledger=ledger,
+        )
+        if not request.validation_statistics:
+            validation = None
+        if derived:  # derived afresh from this upload's (released) statistics
+            shrinkage = (  # private: a function of the release alone (no fourth moments)
+                fitting.oas_shrinkage(request.summary_covariance)
+                if ledger is not None
+                else strategy.derived_shrinkage(
+                    fitting, X_fit, y_fit, covariance=request.summary_covariance
+                )
+            )
+            state.summary = strategy.derived_summary(
+                fitting,
+                shrinkage,
+                covariance=request.summary_covariance,
+                covariance_floor=request.covariance_floor,
+                client=party.label,
+            )
+        elif ledger is not None:
+            if strategy.uploads_statistics:  # the summary of the released moments
+                summary = ledger.result(party.head.private_release).summary(
+                    covariance=request.summary_covariance,
+                    covariance_floor=request.covariance_floor,
+                    client=party.label,
+                )
+            else:  # a head training locally: the summary is a release of its own
+                summary = released_summary(party, ledger, request.covariance_floor)
+            state.summary = as_decoded(summary, request.summary_dtype)
+        elif state.summary is None:
+            state.summary = as_decoded(party.summarise(), request.summary_dtype)
+        return Upload(
+            None if derived else state.summary,
+            n_fit=y_fit.shape[0],
+            n_validation=0 if split is None else split[1].shape[0],
+            n_test=party.n_test,
+            statistics=fitting,
+            validation=validation,
+            class_counts=(
+                None
+                if not request.class_counts
+                else class_counts(party.y, party.classes)
+                if ledger is None
+                else fitting.class_counts()  # released: post-processing of the statistics
+                if fitting is not None
+                else released_class_counts(party, ledger)
+            ),
+            shrinkage=state.summary.shrinkage if derived else None,
+            label=party.label if derived else None,
+        )
+
+    def label(self, reply: Upload) -> int | str | None:
+        return reply.client_label
+
+
+STAGE = UploadStage()
