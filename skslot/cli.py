@@ -29,7 +29,9 @@ from .bench import (
 )
 from .datasets import EMBEDDED_DATASETS, FeatureTable, load_dataset, load_table
 from .datasets._tables import table_kind
-from .flower.config import DeploymentConfig, Setting, write_flower_app
+from .flower.app_files import write_flower_app
+from .flower.config import DeploymentConfig
+from .flower.settings import Setting
 from .label_shift import CLIENT_TAU_RULES
 from .summary import COVARIANCES, FORMS
 

@@ -13,8 +13,7 @@ from skslot.defaults import LABEL_MIX, default_tau
 from skslot.defaults import MEAN_TAU as DEFAULT_MEAN_TAU
 from skslot.defaults import TAU as DEFAULT_TAU
 from skslot.defence import DefenceBounds
-from skslot.flower import DeploymentConfig
-from skslot.flower.config import AlignmentSettings, Setting
+from skslot.flower import AlignmentSettings, DeploymentConfig, Setting
 from skslot.selection import DEFAULT_TAUS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,36 +20,33 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from .app_files import write_flower_app
     from .client_app import ClientData, load_client_data
-    from .config import (
+    from .config import DeploymentConfig
+    from .groups import (
         AlignmentSettings,
         DataSettings,
         DefenceSettings,
-        DeploymentConfig,
         PrivacySettings,
         ProtocolSettings,
         RunSettings,
-        Setting,
-        write_flower_app,
     )
     from .server_app import run_one_shot
+    from .settings import Setting
     from .transport import FlowerTransport
 
 #: Names that work without Flower installed -> their module.
-_CONFIG = dict.fromkeys(
-    [
-        "AlignmentSettings",
-        "DataSettings",
-        "DefenceSettings",
-        "DeploymentConfig",
-        "PrivacySettings",
-        "ProtocolSettings",
-        "RunSettings",
-        "Setting",
-        "write_flower_app",
-    ],
-    "config",
-)
+_CONFIG = {
+    "AlignmentSettings": "groups",
+    "DataSettings": "groups",
+    "DefenceSettings": "groups",
+    "DeploymentConfig": "config",
+    "PrivacySettings": "groups",
+    "ProtocolSettings": "groups",
+    "RunSettings": "groups",
+    "Setting": "settings",
+    "write_flower_app": "app_files",
+}
 #: Names that import Flower -> their module.
 _NEED_FLOWER = {
     "ClientData": "client_app",

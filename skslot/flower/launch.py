@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..protocol.report import left_out
-from .config import RunSettings
+from .groups import RunSettings
 
 __all__ = [
     "COMPLETED",
@@ -132,7 +132,7 @@ def _run_config_dir(app_dir: Path, run_config: Sequence[str]) -> Path | None:
     """The ``output-dir`` the run will use: the App's default with the overrides applied."""
     from flwr.common.config import get_fused_config_from_dir, parse_config_args
 
-    from .config import RunSettings
+    from .groups import RunSettings
 
     try:
         fused = get_fused_config_from_dir(app_dir, parse_config_args(list(run_config)))

@@ -29,7 +29,8 @@ from flwr.serverapp import Grid, ServerApp
 from ..heads import LinearScores
 from ..protocol import ProtocolReport, ProtocolRunError
 from ..protocol.report import logger as protocol_logger
-from .config import DeploymentConfig, RunSettings
+from .config import DeploymentConfig
+from .groups import RunSettings
 from .outputs import RunOutputs, utc_now
 from .transport import FlowerTransport
 

@@ -1,0 +1,574 @@
+"""The groups of a deployment's settings: protocol, alignment, defence, data, privacy, run.
+
+Each group declares its settings (:mod:`skslot.flower.settings`) and the
+checks between them; :class:`~skslot.flower.DeploymentConfig` holds one of
+each.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from ..defaults import (
+    CLIENT_MIX_TAU,
+    CLIENT_TAU,
+    LABEL_MIX,
+    MEAN_TAU,
+    TAU,
+    VALIDATION_FRACTION,
+)
+from ..defence import DefenceBounds
+from ..heads import OneShotHead, head_class, make_head
+from ..label_mix import LABEL_MIXES
+from ..label_shift import CLIENT_TAU_RULES
+from ..screening import SCREENING
+from ..selection import DEFAULT_TAUS, SELECTION_RULES, check_tau_grid
+from ..summary import COVARIANCES
+from ..wire.summary_codec import SUMMARY_DTYPES
+from .settings import SettingsGroup, declare, declared
+
+__all__ = [
+    "AlignmentSettings",
+    "DataSettings",
+    "DefenceSettings",
+    "PrivacySettings",
+    "ProtocolSettings",
+    "RunSettings",
+]
+
+_BOUNDS = {f.name: f.default for f in fields(DefenceBounds)}  # the defence's own defaults
+
+
+# -- the strings a run config holds --------------------------------------------------------
+
+
+def _all_integers(texts: list[str]) -> bool:
+    """Whether every text is an integer label (``"3"``, ``"-1"``; not ``"3.0"``)."""
+    return all(t.strip().lstrip("+-").isdigit() for t in texts)
+
+
+def _class_names(name: str, text: str) -> list[str]:
+    """The class set's labels as listed: at least two, distinct."""
+    names = [part.strip() for part in text.split(",")]
+    if len(names) < 2 or len(set(names)) != len(names) or "" in names:
+        raise ValueError(f"{name} must list at least 2 distinct labels, got {text!r}")
+    return names
+
+
+def _tau_grid(name: str, text: str) -> tuple[float, ...]:
+    """Comma-separated candidate taus, checked and sorted."""
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"{name} must be comma-separated numbers, got {text!r}") from None
+    return check_tau_grid(values)
+
+
+def _json_object(name: str, text: str) -> dict[str, Any]:
+    """A string holding a JSON object ("" is the empty object)."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name} must be a JSON object, got {text!r}: {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object, got {text!r}")
+    return value
+
+
+def _json_grid(name: str, text: str) -> dict[str, list]:
+    """A string holding a JSON object of lists ("" is the empty object)."""
+    grid = _json_object(name, text)
+    for key, values in grid.items():
+        if not isinstance(values, list):
+            raise ValueError(f"{name}[{key!r}] must be a JSON list, got {values!r}")
+    return grid
+
+
+# -- the parts ----------------------------------------------------------------------------
+
+
+@declared
+@dataclass(frozen=True)
+class ProtocolSettings(SettingsGroup):
+    """The head every party trains, the class set, the seed and the server's step."""
+
+    head: str = declare(
+        "FedCGS",
+        "The one-shot head: FedCGS, O-FedAvg, FedPFT, or a OneShotHead subclass by import "
+        "path ('package.module:Class', importable on the server and on every node)",
+        details="Built by :func:`skslot.heads.make_head`.",
+        form="a head name or 'package.module:Class'",
+    )
+    head_params: str = declare(
+        "",
+        "The head's constructor parameters as a JSON object, such as "
+        '\'{"covariance_type": "full", "rank": 16}\' (empty: its defaults)',
+        details="``random_state`` defaults to ``seed``.  Unknown names are an error naming "
+        "the allowed ones, raised before any client is contacted.",
+        form="a JSON object",
+        decode=_json_object,
+    )
+    label_mix: str = declare(
+        LABEL_MIX,
+        "Whose label mix each node's future rows follow: its own ('client': each node's mean "
+        "moves by its domain offset measured within classes, and it predicts with its own "
+        "class counts) or the federation's ('federation', every class of its domain served, "
+        "the paper's test)",
+        details="The head's ``label_mix`` (:mod:`skslot.label_mix`, "
+        ":attr:`skslot.protocol.OneShotProtocol.label_mix`); docs/choosing.md gives the cost "
+        "of each wrong choice.",
+        options=LABEL_MIXES,
+    )
+    classes: str = declare(
+        "0,1,2,3,4,5,6,7,8,9",
+        "The global class set: comma-separated integer labels, or class names (a node's "
+        "table labels are matched by name and sent as their position in the list)",
+        details="Agreed in the configuration: a client cannot enlarge it, and one whose "
+        "labels fall outside it fails.",
+        form="comma-separated labels",
+        decode=_class_names,
+    )
+    seed: int = declare(
+        0, "Seed of the partition, of the clients' validation splits and of the head", low=0
+    )
+    summary_dtype: str = declare(
+        "float32",
+        "Precision of the summaries and of the reference on the wire",
+        options=SUMMARY_DTYPES,
+    )
+    server_jobs: int = declare(
+        1,
+        "Parallel jobs of the server's barycenter and maps over blocks of clients (-1: every core)",
+        details="joblib's convention; see :class:`~skslot.BuresBarycenter`.",
+        nonzero=True,
+    )
+    client_batch: int = declare(
+        0,
+        "Clients the server's barycenter decomposes together (0: all in one float64 stack, "
+        "the fastest)",
+        details="A positive value bounds the iteration's memory beyond the decoded summaries "
+        "to about ``5 * client_batch * m^2`` float64 per job, for many clients "
+        "(docs/performance.md); all in one stack takes about ``5 K m^2``.",
+        low=0,
+    )
+
+    def _check_together(self) -> None:
+        try:
+            head_class(self.head)
+        except ValueError as exc:
+            raise ValueError(f"{exc} {self.setting('head').where}") from None
+        try:
+            self.make_head()
+        except ValueError as exc:
+            raise ValueError(f"{exc} {self.setting('head_params').where}") from None
+
+    def make_head(self) -> OneShotHead:
+        """The run's head, with its parameters (:func:`skslot.heads.make_head`).
+
+        Returns
+        -------
+        head : OneShotHead
+            A new, unfitted ``head`` with ``head_params``, and ``seed`` as its
+            ``random_state`` where it has one that ``head_params`` does not set.
+        """
+        params = _json_object("head_params", self.head_params)
+        head = make_head(self.head, params, seed=self.seed)
+        if "label_mix" in head.get_params() and "label_mix" not in params:
+            head.set_params(label_mix=self.label_mix)
+        return head
+
+    @property
+    def class_names(self) -> list[str]:
+        """The agreed classes as listed (names, or integer labels as text)."""
+        return _class_names("classes", self.classes)
+
+    @property
+    def class_set(self) -> np.ndarray:
+        """The agreed classes as the protocol sends them: sorted integer labels.
+
+        Integer labels as they are; class names as their positions ``0 .. C-1``.
+        """
+        names = self.class_names
+        if not _all_integers(names):
+            return np.arange(len(names), dtype=np.int64)
+        return np.array(sorted(int(name) for name in names), dtype=np.int64)
+
+    def label_codes(self, labels: Any, *, where: str = "the node's data") -> np.ndarray:
+        """A node's labels as the protocol's class set (integer labels, or name positions).
+
+        Parameters
+        ----------
+        labels : array-like of shape (n_samples,)
+            The node's labels: integer labels, or class names as ``classes``
+            lists them.
+        where : str, default="the node's data"
+            Where the labels come from, for the error message.
+
+        Returns
+        -------
+        codes : ndarray of shape (n_samples,) of int64
+            Each label as its integer label, or as its class name's position
+            in ``classes``.
+
+        Raises
+        ------
+        ValueError
+            For a label outside the run's class set, naming it and the set.
+        """
+        names = self.class_names
+        text = [str(v) for v in np.asarray(labels).tolist()]
+        if _all_integers(names):
+            bad = sorted({t for t in text if not _all_integers([t])})
+            codes = np.array([int(t) for t in text] if not bad else [], dtype=np.int64)
+            bad = bad or sorted(set(codes.tolist()) - set(self.class_set.tolist()))
+        else:
+            by_name = {name: code for code, name in enumerate(names)}
+            bad = sorted(set(text) - set(by_name))
+            codes = np.array([by_name.get(t, -1) for t in text], dtype=np.int64)
+        if bad:
+            shown = ", ".join(map(repr, bad[:5])) + (f" and {len(bad) - 5} more" if bad[5:] else "")
+            raise ValueError(
+                f"labels [{shown}] of {where} are not in the run's class set {self.classes!r}: "
+                f"set `{self.setting('classes').key}` in the run config to every class of the "
+                "federation (names or integers, comma-separated)"
+            )
+        return codes
+
+
+@declared
+@dataclass(frozen=True)
+class AlignmentSettings(SettingsGroup):
+    """How far each client moves its features, and how the federation chooses ``tau``."""
+
+    tau: float | str = declare(
+        "default",
+        "Fraction of the transport each client applies (of its covariance's, with mean-tau), "
+        "'auto': chosen by the clients' validation over taus, or 'default': the label mix's "
+        f"({CLIENT_MIX_TAU:g} with each node's own, {TAU:g} with the federation's)",
+        details='See :class:`~skslot.SLOTTransformer`; ``"auto"`` runs the protocol of '
+        ':class:`~skslot.FederatedTauSearch`; ``"default"`` is '
+        ":func:`skslot.defaults.default_tau` of ``label-mix``.",
+        words=("auto", "default"),
+        low=0.0,
+        high=1.0,
+    )
+    mean_tau: float | None = declare(
+        MEAN_TAU,
+        "Fraction of the mean's transport, the same for every client and candidate tau "
+        "('none': the mean follows each client's tau, the paper's geodesic)",
+        details=":class:`~skslot.SLOTTransformer`'s ``mean_tau``; the paper's configuration "
+        'is ``tau = 0.4``, ``mean-tau = "none"``, ``client-tau = "uniform"``.',
+        low=0.0,
+        high=1.0,
+    )
+    client_tau: str = declare(
+        CLIENT_TAU,
+        "Each client's fraction of the transport: tau for all ('uniform', the paper's), or "
+        "tau times the total-variation distance between its class proportions and the "
+        "federation's ('label-shift')",
+        details='With ``"label-shift"`` the clients upload their class counts (see '
+        ":mod:`skslot.label_shift`).",
+        options=CLIENT_TAU_RULES,
+    )
+    summary_covariance: str = declare(
+        "total",
+        "The covariance each client's summary transports: of all its rows ('total', the "
+        "paper's) or of its class-centred rows ('within', label-aware)",
+        details='See :class:`~skslot.GaussianSummaryEstimator`; ``"within"`` has no '
+        "private release of its own, so it is refused with ``epsilon`` where the summary is "
+        "released (O-FedAvg); FedCGS derives it from its released statistics.",
+        options=COVARIANCES,
+    )
+    taus: str = declare(
+        ",".join(f"{t:g}" for t in DEFAULT_TAUS),
+        "The candidates of tau = 'auto', comma-separated, distinct, in [0, 1]",
+        form="comma-separated numbers",
+        decode=_tau_grid,
+    )
+    head_grid: str = declare(
+        "",
+        "With tau = 'auto', server-side head parameters searched along with tau, as a JSON "
+        "object of lists, such as '{\"shrinkage\": [0.001, 0.1]}' for FedCGS",
+        details="Any of the head's ``server_params``, as :class:`~skslot.FederatedTauSearch`'s "
+        "``head_grid``.",
+        form="a JSON object of lists",
+        decode=_json_grid,
+    )
+    validation_fraction: float = declare(
+        VALIDATION_FRACTION,
+        "The share of each class of each client held out for validation, with tau = 'auto' "
+        "or a screening",
+        low=0.0,
+        high=1.0,
+        low_open=True,
+        high_open=True,
+    )
+    selection_rule: str = declare(
+        "one-standard-error",
+        "How the server chooses from the validation scores: the least-transport candidate "
+        "within one standard error of the best, or the best",
+        details="See :func:`~skslot.selection.select_candidate`.",
+        options=SELECTION_RULES,
+    )
+
+    @property
+    def auto(self) -> bool:
+        """Whether ``tau`` is chosen by the federation."""
+        return self.tau == "auto"
+
+    @property
+    def tau_grid(self) -> tuple[float, ...]:
+        """The candidate taus of ``tau = "auto"`` (sorted)."""
+        return _tau_grid("taus", self.taus)
+
+    def head_grid_values(self) -> dict[str, list] | None:
+        """Server-side head parameters searched with ``tau``, decoded (``None``: none).
+
+        Returns
+        -------
+        head_grid : dict of str to list or None
+            ``head_grid`` as a dict, or ``None`` when it is empty.
+        """
+        return _json_grid("head_grid", self.head_grid) or None
+
+
+@declared
+@dataclass(frozen=True)
+class DefenceSettings(SettingsGroup):
+    """What the server accepts from a client.
+
+    The defaults of the bounds are :class:`~skslot.defence.DefenceBounds`'.
+    """
+
+    defence: bool = declare(
+        True,
+        "Screen the clients against each other: implausible summaries and counts rejected, "
+        "weights capped, a head's statistics checked against the client's own summary",
+        details="The bounds below (:mod:`skslot.defence`).  ``False`` accepts every client "
+        "whose messages pass the wire checks (for studying attacks; docs/security.md).",
+    )
+    max_dimension: int = declare(
+        4096,
+        "Largest feature dimension the server accepts from a client",
+        details="It bounds the memory and time one summary can cost: ``8 m^2`` bytes.",
+        low=1,
+    )
+    n_features: int = declare(
+        0,
+        "The feature dimension every client must send (0: the dimension most clients send)",
+        details="At most ``max_dimension``.",
+        low=0,
+    )
+    max_count_ratio: float = declare(
+        _BOUNDS["max_count_ratio"],
+        "A client declaring more than this many times the median client's rows is rejected",
+        low=1.0,
+    )
+    max_weight_ratio: float = declare(
+        _BOUNDS["max_weight_ratio"],
+        "Each remaining client's weight, in the barycenter and the head, is capped at this "
+        "many times the median count",
+        low=1.0,
+    )
+    max_norm_ratio: float = declare(
+        _BOUNDS["max_norm_ratio"],
+        "O-FedAvg: a client whose local head's norm exceeds this many times the median "
+        "client's is rejected",
+        low=1.0,
+    )
+    max_variance_ratio: float = declare(
+        _BOUNDS["max_variance_ratio"],
+        "A summary whose mean variance tr(S) / m is more than this factor above or below the "
+        "clients' median is rejected",
+        details="With 3 or more clients; honest clients of the real data sets stay within "
+        "9.5 (docs/deployment.md).",
+        low=1.0,
+    )
+    max_mean_offset: float = declare(
+        _BOUNDS["max_mean_offset"],
+        "A summary whose mean lies more than this many median standard deviations from the "
+        "clients' coordinate-wise median mean is rejected",
+        details="The median standard deviation is ``sqrt(m * median variance)``; honest "
+        "clients stay within 2.0.",
+        low=0.0,
+    )
+    screen: str = declare(
+        "auto",
+        "Screen each client's contribution by the other clients' validation: 'auto' wherever "
+        "the defence is on, 'on' the same but refused without it, 'off' never",
+        details="See :mod:`skslot.screening`.  A run of four clients or more screens (at a "
+        "fixed ``tau`` too: one more exchange); the clients then hold out validation rows, "
+        "and the final head is the screened one, fitted on the fitting rows.",
+        options=SCREENING,
+    )
+    screen_significance: float = declare(
+        _BOUNDS["screen_significance"],
+        "Family-wise level of the screening's sign test",
+        low=0.0,
+        high=1.0,
+    )
+    screen_min_gain: float = declare(
+        _BOUNDS["screen_min_gain"],
+        "Smallest gain of the other clients' validation accuracy without a client that excludes it",
+        low=0.0,
+        high=1.0,
+    )
+
+    def _check_together(self) -> None:
+        if self.n_features > self.max_dimension:
+            raise ValueError(
+                f"n_features must be at most max_dimension ({self.max_dimension}), got "
+                f"{self.n_features!r} (run-config keys 'n-features' and 'max-dimension')"
+            )
+        if self.screen == "on" and not self.defence:
+            raise ValueError(
+                "screen='on' needs a defence: its thresholds are the defence's "
+                "screen-significance and screen-min-gain (run-config keys 'screen' and "
+                "'defence')"
+            )
+
+    def bounds(self) -> DefenceBounds | None:
+        """The defence's bounds (``None`` with the defence off).
+
+        Returns
+        -------
+        bounds : DefenceBounds or None
+            The part's settings of the same names as
+            :class:`~skslot.defence.DefenceBounds`' fields, or ``None`` when
+            ``defence`` is false.
+        """
+        if not self.defence:
+            return None
+        return DefenceBounds(**{name: getattr(self, name) for name in _BOUNDS})
+
+
+@declared
+@dataclass(frozen=True)
+class DataSettings(SettingsGroup):
+    """Where a node's rows come from when its node config names a partition."""
+
+    alpha: float | None = declare(
+        0.1,
+        "Dirichlet label skew of the partition ('none': no skew)",
+        details="Used by the clients whose node config names a multi-domain data set.",
+        low=0.0,
+        low_open=True,
+    )
+    dataset: str = declare(
+        "digits",
+        "The multi-domain data set partitioned among the clients: an embedded one (digits, "
+        "office-caltech10) or a file every node can read",
+        details="See :func:`skslot.datasets.load_dataset`; a node's own ``dataset`` node "
+        "config takes precedence (:func:`~skslot.flower.load_client_data`).",
+    )
+    clients_per_domain: int = declare(
+        1,
+        "Clients each domain's rows are dealt into before the Dirichlet step",
+        details="See :func:`skslot.datasets.dirichlet_partition`.",
+        low=1,
+    )
+    test_size: float = declare(
+        0.3,
+        "Share of each domain's rows held out as the clients' test rows",
+        low=0.0,
+        high=1.0,
+    )
+
+
+@declared
+@dataclass(frozen=True)
+class PrivacySettings(SettingsGroup):
+    """Each client's differential-privacy budget (:mod:`skslot.accounting`)."""
+
+    epsilon: float | None = declare(
+        None,
+        "The epsilon of each client's privacy budget ('none': exact values)",
+        details="One (epsilon, delta) budget per client covers everything it sends "
+        "(skslot.accounting): with FedCGS its statistics, from which the server derives its "
+        "summary, with FedPFT its class moments (one component per class), with O-FedAvg its "
+        "summary, its label-shift counts and its local head (keep the head's C times "
+        "clip-norm squared near 0.1: its noise grows with it), and its test counts; at a "
+        "fixed tau and without the screening. "
+        "A node's own 'epsilon', 'delta' and 'clip-norm' (node config) is the budget it "
+        "enforces, and it refuses a run under another.  With a head of no private release "
+        "of its own, only the summary is private.",
+        low=0.0,
+        low_open=True,
+    )
+    delta: float = declare(
+        1e-5,
+        "The delta of each client's (epsilon, delta) budget",
+        low=0.0,
+        high=1.0,
+        low_open=True,
+    )
+    clip_norm: float = declare(
+        1.0,
+        "Row-norm bound of the private releases, in the features' units (choose it from "
+        "public knowledge: 1 clips nothing for L2-normalised features)",
+        low=0.0,
+        low_open=True,
+    )
+
+
+@declared
+@dataclass(frozen=True)
+class RunSettings(SettingsGroup):
+    """Who takes part, how long the server waits, and where it writes."""
+
+    num_clients: int = declare(
+        0,
+        "Clients the server waits for, up to connect-timeout seconds (0: whoever is "
+        "connected by then)",
+        low=0,
+    )
+    min_clients: int = declare(
+        2,
+        "Fewest clients that must answer every stage; below it the run fails with an error "
+        "naming who was missing or rejected",
+        low=1,
+    )
+    accept_partial: bool = declare(
+        False,
+        "Whether a run some node left (rejected or missing, with min-clients still met) counts "
+        "as a success for skslot flower-run",
+        details="``False``: ``skslot flower-run`` exits 4 "
+        "(:data:`skslot.flower.launch.PARTIAL`) and names each node left out with why; the "
+        "server runs the same either way.",
+    )
+    connect_timeout: float = declare(
+        60.0, "Seconds the server waits for num-clients nodes to connect", low=0.0
+    )
+    reply_timeout: float = declare(
+        300.0,
+        "Seconds the server waits for the replies of one stage; a node that has not answered "
+        "by then is reported missing (hung or disconnected)",
+        low=0.0,
+    )
+    progress_interval: float = declare(
+        10.0,
+        "Seconds between the server's progress lines while it waits for a stage's replies "
+        "(0: only the line at each stage's end)",
+        low=0.0,
+    )
+    retry_interval: float = declare(
+        10.0,
+        "Seconds after which the server sends a stage's message again to a node whose "
+        "message or reply the SuperLink reports lost",
+        details="As long as the stage's ``reply_timeout`` has not run out (after a SuperLink "
+        "restart, say).",
+        low=0.0,
+    )
+    output_dir: str = declare(
+        "",
+        "Where the server writes each run's folder, run-<run id>/, and the latest and "
+        "last-completed pointers (empty: nothing is written)",
+        details="A run's folder holds ``report.json``, ``global_head.npz`` and "
+        "``reference.bin`` (:mod:`skslot.flower.outputs`).",
+    )

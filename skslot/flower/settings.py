@@ -1,0 +1,461 @@
+"""Settings declared once: a run config's values, their checks, help and documentation.
+
+A group of settings is a frozen dataclass deriving from :class:`SettingsGroup`
+and decorated with :func:`declared`; each field is declared with
+:func:`declare`, whose metadata says what the field alone cannot (help,
+bounds, options).  Reading and writing a run config, the checks, the
+groups' documentation and the command line's help all come from these
+declarations (:class:`Setting`).  Nothing here knows skslot's settings:
+those are :mod:`skslot.flower.groups`'.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import textwrap
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from numbers import Integral, Real
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+__all__ = ["Setting", "SettingsGroup", "declare", "declared", "find_setting"]
+
+#: The key of a setting's declaration in its field's metadata.
+_SETTING = "skslot.setting"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of the run config, declared once, and what reads, checks and shows it.
+
+    Each part of :class:`DeploymentConfig` declares its settings as dataclass
+    fields whose metadata says what the field alone cannot (help, bounds,
+    options); the part builds each field's :class:`Setting` from both: the
+    ``name`` and ``default`` from the field, ``kind`` and ``nullable`` from
+    its type annotation (``float | None``), the rest from the metadata.
+
+    Attributes
+    ----------
+    name : str
+        The name in Python (the part's field, and :class:`DeploymentConfig`'s
+        attribute).
+    kind : {bool, int, float, str}
+        The type a run config holds.
+    default : bool, int, float, str or None
+        The default value.
+    help : str
+        One plain-text sentence: the command line's help, and the start of
+        the setting's documentation.
+    details : str, default=""
+        More documentation (reStructuredText), after ``help``.
+    nullable : bool, default=False
+        Whether ``None`` is allowed, written ``"none"`` in a run config.
+    words : tuple of str, default=()
+        Strings allowed besides a number (``tau``'s ``"auto"``).
+    options : tuple of str, default=()
+        The allowed values of a string (empty: any).
+    low, high : float or None, default=None
+        The bounds of a number.
+    low_open, high_open : bool, default=False
+        Whether the bound itself is excluded.
+    nonzero : bool, default=False
+        Whether zero is excluded (joblib's ``n_jobs``).
+    form : str, default=""
+        What a string holds, for the messages and the help (``"a JSON
+        object"``).
+    decode : callable, optional
+        ``decode(name, text)``: the value a string stands for; raises
+        ``ValueError`` for a string that stands for none.
+
+    Examples
+    --------
+    >>> from skslot.flower import DeploymentConfig
+    >>> tau = DeploymentConfig.setting("tau")
+    >>> tau.key, tau.default, tau.allowed
+    ('tau', 'default', "a number in [0, 1] or 'auto' or 'default'")
+    >>> tau.check(1)
+    1.0
+    >>> tau.check(1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: tau must be in [0, 1] or 'auto' or 'default', got 1.5 (run-config key 'tau')
+    """
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    details: str = ""
+    nullable: bool = False
+    words: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    nonzero: bool = False
+    form: str = ""
+    decode: Callable[[str, str], Any] | None = None
+
+    @property
+    def key(self) -> str:
+        """The run-config key (and the command line's option without its ``--``)."""
+        return self.name.replace("_", "-")
+
+    @property
+    def allowed(self) -> str:
+        """The allowed values, in words (``"a number in [0, 1] or 'auto'"``)."""
+        if self.kind is float:
+            bounds = self._bounds()
+            return "a number" + (f" {bounds}" if bounds else "") + self._words()
+        return self._kind_text()
+
+    def check(self, value: Any) -> Any:
+        """The value as the configuration holds it, or a ``ValueError`` naming the key.
+
+        ``"none"`` (any case) stands for ``None`` where it is allowed, and an
+        integer for a float, so a run config and Python keywords give the
+        same configuration.
+
+        Parameters
+        ----------
+        value : object
+            The value given, from a run config or a Python keyword.
+
+        Returns
+        -------
+        value : bool, int, float, str or None
+            The value as ``kind`` (a word of ``words`` or ``None`` as it is).
+
+        Raises
+        ------
+        ValueError
+            For a value the setting does not allow, naming the setting, what
+            it allows, the value and the run-config key.
+        """
+        if self.nullable and (
+            value is None or (isinstance(value, str) and value.strip().lower() == "none")
+        ):
+            return None
+        if isinstance(value, str) and value in self.words:
+            return value
+        if self.kind is bool:
+            if not isinstance(value, (bool, np.bool_)):
+                raise self._error(self._kind_text(), value)
+            return bool(value)
+        if self.kind is int:
+            integer = isinstance(value, Integral) and not isinstance(value, (bool, np.bool_))
+            if not integer or not self._within(int(value)):
+                raise self._error(self._kind_text(), value)
+            return int(value)
+        if self.kind is float:
+            if (
+                isinstance(value, (bool, np.bool_))
+                or not isinstance(value, Real)
+                or not math.isfinite(value)
+            ):
+                raise self._error(self._kind_text(), value)
+            if not self._within(float(value)):
+                raise self._error(self._bounds() + self._words(), value)
+            return float(value)
+        if not isinstance(value, str) or (self.options and value not in self.options):
+            raise self._error(self._kind_text(), value)
+        if self.decode is not None:
+            try:
+                self.decode(self.name, value)
+            except ValueError as exc:
+                raise ValueError(f"{exc} {self.where}") from None
+        return value
+
+    def from_text(self, text: str) -> Any:
+        """A command-line value as a run config holds it (what does not parse stays text).
+
+        Text that is not of the setting's type is left as it is, so that
+        :meth:`check` refuses it with its usual message.
+
+        Parameters
+        ----------
+        text : str
+            The command line's value.
+
+        Returns
+        -------
+        value : bool, int, float or str
+            ``"true"``/``"false"`` (any case) as a bool for a bool setting,
+            text that parses as a number for a number setting, else ``text``.
+        """
+        if self.kind is bool and text.strip().lower() in ("true", "false"):
+            return text.strip().lower() == "true"
+        if self.kind in (int, float) and text not in self.words:
+            try:
+                return self.kind(text)
+            except ValueError:
+                return text
+        return text
+
+    def to_run_config(self, value: Any) -> bool | int | float | str:
+        """The value as a run config writes it (``None`` as ``"none"``).
+
+        Parameters
+        ----------
+        value : bool, int, float, str or None
+            The value as the configuration holds it.
+
+        Returns
+        -------
+        value : bool, int, float or str
+            ``value``, or ``"none"`` for ``None``.
+        """
+        return "none" if value is None else value
+
+    @property
+    def where(self) -> str:
+        """``(run-config key '...')``, appended to the messages about this setting."""
+        return f"(run-config key {self.key!r})"
+
+    @property
+    def shown_default(self) -> str:
+        """The default as a run config writes it (``none``, ``true``, ``'FedCGS'``)."""
+        if self.default is None:
+            return "none"
+        if isinstance(self.default, bool):
+            return str(self.default).lower()
+        if isinstance(self.default, str) and self.default not in self.words:
+            return repr(self.default)
+        return f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
+
+    @property
+    def doc_type(self) -> str:
+        """The type as a numpydoc parameter line gives it (``float or "auto"``)."""
+        if self.options:
+            text = "{" + ", ".join(json.dumps(option) for option in self.options) + "}"
+        else:
+            text = self.kind.__name__
+        text += "".join(f" or {json.dumps(word)}" for word in self.words)
+        return text + (" or None" if self.nullable else "")
+
+    def _error(self, requirement: str, value: Any) -> ValueError:
+        return ValueError(f"{self.name} must be {requirement}, got {value!r} {self.where}")
+
+    def _kind_text(self) -> str:
+        if self.kind is bool:
+            return "true or false"
+        if self.kind is int:
+            if self.nonzero:
+                return "a non-zero integer"
+            if self.low == 0 and self.high is None:
+                return "a non-negative integer"
+            if self.low == 1 and self.high is None:
+                return "a positive integer"
+            bounds = self._bounds()
+            return "an integer" + (f" {bounds}" if bounds else "")
+        if self.kind is float:
+            closed = self.low is not None and self.high is not None
+            return "a number" + (f" {self._bounds()}" if closed else "") + self._words()
+        if self.options:
+            return "one of " + ", ".join(map(repr, self.options))
+        return self.form or "a string"
+
+    def _words(self) -> str:
+        words = (*self.words, *(("none",) if self.nullable else ()))
+        return "".join(f" or {word!r}" for word in words)
+
+    def _bounds(self) -> str:
+        low, high = self.low, self.high
+        if low is not None and high is not None:
+            left = "(" if self.low_open else "["
+            right = ")" if self.high_open else "]"
+            return f"in {left}{low:g}, {high:g}{right}"
+        if low is not None:
+            return f"{'>' if self.low_open else '>='} {low:g}"
+        if high is not None:
+            return f"{'<' if self.high_open else '<='} {high:g}"
+        return ""
+
+    def _within(self, value: float) -> bool:
+        if self.nonzero and value == 0:
+            return False
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            return False
+        if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
+            return False
+        return True
+
+
+def declare(
+    default: Any,
+    help: str,
+    *,
+    details: str = "",
+    words: tuple[str, ...] = (),
+    options: tuple[str, ...] = (),
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    nonzero: bool = False,
+    form: str = "",
+    decode: Callable[[str, str], Any] | None = None,
+) -> Any:
+    """A group's dataclass field that declares a setting.
+
+    Parameters
+    ----------
+    default : bool, int, float, str or None
+        The field's default.
+    help : str
+        One plain-text sentence (:attr:`Setting.help`).
+    details, words, options, low, high, low_open, high_open, nonzero, form, decode
+        As :class:`Setting`'s attributes of the same names.
+
+    Returns
+    -------
+    dataclasses.Field
+        A field whose metadata holds the declaration.
+    """
+    declared = {
+        "help": help,
+        "details": details,
+        "words": words,
+        "options": options,
+        "low": low,
+        "high": high,
+        "low_open": low_open,
+        "high_open": high_open,
+        "nonzero": nonzero,
+        "form": form,
+        "decode": decode,
+    }
+    return field(default=default, metadata={_SETTING: declared})
+
+
+_PartT = TypeVar("_PartT", bound="SettingsGroup")
+
+
+def declared(cls: type[_PartT]) -> type[_PartT]:
+    """Read a part's declarations into :class:`Setting` objects, and document them.
+
+    The kind and whether ``None`` is allowed come from each field's type
+    annotation (``float | None``; ``float | str`` with ``words``); the part's
+    docstring gets a Parameters section written from the settings.
+
+    Parameters
+    ----------
+    cls : type
+        A frozen dataclass deriving from :class:`SettingsGroup`, its fields
+        made with :func:`declare`.
+
+    Returns
+    -------
+    type
+        ``cls``, with its settings read and its docstring written.
+    """
+    hints = typing.get_type_hints(cls)
+    declared = []
+    for f in fields(cls):
+        kinds = set(typing.get_args(hints[f.name])) or {hints[f.name]}
+        nullable = type(None) in kinds
+        kinds.discard(type(None))
+        if len(kinds) == 2 and str in kinds and f.metadata[_SETTING]["words"]:
+            kinds.discard(str)
+        (kind,) = kinds
+        declared.append(Setting(f.name, kind, f.default, nullable=nullable, **f.metadata[_SETTING]))
+    cls._settings = tuple(declared)
+    for s in cls._settings:
+        s.check(s.default)  # a declaration whose default it refuses is a bug here
+    cls.__doc__ = parameters_section(cls)
+    return cls
+
+
+def parameters_section(cls: type[SettingsGroup]) -> str:
+    lines = [inspect.cleandoc(cls.__doc__ or ""), "", "Parameters", "----------"]
+    for s in cls._settings:
+        default = json.dumps(s.default) if isinstance(s.default, str) else repr(s.default)
+        lines.append(f"{s.name} : {s.doc_type}, default={default}")
+        text = f"{s.help}. {s.details} Run config: ``{s.key}``, {s.allowed}."
+        lines += textwrap.wrap(
+            " ".join(text.split()),
+            width=79,
+            initial_indent="    ",
+            subsequent_indent="    ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    return "\n".join(lines) + "\n"
+
+
+class SettingsGroup:
+    """What every part shares: checks of its settings, from their declarations."""
+
+    _settings: ClassVar[tuple[Setting, ...]] = ()
+
+    def __post_init__(self) -> None:
+        for s in self._settings:
+            object.__setattr__(self, s.name, s.check(getattr(self, s.name)))
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """Checks between this part's settings (each is already checked alone)."""
+
+    @classmethod
+    def settings(cls) -> tuple[Setting, ...]:
+        """The part's settings, in their order in a run config.
+
+        Returns
+        -------
+        settings : tuple of Setting
+            One declaration per field of the part.
+        """
+        return cls._settings
+
+    @classmethod
+    def setting(cls, name: str) -> Setting:
+        """The declaration of one of the part's settings, by its name or its run-config key.
+
+        Parameters
+        ----------
+        name : str
+            The setting's name (``"mean_tau"``) or run-config key
+            (``"mean-tau"``).
+
+        Returns
+        -------
+        setting : Setting
+
+        Raises
+        ------
+        KeyError
+            For a name that is none of the part's settings.
+        """
+        return find_setting(cls._settings, name, f"{cls.__name__} has no setting")
+
+
+def find_setting(settings: tuple[Setting, ...], name: str, missing: str) -> Setting:
+    """The setting of ``settings`` whose name or run-config key is ``name``.
+
+    Parameters
+    ----------
+    settings : tuple of Setting
+    name : str
+        A setting's name (``"mean_tau"``) or run-config key (``"mean-tau"``).
+    missing : str
+        The start of the error's message.
+
+    Returns
+    -------
+    Setting
+
+    Raises
+    ------
+    KeyError
+        For a name that is none of ``settings``.
+    """
+    for s in settings:
+        if name in (s.name, s.key):
+            return s
+    raise KeyError(f"{missing} {name!r}")
