@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from skslot import GaussianSummaryEstimator
-from skslot.bench import PREPROCESS, BenchmarkConfig, _macro, run_benchmark
+from skslot.bench import PREPROCESS, BenchmarkConfig, macro_accuracies, run_benchmark
 from skslot.datasets import digits_projection, dirichlet_partition, load_npz, load_office_caltech10
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +117,7 @@ def table(records: list[dict]) -> str:
 
         def macro(selection: str, tau: str | None = None, mine: list = mine) -> np.ndarray:
             """Macro accuracy over domains per seed, in % (``skslot bench``'s definition)."""
-            per_run = _macro(mine, selection)  # keyed (alpha, head, tau, seed)
+            per_run = macro_accuracies(mine, selection)  # keyed (alpha, head, tau, seed)
             return 100 * np.array([v for key, v in per_run.items() if tau in (None, key[2])])
 
         base, slot, auto = macro("fixed", "0.0"), macro("fixed", "0.4"), macro("auto")

@@ -13,10 +13,7 @@ from collections.abc import Sequence
 
 from . import __version__
 from .bench import (
-    CLIENT_TABLE_TITLE,
     DEFAULT_HEADS,
-    DOMAIN_TITLE,
-    OWN_MIX_TITLE,
     PREPROCESS,
     BenchmarkConfig,
     BenchmarkWarning,
@@ -27,6 +24,7 @@ from .bench import (
     summarise,
     write_outputs,
 )
+from .bench._run import CLIENT_TABLE_TITLE, DOMAIN_TITLE, OWN_MIX_TITLE
 from .datasets import EMBEDDED_DATASETS, FeatureTable, load_dataset, load_table
 from .datasets._tables import table_kind
 from .flower.app_files import write_flower_app

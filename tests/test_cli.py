@@ -18,9 +18,9 @@ from skslot.bench import (
     DEFAULT_HEADS,
     BenchmarkConfig,
     BenchmarkWarning,
-    _Progress,
     run_benchmark,
 )
+from skslot.bench._run import _Progress
 from skslot.cli import build_parser, main
 from skslot.datasets import dirichlet_partition, load_table, make_federated_classification
 from skslot.flower.config import DeploymentConfig
