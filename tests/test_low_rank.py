@@ -263,7 +263,7 @@ def test_malformed_low_rank_payloads_are_refused_before_allocating(rng):
 def test_nearly_dependent_rows_still_give_an_orthonormal_basis(rng):
     """Singular values down to 1e-5 of the largest: the Gram's eigenvectors lose
     orthogonality (eps / 1e-10), so the summary comes from a QR factorisation."""
-    from skslot.low_rank import _covariance_eigh
+    from skslot.low_rank._summary import _covariance_eigh
 
     left = np.linalg.qr(rng.normal(size=(21, 21)))[0][:, :20]
     right = np.linalg.qr(rng.normal(size=(300, 20)))[0]
