@@ -35,7 +35,7 @@ from skslot import SLOTTransformer
 from skslot._linalg import cholesky_factor, sym_eigh
 from skslot.datasets import dirichlet_partition, load_npz
 from skslot.heads import FedPFTClassifier
-from skslot.heads.fedpft import covariance_factor
+from skslot.heads._covariance_forms import covariance_factor
 
 DIGITS = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effnet_lite0.npz"
 FIGURE = Path(__file__).resolve().parents[1] / "docs" / "results" / "fedpft_bytes.png"

@@ -1,5 +1,4 @@
 import ast
-import importlib
 import struct
 from pathlib import Path
 
@@ -138,26 +137,6 @@ def test_the_codec_works_on_plain_fields(rng, client):
     np.testing.assert_array_equal(fields.covariance, s.covariance)
     assert encode_summary(fields, "float64") == payload  # the fields round-trip as they are
     assert GaussianSummary(*fields).to_bytes("float64") == payload
-
-
-@pytest.mark.parametrize(
-    ("name", "module"),
-    [
-        ("GaussianMap", "skslot.maps"),
-        ("bures_wasserstein_distance", "skslot.maps"),
-        ("SummaryFormatError", "skslot.wire"),
-    ],
-)
-def test_names_moved_out_of_the_gaussian_module_warn(name, module):
-    gaussian = importlib.import_module("skslot.gaussian")
-    with pytest.warns(DeprecationWarning, match=f"import {name} from {module}"):
-        value = getattr(gaussian, name)
-    assert value is getattr(importlib.import_module(module), name)
-    with pytest.warns(DeprecationWarning, match=f"{name} from skslot.gaussian is deprecated"):
-        exec(f"from skslot.gaussian import {name}", {})
-    assert name not in gaussian.__all__
-    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
-        gaussian.no_such_name  # noqa: B018
 
 
 SKSLOT = Path(__file__).resolve().parents[1] / "skslot"

@@ -296,7 +296,7 @@ def test_fedpft_sampling_is_bounded_by_configuration_not_by_claims(rng):
 
 def test_fedpft_factors_a_slightly_indefinite_covariance_with_a_small_jitter():
     """float16 rounding can leave negative eigenvalues: the factor is of cov + jitter I."""
-    from skslot.heads.fedpft import covariance_factor
+    from skslot.heads._covariance_forms import covariance_factor
 
     rng = np.random.default_rng(0)
     Q, _ = np.linalg.qr(rng.normal(size=(6, 6)))

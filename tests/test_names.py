@@ -23,6 +23,8 @@ from skslot.tau_search import FederatedTauSearch
         ("skslot.screening", "paired_counts"),
         ("skslot.defence", "inconsistent_statistics"),
         ("skslot.gaussian", "GaussianMap"),
+        ("skslot.gaussian", "bures_wasserstein_distance"),
+        ("skslot.gaussian", "SummaryFormatError"),
         ("skslot.wire", "ProtocolError"),
         ("skslot.flower", "DeploymentError"),
         ("skslot.flower", "DeploymentReport"),

@@ -19,15 +19,8 @@ from ..accounting import PrivacyBudget, PrivacyLedger
 from ..defaults import LABEL_MIX
 from ..label_mix import LABEL_MIXES
 from ._base import OneShotHead
-from ._mixtures import (
-    ClassMixture,
-    ClassMixtures,
-    _as_python,
-    _as_transmitted,
-    _low_rank_plus_diagonal,
-    covariance_factor,  # noqa: F401 (importable from here, its former module)
-    low_rank_of_covariance,
-)
+from ._covariance_forms import low_rank_of_covariance, low_rank_plus_diagonal
+from ._mixtures import ClassMixture, ClassMixtures, _as_python, _as_transmitted
 from ._private import CLASS_MOMENTS_SENSITIVITY, ClassMoments, private_class_moments
 from ._strategy import STATISTICS
 
@@ -363,7 +356,7 @@ class FedPFTClassifier(OneShotHead):
             centred = rows - mean
             if self.covariance_type == "lowrank":
                 rank = self._rank(rows.shape[1])
-                factors = _low_rank_plus_diagonal(centred, rank, self.reg_covar)
+                factors = low_rank_plus_diagonal(centred, rank, self.reg_covar)
                 return np.ones(1), mean[None], factors[None]
             if self.covariance_type == "full":
                 cov = centred.T @ centred / rows.shape[0]
