@@ -35,7 +35,7 @@ from threadpoolctl import threadpool_limits
 from skslot import GaussianSummaryEstimator, SLOTTransformer
 from skslot.bench import DEFAULT_HEADS
 from skslot.datasets import dirichlet_partition, load_npz, load_office_caltech10
-from skslot.defence import ratios_to_median, summary_deviations
+from skslot.defence import norm_ratios, ratios_to_median, summary_deviations
 from skslot.flower import DeploymentConfig
 from skslot.heads import local_heads
 
@@ -88,7 +88,8 @@ def one_partition(name: str, alpha: float | None, seed: int, per_domain: int) ->
                     for k in labels
                 ]
             )
-            out["norm"] = float(max(np.max(ratios_to_median(norms[:, t])) for t in range(3)))
+            ratios = [norm_ratios(norms[:, t]) for t in range(3)]
+            out["norm"] = max((float(np.max(r)) for r in ratios if r is not None), default=np.nan)
         return {"data": name, "alpha": alpha, "per_domain": per_domain, **out}
 
 

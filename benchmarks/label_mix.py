@@ -23,7 +23,9 @@ Configurations, each fitted once per (data, alpha, seed) and scored both ways:
   domain case's (each mean moved to the reference mean, the covariance
   0.6 of the way scaled by the label shift).
 
-Each skslot head predicts with each client's own label mix in the own-mix
+O-FedAvg's local heads span the classes each client holds (its default);
+``O-FedAvg all``: every class of the federation (``local_classes="all"``,
+the classic average).  Each skslot head predicts with each client's own label mix in the own-mix
 case (``label_mix="client"``, its default) and with the federation's in the
 domain case (and, in a third table, the domain case with the heads left on
 each client's own mix: the own-mix defaults where the domain case holds);
@@ -62,7 +64,7 @@ from skslot.heads import make_head
 from skslot.label_mix import ClientPriorClassifier, own_mix_accuracy
 from skslot.label_shift import class_counts
 
-HEADS = ("FedCGS", "FedPFT", "O-FedAvg", "LR", "LDA", "LR+prior", "LDA+prior")
+HEADS = ("FedCGS", "FedPFT", "O-FedAvg", "O-FedAvg all", "LR", "LDA", "LR+prior", "LDA+prior")
 ALIGNMENTS = ("none", "centre", "z-score", "SLOT client", "SLOT client+cov", "SLOT federation")
 #: The two cases, and the domain case with the heads left on each client's own mix (what
 #: the own-mix defaults cost where every class of the domain is to be served).
@@ -105,6 +107,8 @@ def _head(name: str, seed: int):
         base = LogisticRegression(max_iter=1000)
     elif name.startswith("LDA"):
         base = LinearDiscriminantAnalysis()
+    elif name == "O-FedAvg all":
+        return make_head("O-FedAvg", seed=seed).set_params(local_classes="all")
     else:
         return make_head(name, seed=seed)
     return ClientPriorClassifier(base) if name.endswith("+prior") else base
@@ -151,7 +155,7 @@ def run(data: DomainDataset, alpha, seed: int) -> list[dict]:
         for align, (A, B) in _alignments(X_train, y_train, c_train, X_test, c_test).items():
             for name in HEADS:
                 head = _head(name, seed)
-                own_prior = name in ("FedCGS", "FedPFT", "O-FedAvg") or name.endswith("+prior")
+                own_prior = not name.startswith(("LR", "LDA")) or name.endswith("+prior")
                 if own_prior:
                     head.fit(A, y_train, client=c_train)
                 else:

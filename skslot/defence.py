@@ -15,7 +15,9 @@ features' units.  Their defaults leave every honest client of the real data
 sets untouched (one, two and five clients per domain, every alpha of the
 paper, five seeds: ``benchmarks/honest_bounds.py``): mean variance within 9.5x
 the median, mean within 2.0 median standard deviations of the median mean,
-count within 9.8x the median count, O-FedAvg head norm within 3.7x.
+count within 9.8x the median count, O-FedAvg head norm within 2.1x (its local heads
+spanning the classes each client holds; a client of one class sends a zero head, left out
+of the median: :func:`norm_ratios`).
 
 What they cannot do: with ``K`` clients, a client inside every bound still
 holds up to ``cap / (cap + K - 1)`` of the weight, and one that sends
@@ -45,6 +47,7 @@ __all__ = [
     "implausible_counts",
     "implausible_norms",
     "implausible_summaries",
+    "norm_ratios",
     "ratios_to_median",
     "summary_deviations",
 ]
@@ -248,10 +251,41 @@ def capped_counts(
     return np.minimum(n, max_weight_ratio * float(np.median(n)))
 
 
+def norm_ratios(norms: Sequence[float]) -> np.ndarray | None:
+    """Each norm over the median of the non-zero norms; None with fewer than three of those.
+
+    A head of norm zero scores nothing (O-FedAvg's head of a client holding
+    one class, whose rows span the classes it holds): it moves no row of the
+    average, so it takes no part in the median, and its ratio is zero.
+
+    Parameters
+    ----------
+    norms : sequence of float
+        One norm per client.
+
+    Returns
+    -------
+    ndarray of float64 or None
+        Each norm over the median non-zero norm, in the clients' order.
+
+    Examples
+    --------
+    >>> from skslot.defence import norm_ratios
+    >>> norm_ratios([0.0, 2.0, 0.0, 4.0, 3.0]).tolist()
+    [0.0, 0.6666666666666666, 0.0, 1.3333333333333333, 1.0]
+    """
+    norms = np.asarray(norms, dtype=np.float64)
+    if ratios_to_median(norms[norms > 0]) is None:
+        return None
+    return norms / float(np.median(norms[norms > 0]))
+
+
 def implausible_norms(
     norms: Sequence[float], *, max_norm_ratio: float = MAX_NORM_RATIO, what: str = "norm"
 ) -> dict[int, str]:
     """Positions of clients whose ``norms`` exceed ``max_norm_ratio`` times the median.
+
+    The median is over the non-zero norms (:func:`norm_ratios`).
 
     Used on O-FedAvg's local heads (Frobenius norm of ``[W, b]``): a client
     scaling its coefficients would otherwise dominate the average.
@@ -276,7 +310,7 @@ def implausible_norms(
     >>> implausible_norms([1.0, 1.2, 0.8, 1100.0], what="local head norm")
     {3: "local head norm 1e+03 times the clients' median (max-norm-ratio = 10)"}
     """
-    ratios = ratios_to_median(norms)
+    ratios = norm_ratios(norms)
     if ratios is None:
         return {}
     return {

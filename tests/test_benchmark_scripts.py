@@ -143,7 +143,7 @@ def test_label_mix_study_scores_every_configuration_both_ways():
     for title in ("## own mix", "## domain", "## domain, heads on each client's mix"):
         assert f"\n{title}\n" in result.stdout
     rows = [line for line in result.stdout.splitlines() if line.startswith("| digits")]
-    assert len(rows) == 3 * 7  # three tables, seven heads (one data set, alpha 0.1)
+    assert len(rows) == 3 * 8  # three tables, eight heads (one data set, alpha 0.1)
     for row in rows:
         cells = [float(c) for c in row.strip("| ").split(" | ")[3:9]]
         assert all(0.0 <= c <= 100.0 for c in cells)

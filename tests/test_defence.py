@@ -17,11 +17,14 @@ from skslot.datasets import dirichlet_partition, load_office_caltech10
 from skslot.defence import (
     capped_counts,
     implausible_counts,
+    implausible_norms,
     implausible_summaries,
+    norm_ratios,
     ratios_to_median,
     summary_deviations,
 )
 from skslot.flower import DeploymentConfig
+from skslot.heads import OneShotFedAvgClassifier
 
 from .conftest import few_rows_per_client, shared_npz
 
@@ -52,6 +55,28 @@ def test_honest_clients_of_office_caltech10_cross_no_default_bound(alpha, per_do
         assert np.max(np.maximum(variance, 1 / variance)) < bounds.max_variance_ratio / 5
         assert np.max(offset) < bounds.max_mean_offset / 4
         assert np.max(ratios_to_median(counts)) < bounds.max_weight_ratio
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.01])
+def test_honest_local_heads_of_office_caltech10_cross_no_norm_bound(alpha):
+    """Heads over the held classes: a client of one class sends a zero head, out of the median."""
+    data = load_office_caltech10()
+    bound = DeploymentConfig().max_norm_ratio
+    classes = np.unique(data.y)
+    for seed in range(2):
+        part = dirichlet_partition(data.y, data.domain, alpha=alpha, random_state=seed)
+        keep = ~np.isin(part.train_client, part.empty_clients)
+        rows, client = part.train_index[keep], part.train_client[keep]
+        X, y = data.X[rows].astype(float), data.y[rows]
+        norms = [
+            OneShotFedAvgClassifier()
+            .client_statistics(X[client == k], y[client == k], classes)
+            .norm()
+            for k in np.unique(client)
+        ]
+        assert np.max(norm_ratios(norms)) < bound / 2
+    assert implausible_norms([0.0, 0.0, 0.0, 1.0, 1.2, 0.9]) == {}  # zero heads move nothing
+    assert list(implausible_norms([0.0, 0.0, 0.0, 1.0, 12.0, 0.9])) == [4]
 
 
 def _attacks_module():

@@ -18,6 +18,7 @@ from skslot.heads import (
     OneShotFedAvgClassifier,
     StatisticsFormatError,
 )
+from skslot.heads.fedavg import UNSCORED
 from skslot.heads.fedpft import _message_seed
 
 from .conftest import PAPER, short_local_training
@@ -28,7 +29,7 @@ PRIVATE_HEADS = [
     FedCGSClassifier(privacy=PrivacyBudget(100.0, clip_norm=10.0, random_state=0)),
     FedPFTClassifier(random_state=0, privacy=PrivacyBudget(100.0, clip_norm=10.0, random_state=0)),
     # a budget large enough for the checks' accuracy thresholds on their small data sets
-    OneShotFedAvgClassifier(privacy=PrivacyBudget(1e4, clip_norm=5.0, random_state=0)),
+    OneShotFedAvgClassifier(privacy=PrivacyBudget(1e5, clip_norm=5.0, random_state=0)),
 ]
 
 
@@ -203,11 +204,11 @@ def test_fedavg_is_the_weighted_average_of_local_heads(weighting, skewed):
     keep = client != 0
     X, y, client = X[keep], y[keep], client[keep]
     X, y, client = X[: len(X) - 37], y[: len(y) - 37], client[: len(client) - 37]  # unequal n_k
-    head = OneShotFedAvgClassifier(weighting=weighting).fit(X, y, client=client)
+    template = OneShotFedAvgClassifier(local_classes="all")
+    head = template.set_params(weighting=weighting).fit(X, y, client=client)
     classes = np.unique(y)
     locals_ = [
-        OneShotFedAvgClassifier().client_statistics(X[client == k], y[client == k], classes)
-        for k in (1, 2, 3)
+        template.client_statistics(X[client == k], y[client == k], classes) for k in (1, 2, 3)
     ]
     n = np.array([u.n for u in locals_], dtype=float)
     w = n / n.sum() if weighting == "samples" else np.full(3, 1 / 3)
@@ -216,6 +217,90 @@ def test_fedavg_is_the_weighted_average_of_local_heads(weighting, skewed):
     )
     for u in locals_:  # a client lacking classes still sends every class row
         assert u.coef.shape == (len(classes), X.shape[1])
+        assert u.class_rows is None
+
+
+@short_local_training
+@pytest.mark.parametrize("weighting", ["samples", "uniform"])
+def test_fedavg_averages_each_class_over_the_clients_that_hold_it(weighting):
+    rng = np.random.default_rng(0)
+    holdings = [(0, 1), (1, 2, 3), (0, 3), (2,)]  # the last client holds one class
+    X, y, client = [], [], []
+    for k, held in enumerate(holdings):
+        for c in held:
+            n_kc = 20 + 7 * k + 3 * c
+            X.append(rng.normal(size=(n_kc, 4)) + 2.0 * np.eye(4)[c])
+            y += [c] * n_kc
+            client += [k] * n_kc
+    X, y, client = np.vstack(X), np.array(y), np.array(client)
+    classes = np.arange(4)
+    head = OneShotFedAvgClassifier(weighting=weighting).fit(X, y, client=client)
+    locals_ = [
+        OneShotFedAvgClassifier().client_statistics(X[client == k], y[client == k], classes)
+        for k in range(4)
+    ]
+    n = np.array([u.n for u in locals_], dtype=float)
+    w = n / n.sum() if weighting == "samples" else np.full(4, 1 / 4)
+    share = np.stack([wk * u.class_rows / u.n for wk, u in zip(w, locals_, strict=True)])
+    mix = share.sum(0) / share.sum()
+    for c in classes:
+        holders = [k for k, held in enumerate(holdings) if c in held and len(held) >= 2]
+        weight = share[holders, c] / share[holders, c].sum()
+        np.testing.assert_allclose(
+            head.coef_[c],
+            sum(v * locals_[k].coef[c] for v, k in zip(weight, holders, strict=True)),
+            rtol=1e-10,
+        )
+        np.testing.assert_allclose(
+            head.intercept_[c],
+            sum(v * locals_[k].intercept[c] for v, k in zip(weight, holders, strict=True))
+            + np.log(mix[c]),
+            rtol=1e-10,
+        )
+    for k, held in enumerate(holdings):  # rows of other classes are zero; the own prior is out
+        absent = np.setdiff1d(classes, held)
+        assert not locals_[k].coef[absent].any() and not locals_[k].intercept[absent].any()
+        np.testing.assert_array_equal(
+            locals_[k].class_rows, np.bincount(y[client == k], minlength=4)
+        )
+    assert not locals_[3].coef.any()  # one class: nothing to discriminate
+    # of clients 0 and 3: class 2 held by a one-class client only, class 3 by none
+    partial = OneShotFedAvgClassifier().fit_from_statistics([locals_[0], locals_[3]], classes)
+    np.testing.assert_array_equal(partial.intercept_[2:], [UNSCORED, UNSCORED])
+    assert set(partial.predict(X)) <= {0, 1} and np.isfinite(partial.predict_proba(X)).all()
+
+
+def test_fedavg_held_classes_travel_and_are_checked():
+    from skslot.heads import LinearHeadUpdate
+    from skslot.wire import StatisticsFormatError
+
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    y = np.repeat([0, 2], 15)
+    classes = np.arange(3)
+    update = OneShotFedAvgClassifier().client_statistics(X, y, classes)
+    arrays = update.to_arrays()
+    back = LinearHeadUpdate.from_arrays(arrays, classes=classes, n_features=3, n_samples=30)
+    np.testing.assert_array_equal(back.class_rows, [15, 0, 15])
+    np.testing.assert_array_equal(back.scaled(0.5).class_rows, [7.5, 0, 7.5])
+    with pytest.raises(StatisticsFormatError, match="add up to 31"):
+        LinearHeadUpdate.from_arrays(
+            {**arrays, "class_rows": np.array([15, 1, 15])}, classes=classes, n_features=3
+        )
+    with pytest.raises(StatisticsFormatError, match="negative"):
+        LinearHeadUpdate.from_arrays(
+            {**arrays, "class_rows": np.array([16, -1, 15])}, classes=classes, n_features=3
+        )
+
+
+def test_fedavg_private_heads_span_every_class():
+    data = make_federated_classification(n_clients=3, alpha=0.3, random_state=0)
+    budget = PrivacyBudget(epsilon=8.0, clip_norm=10.0)
+    auto = OneShotFedAvgClassifier(C=1e-3, privacy=budget).fit(data.X, data.y, client=data.client)
+    assert auto._held_prior is None  # every local head spans all classes
+    with pytest.raises(ValueError, match="reveals which classes"):
+        OneShotFedAvgClassifier(C=1e-3, privacy=budget, local_classes="held").fit(
+            data.X, data.y, client=data.client
+        )
 
 
 def test_fedpft_seeded_skips_small_classes_and_casts(skewed):

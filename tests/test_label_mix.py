@@ -137,13 +137,22 @@ def test_a_head_shifts_its_scores_to_the_clients_own_prior_exactly(data):
 
 
 def test_averaged_local_heads_shift_from_the_geometric_mix_of_the_clients_priors(data):
-    head = OneShotFedAvgClassifier(max_iter=200).fit(data.X, data.y, client=data.client)
+    head = OneShotFedAvgClassifier(max_iter=200, local_classes="all")
+    head.fit(data.X, data.y, client=data.client)
     pi = head.class_counts_ / head.class_counts_.sum()
     logs = {k: client_log_prior(c, pi) for k, c in head.client_class_counts_.items()}
     n = np.array([c.sum() for c in head.client_class_counts_.values()])
     embedded = (n / n.sum()) @ np.stack(list(logs.values()))
     shift = head.decision_function(data.X[:3], client=1) - head.decision_function(data.X[:3])
     np.testing.assert_allclose(shift, np.tile(logs[1] - embedded, (3, 1)), atol=1e-12)
+
+
+def test_heads_over_the_held_classes_shift_from_the_federations_prior(data):
+    head = OneShotFedAvgClassifier(max_iter=200).fit(data.X, data.y, client=data.client)
+    pi = head.class_counts_ / head.class_counts_.sum()
+    own = client_log_prior(head.client_class_counts_[1], pi)
+    shift = head.decision_function(data.X[:3], client=1) - head.decision_function(data.X[:3])
+    np.testing.assert_allclose(shift, np.tile(own - np.log(pi), (3, 1)), atol=1e-12)
 
 
 def test_a_head_from_statistics_takes_each_clients_counts_locally(data):

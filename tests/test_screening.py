@@ -505,6 +505,8 @@ def test_rows_sent_to_a_class_only_it_holds_count_against_it(clients, name):
     """Every row labelled the class only it holds, five times over: the full head sends the
     others' rows there, which the head without it cannot; the screening counts them."""
     head = make_head(name, seed=0)
+    if name == "O-FedAvg":  # on held classes a one-class client moves no row (test_heads)
+        head.set_params(local_classes="all")
 
     def all_class_3(X, y):
         return np.tile(X, (5, 1)), np.full(5 * y.shape[0], 3)
