@@ -184,27 +184,29 @@ def test_an_unknown_name_is_a_type_error_with_a_suggestion():
         DeploymentConfig(alignment_settings={"tau": 0.4})
 
 
-def test_checks_run_once_from_the_declarations_without_a_driver(monkeypatch):
-    calls = []
-    check = Setting.check
+def test_each_setting_is_checked_once_and_the_rules_between_them_by_the_protocol(monkeypatch):
+    calls, built = [], []
+    check, driver = Setting.check, config_module.OneShotProtocol
 
     def counted(self, value):
         calls.append(self.name)
         return check(self, value)
 
-    def no_driver(*args, **kwargs):
-        raise AssertionError("a protocol driver was built")
+    def counted_driver(*args, **kwargs):
+        built.append(kwargs["tau"])
+        return driver(*args, **kwargs)
 
     monkeypatch.setattr(Setting, "check", counted)
-    monkeypatch.setattr(config_module, "OneShotProtocol", no_driver)
+    monkeypatch.setattr(config_module, "OneShotProtocol", counted_driver)
     config = DeploymentConfig(tau="auto", selection_rule="best")
     assert sorted(calls) == sorted(NAMES)  # each setting checked once
+    assert built == ["auto"]  # the rules between settings: the protocol's own, run once
     calls.clear()
     changed = dataclasses.replace(config, min_clients=5)
     assert calls == [s.name for s in config.run_settings.settings()]  # only the part changed
     assert changed.min_clients == 5 and changed.alignment_settings is config.alignment_settings
-    with pytest.raises(AssertionError, match="a protocol driver was built"):
-        config.protocol()
+    with pytest.raises(ValueError, match="head-grid"):  # the protocol's rule, named by its keys
+        DeploymentConfig(tau="auto", head="FedPFT", head_grid='{"shrinkage": [1]}')
 
 
 @pytest.mark.parametrize("name", NAMES)

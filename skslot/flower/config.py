@@ -23,9 +23,8 @@ from ..accounting import PrivacyBudget
 from ..barycenter import BuresBarycenter
 from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class
-from ..protocol import OneShotProtocol, ReferenceStep, private_run_problem
+from ..protocol import OneShotProtocol, ReferenceStep
 from ..protocol.stages.upload import private_summary_problem
-from ..selection import candidate_grid
 from ..summary import GaussianSummaryEstimator
 from .groups import (
     AlignmentSettings,
@@ -215,35 +214,30 @@ class DeploymentConfig:
         return {f.name: hints[f.name] for f in fields(cls)}
 
     def _check_together(self) -> None:
-        """The checks between parts; each part has checked its own settings."""
-        head = self.make_head()
-        if self.auto:
-            try:
-                candidate_grid(head, self.tau_grid, self.head_grid_values())
-            except ValueError as exc:
-                raise ValueError(f"{exc} {self.setting('head_grid').where}") from None
+        """The checks between parts; each part has checked its own settings.
+
+        The protocol's rules between its settings (the head grid, a private
+        run's head, ``tau`` and screening) are checked once, by building the
+        protocol; the clients' own (their summary, a private summary beside
+        a head's statistics) here.
+        """
+        try:
+            self.protocol()
+        except ValueError as exc:
+            raise ValueError(
+                f"{exc} (run-config keys 'head', 'head-params', 'head-grid', 'tau', "
+                "'epsilon', 'screen' and 'summary-covariance')"
+            ) from None
         try:
             self.summary_estimator()._validate_params()
         except ValueError as exc:
             raise ValueError(
                 f"{exc} (run-config keys 'summary-covariance', 'epsilon', 'delta' and 'clip-norm')"
             ) from None
-        if head.private_release is None:
-            why = private_summary_problem(head, self.epsilon)
-        elif self.epsilon is not None:
-            why = private_run_problem(
-                head,
-                auto=self.auto,
-                screen=self.screen,
-                summary_covariance=self.summary_covariance,
-            )
-        else:
-            why = None
+        head = self.make_head()  # a head with a private release derives the summary from it
+        why = None if head.private_release else private_summary_problem(head, self.epsilon)
         if why:
-            raise ValueError(
-                f"{why} (run-config keys 'epsilon', 'head', 'tau', 'screen' and "
-                "'summary-covariance')"
-            )
+            raise ValueError(f"{why} (run-config keys 'epsilon' and 'head')")
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> DeploymentConfig:
