@@ -32,6 +32,7 @@ from ._client_blocks import _client_blocks, _in_parallel
 from ._doc_link import DocLinkMixin
 from ._param_validation import Interval, Options, ParameterValidationMixin
 from ._validation import client_weights, unchanged_on_error
+from .defaults import FORM
 from .exceptions import SingleClientWarning, warn_single_client
 from .gaussian import GaussianSummary, as_summary_list
 from .low_rank import LowRankGaussianSummary, as_dense, low_rank_barycenter
@@ -101,11 +102,12 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         a cluster).
     covariance_floor, chunk_size
         Passed to :class:`GaussianSummaryEstimator` when ``fit`` is given rows.
-    form : {"dense", "low-rank"}, default="dense"
+    form : {"auto", "dense", "low-rank"}, default="auto"
         Passed to :class:`GaussianSummaryEstimator` when ``fit`` is given
         rows: ``"low-rank"`` summarises each client in factor form (for
         clients with fewer rows than features), which selects the low-rank
-        path when the ranks add up to fewer than ``m``.
+        path when the ranks add up to fewer than ``m``; ``"auto"`` does so
+        where every client holds no more rows than features.
     device : str or torch.device, default=None
         Run the fixed point in torch on this device (for example ``"cuda"``),
         its ``K`` eigendecompositions per iteration as one batched call.
@@ -181,7 +183,7 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         max_iter: int = 100,
         covariance_floor: float = 1e-8,
         chunk_size: int = 4096,
-        form: str = "dense",
+        form: str = FORM,
         client_batch: int | None = None,
         n_jobs: int | None = None,
         device: Any = None,

@@ -31,6 +31,7 @@ __all__ = [
     "CLIENT_TAU",
     "COVARIANCE_FLOOR",
     "DELTA",
+    "FORM",
     "LABEL_MIX",
     "MEAN_TAU",
     "TAU",
@@ -60,6 +61,9 @@ VALIDATION_FRACTION = 0.2
 COVARIANCE_FLOOR = 1e-8
 #: A privacy budget's delta.
 DELTA = 1e-5
+#: How an aligner holds the clients' summaries: in factor form where every client holds no
+#: more rows than features (exact, without an ``m x m`` matrix), else dense.
+FORM = "auto"
 
 
 def default_tau(label_mix: str) -> float:

@@ -61,8 +61,9 @@ __all__ = [  # the formulas live in skslot.ledoit_wolf, and are importable from 
 #: What a summary's covariance describes: all rows, or class-centred rows.
 COVARIANCES = ("total", "within")
 #: How a summary is held: a dense ``m x m`` covariance, or low rank plus a multiple of the
-#: identity (:class:`~skslot.low_rank.LowRankGaussianSummary`).
-FORMS = ("dense", "low-rank")
+#: identity (:class:`~skslot.low_rank.LowRankGaussianSummary`); ``"auto"``: low rank where
+#: every client holds no more rows than features and the summary allows it, else dense.
+FORMS = ("auto", "dense", "low-rank")
 
 
 class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
@@ -85,17 +86,19 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         the mean of all rows).  ``"within"`` needs the class labels ``y`` in
         ``fit`` and ``partial_fit``, and has no differentially private
         release (``epsilon`` is refused).
-    form : {"dense", "low-rank"}, default="dense"
+    form : {"dense", "low-rank", "auto"}, default="dense"
         How each summary is held.  ``"dense"``: a
         :class:`~skslot.GaussianSummary` from mergeable power sums (``O(n m^2)``
-        time, ``O(m^2)`` memory).  ``"low-rank"``: the same Ledoit-Wolf
-        covariance in factor form, a
+        time, ``O(m^2)`` memory), the form the protocol's messages carry.
+        ``"low-rank"``: the same Ledoit-Wolf covariance in factor form, a
         :class:`~skslot.low_rank.LowRankGaussianSummary` computed from the
         client's ``n x n`` Gram matrix (``O(n^2 m)`` time, ``O(n m)`` memory;
         exact, and much cheaper when clients hold fewer rows than features,
         see :mod:`skslot.low_rank`).  It needs each client's rows in one
         ``fit``: ``partial_fit``, :meth:`merge`, ``covariance="within"`` and
-        ``epsilon`` need ``"dense"``.
+        ``epsilon`` need ``"dense"``.  ``"auto"``: ``"low-rank"`` where every
+        client holds no more rows than features and nothing above needs
+        ``"dense"``, else ``"dense"`` (:attr:`form_` says which).
     covariance_floor : float, default=1e-8
         Relative floor (``>= 0``) on the smallest eigenvalue of each
         covariance, see :func:`~skslot.ledoit_wolf.ledoit_wolf_summary`.  Only acts on degenerate
@@ -130,7 +133,10 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
     ----------
     summaries_ : dict
         :class:`~skslot.GaussianSummary` per client label (key ``None`` when
-        ``client`` was not given).
+        ``client`` was not given); a
+        :class:`~skslot.low_rank.LowRankGaussianSummary` in the low-rank form.
+    form_ : {"dense", "low-rank"}
+        The form the summaries are held in (``form`` with ``"auto"`` resolved).
     clients_ : list
         The client labels, sorted.
     n_features_in_ : int
@@ -352,7 +358,8 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         with unchanged_on_error(self):  # a rejected fit keeps what was fitted before
             self.noise_scale_ = self._noise_scale()
             self._cells: dict = {}
-            if self.form == "low-rank":
+            self.form_ = self._form_for(X, client)
+            if self.form_ == "low-rank":
                 self._fit_low_rank(X, client)
             else:
                 self._moments = self._client_moments(
@@ -370,13 +377,30 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
                 "Ledoit-Wolf target, and their maps carry little beyond their means"
                 + (
                     "; form='low-rank' holds such summaries exactly without an m x m matrix"
-                    if self.form == "dense"
+                    if self.form_ == "dense"
                     else ""
                 ),
                 SmallClientWarning,
                 stacklevel=2,
             )
         return self
+
+    def _form_for(self, X: Any, client: Any) -> str:
+        """The form a fit holds its summaries in: ``form``, with ``"auto"`` resolved.
+
+        ``"auto"`` is ``"low-rank"`` where every client holds no more rows than
+        features and the summary has a low-rank form (all rows' covariance, no
+        private release, NumPy rows), else ``"dense"``.
+        """
+        if self.form != "auto":
+            return self.form
+        if self.covariance != "total" or self.epsilon is not None or is_tensor(X):
+            return "dense"
+        shape = np.shape(X)
+        if len(shape) != 2:
+            return "dense"  # the dense path says what is wrong with the rows
+        _, codes = check_client_labels(client, shape[0])
+        return "low-rank" if codes.size and np.bincount(codes).max() <= shape[1] else "dense"
 
     def _fit_low_rank(self, X: Any, client: Any) -> None:
         """Each client's summary in factor form, from its rows (``form="low-rank"``)."""
@@ -494,6 +518,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         self._check_mergeable("partial_fit")  # summaries fitted in low-rank form, then dense
         with unchanged_on_error(self):  # a rejected chunk stores nothing
             self.noise_scale_ = self._noise_scale()
+            self.form_ = "dense"  # moments accumulate densely
             first = not hasattr(self, "_moments")
             if first:
                 self._cells = {}

@@ -209,7 +209,7 @@ class FederatedTauSearch(
         self : object
         """
         self._validate_params()
-        if getattr(self._slot(), "form", "dense") != "dense":
+        if getattr(self._slot(), "form", "dense") == "low-rank":  # "auto": dense summaries here
             raise ValueError(
                 f"{type(self).__name__} runs the one-shot protocol, whose messages carry dense "
                 "summaries: slot=SLOTTransformer(form='low-rank') is not supported there; use "
@@ -250,7 +250,8 @@ class FederatedTauSearch(
                 head=self.head,
                 classes=classes,
                 label=label,
-                summary_estimator=slot._summary_estimator(),
+                # the protocol's messages carry dense summaries
+                summary_estimator=slot._summary_estimator().set_params(form="dense"),
                 validation_fraction=self.validation_fraction,
                 state=ClientState(fixed_map=fixed_maps[label]) if frozen else None,
             )

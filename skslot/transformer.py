@@ -29,7 +29,7 @@ from .barycenter import (
     as_summary_list,
     warn_single_client,
 )
-from .defaults import CLIENT_TAU, COVARIANCE_FLOOR, LABEL_MIX, MEAN_TAU, default_tau
+from .defaults import CLIENT_TAU, COVARIANCE_FLOOR, FORM, LABEL_MIX, MEAN_TAU, default_tau
 from .exceptions import SmallClientWarning, UnknownClientWarning, shown_labels
 from .gaussian import GaussianSummary
 from .label_mix import LABEL_MIXES, domain_offsets
@@ -135,14 +135,16 @@ class SLOTTransformer(
         block of the iteration, to bound its memory with many clients).
     covariance_floor, chunk_size
         Passed to :class:`GaussianSummaryEstimator`.
-    form : {"dense", "low-rank"}, default="dense"
+    form : {"auto", "dense", "low-rank"}, default="auto"
         How the clients' summaries are held (see
         :class:`GaussianSummaryEstimator`).  ``"low-rank"``, for clients with
         fewer rows than features, keeps every summary, the reference and the
         maps in factor form when the clients' ranks add up to fewer than
         ``m`` (:class:`BuresBarycenter`'s low-rank path): no ``m x m`` matrix
-        is formed, and ``transform`` costs ``O(n m d)``.  It needs
-        ``covariance="total"`` and NumPy rows.
+        is formed, and ``transform`` costs ``O(n m d)``; the same alignment
+        as ``"dense"`` to rounding.  It needs ``covariance="total"`` and
+        NumPy rows.  ``"auto"``: ``"low-rank"`` where every client holds no
+        more rows than features and the settings allow it, else ``"dense"``.
     n_jobs : int, default=None
         Parallel jobs over clients: their summaries, the blocks of the
         barycenter iteration and the maps.
@@ -250,7 +252,7 @@ class SLOTTransformer(
         max_iter: int = 100,
         covariance_floor: float = COVARIANCE_FLOOR,
         chunk_size: int = 4096,
-        form: str = "dense",
+        form: str = FORM,
         client_batch: int | None = None,
         n_jobs: int | None = None,
     ) -> None:

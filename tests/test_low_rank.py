@@ -382,7 +382,7 @@ def test_barycenter_estimator_takes_the_low_rank_path_and_equals_the_dense_one(r
         pytest.importorskip("torch", reason="the d x d fixed point on a torch device")
     X, client, _ = _federation(rng, 90, [25, 30, 20])
     low = BuresBarycenter(form="low-rank", **params).fit(X, client=client)
-    dense = BuresBarycenter().fit(X, client=client)
+    dense = BuresBarycenter(form="dense").fit(X, client=client)
     assert low.form_ == "low-rank" and dense.form_ == "dense"
     assert low.covariance_ is None and isinstance(low.reference_, LowRankGaussianSummary)
     assert low.reference_.rank <= 24 + 29 + 19
@@ -435,7 +435,7 @@ def test_a_dense_client_among_low_rank_ones_takes_the_dense_path(rng):
 def test_slot_transformer_in_low_rank_form_aligns_as_the_dense_one(rng, params):
     X, client, y = _federation(rng, 100, [30, 25, 35])
     low = SLOTTransformer(form="low-rank", **params).fit(X, y, client=client)
-    dense = SLOTTransformer(**params).fit(X, y, client=client)
+    dense = SLOTTransformer(form="dense", **params).fit(X, y, client=client)
     assert all(isinstance(T, LowRankMap) for T in low.maps_.values())
     assert low.tau_scales_ == pytest.approx(dense.tau_scales_)
     want = dense.transform(X, client=client)
@@ -508,3 +508,25 @@ def test_a_rejected_refit_leaves_either_estimator_as_it_was(rng):
         with pytest.raises(ValueError, match="1 sample"):  # fails after the rows are checked
             est.set_params(form=second).fit(X[:21, :30], client=client[:21])
         assert est.n_features_in_ == 40 and est.summaries_ == fitted
+
+
+@few_rows_per_client
+def test_auto_form_is_low_rank_where_every_client_holds_fewer_rows_than_features(rng):
+    X, client, y = _federation(rng, 90, [25, 30, 20])
+    auto = GaussianSummaryEstimator(form="auto").fit(X, client=client)
+    assert auto.form_ == "low-rank"
+    assert all(isinstance(s, LowRankGaussianSummary) for s in auto.summaries_.values())
+    large = np.vstack([X, rng.normal(size=(100, 90))])  # a fourth client of 100 rows
+    mixed = np.r_[client, np.full(100, 3)]
+    assert GaussianSummaryEstimator(form="auto").fit(large, client=mixed).form_ == "dense"
+    within = GaussianSummaryEstimator(form="auto", covariance="within")
+    assert within.fit(X, y, client=client).form_ == "dense"  # no low-rank within-class form
+    assert GaussianSummaryEstimator(form="auto").partial_fit(X, client=client).form_ == "dense"
+    # the aligners' default: the factor form here, the dense alignment to rounding
+    slot = SLOTTransformer().fit(X, y, client=client)
+    assert isinstance(slot.reference_, LowRankGaussianSummary)
+    dense = SLOTTransformer(form="dense").fit(X, y, client=client)
+    np.testing.assert_allclose(
+        slot.transform(X, client=client), dense.transform(X, client=client), atol=1e-8
+    )
+    assert BuresBarycenter().fit(X, client=client).form_ == "low-rank"
