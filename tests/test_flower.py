@@ -37,7 +37,9 @@ from skslot.flower import (  # noqa: E402
     write_flower_app,
 )
 from skslot.flower.client_app import app as client_app  # noqa: E402
+from skslot.flower.client_app import node_lifetime  # noqa: E402
 from skslot.heads import HEADS, OneShotFedAvgClassifier, make_head, message_bytes  # noqa: E402
+from skslot.lifetime import LifetimeBudget  # noqa: E402
 from skslot.protocol import ClientParty, ProtocolRunError, UploadRequest  # noqa: E402
 from skslot.protocol.stages import upload as upload_stage  # noqa: E402
 from skslot.wire import MessageFormatError  # noqa: E402
@@ -432,6 +434,31 @@ def test_a_private_fedavg_run_travels_through_the_same_protocol(node_configs):
     # a private client holds out no rows (the exact run screens, on its fitting rows)
     assert b.n > a.n and private.summary_values == exact.summary_values
     assert exact.screening["excluded"] == [] and "a private run" in private.screening["skipped"]
+
+
+def test_a_nodes_lifetime_budget_refuses_the_run_past_it(node_configs, tmp_path):
+    """Each node's own record charges each run once; the run past it is refused."""
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    own = {
+        node: {
+            **nc, "epsilon": 8.0, "clip-norm": 20.0,
+            "lifetime-epsilon": 12.0, "budget-file": str(tmp_path / f"{node}.json"),
+        }
+        for node, nc in node_configs.items()
+    }  # fmt: skip
+    first, *_ = deploy(own, summary_dtype="float64", epsilon=8.0, clip_norm=20.0)
+    assert sorted(first.accuracy) == [11, 12, 13, 14]
+    with pytest.raises(ProtocolRunError) as refused:
+        deploy(own, summary_dtype="float64", epsilon=8.0, clip_norm=20.0)
+    rejected = refused.value.report.rejected["upload"]
+    assert sorted(rejected) == [11, 12, 13, 14]
+    assert all("lifetime budget" in why for why in rejected.values())
+    for node in own:  # charged once each, and nothing for the refused run
+        assert LifetimeBudget(tmp_path / f"{node}.json", epsilon=12.0).spent()[0] == 8.0
+    lone = {**own[11]}
+    del lone["epsilon"]  # a lifetime budget needs the node's own run budget
+    with pytest.raises(ValueError, match="node's own 'epsilon'"):
+        node_lifetime(lone)
 
 
 # -- hostile summaries ------------------------------------------------------------------

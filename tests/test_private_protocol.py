@@ -448,3 +448,47 @@ def test_released_statistics_pass_the_server_s_checks_at_small_sizes():
         ClassStatistics.from_arrays(
             released.to_arrays(), classes=classes, n_features=m, n_samples=10
         )
+
+
+@pytest.mark.filterwarnings("ignore::skslot.privacy.PrivacyWarning")
+def test_a_lifetime_budget_charges_each_run_once_and_refuses_the_run_past_it(clients, tmp_path):
+    from skslot.lifetime import LifetimeBudget
+
+    budget = PrivacyBudget(8.0, clip_norm=12.0)  # fresh noise each run, as in a deployment
+    records = {k: tmp_path / f"node{k}" / "budget.json" for k in clients}
+    head = FedCGSClassifier()
+    protocol = OneShotProtocol(head, tau=0.4, privacy=budget, defence=DefenceBounds())
+
+    def run_once():
+        own = {
+            k: ClientParty(
+                X, y, head=head, classes=CLASSES, label=k, X_test=Xt, y_test=yt,
+                privacy=budget, lifetime=LifetimeBudget(records[k], epsilon=20.0),
+            )
+            for k, (X, y, Xt, yt) in clients.items()
+        }  # fmt: skip
+        return own, protocol.run(InProcessTransport(own, errors="reject"), CLASSES)
+
+    for runs in (1, 2):
+        own, result = run_once()
+        assert result.report.status == "completed"
+        for k in clients:  # a party restored from the same run's state is not charged again
+            again = ClientParty(
+                clients[k][0], clients[k][1], head=head, classes=CLASSES, label=k,
+                privacy=budget, lifetime=LifetimeBudget(records[k], epsilon=20.0),
+                state=ClientState.from_config(own[k].state.to_config()),
+            )  # fmt: skip
+            shares = tuple(own[k].ledger().shares.values())
+            request = UploadRequest(
+                0, privacy=(8.0, 1e-5, 12.0), releases=own[k].state.releases, shares=shares
+            )
+            again.answer("upload", request)
+            assert LifetimeBudget(records[k], epsilon=20.0).spent()[0] == pytest.approx(8.0 * runs)
+    # the third run would take every node past 20: refused before anything is released
+    with pytest.raises(Exception, match="lifetime budget"):
+        run_once()
+    for k in clients:
+        assert LifetimeBudget(records[k], epsilon=20.0).spent()[0] == pytest.approx(16.0)
+    with pytest.raises(ValueError, match="give the client privacy"):
+        ClientParty(clients[0][0], clients[0][1], head=head, classes=CLASSES,
+                    lifetime=LifetimeBudget(records[0], epsilon=20.0))  # fmt: skip

@@ -41,6 +41,7 @@ from flwr.clientapp import ClientApp
 from ..accounting import PrivacyBudget
 from ..datasets import dirichlet_partition, load_dataset, load_table
 from ..datasets._loaders import open_npz
+from ..lifetime import LifetimeBudget
 from ..protocol import ClientParty, ClientState
 from ..protocol.stages import STAGES, ClientWire, Stage
 from ..selection import validation_split
@@ -211,6 +212,7 @@ def _party(context: Context, config: DeploymentConfig, data: ClientData) -> Clie
         validation_fraction=config.validation_fraction,
         state=None if stored is None else ClientState.from_config(dict(stored)),
         privacy=node_privacy(context.node_config, config),
+        lifetime=node_lifetime(context.node_config),
     )
 
 
@@ -243,6 +245,43 @@ def node_privacy(node_config: Mapping[str, Any], config: DeploymentConfig) -> Pr
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"node config 'epsilon', 'delta', 'clip-norm': {exc}") from None
+
+
+def node_lifetime(node_config: Mapping[str, Any]) -> LifetimeBudget | None:
+    """The budget this node's runs release together, from its node config alone.
+
+    ``lifetime-epsilon`` (and ``lifetime-delta``, default ``1e-4``) with
+    ``budget-file``, the record on the node's disk
+    (:class:`~skslot.lifetime.LifetimeBudget`): each private run is charged
+    once, and a run past it is refused before anything is released.  It
+    needs the node's own ``epsilon``: a run's budget then never comes from
+    the server.
+
+    Parameters
+    ----------
+    node_config : mapping of str to value
+        The node's config (``flower-supernode --node-config``).
+
+    Returns
+    -------
+    LifetimeBudget or None
+        ``None`` without ``lifetime-epsilon``.
+    """
+    if "lifetime-epsilon" not in node_config:
+        return None
+    if "budget-file" not in node_config or "epsilon" not in node_config:
+        raise ValueError(
+            "node config 'lifetime-epsilon' needs 'budget-file' (the record on this node's disk) "
+            "and the node's own 'epsilon' (each run's budget)"
+        )
+    try:
+        return LifetimeBudget(
+            str(node_config["budget-file"]),
+            float(node_config["lifetime-epsilon"]),
+            float(node_config.get("lifetime-delta", 1e-4)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"node config 'lifetime-epsilon', 'lifetime-delta': {exc}") from None
 
 
 def _handler(stage: Stage) -> Callable[[Message, Context], Message]:

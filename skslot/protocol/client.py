@@ -11,6 +11,7 @@ from ..accounting import PrivacyBudget, PrivacyBudgetExceeded, PrivacyLedger
 from ..gaussian import GaussianSummary
 from ..heads import OneShotHead
 from ..label_shift import class_counts
+from ..lifetime import LifetimeBudget
 from ..maps import GaussianMap
 from ..selection import validation_split
 from ..summary import GaussianSummaryEstimator
@@ -172,6 +173,12 @@ class ClientParty:
         another budget or for a release the budget does not cover.  A party
         (its state) is one run's: a new run needs a new party, and spends a
         new budget.
+    lifetime : LifetimeBudget, optional
+        What all the client's runs release together
+        (:class:`~skslot.lifetime.LifetimeBudget`, on the client's disk): each
+        private run is charged ``privacy``'s ``(epsilon, delta)`` once, when
+        it announces its plan, and a run past the lifetime budget is refused
+        before anything is released.  Needs ``privacy``.
     """
 
     def __init__(
@@ -188,6 +195,7 @@ class ClientParty:
         validation_fraction: float = 0.2,
         state: ClientState | None = None,
         privacy: PrivacyBudget | None = None,
+        lifetime: LifetimeBudget | None = None,
     ) -> None:
         if getattr(head, "privacy", None) is not None:
             raise ValueError(
@@ -202,7 +210,10 @@ class ClientParty:
         self.summary_estimator = summary_estimator
         self.validation_fraction = validation_fraction
         self.state = state if state is not None else ClientState()
+        if lifetime is not None and privacy is None:
+            raise ValueError("a lifetime budget bounds private runs: give the client privacy too")
         self.privacy = privacy
+        self.lifetime = lifetime
         self._ledger: PrivacyLedger | None = None
 
     def ledger(self) -> PrivacyLedger:

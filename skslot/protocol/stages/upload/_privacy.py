@@ -17,6 +17,7 @@ from ...._moments import ShiftedMoments
 from ....accounting import PrivacyBudgetExceeded
 from ....gaussian import GaussianSummary
 from ....heads import CLASS_COUNTS_SENSITIVITY, private_class_counts
+from ....lifetime import run_key
 from ....privacy import SUMMARY_SENSITIVITY, private_summary
 
 if TYPE_CHECKING:
@@ -137,7 +138,10 @@ def private_run(party: ClientParty, request: UploadRequest) -> PrivacyLedger | N
             f"{dict(zip(request.releases, request.shares, strict=False))}"
         )
     state.releases = tuple(request.releases)
-    return party.ledger()
+    ledger = party.ledger()
+    if party.lifetime is not None:  # charged once per run, before anything is released
+        party.lifetime.charge(run_key(ledger.seed), float(own.epsilon), float(own.delta))
+    return ledger
 
 
 def private_shrinkage_problem(upload: Upload, covariance: str) -> str | None:
