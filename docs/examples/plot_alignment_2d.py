@@ -24,8 +24,11 @@ data = load_office_caltech10()
 X = np.sqrt(data.X.astype(np.float64))  # variance-stabilised visual-word counts
 part = dirichlet_partition(data.y, data.domain, alpha=0.1, random_state=0)
 X_train, client = X[part.train_index], part.train_client
-# the paper's geodesic: mean and covariance moved by the same tau, every client alike
-slot = SLOTTransformer(mean_tau=None, client_tau="uniform").fit(X_train, client=client)
+# the paper's geodesic: mean and covariance moved by the same tau, every client alike; the
+# summaries held as dense m x m covariances (each client holds fewer rows than the 800
+# features, where the default keeps them in factor form), to draw their ellipses
+slot = SLOTTransformer(mean_tau=None, client_tau="uniform", form="dense")
+slot.fit(X_train, client=client)
 pca = PCA(n_components=2).fit(X_train)
 
 fig, axes = plt.subplots(1, 3, figsize=(12, 4), sharex=True, sharey=True)
