@@ -275,9 +275,13 @@ def norm_ratios(norms: Sequence[float]) -> np.ndarray | None:
     [0.0, 0.6666666666666666, 0.0, 1.3333333333333333, 1.0]
     """
     norms = np.asarray(norms, dtype=np.float64)
-    if ratios_to_median(norms[norms > 0]) is None:
+    scoring = norms > 0
+    ratios = ratios_to_median(norms[scoring])
+    if ratios is None:
         return None
-    return norms / float(np.median(norms[norms > 0]))
+    out = np.zeros_like(norms)
+    out[scoring] = ratios
+    return out
 
 
 def implausible_norms(
@@ -517,4 +521,3 @@ class NoDefence(DefenceBounds):
 
     def implausible_updates(self, norms: Sequence[float]) -> dict[int, str]:
         return {}
-

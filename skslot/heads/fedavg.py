@@ -366,17 +366,25 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
                 n=X.shape[0],
                 sensitivity=LOCAL_HEAD_SENSITIVITY * self.C * clip_norm * clip_norm,
             )
-        init = self.shared_initialisation(classes.shape[0], X.shape[1])
-        Wb, n_iter = fit_softmax_regression(
+        n_classes = classes.shape[0]
+        Wb, n_iter = self._local_fit(X, codes, np.arange(n_classes), n_classes)
+        return LinearHeadUpdate(classes, Wb[:, :-1], Wb[:, -1], X.shape[0], n_iter)
+
+    def _local_fit(
+        self, X: np.ndarray, codes: np.ndarray, spanned: np.ndarray, n_classes: int
+    ) -> tuple[np.ndarray, int]:
+        """The local softmax head over the classes ``spanned`` (sorted codes of the
+        ``n_classes``), from their rows of the shared initialisation."""
+        init = self.shared_initialisation(n_classes, X.shape[1])[spanned]
+        return fit_softmax_regression(
             X,
-            codes,
-            classes.shape[0],
+            np.searchsorted(spanned, codes),
+            spanned.shape[0],
             C=self.C,
             max_iter=self.max_iter,
             tol=self.tol,
             init=init,
         )
-        return LinearHeadUpdate(classes, Wb[:, :-1], Wb[:, -1], X.shape[0], n_iter)
 
     def _held_classes_head(
         self, X: np.ndarray, codes: np.ndarray, classes: np.ndarray
@@ -387,15 +395,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         held = np.flatnonzero(counts)
         coef, intercept, n_iter = np.zeros((n_classes, m)), np.zeros(n_classes), 0
         if held.shape[0] >= 2:  # a client of one class has nothing to discriminate
-            Wb, n_iter = fit_softmax_regression(
-                X,
-                np.searchsorted(held, codes),
-                held.shape[0],
-                C=self.C,
-                max_iter=self.max_iter,
-                tol=self.tol,
-                init=self.shared_initialisation(n_classes, m)[held],
-            )
+            Wb, n_iter = self._local_fit(X, codes, held, n_classes)
             coef[held] = Wb[:, :-1]
             intercept[held] = Wb[:, -1] - np.log(counts[held] / counts.sum())
         return LinearHeadUpdate(classes, coef, intercept, X.shape[0], n_iter, counts)
