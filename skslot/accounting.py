@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from .defaults import DELTA
 from .privacy import noise_seed, warn_large_delta
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -50,42 +51,82 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "DEFAULT_SHARES",
     "RELEASES",
+    "RELEASE_PLAN",
     "PrivacyBudget",
     "PrivacyBudgetExceeded",
     "PrivacyLedger",
+    "Release",
     "release_key",
+    "releases_at",
 ]
 
-#: Every release a client can make in a run, in the order of the protocol.
-RELEASES = (
-    "summary",
-    "statistics",
-    "local_head",
-    "class_counts",
-    "validation",
-    "screening",
-    "evaluation",
+
+@dataclass(frozen=True)
+class Release:
+    """One value a client can release under its privacy budget, described as data.
+
+    Parameters
+    ----------
+    name : str
+        The release's name: its noise stream is seeded by it (:func:`release_key`).
+    stage : str
+        The protocol's stage whose reply carries it
+        (:data:`skslot.protocol.stages.STAGES`).
+    share : float
+        Its default weight in a budget's split (:meth:`PrivacyBudget.split`).
+    """
+
+    name: str
+    stage: str
+    share: float
+
+
+#: The release plan: every release a client can make in a run, in the order of the
+#: protocol, the stage that carries it and its default weight in a split: nine for those
+#: that shape the model (the summary, a head's statistics or local head), one for a count.
+#: Against equal shares, on the embedded digits (FedCGS and FedPFT, every release of a run
+#: under one budget, with and without SLOT and label skew) these weights gain 0.5 to 11
+#: points at every epsilon from 1 to 64 (docs/results/private_federation.md): a test count
+#: needs little of the budget.
+RELEASE_PLAN = (
+    Release("summary", "upload", 9.0),
+    Release("statistics", "upload", 9.0),
+    Release("class_counts", "upload", 1.0),
+    Release("local_head", "updates", 9.0),
+    Release("evaluation", "evaluation", 1.0),
 )
 
-#: Each release's default weight in a split: nine for those that shape the model (the
-#: summary, a head's statistics or local head), one for a count.  Against equal shares, on
-#: the embedded digits (FedCGS and FedPFT, every release of a run under one budget, with
-#: and without SLOT and label skew) it gains 0.5 to 11 points at every epsilon from 1 to 64
-#: (docs/results/private_federation.md): a test count needs little of the budget.
-DEFAULT_SHARES = {
-    "summary": 9.0,
-    "statistics": 9.0,
-    "local_head": 9.0,
-    "class_counts": 1.0,
-    "validation": 1.0,
-    "screening": 1.0,
-    "evaluation": 1.0,
-}
+#: The names of the plan's releases, in the order of the protocol.
+RELEASES = tuple(release.name for release in RELEASE_PLAN)
+
+#: Each release's default weight in a split (the plan's ``share``).
+DEFAULT_SHARES = {release.name: release.share for release in RELEASE_PLAN}
+
+
+def releases_at(stage: str) -> tuple[str, ...]:
+    """The releases the replies of ``stage`` carry, in the plan's order.
+
+    Parameters
+    ----------
+    stage : str
+        A stage of the protocol.
+
+    Returns
+    -------
+    tuple of str
+
+    Examples
+    --------
+    >>> releases_at("upload")
+    ('summary', 'statistics', 'class_counts')
+    """
+    return tuple(release.name for release in RELEASE_PLAN if release.stage == stage)
+
 
 #: Width of the accountant's privacy-loss grid, relative to epsilon (at least
 #: 1e-3): the grid is pessimistic by construction, so a coarser one only asks for
-#: a little more noise (under 0.2 % at seven releases), and a calibration then
-#: takes about the same fraction of a second at every budget (a fixed 1e-4, the
+#: a little more noise (under 0.2 % at seven releases, more than a run makes), and a
+#: calibration then takes about the same fraction of a second at every budget (a fixed 1e-4, the
 #: library's default, takes ten seconds at epsilon 16 and grows with epsilon).
 _RELATIVE_DISCRETISATION = 2.5e-4
 
@@ -203,7 +244,7 @@ class PrivacyBudget:
     """
 
     epsilon: float
-    delta: float = 1e-5
+    delta: float = DELTA
     clip_norm: float = 1.0
     shares: Mapping[str, float] | None = None
     random_state: Any = field(default=None, compare=False)

@@ -32,7 +32,7 @@ from ._client_blocks import _client_blocks, _in_parallel
 from ._doc_link import DocLinkMixin
 from ._param_validation import Interval, Options, ParameterValidationMixin
 from ._validation import client_weights, unchanged_on_error
-from .defaults import FORM
+from .defaults import COVARIANCE_FLOOR, FORM
 from .exceptions import SingleClientWarning, warn_single_client
 from .gaussian import GaussianSummary, as_summary_list
 from .low_rank import LowRankGaussianSummary, as_dense, low_rank_barycenter
@@ -181,7 +181,7 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         anderson: int = 5,
         tol: float = 1e-10,
         max_iter: int = 100,
-        covariance_floor: float = 1e-8,
+        covariance_floor: float = COVARIANCE_FLOOR,
         chunk_size: int = 4096,
         form: str = FORM,
         client_batch: int | None = None,

@@ -39,6 +39,8 @@ def class_counts_problem(
     Parameters
     ----------
     upload : Upload
+        A decoded upload: its class counts are ``n_classes`` non-negative
+        integers (the codec's check).
     n_classes : int or None
         The number of class counts asked for (``None``: not asked for).
     validation_fraction : float, optional
@@ -54,12 +56,6 @@ def class_counts_problem(
         return None if counts is None else "class counts were not asked for"
     if counts is None:
         return "the upload lacks the class counts the run asked for"
-    counts = np.asarray(counts)
-    if counts.shape != (n_classes,) or counts.dtype.kind not in "iu" or np.any(counts < 0):
-        return (
-            f"class counts must be {n_classes} non-negative integers, got an array of dtype "
-            f"{counts.dtype} and shape {counts.shape}"
-        )
     rows = upload.n_rows
     if np.any(counts > rows):
         return f"a class count exceeds the client's {rows} training rows"

@@ -17,6 +17,8 @@ name                       value                 what it is
 ``VALIDATION_FRACTION``    ``0.2``               held-out share of the federated choice
 ``COVARIANCE_FLOOR``       ``1e-8``              smallest eigenvalue of a summary's covariance
 ``DELTA``                  ``1e-5``              a privacy budget's delta
+``LIFETIME_DELTA``         ``1e-4``              a lifetime budget's delta (over many runs)
+``FORM``                   ``"auto"``            how an aligner holds the clients' summaries
 =========================  ====================  ==========================================
 
 Why ``LABEL_MIX = "client"``: the training data of the two cases a federation
@@ -33,6 +35,7 @@ __all__ = [
     "DELTA",
     "FORM",
     "LABEL_MIX",
+    "LIFETIME_DELTA",
     "MEAN_TAU",
     "TAU",
     "TAUS",
@@ -61,6 +64,8 @@ VALIDATION_FRACTION = 0.2
 COVARIANCE_FLOOR = 1e-8
 #: A privacy budget's delta.
 DELTA = 1e-5
+#: A lifetime budget's delta: the delta a client's runs may add up to, over all of them.
+LIFETIME_DELTA = 1e-4
 #: How an aligner holds the clients' summaries: in factor form where every client holds no
 #: more rows than features (exact, without an ``m x m`` matrix), else dense.
 FORM = "auto"

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ._moments import ShiftedMoments
+from .defaults import COVARIANCE_FLOOR
 from .gaussian import GaussianSummary
 
 __all__ = [
@@ -30,7 +31,7 @@ __all__ = [
 def ledoit_wolf_summary(
     moments: ShiftedMoments,
     *,
-    covariance_floor: float = 1e-8,
+    covariance_floor: float = COVARIANCE_FLOOR,
     client: int | str | None = None,
 ) -> GaussianSummary:
     """Ledoit-Wolf shrunk Gaussian summary from (mergeable) power sums.
@@ -148,7 +149,7 @@ def shrinkage_from_traces(trace: float, frobenius2: float, s4: float, n: int, m:
 def within_class_summary(
     class_moments: Sequence[ShiftedMoments],
     *,
-    covariance_floor: float = 1e-8,
+    covariance_floor: float = COVARIANCE_FLOOR,
     client: int | str | None = None,
 ) -> GaussianSummary:
     """Label-aware summary: the rows' mean, the Ledoit-Wolf covariance of class-centred rows.
@@ -211,7 +212,7 @@ def shrunk_summary(
     S: np.ndarray,
     shrinkage: float,
     *,
-    covariance_floor: float = 1e-8,
+    covariance_floor: float = COVARIANCE_FLOOR,
     client: int | str | None = None,
 ) -> GaussianSummary:
     """``(1 - s) S + s mu I`` with ``mu = tr(S) / m``, floored (see :func:`ledoit_wolf_summary`).

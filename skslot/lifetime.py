@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .accounting import PrivacyBudgetExceeded
+from .defaults import LIFETIME_DELTA
 
 __all__ = ["LifetimeBudget", "run_key"]
 
@@ -92,7 +93,7 @@ class LifetimeBudget:
 
     path: str | os.PathLike
     epsilon: float
-    delta: float = 1e-4
+    delta: float = LIFETIME_DELTA
 
     def __post_init__(self) -> None:
         if not (isinstance(self.epsilon, (int, float)) and 0.0 < self.epsilon < float("inf")):

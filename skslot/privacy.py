@@ -60,6 +60,7 @@ from sklearn.utils import check_random_state
 from ._linalg import sym_eigh, symmetric_from_upper, symmetrize
 from ._moments import ShiftedMoments
 from ._validation import check_in_range
+from .defaults import COVARIANCE_FLOOR
 from .gaussian import GaussianSummary
 from .ledoit_wolf import shrunk_summary
 
@@ -331,7 +332,7 @@ def private_summary(
     clip_norm: float,
     sigma: float,
     rng: np.random.Generator,
-    covariance_floor: float = 1e-8,
+    covariance_floor: float = COVARIANCE_FLOOR,
     client: int | str | None = None,
 ) -> GaussianSummary:
     """The summary released from the sums of rows clipped to ``clip_norm`` about zero.

@@ -30,6 +30,7 @@ from ._validation import (
     check_rows,
     unchanged_on_error,
 )
+from .defaults import COVARIANCE_FLOOR, DELTA
 from .exceptions import SmallClientWarning, shown_labels
 from .ledoit_wolf import (
     _check_sample_count,
@@ -194,11 +195,11 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         *,
         covariance: str = "total",
         form: str = "dense",
-        covariance_floor: float = 1e-8,
+        covariance_floor: float = COVARIANCE_FLOOR,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         n_jobs: int | None = None,
         epsilon: float | None = None,
-        delta: float = 1e-5,
+        delta: float = DELTA,
         clip_norm: float | None = None,
         random_state: int | np.random.RandomState | None = None,
     ) -> None:

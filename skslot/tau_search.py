@@ -16,6 +16,7 @@ from ._validation import (
     check_client_labels,
     check_host_rows,
 )
+from .defaults import VALIDATION_FRACTION
 from .heads._base import OneShotHead
 from .protocol import (
     ClientParty,
@@ -177,7 +178,7 @@ class FederatedTauSearch(
         *,
         taus: Sequence[float] = DEFAULT_TAUS,
         head_grid: Mapping[str, Sequence] | None = None,
-        validation_fraction: float = 0.2,
+        validation_fraction: float = VALIDATION_FRACTION,
         selection_rule: str = "one-standard-error",
         refit: bool = True,
         slot: Any = None,
@@ -209,12 +210,12 @@ class FederatedTauSearch(
         self : object
         """
         self._validate_params()
-        if getattr(self._slot(), "form", "dense") == "low-rank":  # "auto": dense summaries here
+        if self._slot().barycenter_estimator().form == "low-rank":  # "auto": dense here
             raise ValueError(
                 f"{type(self).__name__} runs the one-shot protocol, whose messages carry dense "
-                "summaries: slot=SLOTTransformer(form='low-rank') is not supported there; use "
-                "form='dense', or align with SLOTTransformer(form='low-rank') and fit the "
-                "head on its output"
+                "summaries: a slot whose barycenter has form='low-rank' is not supported there; "
+                "use form='dense', or align with SLOTTransformer(barycenter=BuresBarycenter("
+                "form='low-rank')) and fit the head on its output"
             )
         protocol = OneShotProtocol(
             self.head,
@@ -229,7 +230,7 @@ class FederatedTauSearch(
             evaluate=False,
             client_tau=self._slot().client_tau,
             summary_covariance=self._slot().covariance,
-            covariance_floor=self._slot().covariance_floor,
+            covariance_floor=self._slot().barycenter_estimator().covariance_floor,
             mean_tau=self._slot().mean_tau,
         )
         X, y, classes = check_classification_data(self, X, y)

@@ -8,7 +8,7 @@ from numbers import Real
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
+from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin, clone
 from sklearn.utils.validation import check_is_fitted
 
 from ._backend import as_host_rows, empty_like_rows, row_index
@@ -29,7 +29,7 @@ from .barycenter import (
     as_summary_list,
     warn_single_client,
 )
-from .defaults import CLIENT_TAU, COVARIANCE_FLOOR, FORM, LABEL_MIX, MEAN_TAU, default_tau
+from .defaults import CLIENT_TAU, LABEL_MIX, MEAN_TAU, default_tau
 from .exceptions import SmallClientWarning, UnknownClientWarning, shown_labels
 from .gaussian import GaussianSummary
 from .label_mix import LABEL_MIXES, domain_offsets
@@ -130,24 +130,18 @@ class SLOTTransformer(
         :class:`GaussianSummaryEstimator`): of all its rows (the paper's), or
         of its class-centred rows (label-aware: the client's label mix no
         longer enters the map; ``fit`` then needs ``y``).
-    weights, solver, init, anderson, tol, max_iter, client_batch
-        Passed to :class:`BuresBarycenter` (``client_batch``: clients per
-        block of the iteration, to bound its memory with many clients).
-    covariance_floor, chunk_size
-        Passed to :class:`GaussianSummaryEstimator`.
-    form : {"auto", "dense", "low-rank"}, default="auto"
-        How the clients' summaries are held (see
-        :class:`GaussianSummaryEstimator`).  ``"low-rank"``, for clients with
-        fewer rows than features, keeps every summary, the reference and the
-        maps in factor form when the clients' ranks add up to fewer than
-        ``m`` (:class:`BuresBarycenter`'s low-rank path): no ``m x m`` matrix
-        is formed, and ``transform`` costs ``O(n m d)``; the same alignment
-        as ``"dense"`` to rounding.  It needs ``covariance="total"`` and
-        NumPy rows.  ``"auto"``: ``"low-rank"`` where every client holds no
-        more rows than features and the settings allow it, else ``"dense"``.
-    n_jobs : int, default=None
-        Parallel jobs over clients: their summaries, the blocks of the
-        barycenter iteration and the maps.
+    barycenter : BuresBarycenter, default=None
+        The server's step, unfitted: it summarises each client (its
+        ``covariance_floor``, ``chunk_size``, ``form`` and ``n_jobs`` are the
+        summaries' too) and builds the reference (its ``weights``,
+        ``solver``, ``tol``, ``max_iter``, ...).  ``None``:
+        ``BuresBarycenter()``.  A clone is fitted (:attr:`barycenter_`);
+        search its settings as ``barycenter__solver`` and the like.  Its
+        ``form`` (``"auto"``, the default) keeps the summaries, the
+        reference and the maps in factor form where every client holds no
+        more rows than features and the settings allow it (``covariance="total"``,
+        NumPy rows): no ``m x m`` matrix is formed, and ``transform`` costs
+        ``O(n m d)``; the same alignment as the dense form to rounding.
 
     Attributes
     ----------
@@ -227,12 +221,7 @@ class SLOTTransformer(
         "label_mix": [Options(LABEL_MIXES)],
         "unknown_client": [Options(UNKNOWN_CLIENT)],
         "covariance": GaussianSummaryEstimator._parameter_constraints["covariance"],
-        # the barycenter's own parameters (weights, solver, ..., n_jobs), declared there
-        **{
-            name: constraints
-            for name, constraints in BuresBarycenter._parameter_constraints.items()
-            if name != "device"
-        },
+        "barycenter": [BuresBarycenter, None],
     }
 
     def __init__(
@@ -244,17 +233,7 @@ class SLOTTransformer(
         label_mix: str = LABEL_MIX,
         unknown_client: str = "fit",
         covariance: str = "total",
-        weights: Any = "samples",
-        solver: str = "fixed-point",
-        init: str = "mean",
-        anderson: int = 5,
-        tol: float = 1e-10,
-        max_iter: int = 100,
-        covariance_floor: float = COVARIANCE_FLOOR,
-        chunk_size: int = 4096,
-        form: str = FORM,
-        client_batch: int | None = None,
-        n_jobs: int | None = None,
+        barycenter: BuresBarycenter | None = None,
     ) -> None:
         self.tau = tau
         self.mean_tau = mean_tau
@@ -262,17 +241,7 @@ class SLOTTransformer(
         self.label_mix = label_mix
         self.unknown_client = unknown_client
         self.covariance = covariance
-        self.weights = weights
-        self.solver = solver
-        self.init = init
-        self.anderson = anderson
-        self.tol = tol
-        self.max_iter = max_iter
-        self.covariance_floor = covariance_floor
-        self.chunk_size = chunk_size
-        self.form = form
-        self.client_batch = client_batch
-        self.n_jobs = n_jobs
+        self.barycenter = barycenter
 
     def _anchored(
         self,
@@ -292,12 +261,14 @@ class SLOTTransformer(
         return full.with_mean_fraction(self.mean_tau, source.mean)
 
     def _summary_estimator(self, covariance: str | None = None) -> GaussianSummaryEstimator:
+        """The clients' summaries as the barycenter's settings make them."""
+        bary = self.barycenter_estimator()
         return GaussianSummaryEstimator(
             covariance=self.covariance if covariance is None else covariance,
-            covariance_floor=self.covariance_floor,
-            chunk_size=self.chunk_size,
-            form=self.form,
-            n_jobs=self.n_jobs,
+            covariance_floor=bary.covariance_floor,
+            chunk_size=bary.chunk_size,
+            form=bary.form,
+            n_jobs=bary.n_jobs,
         )
 
     def _full_map(
@@ -312,29 +283,22 @@ class SLOTTransformer(
             as_dense(summary), self.reference_, target_factor=self._reference_factor
         )
 
+    @property
+    def _chunk_size(self) -> int:
+        """Rows per block of ``transform``: the barycenter's ``chunk_size``."""
+        return (self.barycenter or BuresBarycenter()).chunk_size
+
     def barycenter_estimator(self) -> BuresBarycenter:
-        """The (unfitted) :class:`~skslot.BuresBarycenter` with this transformer's settings.
+        """The (unfitted) server step: a clone of ``barycenter``, or ``BuresBarycenter()``.
 
         What the server of a federated run fits on the clients' summaries.
 
         Returns
         -------
         barycenter : BuresBarycenter
-            A new estimator with this transformer's barycenter parameters.
+            A new, unfitted estimator.
         """
-        return BuresBarycenter(
-            weights=self.weights,
-            solver=self.solver,
-            init=self.init,
-            anderson=self.anderson,
-            tol=self.tol,
-            max_iter=self.max_iter,
-            covariance_floor=self.covariance_floor,
-            chunk_size=self.chunk_size,
-            form=self.form,
-            client_batch=self.client_batch,
-            n_jobs=self.n_jobs,
-        )
+        return BuresBarycenter() if self.barycenter is None else clone(self.barycenter)
 
     def fit(self, X: Any, y: Any = None, *, client: Any = None) -> SLOTTransformer:
         """Summarise the clients, build the reference and the maps.
@@ -630,12 +594,12 @@ class SLOTTransformer(
         if client is None:
             client = fitted_client(self.clients_, client)
             if client is None:
-                return self._map_for(None, X).apply(X, chunk_size=self.chunk_size)
+                return self._map_for(None, X).apply(X, chunk_size=self._chunk_size)
         labels, codes = check_client_labels(client, X.shape[0])
         if len(labels) == 1:  # every row the same client's: no row selection
             client_map = self._map_for(labels[0], X)
             self._warn_unknown([label for label in labels if label not in self.maps_])
-            return client_map.apply(X, chunk_size=self.chunk_size)
+            return client_map.apply(X, chunk_size=self._chunk_size)
         rows = [row_index(np.flatnonzero(codes == i), X) for i in range(len(labels))]
         maps = [  # every map first: an unknown client that cannot be mapped raises here
             self._map_for(label, None if label in self.maps_ else X[r])
@@ -644,7 +608,7 @@ class SLOTTransformer(
         self._warn_unknown([label for label in labels if label not in self.maps_])
         out = empty_like_rows(X, tuple(X.shape))
         for r, client_map in zip(rows, maps, strict=True):
-            out[r] = client_map.apply(X[r], chunk_size=self.chunk_size)
+            out[r] = client_map.apply(X[r], chunk_size=self._chunk_size)
         return out
 
     def _warn_unknown(self, unknown: list) -> None:

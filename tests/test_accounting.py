@@ -19,6 +19,7 @@ from skslot.heads._private import (
     CLASS_STATISTICS_SENSITIVITY,
     LOCAL_HEAD_GRADIENT_TOL,
     LOCAL_HEAD_SENSITIVITY,
+    certified_descent,
     private_class_statistics,
     private_local_head,
     rounded_counts,
@@ -250,8 +251,35 @@ def test_the_private_local_head_is_the_penalised_minimiser_within_its_sensitivit
         worst = max(worst, float(np.linalg.norm(head(Xn, yn) - theta)))
     assert 0.05 * LOCAL_HEAD_SENSITIVITY * C * clip**2 < worst
     assert worst <= LOCAL_HEAD_SENSITIVITY * C * clip**2
-    with pytest.raises(ValueError, match="raise max_iter"):
-        private_local_head(X, y, 3, C=1e4, clip_norm=clip, sigma=0.0, rng=rng, max_iter=2)
+
+
+
+def test_a_private_local_head_whose_solver_stops_short_is_released_all_the_same():
+    """Nothing is refused, so no bit of the data leaks through a refusal: a solver stopped
+    after 2 iterations is completed by a descent whose guarantee holds whatever the data,
+    to within ``C' * tol`` of the minimiser."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(60, 4))
+    y = rng.integers(0, 3, 60)
+    clip = 1.5
+    for C in (0.5, 50.0):  # the second: 2 L-BFGS iterations are far from the minimiser
+
+        def head(max_iter, X=X, y=y, C=C):
+            coef, intercept = private_local_head(
+                X, y, 3, C=C, clip_norm=clip, sigma=0.0, rng=rng, max_iter=max_iter
+            )
+            return np.column_stack([coef * clip, intercept])  # in units of the clip norm
+
+        U = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), clip)
+        objective = softmax_objective(U, y, 3, C=C * clip**2, penalise_intercept=True)
+        stopped, converged = head(2), head(1000)
+        exact = certified_descent(objective, converged, n_rows=60, C=C * clip**2, tol=1e-9)
+        assert np.linalg.norm(stopped - exact) <= C * clip**2 * LOCAL_HEAD_GRADIENT_TOL
+    # the descent's own guarantee, from a start far away and at its fixed number of steps
+    start = np.full((3, 5), 3.0)
+    reached = certified_descent(objective, start, n_rows=60, C=C * clip**2)
+    assert np.linalg.norm(reached - exact) <= C * clip**2 * LOCAL_HEAD_GRADIENT_TOL
+    assert np.linalg.norm(start - exact) > 10 * C * clip**2 * LOCAL_HEAD_GRADIENT_TOL
 
 
 def test_a_client_step_under_a_ledger_releases_once():
@@ -350,3 +378,15 @@ def test_a_releases_noise_depends_on_its_name_not_on_the_known_releases(monkeypa
     for name in before:  # the same bytes, though every release moved one place in RELEASES
         assert before[name].tobytes() == after[name].tobytes()
     assert not np.array_equal(before["summary"], before["class_counts"])
+
+
+def test_the_release_plan_is_one_table_of_the_protocol_s_stages():
+    from skslot.accounting import RELEASE_PLAN, releases_at
+    from skslot.protocol.stages import STAGES
+
+    assert RELEASES == tuple(release.name for release in RELEASE_PLAN)
+    assert DEFAULT_SHARES == {release.name: release.share for release in RELEASE_PLAN}
+    assert {release.stage for release in RELEASE_PLAN} <= set(STAGES)
+    # every release is carried by a stage a private client answers, in the protocol's order
+    assert all(STAGES[release.stage].answers_privately for release in RELEASE_PLAN)
+    assert sum((releases_at(stage) for stage in STAGES), ()) == RELEASES

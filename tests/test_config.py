@@ -8,13 +8,17 @@ import numpy as np
 import pytest
 
 import skslot.flower.config as config_module
+from skslot.bench import BenchmarkConfig
 from skslot.defaults import CLIENT_TAU as DEFAULT_CLIENT_TAU
 from skslot.defaults import LABEL_MIX, default_tau
 from skslot.defaults import MEAN_TAU as DEFAULT_MEAN_TAU
 from skslot.defaults import TAU as DEFAULT_TAU
 from skslot.defence import DefenceBounds
 from skslot.flower import AlignmentSettings, DeploymentConfig, Setting
+from skslot.heads import make_head
+from skslot.protocol import OneShotProtocol
 from skslot.selection import DEFAULT_TAUS
+from skslot.transformer import SLOTTransformer
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = DeploymentConfig.settings()
@@ -272,3 +276,79 @@ def test_class_names_are_sent_as_positions_and_labels_are_checked():
 # -- one name per setting: the former names still work, with a warning ------------------
 
 
+#: Parameters that share a name with an entry of the table of defaults but not its meaning
+#: or its value, each with why.
+_NOT_THE_TABLE_S = {
+    # the benchmark's federated choice exchanges dense summaries, so its sweep is dense
+    ("BenchmarkConfig", "form"),
+    # a summariser's output feeds the protocol's messages, which carry the dense form
+    ("GaussianSummaryEstimator", "form"),
+    # how a Flower setting is shown in the docs, not a summary's form
+    ("Setting", "form"),
+    ("declare", "form"),
+}
+
+
+def test_every_default_of_the_library_is_read_from_one_table():
+    """Each parameter named after an entry of :mod:`skslot.defaults` defaults to its value."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import skslot
+    from skslot import defaults
+
+    table = {
+        "mean_tau": defaults.MEAN_TAU,
+        "client_tau": defaults.CLIENT_TAU,
+        "label_mix": defaults.LABEL_MIX,
+        "covariance_floor": defaults.COVARIANCE_FLOOR,
+        "validation_fraction": defaults.VALIDATION_FRACTION,
+        "delta": defaults.DELTA,
+        "taus": defaults.TAUS,
+        "form": defaults.FORM,
+    }
+    found, differ = 0, []
+    for info in pkgutil.walk_packages(skslot.__path__, "skslot."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if getattr(obj, "__module__", None) != module.__name__:
+                continue
+            if inspect.isclass(obj):
+                functions = [
+                    obj.__init__,
+                    *(f for f in vars(obj).values() if inspect.isfunction(f)),
+                ]
+            elif inspect.isfunction(obj):
+                functions = [obj]
+            else:
+                continue
+            for function in functions:
+                owner = function.__qualname__.split(".")[0]
+                for p in inspect.signature(function).parameters.values():
+                    if p.name not in table or p.default in (inspect.Parameter.empty, None):
+                        continue
+                    if (owner, p.name) in _NOT_THE_TABLE_S:
+                        continue
+                    found += 1
+                    want = table[p.name]
+                    if p.name == "taus" and isinstance(p.default, str):  # a run config's text
+                        got = tuple(float(t) for t in p.default.split(","))
+                    elif p.name == "delta" and owner == "LifetimeBudget":
+                        got, want = p.default, defaults.LIFETIME_DELTA
+                    else:
+                        got = p.default
+                    if got != want:
+                        differ.append((module.__name__, function.__qualname__, p.name, got))
+    assert found > 20 and differ == []
+    protocol, slot = OneShotProtocol(make_head("FedCGS")), SLOTTransformer()
+    config = DeploymentConfig()
+    for name in ("mean_tau", "client_tau", "validation_fraction", "covariance_floor"):
+        values = {getattr(protocol, name), getattr(config, name, getattr(protocol, name))}
+        if hasattr(slot, name):
+            values.add(getattr(slot, name))
+        assert values == {table[name]}, name
+    assert slot.barycenter_estimator().covariance_floor == defaults.COVARIANCE_FLOOR
+    assert BenchmarkConfig().validation_fraction == defaults.VALIDATION_FRACTION

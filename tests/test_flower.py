@@ -37,7 +37,7 @@ from skslot.flower import (  # noqa: E402
     write_flower_app,
 )
 from skslot.flower.client_app import app as client_app  # noqa: E402
-from skslot.flower.client_app import node_lifetime  # noqa: E402
+from skslot.flower.client_app import node_lifetime, null_rows_outside  # noqa: E402
 from skslot.heads import HEADS, OneShotFedAvgClassifier, make_head, message_bytes  # noqa: E402
 from skslot.lifetime import LifetimeBudget  # noqa: E402
 from skslot.protocol import ClientParty, ProtocolRunError, UploadRequest  # noqa: E402
@@ -415,6 +415,25 @@ def test_labels_outside_the_configured_class_set_fail_that_client(node_configs):
     rejected = info.value.report.rejected["upload"]
     assert sorted(rejected) == [11, 12, 13, 14]
     assert all("labels [3] are not in the run's class set" in why for why in rejected.values())
+
+
+def test_a_private_node_names_no_label_outside_the_class_set(node_configs):
+    """The error naming a label would tell the server something exact about a private
+    node's rows: its rows with such a label enter as null rows and it answers as usual."""
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    report, *_ = deploy(
+        node_configs, classes="0,1,2", epsilon=8.0, clip_norm=20.0, tau=0.4, min_clients=1
+    )
+    assert report.rejected == {} and sorted(report.accuracy) == [11, 12, 13, 14]
+    # what enters each release: the node's rows with label 3 replaced by the null row
+    config = DeploymentConfig(classes="0,1,2", epsilon=8.0, clip_norm=20.0, tau=0.4)
+    data = load_client_data(node_configs[11], config)
+    nulled = null_rows_outside(data, config.class_set)
+    outside = data.y_train == 3
+    assert outside.any() and not np.isin(nulled.y_train, [3]).any()
+    np.testing.assert_array_equal(nulled.X_train[outside], 0.0)
+    np.testing.assert_array_equal(nulled.X_train[~outside], data.X_train[~outside])
+    assert (data.y_train == 3).any()  # the node's own data are not modified
 
 
 def test_a_private_fedavg_run_travels_through_the_same_protocol(node_configs):

@@ -183,8 +183,6 @@ def test_class_counts_are_tied_to_the_summary_and_the_statistics(data):
     assert problem(counts) is None
     assert problem(None) == "the upload lacks the class counts the run asked for"
     assert problem(counts, n_classes=None) == "class counts were not asked for"
-    assert f"must be {classes.shape[0]} non-negative integers" in problem(counts[:-1])
-    assert "must be" in problem(counts.astype(float))
     moved = counts.copy()
     moved[0] += 1
     assert "add up to" in problem(moved)

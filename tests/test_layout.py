@@ -21,7 +21,6 @@ from skslot.heads import make_head
 from skslot.protocol import (
     STAGES,
     ClientParty,
-    ClientWire,
     Exchange,
     InProcessTransport,
     OneShotProtocol,
@@ -153,36 +152,30 @@ def test_only_the_heads_package_fits_heads(call):
         assert allowed or not calls, f"{path} calls {call}"
 
 
-class CodecTransport:
-    """In process, but every request and reply is encoded and decoded by its stage's codec."""
+class ObjectTransport:
+    """In process, the protocol's objects handed over as they are: no codec, no checks."""
 
-    def __init__(self, clients: Mapping[Hashable, ClientParty], wire: ServerWire):
-        self.clients, self.wire = dict(clients), wire
-        self.payloads: dict[str, int] = {}
+    def __init__(self, clients: Mapping[Hashable, ClientParty]):
+        self.clients = dict(clients)
+        self.stages: set[str] = set()
+
+    def open(self, head: Any, classes: np.ndarray) -> None:
+        pass
 
     def parties(self) -> list[Hashable]:
         return list(self.clients)
 
     def exchange(self, stage: str, requests: Mapping[Hashable, Any]) -> Exchange:
-        codec = STAGES[stage]
-        received = {}
-        for address, request in requests.items():
-            party = self.clients[address]
-            client_wire = ClientWire(party.classes, party.X.shape[1])
-            sent = codec.encode_request(request, self.wire).received()
-            got = codec.decode_request(sent, client_wire)
-            reply = party.answer(stage, got)
-            received[address] = codec.encode_reply(reply, got).received()
-            self.payloads[stage] = self.payloads.get(stage, 0) + 1
-        replies, rejected = codec.decode_replies(received, requests, self.wire)
-        return Exchange(replies, rejected)
+        self.stages.add(stage)
+        return Exchange({a: self.clients[a].answer(stage, r) for a, r in requests.items()})
 
 
 @short_local_training
 @pytest.mark.parametrize("name", ["FedCGS", "FedPFT", "O-FedAvg"])
 def test_every_stage_s_codec_carries_what_the_objects_carry(name):
-    """A run whose messages all pass through the stages' codecs (float64 summaries) is the
-    in-process run: same choice, same screening, same accuracies."""
+    """The in-process run, whose messages all pass through the stages' codecs (float64
+    summaries), is the run of the objects handed over as they are: same choice, same
+    screening, same accuracies."""
     data = make_federated_classification(
         n_clients=4, n_samples_per_client=120, n_features=5, alpha=0.5, random_state=1
     )
@@ -203,12 +196,12 @@ def test_every_stage_s_codec_carries_what_the_objects_carry(name):
     protocol = OneShotProtocol(
         head, tau="auto", taus=(0.0, 0.5, 1.0), defence=DefenceBounds(), random_state=0, **PAPER_RUN
     )
-    plain = protocol.run(InProcessTransport(parties()), classes)
-    transport = CodecTransport(parties(), ServerWire(head, classes, summary_dtype="float64"))
-    coded = protocol.run(transport, classes)
+    coded = protocol.run(InProcessTransport(parties()), classes)  # through every codec
+    transport = ObjectTransport(parties())
+    plain = protocol.run(transport, classes)
     assert coded.report.stages == plain.report.stages
-    assert set(transport.payloads) == set(plain.report.stages)
-    assert "screening" in transport.payloads and "validation" in transport.payloads
+    assert transport.stages == set(plain.report.stages)
+    assert "screening" in transport.stages and "validation" in transport.stages
     assert coded.tau == plain.tau and coded.report.rejected == plain.report.rejected
     assert coded.report.accuracy == pytest.approx(plain.report.accuracy, abs=1e-12)
 

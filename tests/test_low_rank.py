@@ -429,13 +429,17 @@ def test_a_dense_client_among_low_rank_ones_takes_the_dense_path(rng):
     [
         {},
         {"tau": 0.4, "mean_tau": None, "client_tau": "uniform"},
-        {"tau": 1.0, "weights": "uniform", "client_tau": "uniform"},
+        {"tau": 1.0, "client_tau": "uniform", "weights": "uniform"},
     ],
 )
 def test_slot_transformer_in_low_rank_form_aligns_as_the_dense_one(rng, params):
     X, client, y = _federation(rng, 100, [30, 25, 35])
-    low = SLOTTransformer(form="low-rank", **params).fit(X, y, client=client)
-    dense = SLOTTransformer(form="dense", **params).fit(X, y, client=client)
+    params = dict(params)
+    weights = params.pop("weights", "samples")
+    low = SLOTTransformer(barycenter=BuresBarycenter(form="low-rank", weights=weights), **params)
+    low.fit(X, y, client=client)
+    dense = SLOTTransformer(barycenter=BuresBarycenter(form="dense", weights=weights), **params)
+    dense.fit(X, y, client=client)
     assert all(isinstance(T, LowRankMap) for T in low.maps_.values())
     assert low.tau_scales_ == pytest.approx(dense.tau_scales_)
     want = dense.transform(X, client=client)
@@ -454,7 +458,7 @@ def test_slot_transformer_in_low_rank_form_aligns_as_the_dense_one(rng, params):
 @few_rows_per_client
 def test_a_low_rank_reference_travels_to_a_client_that_aligns_alone(rng):
     X, client, y = _federation(rng, 100, [30, 25, 35])
-    fitted = SLOTTransformer(form="low-rank").fit(X, y, client=client)
+    fitted = SLOTTransformer(barycenter=BuresBarycenter(form="low-rank")).fit(X, y, client=client)
     own = GaussianSummaryEstimator(form="low-rank").fit(X[:30], client=0).summaries_[0]
     reference = LowRankGaussianSummary.from_bytes(fitted.reference_.to_bytes("float64"))
     alone = SLOTTransformer.from_reference(
@@ -462,7 +466,7 @@ def test_a_low_rank_reference_travels_to_a_client_that_aligns_alone(rng):
         own,
         tau_scales={0: fitted.tau_scales_[0]},
         domain_offsets={0: fitted.domain_offsets_[0]},  # the server's, with each own mix
-        form="low-rank",
+        barycenter=BuresBarycenter(form="low-rank"),
     )
     assert isinstance(alone.maps_[0], LowRankMap)
     assert rel(alone.transform(X[:30]), fitted.transform(X[:30], client=np.zeros(30, int))) < 1e-8
@@ -473,12 +477,16 @@ def test_a_low_rank_reference_travels_to_a_client_that_aligns_alone(rng):
 @few_rows_per_client
 def test_low_rank_identity_for_unknown_clients_and_refusals(rng):
     X, client, y = _federation(rng, 60, [20, 20])
-    slot = SLOTTransformer(form="low-rank", unknown_client="identity").fit(X, y, client=client)
+    slot = SLOTTransformer(
+        barycenter=BuresBarycenter(form="low-rank"), unknown_client="identity"
+    ).fit(X, y, client=client)
     rows = rng.normal(size=(4, 60))
     with pytest.warns(UnknownClientWarning, match="left unchanged"):
         np.testing.assert_array_equal(slot.transform(rows, client=np.repeat(5, 4)), rows)
     with pytest.raises(ValueError, match="covariance='within' needs form='dense'"):
-        SLOTTransformer(form="low-rank", covariance="within").fit(X, y, client=client)
+        SLOTTransformer(barycenter=BuresBarycenter(form="low-rank"), covariance="within").fit(
+            X, y, client=client
+        )
     with pytest.raises(ValueError, match="form"):
         BuresBarycenter(form="sparse").fit(X, client=client)
 
@@ -488,7 +496,9 @@ def test_the_federated_search_refuses_a_low_rank_transformer_naming_why(rng):
     from skslot.heads import FedCGSClassifier
 
     X, client, y = _federation(rng, 40, [30, 30])
-    search = FederatedTauSearch(FedCGSClassifier(), slot=SLOTTransformer(form="low-rank"))
+    search = FederatedTauSearch(
+        FedCGSClassifier(), slot=SLOTTransformer(barycenter=BuresBarycenter(form="low-rank"))
+    )
     with pytest.raises(ValueError, match="messages carry dense summaries"):
         search.fit(X, y, client=client)
 
@@ -525,7 +535,7 @@ def test_auto_form_is_low_rank_where_every_client_holds_fewer_rows_than_features
     # the aligners' default: the factor form here, the dense alignment to rounding
     slot = SLOTTransformer().fit(X, y, client=client)
     assert isinstance(slot.reference_, LowRankGaussianSummary)
-    dense = SLOTTransformer(form="dense").fit(X, y, client=client)
+    dense = SLOTTransformer(barycenter=BuresBarycenter(form="dense")).fit(X, y, client=client)
     np.testing.assert_allclose(
         slot.transform(X, client=client), dense.transform(X, client=client), atol=1e-8
     )

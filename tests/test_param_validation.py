@@ -216,8 +216,10 @@ def test_the_transformer_validates_at_fit_and_from_reference(rows):
     summary = slot.summaries_[0]
     with pytest.raises(InvalidParameterError, match="SLOTTransformer: tau must be"):
         SLOTTransformer.from_reference(slot.reference_, summary, tau=1.5)
-    with pytest.raises(InvalidParameterError, match="SLOTTransformer: solver must be one of"):
-        SLOTTransformer.from_reference(slot.reference_, summary, solver="newton")
+    with pytest.raises(InvalidParameterError, match="SLOTTransformer: barycenter must be"):
+        SLOTTransformer.from_reference(slot.reference_, summary, barycenter="newton")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'solver'"):
+        SLOTTransformer(solver="newton")  # the barycenter's own: BuresBarycenter(solver=...)
     party = SLOTTransformer.from_reference(
         slot.reference_, summary, tau=0.5, tau_scales={0: slot.tau_scales_[0]}
     )

@@ -18,7 +18,7 @@ from skslot import (
 )
 from skslot._validation import spawn_seeds
 from skslot.datasets import make_federated_classification
-from skslot.defence import DefenceBounds
+from skslot.defence import DefenceBounds, NoDefence
 from skslot.heads import (
     HEADS,
     FedCGSClassifier,
@@ -35,6 +35,7 @@ from skslot.protocol import (
     ReferenceStep,
     held_out_rows,
 )
+from skslot.protocol.stages import upload as upload_stage
 from skslot.protocol.state import PROBE_ITERATIONS
 from skslot.selection import validation_split
 
@@ -115,7 +116,9 @@ def test_held_out_rows_are_outside_the_maps_they_validate(clients, name, tau, sc
         direct = GaussianSummaryEstimator().fit(party.X[fit]).summaries_[None]
         np.testing.assert_allclose(summary.mean, direct.mean, rtol=1e-12)
         np.testing.assert_allclose(summary.covariance, direct.covariance, rtol=1e-9, atol=1e-12)
-        assert party.state.summary is summary or name == "FedCGS"
+        kept = party.state.summary  # the client maps with the summary the server received
+        np.testing.assert_array_equal(kept.mean, summary.mean)
+        np.testing.assert_array_equal(kept.covariance, summary.covariance)
     assert "refit" not in result.stages
     chosen = result.candidate_heads[0 if tau != "auto" else result.selection.index]
     np.testing.assert_array_equal(result.head.linear_scores().coef, chosen.linear_scores().coef)
@@ -264,29 +267,95 @@ def test_held_out_rows_are_the_rows_the_clients_hold_out(clients):
         held_out_rows(y, who, validation_fraction=0.0)
 
 
-@pytest.mark.parametrize(
-    ("counts", "reason"),
-    [
-        ({"n_validation": -1}, "n_validation must be >= 0, got -1"),
-        ({"n_validation": 0.5}, "n_validation must be an integer, got 0.5"),
-        ({"n_test": True}, "n_test must be an integer, got True"),
-    ],
-)
-def test_counts_an_in_process_upload_announces_are_non_negative_integers(clients, counts, reason):
-    class Miscounting(ClientParty):
-        def answer(self, stage, request):
-            if stage != "upload":
-                return super().answer(stage, request)
-            return dataclasses.replace(super().answer(stage, request), **counts)
+def _other_dimension(upload):
+    m = upload.summary.dimension + 1
+    return dataclasses.replace(
+        upload, summary=GaussianSummary(upload.summary.n, np.zeros(m), np.eye(m), client=0)
+    )
 
-    head = make_head("O-FedAvg", seed=0)
+
+def _summary_of_more_rows(upload):
+    summary = upload.summary
+    return dataclasses.replace(
+        upload, summary=GaussianSummary(summary.n + 1, summary.mean, summary.covariance, client=0)
+    )
+
+
+#: Each check of a client's upload, where it runs, and the reason it gives: the codec checks
+#: types, sizes and dimensions before anything is allocated; the stage's ``check`` what the
+#: decoded values mean.  Both transports run both, once.
+UPLOAD_CHECKS = {
+    "negative rows": (lambda u: dataclasses.replace(u, n_validation=-1),
+                      "codec", "row counts must be >= 0"),
+    "a float count": (lambda u: dataclasses.replace(u, n_validation=0.5),
+                      "codec", "'n-validation' has type float"),
+    "a boolean count": (lambda u: dataclasses.replace(u, n_test=True),
+                        "codec", "'n-test' has type bool"),
+    "too few class counts": (lambda u: dataclasses.replace(u, class_counts=u.class_counts[:-1]),
+                             "codec", "class-counts must be a list of 4 integers"),
+    "another dimension": (_other_dimension, "codec", "dimension 7, expected 6"),
+    "class counts off the rows": (
+        lambda u: dataclasses.replace(u, class_counts=u.class_counts + np.eye(4, dtype=int)[0]),
+        "check", "class counts add up to"),
+    "statistics of other rows": (lambda u: dataclasses.replace(u, n_fit=u.n_fit + 1),
+                                 "codec", "mixtures describe 81 rows but the client announced 82"),
+    "a summary of other rows": (_summary_of_more_rows, "check", "its summary counts 82 rows"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(UPLOAD_CHECKS))
+def test_each_check_of_an_upload_runs_once_in_its_place_for_both_transports(clients, name):
+    """In process, a reply passes the codec's checks as a Flower message does."""
+    change, where, reason = UPLOAD_CHECKS[name]
+    sent = {}
+
+    class Hostile(ClientParty):
+        def answer(self, stage, request):
+            reply = super().answer(stage, request)
+            if stage == "upload":
+                sent["request"], sent["reply"] = request, change(reply)
+                return sent["reply"]
+            return reply
+
+    head = make_head("FedPFT", seed=0)
     transport = parties(clients, head)
     X, y, Xt, yt = clients[0]
-    transport[0] = Miscounting(X, y, head=head, classes=CLASSES, label=0, X_test=Xt, y_test=yt)
-    result = OneShotProtocol(head, tau="auto", taus=(0.0, 0.5), random_state=0).run(
-        InProcessTransport(transport), CLASSES
-    )
+    transport[0] = Hostile(X, y, head=head, classes=CLASSES, label=0, X_test=Xt, y_test=yt)
+    protocol = OneShotProtocol(head, tau="auto", taus=(0.0, 0.5), screen="off", random_state=0)
+    result = protocol.run(InProcessTransport(transport), CLASSES)
     assert reason in result.report.rejected["upload"][0]
+    # the Flower transport's path: the reply as a Flower message, decoded by the same codec
+    pytest.importorskip("flwr", reason="Flower is not installed: pip install '.[flower]'")
+    from flwr.app import Message
+
+    from skslot.flower import messages
+    from skslot.protocol import ServerWire
+
+    from .flower_harness import as_server_app
+
+    as_server_app()
+    stage = upload_stage.STAGE
+    payload = stage.encode_reply(sent["reply"], sent["request"])
+    message = Message(messages.content(payload), dst_node_id=11, message_type="query.upload")
+    wire = ServerWire(head, CLASSES, summary_dtype="float64", n_features=6)
+    decoded, rejected = stage.decode_replies(
+        {11: messages.received(message)}, {11: sent["request"]}, wire
+    )
+    if where == "codec":
+        assert reason in rejected[11]
+    else:  # past the codec: the stage's check refuses it, whichever the transport
+        assert 11 not in rejected
+        assert reason in upload_stage.check(
+            decoded[11],
+            split=True,
+            uploads_statistics=True,
+            defence=NoDefence(),
+            derived=False,
+            validation_statistics=True,
+            n_classes=4,
+            validation_fraction=protocol.validation_fraction,
+            run_classes=4,
+        )
 
 
 @pytest.mark.parametrize(
@@ -355,7 +424,7 @@ def test_the_same_protocol_object_runs_over_both_transports(clients, tmp_path, s
     in_process = protocol.run(InProcessTransport(parties(clients, protocol.head)), CLASSES)
     grid = LocalGrid(client_app, node_configs, config.to_run_config())
     transport = FlowerTransport(
-        grid, head=protocol.head, classes=CLASSES, summary_dtype="float64", num_clients=4
+        grid, summary_dtype="float64", num_clients=4
     )
     flower = protocol.run(transport, CLASSES)
     assert flower.stages == in_process.stages == stages

@@ -339,7 +339,7 @@ def test_flower_screens_as_in_process(clients, tmp_path):
     )
     grid = LocalGrid(client_app, node_configs, config.to_run_config())
     transport = FlowerTransport(
-        grid, head=protocol.head, classes=CLASSES, summary_dtype="float64", num_clients=4
+        grid, summary_dtype="float64", num_clients=4
     )
     flower = protocol.run(transport, CLASSES)
     assert flower.stages == in_process.stages

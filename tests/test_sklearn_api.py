@@ -34,7 +34,7 @@ ESTIMATORS = [
     # factor form: the checks' data hold more rows than features, a few fewer
     GaussianSummaryEstimator(form="low-rank"),
     BuresBarycenter(form="low-rank"),
-    SLOTTransformer(form="low-rank"),
+    SLOTTransformer(barycenter=BuresBarycenter(form="low-rank")),
 ]
 PRIVATE = GaussianSummaryEstimator(epsilon=4.0, clip_norm=10.0, random_state=0)
 
@@ -171,7 +171,7 @@ def test_pandas_in_and_out(federated):
 
 def test_clone_keeps_parameters_untouched():
     w = np.array([1.0, 2.0])
-    est = SLOTTransformer(tau=0.3, weights=w, **PAPER)
+    est = SLOTTransformer(tau=0.3, barycenter=BuresBarycenter(weights=w), **PAPER)
     c = clone(est)
-    assert c.get_params()["tau"] == 0.3 and c.get_params()["weights"] is not None
-    assert est.weights is w
+    assert c.get_params()["tau"] == 0.3 and c.get_params()["barycenter__weights"] is not None
+    assert est.barycenter.weights is w

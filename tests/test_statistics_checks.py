@@ -159,7 +159,6 @@ def fedpft_upload_problem(head, X, y):
     upload = Upload(summary, summary.n, 0, statistics=stats)
     return upload_stage.check(
         upload,
-        X.shape[1],
         split=False,
         uploads_statistics=True,
         defence=DefenceBounds(),

@@ -5,7 +5,7 @@ import contextlib
 import numpy as np
 import pytest
 
-from skslot import SingleClientWarning, SLOTTransformer, SmallClientWarning
+from skslot import BuresBarycenter, SingleClientWarning, SLOTTransformer, SmallClientWarning
 
 from .conftest import PAPER
 
@@ -74,7 +74,8 @@ def test_full_transport_is_exact_under_stress(name):
     category, message = SAID.get(name, (None, None))
     said = pytest.warns(category, match=message) if category else contextlib.nullcontext()
     with said:
-        slot = SLOTTransformer(tau=1.0, form="dense", **PAPER).fit(X, client=client)  # m x m
+        slot = SLOTTransformer(tau=1.0, barycenter=BuresBarycenter(form="dense"), **PAPER)
+        slot.fit(X, client=client)  # m x m
     Z = slot.transform(X, client=client)
     assert np.all(np.isfinite(Z))
     assert Z.dtype == (np.float32 if X.dtype == np.float32 else np.float64)

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.decomposition import PCA
 
-from skslot import SLOTTransformer
+from skslot import BuresBarycenter, SLOTTransformer
 from skslot.datasets import dirichlet_partition, load_office_caltech10
 from skslot.maps import bures_wasserstein_distance
 
@@ -27,7 +27,9 @@ X_train, client = X[part.train_index], part.train_client
 # the paper's geodesic: mean and covariance moved by the same tau, every client alike; the
 # summaries held as dense m x m covariances (each client holds fewer rows than the 800
 # features, where the default keeps them in factor form), to draw their ellipses
-slot = SLOTTransformer(mean_tau=None, client_tau="uniform", form="dense")
+slot = SLOTTransformer(
+    mean_tau=None, client_tau="uniform", barycenter=BuresBarycenter(form="dense")
+)
 slot.fit(X_train, client=client)
 pca = PCA(n_components=2).fit(X_train)
 

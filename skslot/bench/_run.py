@@ -15,9 +15,10 @@ from joblib import Parallel, delayed
 from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
+from ..barycenter import BuresBarycenter
 from ..baselines import ClientStandardScaler
 from ..datasets import DomainDataset, FeatureTable, dirichlet_partition
-from ..defaults import CLIENT_TAU, MEAN_TAU, TAU
+from ..defaults import CLIENT_TAU, MEAN_TAU, TAU, VALIDATION_FRACTION
 from ..exceptions import UnknownClientWarning
 from ..heads import HEADS, OneShotHead, make_head
 from ..label_mix import own_mix_accuracy
@@ -171,7 +172,7 @@ class BenchmarkConfig:
     preprocess: str = "none"
     n_jobs: int = 1
     auto: bool = True
-    validation_fraction: float = 0.2
+    validation_fraction: float = VALIDATION_FRACTION
     split: str | None = None
     summary_covariance: str = "total"
     client_tau: str = CLIENT_TAU
@@ -248,7 +249,7 @@ def evaluate_run(
         covariance=config.summary_covariance,
         client_tau=config.client_tau,
         mean_tau=config.mean_tau,
-        form=config.form,
+        barycenter=BuresBarycenter(form=config.form),
     )
     slot.fit(X_train, y_train, client=train_client)
     # CPU time of every client's summary, the server's barycenter and the maps, in one
@@ -367,7 +368,7 @@ def evaluate_run(
             mean_tau=0.0,
             client_tau="uniform",
             unknown_client="identity",
-            form=config.form,
+            barycenter=BuresBarycenter(form=config.form),
         )
         fit_heads(
             coral.transform(X_train, client=train_client),

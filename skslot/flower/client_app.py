@@ -24,12 +24,15 @@ A node's data comes from its *node config* (``flower-supernode --node-config``):
   column; without one, a stratified ``test-size`` share of each class is
   held out with the run's ``seed``).  Labels must be in the run's class set
   (:attr:`~skslot.flower.DeploymentConfig.classes`: class names, or integer
-  labels).  ``client-id`` (an int or a string) names this client; default:
-  the Flower node id.
+  labels); a private node names none of its labels outside it to the server
+  (its rows with one enter as null rows, :func:`null_rows_outside`).
+  ``client-id`` (an int or a string) names this client; default: the Flower
+  node id.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,12 +44,16 @@ from flwr.clientapp import ClientApp
 from ..accounting import PrivacyBudget
 from ..datasets import dirichlet_partition, load_dataset, load_table
 from ..datasets._loaders import open_npz
+from ..defaults import LIFETIME_DELTA
 from ..lifetime import LifetimeBudget
 from ..protocol import ClientParty, ClientState
 from ..protocol.stages import STAGES, ClientWire, Stage
 from ..selection import validation_split
 from . import messages
 from .config import DeploymentConfig
+
+#: The node's own log (the SuperNode's output): nothing logged here reaches the server.
+logger = logging.getLogger("skslot.flower.client")
 
 __all__ = ["HANDLERS", "ClientData", "app", "load_client_data", "node_privacy"]
 
@@ -169,10 +176,12 @@ def _own_table(
         features=features,
         split=node_config.get("split"),
     )
-    y = config.label_codes(table.classes[table.y], where=path)
+    private = node_privacy(node_config, config) is not None
+    # a private node's labels outside the class set are not named to anyone (see _data)
+    y = config.label_codes(table.classes[table.y], where=path, outside=-1 if private else None)
     if table.is_test is not None:
         test = table.is_test
-    elif node_privacy(node_config, config) is not None:
+    elif private:
         # a private node's split must not depend on its labels (its sizes are public):
         # round(test_size * n) rows drawn by position alone
         n = y.shape[0]
@@ -190,11 +199,51 @@ def _data(context: Context) -> tuple[DeploymentConfig, ClientData]:
     config = DeploymentConfig.from_run_config(context.run_config)
     data = load_client_data(context.node_config, config, context.node_id)
     unknown = np.setdiff1d(np.concatenate([data.y_train, data.y_test]), config.class_set)
-    if unknown.size:
+    if not unknown.size:
+        return config, data
+    if node_privacy(context.node_config, config) is None:
         raise ValueError(
             f"labels {unknown.tolist()} are not in the run's class set {config.classes!r}"
         )
-    return config, data
+    return config, null_rows_outside(data, config.class_set)
+
+
+def null_rows_outside(data: ClientData, classes: np.ndarray) -> ClientData:
+    """A private node's rows with every label outside the class set made a null row.
+
+    An error naming such a label, or any reply that differs for it, would tell
+    the server something exact about the node's rows, outside its budget.
+    Instead each such row becomes the null row (zero features, the first
+    class): replacing one row by another is what the budget covers, so the
+    node's releases stay private, and it says so in its own log only.
+
+    Parameters
+    ----------
+    data : ClientData
+    classes : ndarray
+        The run's class set.
+
+    Returns
+    -------
+    ClientData
+        A copy; ``data`` is not modified.
+    """
+    parts = []
+    for X, y in ((data.X_train, data.y_train), (data.X_test, data.y_test)):
+        outside = ~np.isin(y, classes)
+        X, y = X.copy(), y.copy()
+        X[outside], y[outside] = 0.0, classes[0]
+        parts.append((X, y, int(outside.sum())))
+    logger.warning(  # the node's own log: never sent to the server
+        "skslot: %d training and %d test row(s) of this node have labels outside the run's "
+        "class set; a private node does not tell the server, so they enter as null rows "
+        "(zero features, class %r): set the node's labels or the run's classes right",
+        parts[0][2],
+        parts[1][2],
+        classes[0],
+    )
+    (X_train, y_train, _), (X_test, y_test, _) = parts
+    return ClientData(data.client, X_train, y_train, X_test, y_test)
 
 
 def _party(context: Context, config: DeploymentConfig, data: ClientData) -> ClientParty:
@@ -278,7 +327,7 @@ def node_lifetime(node_config: Mapping[str, Any]) -> LifetimeBudget | None:
         return LifetimeBudget(
             str(node_config["budget-file"]),
             float(node_config["lifetime-epsilon"]),
-            float(node_config.get("lifetime-delta", 1e-4)),
+            float(node_config.get("lifetime-delta", LIFETIME_DELTA)),
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"node config 'lifetime-epsilon', 'lifetime-delta': {exc}") from None

@@ -318,7 +318,9 @@ class DeploymentConfig:
         """The agreed classes as the protocol sends them (:attr:`ProtocolSettings.class_set`)."""
         return self.protocol_settings.class_set
 
-    def label_codes(self, labels: Any, *, where: str = "the node's data") -> np.ndarray:
+    def label_codes(
+        self, labels: Any, *, where: str = "the node's data", outside: int | None = None
+    ) -> np.ndarray:
         """A node's labels as the protocol's class set (:meth:`ProtocolSettings.label_codes`).
 
         Parameters
@@ -328,6 +330,8 @@ class DeploymentConfig:
             lists them.
         where : str, default="the node's data"
             Where the labels come from, for the error message.
+        outside : int, optional
+            The code of a label outside the class set; ``None``: an error.
 
         Returns
         -------
@@ -338,9 +342,10 @@ class DeploymentConfig:
         Raises
         ------
         ValueError
-            For a label outside the run's class set, naming it and the set.
+            For a label outside the run's class set, naming it and the set
+            (without ``outside``).
         """
-        return self.protocol_settings.label_codes(labels, where=where)
+        return self.protocol_settings.label_codes(labels, where=where, outside=outside)
 
     def defence_bounds(self) -> DefenceBounds | None:
         """The defence's bounds (``None`` with the defence off).

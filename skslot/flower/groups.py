@@ -199,7 +199,9 @@ class ProtocolSettings(SettingsGroup):
             return np.arange(len(names), dtype=np.int64)
         return np.array(sorted(int(name) for name in names), dtype=np.int64)
 
-    def label_codes(self, labels: Any, *, where: str = "the node's data") -> np.ndarray:
+    def label_codes(
+        self, labels: Any, *, where: str = "the node's data", outside: int | None = None
+    ) -> np.ndarray:
         """A node's labels as the protocol's class set (integer labels, or name positions).
 
         Parameters
@@ -209,6 +211,9 @@ class ProtocolSettings(SettingsGroup):
             lists them.
         where : str, default="the node's data"
             Where the labels come from, for the error message.
+        outside : int, optional
+            The code of a label outside the class set (a private node's: it
+            tells no one which labels its rows hold); ``None``: an error.
 
         Returns
         -------
@@ -219,18 +224,26 @@ class ProtocolSettings(SettingsGroup):
         Raises
         ------
         ValueError
-            For a label outside the run's class set, naming it and the set.
+            For a label outside the run's class set, naming it and the set
+            (without ``outside``).
         """
         names = self.class_names
         text = [str(v) for v in np.asarray(labels).tolist()]
         if _all_integers(names):
-            bad = sorted({t for t in text if not _all_integers([t])})
-            codes = np.array([int(t) for t in text] if not bad else [], dtype=np.int64)
-            bad = bad or sorted(set(codes.tolist()) - set(self.class_set.tolist()))
+            known = set(self.class_set.tolist())
+            codes = np.array(
+                [int(t) if _all_integers([t]) and int(t) in known else -1 for t in text],
+                dtype=np.int64,
+            )
         else:
             by_name = {name: code for code, name in enumerate(names)}
-            bad = sorted(set(text) - set(by_name))
             codes = np.array([by_name.get(t, -1) for t in text], dtype=np.int64)
+        if outside is not None:
+            codes[codes == -1] = outside
+            return codes
+        missing = {t for t, code in zip(text, codes.tolist(), strict=True) if code == -1}
+        numbers = {t for t in missing if _all_integers(names) and _all_integers([t])}
+        bad = sorted(int(t) for t in numbers) + sorted(missing - numbers)
         if bad:
             shown = ", ".join(map(repr, bad[:5])) + (f" and {len(bad) - 5} more" if bad[5:] else "")
             raise ValueError(

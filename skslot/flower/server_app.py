@@ -84,8 +84,6 @@ def run_one_shot(
     protocol = config.protocol()
     transport = FlowerTransport(
         grid,
-        head=protocol.head,
-        classes=config.class_set,
         summary_dtype=config.summary_dtype,
         n_features=config.n_features,
         max_dimension=config.max_dimension,

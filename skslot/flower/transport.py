@@ -56,10 +56,6 @@ class FlowerTransport:
     Parameters
     ----------
     grid : flwr.serverapp.Grid
-    head : OneShotHead
-        The run's head: it decodes the statistics and bounds their size.
-    classes : ndarray
-        The run's class set.
     summary_dtype : {"float16", "float32", "float64"}, default="float32"
         Precision of the summaries and of the reference on the wire.
     n_features : int, default=0
@@ -90,8 +86,6 @@ class FlowerTransport:
         self,
         grid: Grid,
         *,
-        head: OneShotHead,
-        classes: np.ndarray,
         summary_dtype: str = "float32",
         n_features: int = 0,
         max_dimension: int = 4096,
@@ -102,18 +96,32 @@ class FlowerTransport:
         retry_interval: float = 10.0,
     ) -> None:
         self.grid = grid
-        self.wire = ServerWire(
-            head,
-            np.asarray(classes),
-            summary_dtype=summary_dtype,
-            n_features=n_features,
-            max_dimension=max_dimension,
-        )
+        self.summary_dtype, self.n_features = summary_dtype, n_features
+        self.max_dimension = max_dimension
+        self.wire: ServerWire | None = None
         self.num_clients = num_clients
         self.connect_timeout, self.reply_timeout = connect_timeout, reply_timeout
         self.progress_interval, self.retry_interval = progress_interval, retry_interval
         self.waits: dict[str, dict] = {}
         self._labels: dict[int, Any] = {}  # the label each node's summary declared
+
+    def open(self, head: OneShotHead, classes: np.ndarray) -> None:
+        """Start a run: the head and class set its replies are decoded with.
+
+        Parameters
+        ----------
+        head : OneShotHead
+            The run's head: it decodes the statistics and bounds their size.
+        classes : ndarray
+            The run's class set.
+        """
+        self.wire = ServerWire(
+            head,
+            np.asarray(classes),
+            summary_dtype=self.summary_dtype,
+            n_features=self.n_features,
+            max_dimension=self.max_dimension,
+        )
 
     def parties(self) -> list[Hashable]:
         """The connected nodes (waiting up to ``connect_timeout`` for ``num_clients``).

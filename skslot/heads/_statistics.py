@@ -19,6 +19,7 @@ import numpy as np
 from .._linalg import is_positive_definite, symmetric_from_upper, symmetrize, upper_triangle
 from .._moments import ShiftedMoments
 from .._validation import check_option
+from ..defaults import COVARIANCE_FLOOR
 from ..gaussian import GaussianSummary
 from ..maps import GaussianMap
 from ..wire import StatisticsFormatError
@@ -385,7 +386,7 @@ class ClassStatistics:
         shrinkage: float,
         *,
         covariance: str = "total",
-        covariance_floor: float = 1e-8,
+        covariance_floor: float = COVARIANCE_FLOOR,
         client: int | str | None = None,
     ) -> GaussianSummary:
         """The client's SLOT summary, derived from these statistics and its shrinkage.

@@ -9,6 +9,7 @@ from numbers import Integral
 import numpy as np
 
 from .._linalg import sym_eigh, symmetrize
+from ..defaults import COVARIANCE_FLOOR
 from ..exceptions import InvalidSummaryError
 from ..gaussian import GaussianSummary, _readonly_float64, check_magnitude
 from ..ledoit_wolf import floor_shift, shrinkage_from_traces
@@ -135,7 +136,7 @@ class LowRankGaussianSummary:
         cls,
         X: object,
         *,
-        covariance_floor: float = 1e-8,
+        covariance_floor: float = COVARIANCE_FLOOR,
         client: int | str | None = None,
     ) -> LowRankGaussianSummary:
         """The exact Ledoit-Wolf summary of rows, in factor form.

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..accounting import PrivacyBudget, PrivacyBudgetExceeded, PrivacyLedger
+from ..defaults import VALIDATION_FRACTION
 from ..gaussian import GaussianSummary
 from ..heads import OneShotHead
 from ..label_shift import class_counts
@@ -192,7 +193,7 @@ class ClientParty:
         X_test: np.ndarray | None = None,
         y_test: np.ndarray | None = None,
         summary_estimator: GaussianSummaryEstimator | None = None,
-        validation_fraction: float = 0.2,
+        validation_fraction: float = VALIDATION_FRACTION,
         state: ClientState | None = None,
         privacy: PrivacyBudget | None = None,
         lifetime: LifetimeBudget | None = None,

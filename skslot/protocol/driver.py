@@ -496,7 +496,7 @@ def held_out_rows(
     y: Any,
     client: Any,
     *,
-    validation_fraction: float = 0.2,
+    validation_fraction: float = VALIDATION_FRACTION,
     random_state: int | np.random.RandomState | None = None,
 ) -> dict[Hashable, tuple[np.ndarray, np.ndarray]]:
     """The rows each client holds out in a run with a validation round, as positions in ``y``.

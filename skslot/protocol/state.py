@@ -100,6 +100,7 @@ class RunState:
 
     def __init__(self, protocol: OneShotProtocol, transport: Transport, classes: np.ndarray):
         self.protocol, self.transport, self.classes = protocol, transport, classes
+        transport.open(protocol.head, classes)
         self.defence: DefenceBounds | NoDefence = protocol.defence or NoDefence()
         self.report = ProtocolReport(config=protocol.config)
         self.report.classes = classes.tolist()

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..heads import OneShotHead
 
 __all__ = ["Exchange", "Transport"]
 
@@ -37,12 +42,25 @@ class Exchange:
 class Transport(Protocol):
     """How the driver reaches the clients.
 
-    ``parties()`` lists the clients' addresses; ``exchange(stage, requests)``
-    delivers one request object per addressed client and returns the decoded,
-    checked replies.  A transport moves messages and nothing else: what a
+    ``open(head, classes)`` starts a run (the head and class set its replies
+    are decoded with); ``parties()`` lists the clients' addresses; ``exchange(stage, requests)``
+    delivers one request object per addressed client and returns the replies,
+    each decoded and checked by the stage's codec
+    (:meth:`~skslot.protocol.stages.Stage.decode_replies`): whatever the
+    transport, a client's reply reaches the server's step through the same
+    checks.  A transport moves messages and nothing else: what a
     stage's messages hold and how they are encoded is the stage's
     (:mod:`skslot.protocol.stages`).
     """
+
+    def open(self, head: OneShotHead, classes: np.ndarray) -> None:
+        """Start a run: the head and class set its replies are decoded with.
+
+        Parameters
+        ----------
+        head : OneShotHead
+        classes : ndarray
+        """
 
     def parties(self) -> list[Hashable]:
         """The clients' addresses.

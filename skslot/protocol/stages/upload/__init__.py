@@ -20,7 +20,6 @@ Comparing clients with each other is the defence's (:mod:`skslot.defence`).
 from ._codec import UploadCodec, as_decoded
 from ._messages import (
     STATISTICS,
-    UPLOAD_RELEASES,
     VALIDATION_STATISTICS,
     Upload,
     UploadRequest,
@@ -37,7 +36,6 @@ from ._steps import STAGE, UploadStage, check, collect, form_problem, run_dimens
 __all__ = [
     "STAGE",
     "STATISTICS",
-    "UPLOAD_RELEASES",
     "VALIDATION_STATISTICS",
     "Upload",
     "UploadCodec",

@@ -15,12 +15,10 @@ import numpy as np
 from ....defaults import COVARIANCE_FLOOR
 from ....gaussian import GaussianSummary
 
-__all__ = ["STATISTICS", "UPLOAD_RELEASES", "VALIDATION_STATISTICS", "Upload", "UploadRequest"]
+__all__ = ["STATISTICS", "VALIDATION_STATISTICS", "Upload", "UploadRequest"]
 
 #: The groups of arrays an upload carries.
 STATISTICS, VALIDATION_STATISTICS = "statistics", "validation-statistics"
-#: The releases an upload carries (each where the run makes it).
-UPLOAD_RELEASES = ("summary", "statistics", "class_counts")
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,8 @@ from collections.abc import Hashable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from ...._validation import check_feature_scale
+from ....accounting import releases_at
 from ....consistency import (
     class_counts_problem,
     collapsed_spread,
@@ -17,7 +16,7 @@ from ....consistency import (
 )
 from ....label_shift import class_counts
 from ._codec import UploadCodec, as_decoded
-from ._messages import UPLOAD_RELEASES, Upload, UploadRequest
+from ._messages import Upload, UploadRequest
 from ._privacy import (
     private_run,
     private_shrinkage_problem,
@@ -89,7 +88,6 @@ def form_problem(upload: Upload, derives_summary: bool) -> str | None:
 
 def check(
     upload: Upload,
-    n_features: int,
     *,
     split: bool,
     uploads_statistics: bool,
@@ -119,8 +117,8 @@ def check(
     Parameters
     ----------
     upload : Upload
-    n_features : int
-        The run's dimension.
+        A decoded upload: its types, sizes and dimension are the codec's
+        (:class:`UploadCodec`), checked before anything was allocated.
     split : bool
         Whether the run has a validation part.
     uploads_statistics : bool
@@ -143,15 +141,7 @@ def check(
     str or None
         Why the upload is refused, or ``None``.
     """
-    summary = upload.summary
-    for name in ("n_fit", "n_validation", "n_test"):
-        value = getattr(upload, name)
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            return f"{name} must be an integer, got {value!r}"
-        if value < 0:
-            return f"{name} must be >= 0, got {value}"
-    if summary.dimension != n_features:
-        return f"dimension {summary.dimension}, expected {n_features}"
+    summary = upload.summary  # its types, sizes and dimension are the codec's checks
     if upload.n_fit != summary.n:
         return f"its summary counts {summary.n} rows, but its fitting part {upload.n_fit}"
     held, rows = upload.n_validation, upload.n_rows
@@ -238,8 +228,8 @@ def collect(run: RunState) -> None:
     replies = {}
     for c, upload in exchange.replies.items():
         report.clients[c] = upload.client_label  # shown, never trusted
-        for release in run.releases:  # spent, even if the upload is refused
-            if release in UPLOAD_RELEASES:
+        for release in releases_at("upload"):  # spent, even if the upload is refused
+            if release in run.releases:
                 run.received_release(c, release)
         if upload.summary_bytes is not None:
             report.summary_payload_bytes[c] = upload.summary_bytes
@@ -274,7 +264,6 @@ def collect(run: RunState) -> None:
             continue
         why = check(
             replies[c],
-            m,
             split=run.splits,
             uploads_statistics=head.strategy.uploads_statistics,
             defence=run.defence,
