@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SPREAD_RTOL",
     "class_counts_problem",
+    "class_sums_problem",
     "collapsed_spread",
     "inconsistent_parts",
     "inconsistent_statistics",
@@ -81,6 +82,58 @@ def class_counts_problem(
         if not np.array_equal(described, counts):
             return "class counts differ from those of the client's statistics"
     return None
+
+
+def class_sums_problem(
+    upload: Upload, asked: bool, *, covariance: str = "total", rtol: float = 1e-2
+) -> str | None:
+    """Why an upload's class sums are not the ones asked for, or disagree with its summary.
+
+    The class sums describe the fitting rows, as the summary does: their
+    counts add up to ``n_fit``, no class holds more fitting rows than its
+    class count (where sent), their mean is the summary's (up to ``rtol``
+    of the summary's scale, its transmit rounding), and the summary's
+    covariance holds the scatter of their class means
+    (:func:`collapsed_spread`, for a summary of the total covariance).
+
+    Parameters
+    ----------
+    upload : Upload
+        A decoded upload: its class sums are finite, their counts
+        non-negative integers (the codec's checks).
+    asked : bool
+        Whether the run asked for them.
+    covariance : {"total", "within"}, default="total"
+        What the summary describes.
+    rtol : float, default=1e-2
+
+    Returns
+    -------
+    str or None
+    """
+    if upload.class_sums is None:
+        return "the upload lacks the class sums the run asked for" if asked else None
+    if not asked:
+        return "class sums were not asked for"
+    counts, sums = upload.class_sums
+    total = sum(int(c) for c in counts)  # Python integers: no wrap-around
+    if total != upload.n_fit:
+        return f"its class sums count {total} rows, but its fitting part {upload.n_fit}"
+    if upload.class_counts is not None and np.any(counts > upload.class_counts):
+        return "its class sums count more rows of a class than its class counts"
+    summary = upload.summary
+    trace = float(np.trace(summary.covariance))
+    offset = float(np.linalg.norm(sums.sum(axis=0) / total - summary.mean))
+    if not offset <= rtol * (np.sqrt(trace) + float(np.linalg.norm(summary.mean))):
+        return (
+            f"its class sums' mean lies {offset / np.sqrt(trace):.3g} standard deviations "
+            "from its summary's"
+        )
+    if covariance != "total":  # the within-class spread does not bound the means
+        return None
+    held = counts > 0
+    why = collapsed_spread(summary, counts[held], sums[held] / counts[held][:, None])
+    return None if why is None else f"inconsistent with its class sums: {why}"
 
 
 def inconsistent_statistics(

@@ -63,11 +63,13 @@ class RecordingTransport(InProcessTransport):
     def __init__(self, clients):
         super().__init__(clients)
         self.sent: dict = {}
+        self.replies: dict = {}
 
     def exchange(self, stage, requests, **kwargs):
         exchange = super().exchange(stage, requests, **kwargs)
-        for c in exchange.replies:
+        for c, reply in exchange.replies.items():
             self.sent.setdefault(c, []).append(stage)
+            self.replies.setdefault(c, []).append(reply)
         return exchange
 
 
@@ -135,6 +137,8 @@ def test_every_message_of_a_private_fedavg_run_is_a_charged_release(clients, cli
     }
     for c, stages in transport.sent.items():
         assert stages == ["upload", "updates", "evaluation"]
+        # no exact class sums for the client's own mix: they are no release of the plan
+        assert head.label_mix == "client" and transport.replies[c][0].class_sums is None
         ledger = own[c].ledger()
         assert ledger.released == tuple(r for s in stages for r in charged[s])
         assert report.privacy_spent[c] == pytest.approx(ledger.spent(), rel=1e-12)

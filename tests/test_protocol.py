@@ -779,16 +779,56 @@ def test_a_screened_run_asks_for_no_validation_statistics(clients, name):
     assert result.report.rejected["upload"][0] == "the run asked for no validation statistics"
 
 
-def test_a_head_without_class_sums_keeps_each_clients_mean_with_its_own_mix(clients):
-    """O-FedAvg uploads no class sums: with each client's own mix no domain offset is
-    measured, so each client's mean stays where it is (its covariance still moves)."""
+def test_a_head_without_class_sums_in_its_statistics_sends_its_own(clients):
+    """O-FedAvg's statistics are local heads: with each client's own mix it sends the class
+    sums of its fitting rows, and each client's mean moves by its domain offset measured
+    within classes, as SLOTTransformer measures it."""
     head = make_head("O-FedAvg", seed=0)
     protocol = OneShotProtocol(head, tau=0.6, client_tau="uniform")
     transport = parties(clients, protocol.head)
-    protocol.run(InProcessTransport(transport), CLASSES)
-    for party in transport.values():
+    result = protocol.run(InProcessTransport(transport), CLASSES)
+    assert result.clients == [0, 1, 2, 3]
+    X = np.vstack([c[0] for c in clients.values()])
+    y = np.concatenate([c[1] for c in clients.values()])
+    who = np.concatenate([np.full(c[1].shape[0], k) for k, c in clients.items()])
+    offsets = SLOTTransformer().fit(X, y, client=who).domain_offsets_
+    for k, party in transport.items():
         mean = party.state.summary.mean
-        np.testing.assert_allclose(party.full_map().apply(mean[None])[0], mean, atol=1e-9)
+        moved = party.full_map().apply(mean[None])[0]
+        np.testing.assert_allclose(moved, mean - offsets[k], atol=1e-8)
+        assert np.linalg.norm(offsets[k]) > 0.1
+
+
+def _moved_sums(upload):
+    counts, sums = upload.class_sums
+    return dataclasses.replace(upload, class_sums=(counts, sums + 100.0 * counts[:, None]))
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda u: dataclasses.replace(u, class_sums=None),
+         "lacks the class sums the run asked for"),
+        (lambda u: dataclasses.replace(u, class_sums=(u.class_sums[0] + 1, u.class_sums[1])),
+         "its class sums count"),
+        (_moved_sums, "its class sums' mean lies"),
+        (lambda u: dataclasses.replace(u, class_sums=(u.class_sums[0], u.class_sums[1][:, :2])),
+         "array 'sums'"),
+    ],
+)  # fmt: skip
+def test_class_sums_that_do_not_describe_the_fitting_rows_are_refused(clients, change, reason):
+    class Hostile(ClientParty):
+        def answer(self, stage, request):
+            reply = super().answer(stage, request)
+            return change(reply) if stage == "upload" else reply
+
+    head = make_head("O-FedAvg", seed=0)
+    transport = parties(clients, head)
+    X, y, Xt, yt = clients[0]
+    transport[0] = Hostile(X, y, head=head, classes=CLASSES, label=0, X_test=Xt, y_test=yt)
+    result = OneShotProtocol(head, tau=0.6).run(InProcessTransport(transport), CLASSES)
+    assert reason in result.report.rejected["upload"][0]
+    assert result.clients == [1, 2, 3]
 
 
 def test_each_client_predicts_with_its_own_label_mix_at_the_evaluation(clients):

@@ -448,8 +448,9 @@ class RunState:
         """Where each client's mean moves with ``label_mix="client"`` (none otherwise).
 
         The client's mean less its domain offset, measured within classes from the
-        class sums of its statistics (:func:`~skslot.label_mix.domain_offsets`); its
-        own mean where the head's statistics carry no class sums (no offset measured).
+        class sums of its statistics, or of its fitting rows where the statistics
+        carry none (:func:`~skslot.label_mix.domain_offsets`); its own mean where
+        no class sums were sent (a private run: no offset measured).
         A reference whose maps came anchored (a fitted transformer's) keeps them.
         """
         if self.protocol.label_mix != "client" or any(
@@ -458,9 +459,12 @@ class RunState:
             return {}
         means = {c: self.clients[c].summary.mean for c in order}
         stats = [self.clients[c].statistics for c in order]
-        if not all(hasattr(stat, "class_sums") for stat in stats):
+        if all(hasattr(stat, "class_sums") for stat in stats):
+            parts = [stat.class_sums() for stat in stats]
+        elif all(self.clients[c].upload.class_sums is not None for c in order):
+            parts = [self.clients[c].upload.class_sums for c in order]  # sent for it alone
+        else:
             return means
-        parts = [stat.class_sums() for stat in stats]
         offsets = domain_offsets(np.stack([n for n, _ in parts]), np.stack([s for _, s in parts]))
         return {c: means[c] - offset for c, offset in zip(order, offsets, strict=True)}
 

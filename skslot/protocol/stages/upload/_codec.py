@@ -23,6 +23,7 @@ from ....wire import (
     SummaryFormatError,
     WireFormatError,
 )
+from ....wire.arrays import read_array
 from ....wire.payload import Payload, ReceivedPayload
 from ....wire.summary_codec import (
     MAX_COUNT,
@@ -31,7 +32,7 @@ from ....wire.summary_codec import (
     summary_dimension,
 )
 from .._stage import ClientWire, ServerWire, Stage
-from ._messages import STATISTICS, VALIDATION_STATISTICS, Upload, UploadRequest
+from ._messages import CLASS_SUMS, STATISTICS, VALIDATION_STATISTICS, Upload, UploadRequest
 
 __all__ = ["UploadCodec", "as_decoded"]
 
@@ -124,6 +125,8 @@ class UploadCodec(Stage[UploadRequest, Upload]):
             values["split-seed"] = request.split_seed
         if request.class_counts:
             values["class-counts"] = 1  # a flag (payload values are never booleans)
+        if request.class_sums:
+            values["class-sums"] = 1
         if request.mean_tau is not None:
             values["mean-tau"] = float(request.mean_tau)
         if not request.validation_statistics:
@@ -139,8 +142,11 @@ class UploadCodec(Stage[UploadRequest, Upload]):
         if index < 0:
             raise MessageFormatError(f"client-index must be >= 0, got {index}")
         counts = payload.optional("class-counts", int) or 0
-        if counts not in (0, 1):
-            raise MessageFormatError(f"class-counts must be 0 or 1, got {counts}")
+        sums = payload.optional("class-sums", int) or 0
+        if counts not in (0, 1) or sums not in (0, 1):
+            raise MessageFormatError(
+                f"class-counts and class-sums must be 0 or 1, got {counts} and {sums}"
+            )
         parts = payload.optional("validation-statistics", int)
         if parts not in (None, 0, 1):
             raise MessageFormatError(f"validation-statistics must be 0 or 1, got {parts}")
@@ -179,6 +185,7 @@ class UploadCodec(Stage[UploadRequest, Upload]):
             index,
             payload.optional("split-seed", int),
             class_counts=counts == 1,
+            class_sums=sums == 1,
             summary_covariance=covariance,
             covariance_floor=float(floor),
             mean_tau=None if mean_tau is None else float(mean_tau),
@@ -210,6 +217,9 @@ class UploadCodec(Stage[UploadRequest, Upload]):
             payload.arrays[STATISTICS] = reply.statistics.to_arrays()
         if reply.validation is not None:
             payload.arrays[VALIDATION_STATISTICS] = reply.validation.to_arrays()
+        if reply.class_sums is not None:
+            counts, sums = reply.class_sums
+            payload.arrays[CLASS_SUMS] = {"counts": counts, "sums": sums}
         return payload
 
     def decode_reply(
@@ -279,6 +289,13 @@ class UploadCodec(Stage[UploadRequest, Upload]):
                             arrays, classes=wire.classes, n_features=m, n_samples=n
                         )
                     )
+                class_sums = None
+                if payloads[node].has_arrays(CLASS_SUMS):
+                    arrays = payloads[node].arrays(CLASS_SUMS, max_bytes=8 * C * (m + 1) + 4096)
+                    class_sums = (
+                        read_array(arrays, "counts", (C,), integer=True, nonnegative=True),
+                        read_array(arrays, "sums", (C, m)),
+                    )
             except WireFormatError as exc:
                 rejected[node] = str(exc)
                 continue
@@ -292,5 +309,6 @@ class UploadCodec(Stage[UploadRequest, Upload]):
                 shrinkage=header.shrinkage,
                 label=header.label,
                 n_validation=header.n_validation,
+                class_sums=class_sums,
             )
         return replies, rejected

@@ -15,10 +15,11 @@ import numpy as np
 from ....defaults import COVARIANCE_FLOOR
 from ....gaussian import GaussianSummary
 
-__all__ = ["STATISTICS", "VALIDATION_STATISTICS", "Upload", "UploadRequest"]
+__all__ = ["CLASS_SUMS", "STATISTICS", "VALIDATION_STATISTICS", "Upload", "UploadRequest"]
 
 #: The groups of arrays an upload carries.
 STATISTICS, VALIDATION_STATISTICS = "statistics", "validation-statistics"
+CLASS_SUMS = "class-sums"
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class UploadRequest:
     class_counts : bool, default=False
         Ask for the client's class counts (the label-shift rule's and the
         screening's input).
+    class_sums : bool, default=False
+        Ask for the class counts and row sums of the client's fitting rows,
+        from which the server measures each client's domain offset within
+        classes (``label_mix="client"``, a head whose statistics carry none).
     summary_covariance : {"total", "within"}, default="total"
         What the summaries describe; with ``covariance_floor``, the settings
         with which the server derives the summary of a head whose statistics
@@ -64,6 +69,7 @@ class UploadRequest:
     client_index: int
     split_seed: int | None = None
     class_counts: bool = False
+    class_sums: bool = False
     summary_covariance: str = "total"
     covariance_floor: float = COVARIANCE_FLOOR
     mean_tau: float | None = None
@@ -110,6 +116,9 @@ class Upload:
         The client's own name, sent with a summary the server derives.
     n_validation : int, default=0
         The rows it holds out (none without a validation round).
+    class_sums : tuple of (ndarray, ndarray) or None, default=None
+        When asked for, the fitting rows of each class, shape ``(C,)``, and
+        their sums, shape ``(C, m)``.
     """
 
     summary: GaussianSummary | None
@@ -122,6 +131,7 @@ class Upload:
     shrinkage: float | None = None
     label: int | str | None = None
     n_validation: int = 0
+    class_sums: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def n_rows(self) -> int:

@@ -6,10 +6,13 @@ from collections.abc import Hashable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ...._validation import check_feature_scale
 from ....accounting import releases_at
 from ....consistency import (
     class_counts_problem,
+    class_sums_problem,
     collapsed_spread,
     inconsistent_statistics,
     inconsistent_statistics_parts,
@@ -31,6 +34,29 @@ if TYPE_CHECKING:
     from ...state import RunState
 
 __all__ = ["STAGE", "UploadStage", "check", "collect", "form_problem", "run_dimension"]
+
+
+def fitting_class_sums(
+    X: np.ndarray, y: np.ndarray, classes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of each class and their sums: what the server measures a domain offset from.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, m)
+    y : ndarray of shape (n,)
+    classes : ndarray of shape (C,)
+
+    Returns
+    -------
+    counts : ndarray of shape (C,) of int64
+    sums : ndarray of shape (C, m)
+    """
+    codes = np.searchsorted(classes, y)
+    counts = np.bincount(codes, minlength=classes.shape[0]).astype(np.int64)
+    sums = np.zeros((classes.shape[0], X.shape[1]))
+    np.add.at(sums, codes, np.asarray(X, dtype=np.float64))
+    return counts, sums
 
 
 # -- the server's checks ---------------------------------------------------------------------
@@ -98,6 +124,7 @@ def check(
     n_classes: int | None = None,
     validation_fraction: float | None = None,
     run_classes: int | None = None,
+    class_sums: bool = False,
 ) -> str | None:
     """Why an upload does not fit the run: its parts, statistics and summary must agree.
 
@@ -135,6 +162,9 @@ def check(
     validation_fraction : float, optional
     run_classes : int, optional
         The number of the run's classes.
+    class_sums : bool, default=False
+        Whether the run asked for the class sums of the fitting rows
+        (:func:`~skslot.consistency.class_sums_problem`).
 
     Returns
     -------
@@ -156,6 +186,8 @@ def check(
                 f"{expected - run_classes:.1f} and at most {expected:.1f}"
             )
     why = class_counts_problem(upload, n_classes, validation_fraction if split else None)
+    if why is None:
+        why = class_sums_problem(upload, class_sums, covariance=summary_covariance)
     if why:
         return why
     if not uploads_statistics:
@@ -207,11 +239,19 @@ def collect(run: RunState) -> None:
     parties = run.parties
     seeds = run.split_seeds() if run.splits else {}
     counting = protocol.client_tau == "label-shift" or run.screens
+    head = protocol.head
+    # each client's domain offset, measured within classes, where the statistics carry none
+    summing = (
+        protocol.label_mix == "client"
+        and not head.strategy.uploads_statistics
+        and not run.releases
+    )
     requests = {
         c: UploadRequest(
             k,
             seeds.get(c),
             class_counts=counting,
+            class_sums=summing,
             summary_covariance=protocol.summary_covariance,
             covariance_floor=protocol.covariance_floor,
             mean_tau=protocol.mean_tau,
@@ -223,7 +263,6 @@ def collect(run: RunState) -> None:
         for k, c in enumerate(parties)
     }
     exchange = run.exchange("upload", requests)
-    head = protocol.head
     derives = head.strategy.derives_summary
     replies = {}
     for c, upload in exchange.replies.items():
@@ -273,6 +312,7 @@ def collect(run: RunState) -> None:
             n_classes=run.classes.shape[0] if counting else None,
             validation_fraction=protocol.validation_fraction,
             run_classes=run.classes.shape[0],
+            class_sums=summing,
         )
         if why:
             run.reject("upload", c, why)
@@ -392,6 +432,9 @@ class UploadStage(UploadCodec):
             ),
             shrinkage=state.summary.shrinkage if derived else None,
             label=party.label if derived else None,
+            class_sums=fitting_class_sums(X_fit, y_fit, party.classes)
+            if request.class_sums
+            else None,
         )
 
     def label(self, reply: Upload) -> int | str | None:
