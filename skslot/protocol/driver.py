@@ -36,7 +36,7 @@ from ..selection import (
     validation_split,
 )
 from ..summary import COVARIANCES
-from .report import ProtocolReport, ProtocolRunError
+from .report import ProtocolReport, ProtocolRunError, logger
 from .stages import evaluation, screening, updates, upload, validation
 from .stages.reference import ReferenceStep
 from .state import RunState, order_key, split_seeds
@@ -351,7 +351,7 @@ class OneShotProtocol:
                     run.ever_screened |= run.screened
                 # a client excluded, or missing since the reference was built: the
                 # reference, the candidates, the choice and the screening again without it
-                if not run.refresh_reference(run.report.stages[-1]):
+                if not _refresh_reference(run, run.report.stages[-1]):
                     break
             if run.ever_screened or not self.refit:
                 # what enters the final head is what the screening judged (or chose)
@@ -398,8 +398,21 @@ class OneShotProtocol:
             return
         while True:
             updates.collect(run, stage, taus, part)
-            if not run.refresh_reference(stage):
+            if not _refresh_reference(run, stage):
                 return
+
+
+def _refresh_reference(run: RunState, stage: str) -> bool:
+    """Whether the run goes round again: its reference rebuilt or kept without a client that
+    left it (:meth:`RunState.stale_reference`)."""
+    action = run.stale_reference(stage)
+    if action is None and run.releases and run.order != run.report.reference_clients:
+        logger.info("skslot: a private run keeps its reference: the local heads are released once")
+    if action == "keep":
+        run.keep_reference()
+    elif action == "rebuild":
+        run.rebuild_reference(stage)
+    return action is not None
 
 
 def private_run_problem(

@@ -308,7 +308,7 @@ class RunState:
         the run here: it is asked nothing more, so a silent client costs one
         reply timeout, and what it contributed to (the reference, the
         candidates, the choice) is made again without it
-        (:meth:`refresh_reference`).
+        (:meth:`stale_reference`).
 
         Parameters
         ----------
@@ -468,59 +468,65 @@ class RunState:
         offsets = domain_offsets(np.stack([n for n, _ in parts]), np.stack([s for _, s in parts]))
         return {c: means[c] - offset for c, offset in zip(order, offsets, strict=True)}
 
-    def refresh_reference(self, stage: str) -> bool:
-        """Build the reference again if a client it was built from has since left the run.
+    def stale_reference(self, stage: str) -> str | None:
+        """What a reference some client it was built from has since left calls for.
 
         A client rejected or missing after the reference was built (at the
         updates stage, or excluded by the screening) must not shape the
-        reference of the final head: the reference, the maps and the clients'
-        fractions of ``tau`` are made again from the clients still in, sent
-        to every client with its next request, and the local heads trained
-        on the old reference are dropped.  Not in a private run once local
-        heads were released: each client releases its one head on one map,
-        so the reference stays as the released heads were trained on it.
-        Nor after a screening leaves too few clients to screen again, for a
-        head that trains locally: heads trained on a new reference would
-        enter the final head unjudged, so the reference stays and the
-        screened heads of the clients left are used (``reference_kept``);
-        it then returns ``True`` once, for the candidates and the choice to
-        be made again without the excluded client.
+        reference of the final head, so it is built again without it
+        (``"rebuild"``, :meth:`rebuild_reference`).  Not in a private run once
+        local heads were released: each client releases its one head on one
+        map, so the reference stays as the released heads were trained on it
+        (``None``).  Nor after a screening leaves too few clients to screen
+        again, for a head that trains locally: heads trained on a new
+        reference would enter the final head unjudged, so the reference stays
+        and the screened heads of the clients left are used (``"keep"``,
+        :meth:`keep_reference`, once: the candidates and the choice are made
+        again without the excluded client).  Changes nothing.
 
         Parameters
         ----------
         stage : str
-            The stage at which the clients that break the new reference are rejected.
+            The stage just run.
 
         Returns
         -------
-        bool
-            Whether the run goes round again (the reference built again, or kept).
+        {"rebuild", "keep"} or None
+            ``None`` where the reference stands (current, kept, or released on).
         """
-        built_from = self.report.reference_clients
-        if self.order in (built_from, self.reference_kept):
-            return False
+        if self.order in (self.report.reference_clients, self.reference_kept):
+            return None
         if self.releases and self._local_heads:
-            # each private client released its one local head on this reference
-            logger.info(
-                "skslot: a private run keeps its reference: the local heads are released once"
-            )
-            return False
+            return None
         if (
             stage == "screening"
             and self._local_heads
             and len(self.order) <= MIN_VOTERS
             and self.protocol.head.strategy.trains_locally
         ):
-            # local heads trained on a new reference could not be screened: keep the one
-            # the screened heads were trained on, and go round again without the excluded
-            self.reference_kept = list(self.order)
-            logger.info(
-                "skslot: the reference is kept: %d clients could not screen heads trained on "
-                "another",
-                len(self.order),
-            )
-            return True
-        gone = [c for c in built_from if c not in self.clients]
+            return "keep"
+        return "rebuild"
+
+    def keep_reference(self) -> None:
+        """Keep the reference the screened local heads were trained on (see
+        :meth:`stale_reference`), for the clients still in."""
+        self.reference_kept = list(self.order)
+        logger.info(
+            "skslot: the reference is kept: %d clients could not screen heads trained on another",
+            len(self.order),
+        )
+
+    def rebuild_reference(self, stage: str) -> None:
+        """Build the reference, the maps and the clients' fractions of ``tau`` again from the
+        clients still in; each gets the new reference with its next request, and the local
+        heads trained on the old one are dropped.
+
+        Parameters
+        ----------
+        stage : str
+            The stage at which the clients that break the new reference are rejected.
+        """
+        gone = [c for c in self.report.reference_clients if c not in self.clients]
         logger.info(
             "skslot: the reference is built again without %s",
             ", ".join(self.report.name(c) for c in gone),
@@ -530,7 +536,6 @@ class RunState:
         if self.reference is not previous:  # a fixed reference stays the same
             self.has_reference.clear()
             self._local_heads.clear()
-        return True
 
     def _culprits(
         self, order: list, summaries: list, weights: list, error: Exception
