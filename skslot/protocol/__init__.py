@@ -24,6 +24,7 @@ from .client import ClientParty, ClientState
 from .driver import OneShotProtocol, ProtocolResult, held_out_rows, private_run_problem
 from .in_process import InProcessTransport
 from .report import ProtocolReport, ProtocolRunError
+from .settings import StageSettings
 from .stages import STAGES, ClientWire, ServerWire, Stage
 from .stages.evaluation import Evaluation, EvaluationRequest
 from .stages.reference import FixedReference, Reference, ReferenceStep
@@ -55,6 +56,7 @@ __all__ = [
     "ScreeningRequest",
     "ServerWire",
     "Stage",
+    "StageSettings",
     "Transport",
     "UpdatesRequest",
     "Upload",

@@ -37,6 +37,7 @@ from ..selection import (
 )
 from ..summary import COVARIANCES
 from .report import ProtocolReport, ProtocolRunError, logger
+from .settings import StageSettings
 from .stages import evaluation, screening, updates, upload, validation
 from .stages.reference import ReferenceStep
 from .state import RunState, order_key, split_seeds
@@ -323,7 +324,7 @@ class OneShotProtocol:
             When fewer than ``min_clients`` clients complete a stage, or a
             server step fails on the clients' values; its ``report`` says why.
         """
-        run = RunState(self, transport, np.asarray(classes))
+        run = RunState(StageSettings.of(self), transport, np.asarray(classes))
         try:
             return self._stages(run)
         except ProtocolRunError:

@@ -28,7 +28,7 @@ from .transport import Exchange, Transport
 if TYPE_CHECKING:
     from ..defence import DefenceBounds
     from ..selection import Selection
-    from .driver import OneShotProtocol
+    from .settings import StageSettings
     from .stages.upload import Upload
 
 __all__ = ["SERVER_STEP_ERRORS", "RunState", "order_key", "split_seeds"]
@@ -91,15 +91,16 @@ class RunState:
 
     Parameters
     ----------
-    protocol : OneShotProtocol
-        The run's settings.
+    settings : StageSettings
+        The run's settings, frozen (:meth:`StageSettings.of` the protocol).
     transport : Transport
     classes : ndarray
         The run's class set.
     """
 
-    def __init__(self, protocol: OneShotProtocol, transport: Transport, classes: np.ndarray):
-        self.protocol, self.transport, self.classes = protocol, transport, classes
+    def __init__(self, settings: StageSettings, transport: Transport, classes: np.ndarray):
+        self.settings, self.transport, self.classes = settings, transport, classes
+        protocol = settings
         transport.open(protocol.head, classes)
         self.defence: DefenceBounds | NoDefence = protocol.defence or NoDefence()
         self.report = ProtocolReport(config=protocol.config)
@@ -170,7 +171,7 @@ class RunState:
         The server recomputes each client's spending from the budget and the
         releases it received (the plan is the run's, the same on both sides).
         """
-        budget = self.protocol.privacy
+        budget = self.settings.privacy
         if budget is None:
             return
         ledger = budget.ledger(self.releases, seed=0)  # accounting only: no noise drawn
@@ -202,7 +203,7 @@ class RunState:
         -------
         dict of address to int
         """
-        return split_seeds(self.parties, self.protocol.random_state)
+        return split_seeds(self.parties, self.settings.random_state)
 
     def enter(self, c: Hashable, upload: Upload) -> None:
         """Accept client ``c`` with its checked upload (at its own weight, until :meth:`weigh`).
@@ -250,7 +251,7 @@ class RunState:
         accepted = set(accepted)
         dropped = [c for c in self.order if c not in accepted]
         self.clients = {c: client for c, client in self.clients.items() if c in accepted}
-        if len(self.clients) < self.protocol.min_clients:
+        if len(self.clients) < self.settings.min_clients:
             report = self.report
             problems = [f"{report.name(n)} missing" for n in report.missing.get(stage, [])] + [
                 f"{report.name(n)} rejected: {why}"
@@ -258,7 +259,7 @@ class RunState:
             ]
             raise ProtocolRunError(
                 f"only {len(self.clients)} client(s) completed the {stage} stage, fewer than "
-                f"min_clients = {self.protocol.min_clients} "
+                f"min_clients = {self.settings.min_clients} "
                 f"({'; '.join(problems) or 'no other node'})",
                 report,
             )
@@ -427,7 +428,7 @@ class RunState:
             summaries = [self.clients[c].summary for c in order]
             weights = [self.clients[c].weight for c in order]
             try:
-                built = self.protocol.reference.build(order, summaries, weights)
+                built = self.settings.reference.build(order, summaries, weights)
             except SERVER_STEP_ERRORS as exc:
                 culprits = self._culprits(order, summaries, weights, exc)
                 for c in culprits:
@@ -453,7 +454,7 @@ class RunState:
         no class sums were sent (a private run: no offset measured).
         A reference whose maps came anchored (a fitted transformer's) keeps them.
         """
-        if self.protocol.label_mix != "client" or any(
+        if self.settings.label_mix != "client" or any(
             self.full_maps[c].anchor is not None for c in order
         ):
             return {}
@@ -502,7 +503,7 @@ class RunState:
             stage == "screening"
             and self._local_heads
             and len(self.order) <= MIN_VOTERS
-            and self.protocol.head.strategy.trains_locally
+            and self.settings.head.strategy.trains_locally
         ):
             return "keep"
         return "rebuild"
@@ -551,7 +552,7 @@ class RunState:
 
         def breaks(kept: list[int], max_iter: int) -> bool:
             try:
-                self.protocol.reference.build(
+                self.settings.reference.build(
                     [order[i] for i in kept],
                     [summaries[i] for i in kept],
                     [weights[i] for i in kept],
@@ -563,14 +564,14 @@ class RunState:
 
         K = len(order)
         culprits = [c for k, c in enumerate(order) if breaks([k], 1)]
-        if not culprits and K > self.protocol.min_clients:
+        if not culprits and K > self.settings.min_clients:
             culprits = [
                 c
                 for k, c in enumerate(order)
                 if not breaks([i for i in range(K) if i != k], PROBE_ITERATIONS)
             ]
             culprits = culprits if len(culprits) == 1 else []
-        if not culprits or K - len(culprits) < self.protocol.min_clients:
+        if not culprits or K - len(culprits) < self.settings.min_clients:
             raise ProtocolRunError(
                 f"the reference could not be built from the clients' summaries: {error}",
                 self.report,
@@ -579,7 +580,7 @@ class RunState:
 
     def _scale_taus(self) -> None:
         """Each accepted client's factor of ``tau``, from the accepted clients' class counts."""
-        if self.protocol.client_tau == "uniform":
+        if self.settings.client_tau == "uniform":
             return
         order = self.order
         capped = any(c in self.report.capped for c in order)
@@ -628,7 +629,7 @@ class RunState:
         list of GaussianMap
             In the run's order.
         """
-        scaled, mean_tau = [], self.protocol.mean_tau
+        scaled, mean_tau = [], self.settings.mean_tau
         for c in self.order:
             full, scale = self.full_maps[c], self.clients[c].tau_scale
             if full.anchor is None:  # a fitted transformer's maps come anchored

@@ -279,7 +279,7 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
         Every client it removed (the run then builds the reference again
         without them, chooses and screens again).
     """
-    protocol, report = run.protocol, run.report
+    protocol, report = run.settings, run.report
     order = run.order
     earlier = (report.screening or {}).get("excluded", [])  # by an earlier round
     voters = [c for c in order if run.clients[c].upload.n_validation > 0]

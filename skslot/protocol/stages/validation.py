@@ -251,7 +251,7 @@ def choose(run: RunState, heads: Sequence[OneShotHead]) -> Selection:
     -------
     Selection
     """
-    protocol = run.protocol
+    protocol = run.settings
     candidates = protocol.candidates
     scores = tuple(h.linear_scores() for h in heads)
     taus = tuple(c.tau for c in candidates)

@@ -235,16 +235,14 @@ def collect(run: RunState) -> None:
     ----------
     run : RunState
     """
-    protocol, report = run.protocol, run.report
+    protocol, report = run.settings, run.report
     parties = run.parties
     seeds = run.split_seeds() if run.splits else {}
     counting = protocol.client_tau == "label-shift" or run.screens
     head = protocol.head
     # each client's domain offset, measured within classes, where the statistics carry none
     summing = (
-        protocol.label_mix == "client"
-        and not head.strategy.uploads_statistics
-        and not run.releases
+        protocol.label_mix == "client" and not head.strategy.uploads_statistics and not run.releases
     )
     requests = {
         c: UploadRequest(
