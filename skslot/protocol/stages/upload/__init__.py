@@ -10,7 +10,10 @@ determine it, its shrinkage) and its row counts.
 * the client's step (:meth:`UploadStage.answer`), the server's
   (:func:`collect`) and the meaning of one upload (:func:`check`, which runs
   the consistency checks of :mod:`skslot.consistency`);
-* a private client's part: :func:`private_run`, :func:`released_summary`,
+* what the client releases: :class:`ExactRelease` without a budget,
+  :class:`PrivateRelease` wrapping its ledger (:func:`upload_release`), so
+  the client's step has no privacy branch; a private client's part:
+  :func:`private_run`, :func:`released_summary`,
   :func:`released_class_counts`, and the server's
   :func:`private_shrinkage_problem`.
 
@@ -31,14 +34,18 @@ from ._privacy import (
     released_class_counts,
     released_summary,
 )
+from ._release import ExactRelease, PrivateRelease, UploadRelease, upload_release
 from ._steps import STAGE, UploadStage, check, collect, form_problem, run_dimension
 
 __all__ = [
     "STAGE",
     "STATISTICS",
     "VALIDATION_STATISTICS",
+    "ExactRelease",
+    "PrivateRelease",
     "Upload",
     "UploadCodec",
+    "UploadRelease",
     "UploadRequest",
     "UploadStage",
     "as_decoded",
@@ -51,4 +58,5 @@ __all__ = [
     "released_class_counts",
     "released_summary",
     "run_dimension",
+    "upload_release",
 ]

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...._validation import check_feature_scale
 from ....accounting import releases_at
 from ....consistency import (
     class_counts_problem,
@@ -17,16 +16,10 @@ from ....consistency import (
     inconsistent_statistics,
     inconsistent_statistics_parts,
 )
-from ....label_shift import class_counts
-from ._codec import UploadCodec, as_decoded
+from ._codec import UploadCodec
 from ._messages import Upload, UploadRequest
-from ._privacy import (
-    private_run,
-    private_shrinkage_problem,
-    private_summary_problem,
-    released_class_counts,
-    released_summary,
-)
+from ._privacy import private_shrinkage_problem, private_summary_problem
+from ._release import upload_release
 
 if TYPE_CHECKING:
     from ....defence import DefenceBounds, NoDefence
@@ -359,21 +352,15 @@ class UploadStage(UploadCodec):
                 f"{request.covariance_floor!r}: the client would map its rows with another "
                 "summary than the server's"
             )
-        ledger = private_run(party, request)  # checked before the state changes
-        if ledger is not None and not strategy.uploads_statistics:
-            if request.summary_covariance != "total":
-                raise ValueError(
-                    "this client releases the summary of its total covariance; the run asks "
-                    f"for {request.summary_covariance!r}, whose sensitivity is not derived"
-                )
+        release = upload_release(party, request)  # the run checked before the state changes
         if state.summary is not None and state.split_seed != request.split_seed:
             state.summary = None  # another split: another fitting part to summarise
         state.client_index, state.split_seed = request.client_index, request.split_seed
         state.mean_tau = request.mean_tau
         split = party.split
         X_fit, y_fit = party.fitting_rows()
-        if derived and ledger is None:  # its summary's scale check (a release is clipped)
-            check_feature_scale(X_fit)
+        if derived:  # its summary's scale
+            release.check_rows(X_fit)
         fitting, validation = strategy.client_upload(
             party.head,
             party.X,
@@ -381,18 +368,12 @@ class UploadStage(UploadCodec):
             party.classes,
             split,
             client_index=request.client_index,
-            ledger=ledger,
+            ledger=release.ledger,
         )
         if not request.validation_statistics:
             validation = None
         if derived:  # derived afresh from this upload's (released) statistics
-            shrinkage = (  # private: a function of the release alone (no fourth moments)
-                fitting.oas_shrinkage(request.summary_covariance)
-                if ledger is not None
-                else strategy.derived_shrinkage(
-                    fitting, X_fit, y_fit, covariance=request.summary_covariance
-                )
-            )
+            shrinkage = release.shrinkage(party, fitting, X_fit, y_fit, request.summary_covariance)
             state.summary = strategy.derived_summary(
                 fitting,
                 shrinkage,
@@ -400,18 +381,8 @@ class UploadStage(UploadCodec):
                 covariance_floor=request.covariance_floor,
                 client=party.label,
             )
-        elif ledger is not None:
-            if strategy.uploads_statistics:  # the summary of the released moments
-                summary = ledger.result(party.head.private_release).summary(
-                    covariance=request.summary_covariance,
-                    covariance_floor=request.covariance_floor,
-                    client=party.label,
-                )
-            else:  # a head training locally: the summary is a release of its own
-                summary = released_summary(party, ledger, request.covariance_floor)
-            state.summary = as_decoded(summary, request.summary_dtype)
-        elif state.summary is None:
-            state.summary = as_decoded(party.summarise(), request.summary_dtype)
+        else:
+            state.summary = release.summary(party, fitting, request)
         return Upload(
             None if derived else state.summary,
             n_fit=y_fit.shape[0],
@@ -419,15 +390,7 @@ class UploadStage(UploadCodec):
             n_test=party.n_test,
             statistics=fitting,
             validation=validation,
-            class_counts=(
-                None
-                if not request.class_counts
-                else class_counts(party.y, party.classes)
-                if ledger is None
-                else fitting.class_counts()  # released: post-processing of the statistics
-                if fitting is not None
-                else released_class_counts(party, ledger)
-            ),
+            class_counts=release.class_counts(party, fitting) if request.class_counts else None,
             shrinkage=state.summary.shrinkage if derived else None,
             label=party.label if derived else None,
             class_sums=fitting_class_sums(X_fit, y_fit, party.classes)
