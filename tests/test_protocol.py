@@ -831,6 +831,52 @@ def test_class_sums_that_do_not_describe_the_fitting_rows_are_refused(clients, c
     assert result.clients == [1, 2, 3]
 
 
+def _scores_an_unheld_class(update):
+    intercept = update.intercept.copy()
+    intercept[update.class_rows == 0] = 9.5
+    return type(update)(
+        update.classes, update.coef, intercept, update.n, update.n_iter, update.class_rows
+    )
+
+
+def _other_class_rows(update):
+    rows = update.class_rows.copy()
+    held = np.flatnonzero(rows)
+    rows[held[0]] -= 1
+    rows[held[1]] += 1
+    return type(update)(update.classes, update.coef, update.intercept, update.n, 0, rows)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (_scores_an_unheld_class, "scores a class it holds no rows of"),
+        (_other_class_rows, "class counts are not those of its fitting rows"),
+    ],
+)
+def test_a_local_head_is_tied_to_the_classes_its_client_declared(clients, change, reason):
+    """A head spanning its held classes scores no other class, and holds the rows of each
+    class its upload declared."""
+
+    class Hostile(ClientParty):
+        def answer(self, stage, request):
+            reply = super().answer(stage, request)
+            if stage != "updates":
+                return reply
+            return type(reply)(change(u) for u in reply)
+
+    head = make_head("O-FedAvg", seed=0)
+    transport = parties(clients, head)
+    X, y, Xt, yt = clients[0]
+    assert np.count_nonzero(np.bincount(y, minlength=4)) < 4  # a class it does not hold
+    transport[0] = Hostile(X, y, head=head, classes=CLASSES, label=0, X_test=Xt, y_test=yt)
+    result = OneShotProtocol(head, tau="auto", taus=(0.0, 0.5), random_state=0).run(
+        InProcessTransport(transport), CLASSES
+    )
+    assert reason in result.report.rejected["updates"][0]
+    assert 0 not in result.clients
+
+
 def test_each_client_predicts_with_its_own_label_mix_at_the_evaluation(clients):
     """The evaluation's counts are the client's own-mix predictions: equal to the final head
     predicting the client's rows with its counts, and to no prior for the federation's mix."""

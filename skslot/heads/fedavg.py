@@ -155,14 +155,17 @@ class LinearHeadUpdate:
                 raise StatisticsFormatError(
                     f"local head's class counts add up to {counts.sum()}, not its {n} rows"
                 )
-        return cls(
-            np.asarray(classes),
-            read_array(arrays, "coef", (len(classes), n_features)),
-            read_array(arrays, "intercept", (len(classes),)),
-            n,
-            read_count(arrays, "n_iter", 0),
-            counts,
-        )
+        coef = read_array(arrays, "coef", (len(classes), n_features))
+        intercept = read_array(arrays, "intercept", (len(classes),))
+        if counts is not None:
+            unheld = counts == 0
+            if np.count_nonzero(counts) < 2:  # one class: nothing discriminated
+                unheld[:] = True
+            if np.any(coef[unheld]) or np.any(intercept[unheld]):
+                raise StatisticsFormatError(
+                    "a local head spanning its held classes scores a class it holds no rows of"
+                )
+        return cls(np.asarray(classes), coef, intercept, n, read_count(arrays, "n_iter", 0), counts)
 
 
 class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):

@@ -29,6 +29,7 @@ from ._stage import ClientWire, ServerWire, Stage
 if TYPE_CHECKING:
     from ..client import ClientParty
     from ..state import RunState
+    from .upload import Upload
 
 __all__ = [
     "REFIT",
@@ -71,8 +72,20 @@ class LocalHeads(list):
     requested ``tau``, in the request's order."""
 
 
-def check(updates: Sequence, n_updates: int, n_samples: int) -> str | None:
+def check(
+    updates: Sequence,
+    n_updates: int,
+    n_samples: int,
+    upload: Upload | None = None,
+    part: str = "all",
+) -> str | None:
     """Why a client's local heads do not match the request and its upload.
+
+    A head spanning the classes its client holds (``class_rows``) must hold
+    the rows of each class the client declared at the upload: those of its
+    fitting rows' class sums where it sent them (``part="fit"``), its class
+    counts for all its rows (``part="all"``), at most those counts for its
+    fitting part.
 
     Parameters
     ----------
@@ -81,6 +94,10 @@ def check(updates: Sequence, n_updates: int, n_samples: int) -> str | None:
         The heads requested.
     n_samples : int
         The rows of the requested part, as its upload announced them.
+    upload : Upload, optional
+        The client's upload, whose class counts and sums the heads are tied to.
+    part : {"fit", "all"}, default="all"
+        The rows the heads were trained on.
 
     Returns
     -------
@@ -92,6 +109,17 @@ def check(updates: Sequence, n_updates: int, n_samples: int) -> str | None:
         why = sample_count_problem(update.n_samples, n_samples, "local head trained on")
         if why is not None:
             return why
+        rows = getattr(update, "class_rows", None)
+        if rows is None or upload is None:
+            continue
+        if part == "fit" and upload.class_sums is not None:
+            declared = upload.class_sums[0]
+            if not np.array_equal(rows, declared):
+                return "its local head's class counts are not those of its fitting rows"
+        if upload.class_counts is not None:
+            counts = upload.class_counts
+            if np.any(rows > counts) or (part == "all" and not np.array_equal(rows, counts)):
+                return "its local head's class counts are not those its upload declared"
     return None
 
 
@@ -128,7 +156,7 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
             run.received_release(c, "local_head")
         upload = run.clients[c].upload
         expected = upload.n_fit if part == "fit" else upload.n_rows
-        why = check(updates, len(wanted[c]), expected)
+        why = check(updates, len(wanted[c]), expected, upload, part)
         if why:
             run.reject(stage, c, why)
             continue
