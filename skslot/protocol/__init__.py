@@ -20,6 +20,7 @@ Examples
 (['upload'], 0.4)
 """
 
+from .account import RunAccount
 from .client import ClientParty, ClientState
 from .driver import OneShotProtocol, ProtocolResult, held_out_rows, private_run_problem
 from .in_process import InProcessTransport
@@ -52,6 +53,7 @@ __all__ = [
     "ProtocolRunError",
     "Reference",
     "ReferenceStep",
+    "RunAccount",
     "RunState",
     "ScreeningRequest",
     "ServerWire",

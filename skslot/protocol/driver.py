@@ -328,7 +328,7 @@ class OneShotProtocol:
         try:
             return self._stages(run)
         except ProtocolRunError:
-            run.account_privacy()  # what each client spent before the run failed
+            run.account.report(run.report)  # what each client spent before the run failed
             raise
 
     def _stages(self, run: RunState) -> ProtocolResult:
@@ -374,7 +374,7 @@ class OneShotProtocol:
         if self.evaluate:
             evaluation.evaluate(run, final, chosen.tau)
         run.report.status = "completed"
-        run.account_privacy()
+        run.account.report(run.report)
         order = run.order
         return ProtocolResult(
             run.report,
@@ -407,7 +407,7 @@ def _refresh_reference(run: RunState, stage: str) -> bool:
     """Whether the run goes round again: its reference rebuilt or kept without a client that
     left it (:meth:`RunState.stale_reference`)."""
     action = run.stale_reference(stage)
-    if action is None and run.releases and run.order != run.report.reference_clients:
+    if action is None and run.account.private and run.order != run.report.reference_clients:
         logger.info("skslot: a private run keeps its reference: the local heads are released once")
     if action == "keep":
         run.keep_reference()

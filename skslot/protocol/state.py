@@ -22,6 +22,7 @@ from ..label_mix import domain_offsets
 from ..label_shift import label_shift_distances
 from ..maps import GaussianMap, with_mean_image
 from ..screening import MIN_VOTERS
+from .account import RunAccount
 from .report import ProtocolReport, ProtocolRunError, logger
 from .transport import Exchange, Transport
 
@@ -114,18 +115,9 @@ class RunState:
         self.has_reference: set = set()
         #: Per part of the rows ("fit", "all"), each client's local heads by its fraction.
         self._local_heads: dict[str, dict[Hashable, dict[float, Any]]] = {}
-        #: A private run's budget as the clients check it, and their releases.
+        #: A private run's plan as the clients check it, and what each client spent.
+        self.account = RunAccount(protocol.privacy, protocol.releases)
         budget = protocol.privacy
-        self.privacy_settings = (
-            None
-            if budget is None
-            else (float(budget.epsilon), float(budget.delta), float(budget.clip_norm))
-        )
-        self.releases: tuple[str, ...] = protocol.releases
-        split = budget.split(self.releases) if budget is not None else {}
-        self.shares: tuple[float, ...] = tuple(split[r] for r in self.releases)
-        #: Per client, the releases the server received from it.
-        self.received: dict[Hashable, list[str]] = {}
         #: Whether this run screens: the protocol screens and enough clients can vote.
         self.screens = protocol.screening and len(self.report.nodes) > MIN_VOTERS
         if budget is not None and protocol.screen == "auto" and self.defence.screens:
@@ -150,39 +142,6 @@ class RunState:
         #: The clients whose screened local heads were kept on the reference built before
         #: an exclusion (too few left to screen heads trained on another), or ``None``.
         self.reference_kept: list | None = None
-
-    def received_release(self, c: Hashable, release: str) -> None:
-        """Record that client ``c`` made ``release`` (spent, even if its reply is refused).
-
-        Parameters
-        ----------
-        c : hashable
-            The client's address.
-        release : str
-            A release of the run's plan.
-        """
-        made = self.received.setdefault(c, [])
-        if release not in made:
-            made.append(release)
-
-    def account_privacy(self) -> None:
-        """A private run's report: the budget, its split and what each client spent.
-
-        The server recomputes each client's spending from the budget and the
-        releases it received (the plan is the run's, the same on both sides).
-        """
-        budget = self.settings.privacy
-        if budget is None:
-            return
-        ledger = budget.ledger(self.releases, seed=0)  # accounting only: no noise drawn
-        self.report.privacy = (
-            f"every value a client sent is a release ({', '.join(self.releases)}) under its "
-            f"(epsilon = {budget.epsilon:g}, delta = {budget.delta:g}) budget, rows clipped to "
-            f"norm {budget.clip_norm:g}; public: each client's row counts and its membership"
-        )
-        self.report.privacy_spent = {
-            c: ledger.spent_on(self.received.get(c, [])) for c in self.report.nodes
-        }
 
     # -- the clients ---------------------------------------------------------------------
 
@@ -497,7 +456,7 @@ class RunState:
         """
         if self.order in (self.report.reference_clients, self.reference_kept):
             return None
-        if self.releases and self._local_heads:
+        if self.account.private and self._local_heads:
             return None
         if (
             stage == "screening"

@@ -152,8 +152,7 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
     exchange = run.exchange(stage, requests)
     received = {}
     for c, updates in exchange.replies.items():
-        if run.releases:  # spent, even if the heads are refused
-            run.received_release(c, "local_head")
+        run.account.receive(c, "updates")  # spent, even if refused (refit: the same exchange)
         upload = run.clients[c].upload
         expected = upload.n_fit if part == "fit" else upload.n_rows
         why = check(updates, len(wanted[c]), expected, upload, part)

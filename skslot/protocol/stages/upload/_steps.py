@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ....accounting import releases_at
 from ....consistency import (
     class_counts_problem,
     class_sums_problem,
@@ -235,7 +234,9 @@ def collect(run: RunState) -> None:
     head = protocol.head
     # each client's domain offset, measured within classes, where the statistics carry none
     summing = (
-        protocol.label_mix == "client" and not head.strategy.uploads_statistics and not run.releases
+        protocol.label_mix == "client"
+        and not head.strategy.uploads_statistics
+        and not run.account.private
     )
     requests = {
         c: UploadRequest(
@@ -247,9 +248,9 @@ def collect(run: RunState) -> None:
             covariance_floor=protocol.covariance_floor,
             mean_tau=protocol.mean_tau,
             validation_statistics=not run.screens,  # a screened final head never merges them
-            privacy=run.privacy_settings,
-            releases=run.releases,
-            shares=run.shares,
+            privacy=run.account.settings,
+            releases=run.account.releases,
+            shares=run.account.shares,
         )
         for k, c in enumerate(parties)
     }
@@ -258,13 +259,11 @@ def collect(run: RunState) -> None:
     replies = {}
     for c, upload in exchange.replies.items():
         report.clients[c] = upload.client_label  # shown, never trusted
-        for release in releases_at("upload"):  # spent, even if the upload is refused
-            if release in run.releases:
-                run.received_release(c, release)
+        run.account.receive(c, "upload")  # spent, even if the upload is refused
         if upload.summary_bytes is not None:
             report.summary_payload_bytes[c] = upload.summary_bytes
         why = form_problem(upload, derives)
-        if why is None and derives and run.releases:
+        if why is None and derives and run.account.private:
             why = private_shrinkage_problem(upload, protocol.summary_covariance)
         if why is None and derives:
             try:
