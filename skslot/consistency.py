@@ -89,7 +89,9 @@ def class_sums_problem(
 ) -> str | None:
     """Why an upload's class sums are not the ones asked for, or disagree with its summary.
 
-    The class sums describe the fitting rows, as the summary does: their
+    A client may send none (one whose summary is private: exact class sums
+    would give it away); those it sends describe the fitting rows, as the
+    summary does: their
     counts add up to ``n_fit``, no class holds more fitting rows than its
     class count (where sent), their mean is the summary's (up to ``rtol``
     of the summary's scale, its transmit rounding), and the summary's
@@ -111,8 +113,8 @@ def class_sums_problem(
     -------
     str or None
     """
-    if upload.class_sums is None:
-        return "the upload lacks the class sums the run asked for" if asked else None
+    if upload.class_sums is None:  # a client whose summary is private sends none
+        return None
     if not asked:
         return "class sums were not asked for"
     counts, sums = upload.class_sums

@@ -123,12 +123,9 @@ def in_process(node_configs, config: DeploymentConfig):
     """
     parts, X, y, client = client_rows(node_configs, config)
     protocol = config.protocol()
-    # with each client's own mix, a head whose statistics carry no class sums (O-FedAvg)
-    # measures no domain offset: each mean stays
-    no_offsets = protocol.label_mix == "client" and config.head == "O-FedAvg"
     slot = SLOTTransformer(
         tau=protocol.tau,
-        mean_tau=0.0 if no_offsets else config.mean_tau,
+        mean_tau=config.mean_tau,
         client_tau=config.client_tau,
         label_mix=config.label_mix,
     )
@@ -181,7 +178,8 @@ def test_deployment_equals_in_process_pipeline(node_configs, head):
 @pytest.mark.parametrize("head", ["FedCGS", "O-FedAvg"])
 def test_each_nodes_own_label_mix_on_flower_equals_in_process(node_configs, head):
     """label-mix = "client" (the default): each node's mean moves by its domain offset from
-    the class sums it uploads (none for O-FedAvg), and it predicts with its own counts."""
+    the class sums it uploads (with its statistics, or alone for O-FedAvg), and it predicts
+    with its own counts."""
     report, scores, _, _ = deploy(node_configs, head=head, summary_dtype="float64", screen="off")
     config = DeploymentConfig(head=head, classes=CLASSES)
     _, expected, tests = in_process(node_configs, config)
@@ -1207,11 +1205,14 @@ def test_implausible_summaries_are_rejected_and_the_run_equals_the_others(
 ):
     """Valid on the wire but out of line with the other clients: left out, not a crash.
 
-    O-FedAvg uploads the summary alone (FedCGS's statistics would first be
-    found inconsistent with it: see the next test).
+    O-FedAvg with the federation's mix uploads the summary alone (FedCGS's
+    statistics, or O-FedAvg's class sums with each node's own mix, would first
+    be found inconsistent with it: see the next test).
     """
     # the bounds alone: the run of four (a screening's split) would differ from that of three
-    settings = {"summary_dtype": "float64", "head": "O-FedAvg", "screen": "off"}
+    settings = {
+        "summary_dtype": "float64", "head": "O-FedAvg", "screen": "off", "label_mix": "federation"
+    }
     report, scores, _, _ = deploy(
         node_configs, faults={14: scaled_summary(factor, shift)}, **settings
     )

@@ -807,8 +807,6 @@ def _moved_sums(upload):
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        (lambda u: dataclasses.replace(u, class_sums=None),
-         "lacks the class sums the run asked for"),
         (lambda u: dataclasses.replace(u, class_sums=(u.class_sums[0] + 1, u.class_sums[1])),
          "its class sums count"),
         (_moved_sums, "its class sums' mean lies"),

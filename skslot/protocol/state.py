@@ -410,7 +410,7 @@ class RunState:
         The client's mean less its domain offset, measured within classes from the
         class sums of its statistics, or of its fitting rows where the statistics
         carry none (:func:`~skslot.label_mix.domain_offsets`); its own mean where
-        no class sums were sent (a private run: no offset measured).
+        some client sent none (a private run or a private summary: no offset measured).
         A reference whose maps came anchored (a fitted transformer's) keeps them.
         """
         if self.settings.label_mix != "client" or any(

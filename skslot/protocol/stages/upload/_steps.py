@@ -392,8 +392,9 @@ class UploadStage(UploadCodec):
             class_counts=release.class_counts(party, fitting) if request.class_counts else None,
             shrinkage=state.summary.shrinkage if derived else None,
             label=party.label if derived else None,
+            # exact class sums beside a private summary would give the summary away
             class_sums=fitting_class_sums(X_fit, y_fit, party.classes)
-            if request.class_sums
+            if request.class_sums and estimator.epsilon is None
             else None,
         )
 
