@@ -42,9 +42,11 @@ __all__ = ["LinearHeadMixin", "OneShotHead"]
 class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseEstimator):
     """Base class of the one-shot federated classifiers.
 
-    Subclasses implement :meth:`_client_statistics` and
-    :meth:`_fit_from_statistics` and declare their parameters' constraints in
-    ``_parameter_constraints``; everything else (validation, the global class
+    Subclasses implement :meth:`_client_statistics` (a client's exact
+    statistics) and :meth:`_fit_from_statistics`, a head with a
+    :attr:`private_release` also :meth:`_private_statistics` (its release
+    under a client's ledger, apart: neither has a branch for the other), and
+    declare their parameters' constraints in ``_parameter_constraints``; everything else (validation, the global class
     set, client routing) lives here.  The parameters are validated at every
     entry point (``fit``, :meth:`client_statistics`,
     :meth:`fit_from_statistics`, :meth:`decode_statistics`) before any work;
@@ -204,11 +206,18 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     def _statistics_of(
         self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: Any, ledger: Any
     ) -> Any:
-        """:meth:`_client_statistics`, passing the ledger only to a private release (a head
-        written before ledgers existed overrides it with four arguments)."""
+        """The exact statistics (:meth:`_client_statistics`), or without them the head's
+        release under ``ledger`` (:meth:`_private_statistics`): neither branches on the other."""
         if ledger is None:
             return self._client_statistics(X, y, classes, seed)
-        return self._client_statistics(X, y, classes, seed, ledger)
+        return self._private_statistics(X, y, classes, seed, ledger)
+
+    def _private_statistics(
+        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: Any, ledger: Any
+    ) -> Any:
+        """The head's :attr:`private_release` of a client's statistics under ``ledger``
+        (a head without one is never asked: :meth:`client_statistics` refuses a ledger)."""
+        raise NotImplementedError
 
     def fit_from_statistics(
         self,

@@ -331,47 +331,51 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         return self.init_scale * rng.normal(size=(n_classes, n_features + 1))
 
     def _client_statistics(
+        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
+    ) -> LinearHeadUpdate:
+        codes = np.searchsorted(classes, y)
+        if self.local_classes != "all":
+            return self._held_classes_head(X, codes, classes)
+        n_classes = classes.shape[0]
+        Wb, n_iter = self._local_fit(X, codes, np.arange(n_classes), n_classes)
+        return LinearHeadUpdate(classes, Wb[:, :-1], Wb[:, -1], X.shape[0], n_iter)
+
+    def _private_statistics(
         self,
         X: np.ndarray,
         y: np.ndarray,
         classes: np.ndarray,
         seed: int | None,
-        ledger: PrivacyLedger | None = None,
+        ledger: PrivacyLedger,
     ) -> LinearHeadUpdate:
-        codes = np.searchsorted(classes, y)
-        if self.local_classes == "held" and ledger is not None:
+        if self.local_classes == "held":
             raise ValueError(
                 "local_classes='held' reveals which classes a private client holds; "
                 "use local_classes='auto' or 'all' under privacy"
             )
-        if self.local_classes != "all" and ledger is None:
-            return self._held_classes_head(X, codes, classes)
-        if ledger is not None:
-            clip_norm = ledger.budget.clip_norm
+        codes = np.searchsorted(classes, y)
+        clip_norm = ledger.budget.clip_norm
 
-            def release(sigma: float, rng: np.random.Generator) -> LinearHeadUpdate:
-                coef, intercept = private_local_head(
-                    X,
-                    codes,
-                    classes.shape[0],
-                    C=self.C,
-                    clip_norm=clip_norm,
-                    sigma=sigma,
-                    rng=rng,
-                    max_iter=self.max_iter,
-                )
-                # no iteration count: how long the solver took depends on the rows
-                return LinearHeadUpdate(classes, coef, intercept, X.shape[0], 0)
-
-            return ledger.release(
-                self.private_release,
-                release,
-                n=X.shape[0],
-                sensitivity=LOCAL_HEAD_SENSITIVITY * self.C * clip_norm * clip_norm,
+        def release(sigma: float, rng: np.random.Generator) -> LinearHeadUpdate:
+            coef, intercept = private_local_head(
+                X,
+                codes,
+                classes.shape[0],
+                C=self.C,
+                clip_norm=clip_norm,
+                sigma=sigma,
+                rng=rng,
+                max_iter=self.max_iter,
             )
-        n_classes = classes.shape[0]
-        Wb, n_iter = self._local_fit(X, codes, np.arange(n_classes), n_classes)
-        return LinearHeadUpdate(classes, Wb[:, :-1], Wb[:, -1], X.shape[0], n_iter)
+            # no iteration count: how long the solver took depends on the rows
+            return LinearHeadUpdate(classes, coef, intercept, X.shape[0], 0)
+
+        return ledger.release(
+            self.private_release,
+            release,
+            n=X.shape[0],
+            sensitivity=LOCAL_HEAD_SENSITIVITY * self.C * clip_norm * clip_norm,
+        )
 
     def _local_fit(
         self, X: np.ndarray, codes: np.ndarray, spanned: np.ndarray, n_classes: int

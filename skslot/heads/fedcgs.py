@@ -126,15 +126,13 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         return np.zeros(self.classes_.shape[0])  # the scores embed equal priors
 
     def _client_statistics(
-        self,
-        X: np.ndarray,
-        y: np.ndarray,
-        classes: np.ndarray,
-        seed: Any,
-        ledger: PrivacyLedger | None = None,
+        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: Any
     ) -> ClassStatistics:
-        if ledger is None:
-            return ClassStatistics.from_rows(X, y, classes)
+        return ClassStatistics.from_rows(X, y, classes)
+
+    def _private_statistics(
+        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: Any, ledger: PrivacyLedger
+    ) -> ClassStatistics:
         clip_norm = ledger.budget.clip_norm
         return ledger.release(
             self.private_release,

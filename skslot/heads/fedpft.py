@@ -206,16 +206,19 @@ class FedPFTClassifier(OneShotHead):
                 "set n_components=1"
             )
 
-    def _client_statistics(
+    def _private_statistics(
         self,
         X: np.ndarray,
         y: np.ndarray,
         classes: np.ndarray,
         seed: int | None,
-        ledger: PrivacyLedger | None = None,
+        ledger: PrivacyLedger,
     ) -> ClassMixtures:
-        if ledger is not None:
-            return self._private_mixtures(X, y, classes, ledger)
+        return self._private_mixtures(X, y, classes, ledger)
+
+    def _client_statistics(
+        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
+    ) -> ClassMixtures:
         n_components = self.n_components
 
         def mixture(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
