@@ -46,8 +46,9 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     statistics) and :meth:`_fit_from_statistics`, a head with a
     :attr:`private_release` also :meth:`_private_statistics` (its release
     under a client's ledger, apart: neither has a branch for the other), and
-    declare their parameters' constraints in ``_parameter_constraints``; everything else (validation, the global class
-    set, client routing) lives here.  The parameters are validated at every
+    declare their parameters' constraints in ``_parameter_constraints``;
+    everything else (validation, the global class set, client routing) lives
+    here.  The parameters are validated at every
     entry point (``fit``, :meth:`client_statistics`,
     :meth:`fit_from_statistics`, :meth:`decode_statistics`) before any work;
     a registry or a deployment calls ``_validate_params()`` when it builds the
