@@ -25,6 +25,7 @@ from .client import ClientParty, ClientState
 from .driver import OneShotProtocol, ProtocolResult, held_out_rows, private_run_problem
 from .in_process import InProcessTransport
 from .report import ProtocolReport, ProtocolRunError
+from .roster import Member, Roster
 from .settings import StageSettings
 from .stages import STAGES, ClientWire, ServerWire, Stage
 from .stages.evaluation import Evaluation, EvaluationRequest
@@ -46,6 +47,7 @@ __all__ = [
     "Exchange",
     "FixedReference",
     "InProcessTransport",
+    "Member",
     "OneShotProtocol",
     "PairedCounts",
     "ProtocolReport",
@@ -53,6 +55,7 @@ __all__ = [
     "ProtocolRunError",
     "Reference",
     "ReferenceStep",
+    "Roster",
     "RunAccount",
     "RunState",
     "ScreeningRequest",

@@ -37,10 +37,11 @@ from ..selection import (
 )
 from ..summary import COVARIANCES
 from .report import ProtocolReport, ProtocolRunError, logger
+from .roster import order_key, split_seeds
 from .settings import StageSettings
 from .stages import evaluation, screening, updates, upload, validation
 from .stages.reference import ReferenceStep
-from .state import RunState, order_key, split_seeds
+from .state import RunState
 from .transport import Transport
 
 __all__ = ["OneShotProtocol", "ProtocolResult", "held_out_rows"]
@@ -368,24 +369,25 @@ class OneShotProtocol:
             final = strategy.fit_final(head, chosen, run)
             run.report.final_head = "every accepted client's rows"
         run.report.tau = float(chosen.tau)
-        counts = {c: getattr(run.clients[c].upload, "class_counts", None) for c in run.order}
+        clients = run.roster.clients
+        counts = {c: getattr(clients[c].upload, "class_counts", None) for c in run.roster.order}
         if self.label_mix == "client" and all(n is not None for n in counts.values()):
             final.with_client_counts(counts)  # the counts the label-shift rule received
         if self.evaluate:
             evaluation.evaluate(run, final, chosen.tau)
         run.report.status = "completed"
         run.account.report(run.report)
-        order = run.order
+        order = run.roster.order
         return ProtocolResult(
             run.report,
             final,
             float(chosen.tau),
             run.reference,
             order,
-            [run.clients[c].summary for c in order],
+            [run.roster.clients[c].summary for c in order],
             selection,
             list(heads),
-            {c: run.clients[c].tau_scale for c in order},
+            {c: run.roster.clients[c].tau_scale for c in order},
         )
 
     def _local_heads(self, run: RunState, stage: str, taus: Sequence[float], part: str) -> None:
@@ -407,7 +409,7 @@ def _refresh_reference(run: RunState, stage: str) -> bool:
     """Whether the run goes round again: its reference rebuilt or kept without a client that
     left it (:meth:`RunState.stale_reference`)."""
     action = run.stale_reference(stage)
-    if action is None and run.account.private and run.order != run.report.reference_clients:
+    if action is None and run.account.private and run.roster.order != run.report.reference_clients:
         logger.info("skslot: a private run keeps its reference: the local heads are released once")
     if action == "keep":
         run.keep_reference()
@@ -478,7 +480,11 @@ def _final_fitting(run: RunState, trains_locally: bool) -> str:
     """What a final head fitted on the clients' fitting contributions was fitted on."""
     if run.screened:
         unscreenable = sorted(
-            (c for c in (run.report.screening or {}).get("unscreenable", {}) if c in run.order),
+            (
+                c
+                for c in (run.report.screening or {}).get("unscreenable", {})
+                if c in run.roster.order
+            ),
             key=order_key,
         )
         return "the screened contributions: every accepted client's fitting rows" + (
@@ -488,7 +494,7 @@ def _final_fitting(run: RunState, trains_locally: bool) -> str:
         )
     if not run.ever_screened:
         return "every accepted client's fitting rows"
-    left = f"{len(run.order)} clients left cannot be screened again"
+    left = f"{len(run.roster.order)} clients left cannot be screened again"
     if trains_locally and run.reference_kept is not None:  # the heads the screening judged
         return (
             "the screened contributions: every accepted client's local heads on its fitting "

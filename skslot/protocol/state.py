@@ -10,12 +10,11 @@ report; the stages' server steps write their own results into the report.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from .._validation import spawn_seeds
 from ..defence import NoDefence
 from ..gaussian import GaussianSummary
 from ..label_mix import domain_offsets
@@ -24,15 +23,15 @@ from ..maps import GaussianMap, with_mean_image
 from ..screening import MIN_VOTERS
 from .account import RunAccount
 from .report import ProtocolReport, ProtocolRunError, logger
+from .roster import Roster, order_key, split_seeds
 from .transport import Exchange, Transport
 
 if TYPE_CHECKING:
     from ..defence import DefenceBounds
     from ..selection import Selection
     from .settings import StageSettings
-    from .stages.upload import Upload
 
-__all__ = ["SERVER_STEP_ERRORS", "RunState", "order_key", "split_seeds"]
+__all__ = ["SERVER_STEP_ERRORS", "RunState"]
 
 #: Server steps whose failure on the clients' values fails the run with a report.
 SERVER_STEP_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError, MemoryError)
@@ -40,51 +39,6 @@ SERVER_STEP_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError, Memory
 PROBE_ITERATIONS = 2
 
 T = TypeVar("T")
-
-
-def order_key(address: Hashable) -> tuple:
-    """Clients in a stable order: by address, integers before strings.
-
-    Parameters
-    ----------
-    address : hashable
-
-    Returns
-    -------
-    tuple
-    """
-    return (isinstance(address, str), address)
-
-
-def split_seeds(parties: Sequence[Hashable], random_state: Any) -> dict[Hashable, int]:
-    """Each client's seed of its validation split: the run's ``k``-th for the ``k``-th client.
-
-    Parameters
-    ----------
-    parties : sequence of addresses
-    random_state : int, RandomState or None
-
-    Returns
-    -------
-    dict of address to int
-    """
-    order = sorted(parties, key=order_key)
-    return dict(zip(order, spawn_seeds(random_state, len(order)), strict=True))
-
-
-@dataclass(eq=False)
-class _Client:
-    """What the server holds about one accepted client."""
-
-    upload: Upload
-    weight: float = 0.0
-    statistics: Any = None
-    validation: Any = None
-    tau_scale: float = 1.0
-
-    @property
-    def summary(self) -> GaussianSummary:
-        return self.upload.summary
 
 
 class RunState:
@@ -107,7 +61,8 @@ class RunState:
         self.report = ProtocolReport(config=protocol.config)
         self.report.classes = classes.tolist()
         self.report.nodes = list(transport.parties())
-        self.clients: dict[Hashable, _Client] = {}
+        #: The clients still in, and what the server holds about each.
+        self.roster = Roster(self.report, protocol.min_clients)
         self.reference: GaussianSummary | None = None
         #: Each client's mean destination with ``label_mix="client"`` (by address).
         self.destinations: dict[Hashable, np.ndarray] = {}
@@ -145,16 +100,6 @@ class RunState:
 
     # -- the clients ---------------------------------------------------------------------
 
-    @property
-    def parties(self) -> list:
-        """Every client the transport reaches, in the run's order."""
-        return sorted(self.report.nodes, key=order_key)
-
-    @property
-    def order(self) -> list:
-        """The accepted clients, in the run's order."""
-        return sorted(self.clients, key=order_key)
-
     def split_seeds(self) -> dict[Hashable, int]:
         """Each client's seed of its validation split (see :func:`split_seeds`).
 
@@ -162,77 +107,19 @@ class RunState:
         -------
         dict of address to int
         """
-        return split_seeds(self.parties, self.settings.random_state)
-
-    def enter(self, c: Hashable, upload: Upload) -> None:
-        """Accept client ``c`` with its checked upload (at its own weight, until :meth:`weigh`).
-
-        Parameters
-        ----------
-        c : hashable
-            The client's address.
-        upload : Upload
-            Its checked upload.
-        """
-        self.clients[c] = _Client(
-            upload, float(upload.summary.n), upload.statistics, upload.validation
-        )
-
-    def reject(self, stage: str, c: Hashable, why: str) -> None:
-        """Report why client ``c``'s message at ``stage`` was refused (:meth:`keep` drops it).
-
-        Parameters
-        ----------
-        stage : str
-            The stage whose message was refused.
-        c : hashable
-            The client's address.
-        why : str
-            The reason, as reported.
-        """
-        self.report.reject(stage, c, why)
-
-    def keep(self, stage: str, accepted: Any) -> list:
-        """Drop the clients not in ``accepted``; fail when fewer than ``min_clients`` remain.
-
-        Parameters
-        ----------
-        stage : str
-            The stage the clients completed, named in the error.
-        accepted : iterable of addresses
-            The clients to keep.
-
-        Returns
-        -------
-        list
-            The clients dropped.
-        """
-        accepted = set(accepted)
-        dropped = [c for c in self.order if c not in accepted]
-        self.clients = {c: client for c, client in self.clients.items() if c in accepted}
-        if len(self.clients) < self.settings.min_clients:
-            report = self.report
-            problems = [f"{report.name(n)} missing" for n in report.missing.get(stage, [])] + [
-                f"{report.name(n)} rejected: {why}"
-                for n, why in report.rejected.get(stage, {}).items()
-            ]
-            raise ProtocolRunError(
-                f"only {len(self.clients)} client(s) completed the {stage} stage, fewer than "
-                f"min_clients = {self.settings.min_clients} "
-                f"({'; '.join(problems) or 'no other node'})",
-                report,
-            )
-        return dropped
+        return split_seeds(self.roster.parties, self.settings.random_state)
 
     def weigh(self) -> None:
         """The defence: reject clients out of line with the others, cap the rest's weights."""
-        order = self.order
-        reasons, capped = self.defence.check_summaries([self.clients[c].summary for c in order])
+        order = self.roster.order
+        reasons, capped = self.defence.check_summaries(
+            [self.roster.clients[c].summary for c in order]
+        )
         for k, why in sorted(reasons.items()):
-            self.reject("upload", order[k], f"implausible: {why}")
-        self.keep("upload", [c for k, c in enumerate(order) if k not in reasons])
-        for c, weight in zip(self.order, capped, strict=True):
-            client = self.clients[c]
+            self.roster.reject("upload", order[k], f"implausible: {why}")
+        self.roster.keep("upload", [c for k, c in enumerate(order) if k not in reasons])
+        for c, weight in zip(self.roster.order, capped, strict=True):
+            client = self.roster.clients[c]
             client.weight = float(weight)
             n = client.summary.n
             if weight < n:
@@ -256,7 +143,7 @@ class RunState:
         -------
         float
         """
-        client = self.clients[c]
+        client = self.roster.clients[c]
         return client.weight / client.summary.n
 
     # -- the exchanges -------------------------------------------------------------------
@@ -298,7 +185,7 @@ class RunState:
                 "%s missing at the %s stage: %s", report.name(c), stage, result.missing[c]
             )
         if stage != "upload":  # at upload, a client that does not answer never entered
-            self.keep(stage, [c for c in self.order if c not in result.missing])
+            self.roster.keep(stage, [c for c in self.roster.order if c not in result.missing])
         return result
 
     def reference_for(self, c: Hashable) -> GaussianSummary | None:
@@ -337,7 +224,7 @@ class RunState:
         tuple of float
             Each of ``taus`` times the client's ``tau_scale``.
         """
-        scale = self.clients[c].tau_scale
+        scale = self.roster.clients[c].tau_scale
         return tuple(float(t) * scale for t in taus)
 
     def server_step(self, what: str, step: Callable[[], T]) -> T:
@@ -383,22 +270,22 @@ class RunState:
             The stage at which the clients that break the reference are rejected.
         """
         while True:
-            order = self.order
-            summaries = [self.clients[c].summary for c in order]
-            weights = [self.clients[c].weight for c in order]
+            order = self.roster.order
+            summaries = [self.roster.clients[c].summary for c in order]
+            weights = [self.roster.clients[c].weight for c in order]
             try:
                 built = self.settings.reference.build(order, summaries, weights)
             except SERVER_STEP_ERRORS as exc:
                 culprits = self._culprits(order, summaries, weights, exc)
                 for c in culprits:
-                    self.reject(stage, c, f"its summary breaks the reference: {exc}")
-                self.keep(stage, [c for c in order if c not in culprits])
+                    self.roster.reject(stage, c, f"its summary breaks the reference: {exc}")
+                self.roster.keep(stage, [c for c in order if c not in culprits])
                 continue
             break
         self.reference, self.full_maps = built.reference, built.maps
         self.destinations = self._mean_destinations(order)
         for c, destination in self.destinations.items():
-            mean = self.clients[c].summary.mean
+            mean = self.roster.clients[c].summary.mean
             self.full_maps[c] = with_mean_image(self.full_maps[c], mean, destination)
         self.report.barycenter_iterations = built.n_iter
         self.report.reference_clients = list(order)
@@ -417,12 +304,12 @@ class RunState:
             self.full_maps[c].anchor is not None for c in order
         ):
             return {}
-        means = {c: self.clients[c].summary.mean for c in order}
-        stats = [self.clients[c].statistics for c in order]
+        means = {c: self.roster.clients[c].summary.mean for c in order}
+        stats = [self.roster.clients[c].statistics for c in order]
         if all(hasattr(stat, "class_sums") for stat in stats):
             parts = [stat.class_sums() for stat in stats]
-        elif all(self.clients[c].upload.class_sums is not None for c in order):
-            parts = [self.clients[c].upload.class_sums for c in order]  # sent for it alone
+        elif all(self.roster.clients[c].upload.class_sums is not None for c in order):
+            parts = [self.roster.clients[c].upload.class_sums for c in order]  # sent for it alone
         else:
             return means
         offsets = domain_offsets(np.stack([n for n, _ in parts]), np.stack([s for _, s in parts]))
@@ -454,14 +341,14 @@ class RunState:
         {"rebuild", "keep"} or None
             ``None`` where the reference stands (current, kept, or released on).
         """
-        if self.order in (self.report.reference_clients, self.reference_kept):
+        if self.roster.order in (self.report.reference_clients, self.reference_kept):
             return None
         if self.account.private and self._local_heads:
             return None
         if (
             stage == "screening"
             and self._local_heads
-            and len(self.order) <= MIN_VOTERS
+            and len(self.roster.order) <= MIN_VOTERS
             and self.settings.head.strategy.trains_locally
         ):
             return "keep"
@@ -470,10 +357,10 @@ class RunState:
     def keep_reference(self) -> None:
         """Keep the reference the screened local heads were trained on (see
         :meth:`stale_reference`), for the clients still in."""
-        self.reference_kept = list(self.order)
+        self.reference_kept = list(self.roster.order)
         logger.info(
             "skslot: the reference is kept: %d clients could not screen heads trained on another",
-            len(self.order),
+            len(self.roster.order),
         )
 
     def rebuild_reference(self, stage: str) -> None:
@@ -486,7 +373,7 @@ class RunState:
         stage : str
             The stage at which the clients that break the new reference are rejected.
         """
-        gone = [c for c in self.report.reference_clients if c not in self.clients]
+        gone = [c for c in self.report.reference_clients if c not in self.roster.clients]
         logger.info(
             "skslot: the reference is built again without %s",
             ", ".join(self.report.name(c) for c in gone),
@@ -541,17 +428,17 @@ class RunState:
         """Each accepted client's factor of ``tau``, from the accepted clients' class counts."""
         if self.settings.client_tau == "uniform":
             return
-        order = self.order
+        order = self.roster.order
         capped = any(c in self.report.capped for c in order)
         weights = {  # the capped weights, in the class counts' rows (fitting and held out)
-            c: self.weight_factor(c) * self.clients[c].upload.n_rows for c in order
+            c: self.weight_factor(c) * self.roster.clients[c].upload.n_rows for c in order
         }
         distances = label_shift_distances(
-            {c: self.clients[c].upload.class_counts for c in order},
+            {c: self.roster.clients[c].upload.class_counts for c in order},
             weights if capped else None,  # else pooled
         )
         for c in order:
-            self.clients[c].tau_scale = distances[c]
+            self.roster.clients[c].tau_scale = distances[c]
         self.report.tau_scales = {c: round(distances[c], 6) for c in order}
 
     # -- what a head's strategy sees (skslot.heads.ServerSide) ---------------------------
@@ -563,7 +450,7 @@ class RunState:
         -------
         list
         """
-        return [self.clients[c].statistics for c in self.order]
+        return [self.roster.clients[c].statistics for c in self.roster.order]
 
     def validation_statistics(self) -> list:
         """Each accepted client's validation statistics (``None`` where it has none).
@@ -572,7 +459,7 @@ class RunState:
         -------
         list
         """
-        return [self.clients[c].validation for c in self.order]
+        return [self.roster.clients[c].validation for c in self.roster.order]
 
     def maps(self) -> list[GaussianMap]:
         """Each client's map at ``tau = 1``: its full map, or that scaled by its ``tau_scale``.
@@ -589,10 +476,10 @@ class RunState:
             In the run's order.
         """
         scaled, mean_tau = [], self.settings.mean_tau
-        for c in self.order:
-            full, scale = self.full_maps[c], self.clients[c].tau_scale
+        for c in self.roster.order:
+            full, scale = self.full_maps[c], self.roster.clients[c].tau_scale
             if full.anchor is None:  # a fitted transformer's maps come anchored
-                full = full.with_mean_fraction(mean_tau, self.clients[c].summary.mean)
+                full = full.with_mean_fraction(mean_tau, self.roster.clients[c].summary.mean)
             scaled.append(full if scale == 1.0 else full.geodesic(scale))
         return scaled
 
@@ -630,7 +517,7 @@ class RunState:
             In the run's order.
         """
         cache = self.local_heads_cache(part)
-        return [cache[c][self.client_taus(c, [tau])[0]] for c in self.order]
+        return [cache[c][self.client_taus(c, [tau])[0]] for c in self.roster.order]
 
     # -- the report ----------------------------------------------------------------------
 

@@ -160,33 +160,33 @@ def evaluate(run: RunState, final: OneShotHead, tau: float) -> None:
     """
     report = run.report
     scores = final.linear_scores()
-    sizes = [run.clients[c].upload.n_test for c in run.order]
+    sizes = [run.roster.clients[c].upload.n_test for c in run.roster.order]
     implausible = {
-        run.order[k]: why for k, why in run.defence.implausible_test_sizes(sizes).items()
+        run.roster.order[k]: why for k, why in run.defence.implausible_test_sizes(sizes).items()
     }
     for c, why in implausible.items():
-        run.reject("evaluation", c, f"implausible: {why}")
+        run.roster.reject("evaluation", c, f"implausible: {why}")
     requests = {
         c: EvaluationRequest(run.reference_for(c), scores, run.client_taus(c, [tau])[0])
-        for c in run.order
+        for c in run.roster.order
         if c not in implausible
     }
     exchange = run.exchange("evaluation", requests)
-    for c in run.order:
+    for c in run.roster.order:
         if c not in exchange.replies:
             continue
         result: Evaluation = exchange.replies[c]
-        n_test = run.clients[c].upload.n_test
+        n_test = run.roster.clients[c].upload.n_test
         if n_test:  # a client without test rows releases nothing
             run.account.receive(c, "evaluation")
         why = check(result, n_test)
         if why:
-            run.reject("evaluation", c, why)
+            run.roster.reject("evaluation", c, why)
             continue
         report.n_test[c] = n_test
         if n_test:
             report.accuracy[c] = result.n_correct / n_test
-    run.keep("evaluation", [c for c in run.order if c in report.n_test])
+    run.roster.keep("evaluation", [c for c in run.roster.order if c in report.n_test])
     if report.accuracy:
         report.macro_accuracy = float(np.mean(list(report.accuracy.values())))
 

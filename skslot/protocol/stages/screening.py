@@ -280,9 +280,9 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
         without them, chooses and screens again).
     """
     protocol, report = run.settings, run.report
-    order = run.order
+    order = run.roster.order
     earlier = (report.screening or {}).get("excluded", [])  # by an earlier round
-    voters = [c for c in order if run.clients[c].upload.n_validation > 0]
+    voters = [c for c in order if run.roster.clients[c].upload.n_validation > 0]
     if len(order) <= MIN_VOTERS or len(voters) < MIN_VOTERS:
         report.screening = {  # an earlier round's evidence stays
             **(report.screening or {}),
@@ -291,7 +291,7 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
             "excluded": earlier,
         }
         return []
-    counts = [run.clients[c].upload.class_counts for c in order]
+    counts = [run.roster.clients[c].upload.class_counts for c in order]
     masks = comparable_classes(counts)
     # the full head predicts among every class, as the final head does (declared counts,
     # unchecked for O-FedAvg, never narrow what is compared)
@@ -332,13 +332,15 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
         expected = [int(sizes[c][masks[k]].sum()) for k in targets[c]]
         why = check(reply, np.array(expected, dtype=np.int64))
         if why:
-            run.reject("screening", c, why)
+            run.roster.reject("screening", c, why)
             refused.append(c)
             continue
         for i, k in enumerate(targets[c]):
             votes[order[k]][c] = (int(reply.better[i]), int(reply.worse[i]), int(reply.rows[i]))
     flagged, evidence = run.defence.strongest_case(votes)
-    room = len(run.order) - len(refused) - protocol.min_clients > 0  # the missing left already
+    room = (
+        len(run.roster.order) - len(refused) - protocol.min_clients > 0
+    )  # the missing left already
     excluded = [flagged] if flagged is not None and room else []
     kept = [flagged] if flagged is not None and not room else []
     report.screening = {
@@ -363,8 +365,8 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
     # the round judged the contributions if it could have excluded any of them
     run.screened = any(e.voters >= MIN_VOTERS for e in evidence.values())
     for c in excluded:
-        run.reject("screening", c, evidence[c].reason())
-    run.keep("screening", [c for c in order if c not in excluded and c not in refused])
+        run.roster.reject("screening", c, evidence[c].reason())
+    run.roster.keep("screening", [c for c in order if c not in excluded and c not in refused])
     return excluded + refused
 
 

@@ -142,7 +142,8 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
     """
     cache = run.local_heads_cache(part)
     wanted = {
-        c: [t for t in run.client_taus(c, taus) if t not in cache.get(c, {})] for c in run.order
+        c: [t for t in run.client_taus(c, taus) if t not in cache.get(c, {})]
+        for c in run.roster.order
     }
     requests = {
         c: UpdatesRequest(run.reference_for(c), tuple(ts), part) for c, ts in wanted.items() if ts
@@ -153,21 +154,21 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
     received = {}
     for c, updates in exchange.replies.items():
         run.account.receive(c, "updates")  # spent, even if refused (refit: the same exchange)
-        upload = run.clients[c].upload
+        upload = run.roster.clients[c].upload
         expected = upload.n_fit if part == "fit" else upload.n_rows
         why = check(updates, len(wanted[c]), expected, upload, part)
         if why:
-            run.reject(stage, c, why)
+            run.roster.reject(stage, c, why)
             continue
         received[c] = [u.scaled(run.weight_factor(c)) for u in updates]
     order = list(received)
     norms = [max(u.norm() for u in received[c]) for c in order]
     for k, why in run.defence.implausible_updates(norms).items():
-        run.reject(stage, order[k], f"implausible: {why}")
+        run.roster.reject(stage, order[k], f"implausible: {why}")
         del received[order[k]]
     for c, updates in received.items():
         cache.setdefault(c, {}).update(zip(wanted[c], updates, strict=True))
-    run.keep(stage, [c for c in run.order if c in received or c not in requests])
+    run.roster.keep(stage, [c for c in run.roster.order if c in received or c not in requests])
 
 
 def _check_private_request(party: ClientParty, aligned: GaussianMap, part: str) -> None:

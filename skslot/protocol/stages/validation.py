@@ -257,12 +257,12 @@ def choose(run: RunState, heads: Sequence[OneShotHead]) -> Selection:
     taus = tuple(c.tau for c in candidates)
     requests = {
         c: ValidationRequest(run.reference_for(c), scores, run.client_taus(c, taus))
-        for c in run.order
-        if run.clients[c].upload.n_validation > 0
+        for c in run.roster.order
+        if run.roster.clients[c].upload.n_validation > 0
     }
     left_out: dict[Hashable, str] = {
         c: "no validation rows (too few rows per class to split)"
-        for c in run.order
+        for c in run.roster.order
         if c not in requests
     }
     exchange = run.exchange("validation", requests)
@@ -274,7 +274,7 @@ def choose(run: RunState, heads: Sequence[OneShotHead]) -> Selection:
         if c not in exchange.replies:
             left_out[c] = "did not answer the validation stage"
             continue
-        reply, upload = exchange.replies[c], run.clients[c].upload
+        reply, upload = exchange.replies[c], run.roster.clients[c].upload
         totals = (
             None
             if upload.class_counts is None
@@ -282,7 +282,7 @@ def choose(run: RunState, heads: Sequence[OneShotHead]) -> Selection:
         )
         why = check(reply, len(candidates), run.classes.shape[0], upload.n_validation, totals)
         if why:
-            run.reject("validation", c, why)
+            run.roster.reject("validation", c, why)
             left_out[c] = f"rejected: {why}"
             continue
         counts[c] = reply

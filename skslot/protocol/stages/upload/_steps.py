@@ -228,7 +228,7 @@ def collect(run: RunState) -> None:
     run : RunState
     """
     protocol, report = run.settings, run.report
-    parties = run.parties
+    parties = run.roster.parties
     seeds = run.split_seeds() if run.splits else {}
     counting = protocol.client_tau == "label-shift" or run.screens
     head = protocol.head
@@ -280,7 +280,7 @@ def collect(run: RunState) -> None:
                 upload = replace(upload, summary=summary)
                 report.clients[c] = summary.client  # the label as a summary holds it
         if why:
-            run.reject("upload", c, why)
+            run.roster.reject("upload", c, why)
             continue
         replies[c] = upload
     m = run_dimension(replies)
@@ -305,11 +305,11 @@ def collect(run: RunState) -> None:
             class_sums=summing,
         )
         if why:
-            run.reject("upload", c, why)
+            run.roster.reject("upload", c, why)
             continue
-        run.enter(c, replies[c])
+        run.roster.enter(c, replies[c])
         accepted.append(c)
-    run.keep("upload", accepted)
+    run.roster.keep("upload", accepted)
 
 
 class UploadStage(UploadCodec):

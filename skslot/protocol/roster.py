@@ -1,0 +1,166 @@
+"""The run's roster: which clients are in, and what the server holds about each."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._validation import spawn_seeds
+from .report import ProtocolReport, ProtocolRunError
+
+if TYPE_CHECKING:
+    from ..gaussian import GaussianSummary
+    from .stages.upload import Upload
+
+__all__ = ["Member", "Roster", "order_key", "split_seeds"]
+
+
+def order_key(address: Hashable) -> tuple:
+    """Clients in a stable order: by address, integers before strings.
+
+    Parameters
+    ----------
+    address : hashable
+
+    Returns
+    -------
+    tuple
+    """
+    return (isinstance(address, str), address)
+
+
+def split_seeds(parties: Sequence[Hashable], random_state: Any) -> dict[Hashable, int]:
+    """Each client's seed of its validation split: the run's ``k``-th for the ``k``-th client.
+
+    Parameters
+    ----------
+    parties : sequence of addresses
+    random_state : int, RandomState or None
+
+    Returns
+    -------
+    dict of address to int
+    """
+    order = sorted(parties, key=order_key)
+    return dict(zip(order, spawn_seeds(random_state, len(order)), strict=True))
+
+
+@dataclass(eq=False)
+class Member:
+    """What the server holds about one accepted client.
+
+    Parameters
+    ----------
+    upload : Upload
+        Its checked upload.
+    weight : float, default=0.0
+        Its weight in the reference and the heads (its rows, until capped).
+    statistics, validation : object, default=None
+        The head's statistics of its fitting and validation parts, as weighed.
+    tau_scale : float, default=1.0
+        Its factor of ``tau``.
+    """
+
+    upload: Upload
+    weight: float = 0.0
+    statistics: Any = None
+    validation: Any = None
+    tau_scale: float = 1.0
+
+    @property
+    def summary(self) -> GaussianSummary:
+        """Its summary (sent, or derived by the server from its statistics)."""
+        return self.upload.summary
+
+
+class Roster:
+    """Which clients a run reaches and which are still in, with what it holds about each.
+
+    Parameters
+    ----------
+    report : ProtocolReport
+        The run's report: it lists the nodes and records every refusal.
+    min_clients : int
+        Fewest clients a stage may end with before the run fails.
+
+    Attributes
+    ----------
+    clients : dict of address to Member
+        The accepted clients.
+    """
+
+    def __init__(self, report: ProtocolReport, min_clients: int) -> None:
+        self.report = report
+        self.min_clients = min_clients
+        self.clients: dict[Hashable, Member] = {}
+
+    @property
+    def parties(self) -> list:
+        """Every client the transport reaches, in the run's order."""
+        return sorted(self.report.nodes, key=order_key)
+
+    @property
+    def order(self) -> list:
+        """The accepted clients, in the run's order."""
+        return sorted(self.clients, key=order_key)
+
+    def enter(self, c: Hashable, upload: Upload) -> None:
+        """Accept client ``c`` with its checked upload (at its own weight, until weighed).
+
+        Parameters
+        ----------
+        c : hashable
+            The client's address.
+        upload : Upload
+            Its checked upload.
+        """
+        self.clients[c] = Member(
+            upload, float(upload.summary.n), upload.statistics, upload.validation
+        )
+
+    def reject(self, stage: str, c: Hashable, why: str) -> None:
+        """Report why client ``c``'s message at ``stage`` was refused (:meth:`keep` drops it).
+
+        Parameters
+        ----------
+        stage : str
+            The stage whose message was refused.
+        c : hashable
+            The client's address.
+        why : str
+            The reason, as reported.
+        """
+        self.report.reject(stage, c, why)
+
+    def keep(self, stage: str, accepted: Iterable[Hashable]) -> list:
+        """Drop the clients not in ``accepted``; fail when fewer than ``min_clients`` remain.
+
+        Parameters
+        ----------
+        stage : str
+            The stage the clients completed, named in the error.
+        accepted : iterable of addresses
+            The clients to keep.
+
+        Returns
+        -------
+        list
+            The clients dropped.
+        """
+        accepted = set(accepted)
+        dropped = [c for c in self.order if c not in accepted]
+        self.clients = {c: client for c, client in self.clients.items() if c in accepted}
+        if len(self.clients) < self.min_clients:
+            report = self.report
+            problems = [f"{report.name(n)} missing" for n in report.missing.get(stage, [])] + [
+                f"{report.name(n)} rejected: {why}"
+                for n, why in report.rejected.get(stage, {}).items()
+            ]
+            raise ProtocolRunError(
+                f"only {len(self.clients)} client(s) completed the {stage} stage, fewer than "
+                f"min_clients = {self.min_clients} "
+                f"({'; '.join(problems) or 'no other node'})",
+                report,
+            )
+        return dropped
