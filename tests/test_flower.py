@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -37,7 +38,11 @@ from skslot.flower import (  # noqa: E402
     write_flower_app,
 )
 from skslot.flower.client_app import app as client_app  # noqa: E402
-from skslot.flower.client_app import node_lifetime, null_rows_outside  # noqa: E402
+from skslot.flower.client_app import (  # noqa: E402
+    node_lifetime,
+    null_rows_outside,
+    reply_seconds,
+)
 from skslot.heads import HEADS, OneShotFedAvgClassifier, make_head, message_bytes  # noqa: E402
 from skslot.lifetime import LifetimeBudget  # noqa: E402
 from skslot.protocol import ClientParty, ProtocolRunError, UploadRequest  # noqa: E402
@@ -47,6 +52,7 @@ from skslot.wire import MessageFormatError  # noqa: E402
 from .conftest import PAPER, assert_close_in_norm, short_local_training  # noqa: E402
 from .flower_harness import (  # noqa: E402
     LocalGrid,
+    as_server_app,
     evaluated_rows,
     evaluation_reply,
     inflated_count,
@@ -432,6 +438,23 @@ def test_a_private_node_names_no_label_outside_the_class_set(node_configs):
     np.testing.assert_array_equal(nulled.X_train[outside], 0.0)
     np.testing.assert_array_equal(nulled.X_train[~outside], data.X_train[~outside])
     assert (data.y_train == 3).any()  # the node's own data are not modified
+
+
+def test_a_node_answers_no_sooner_than_its_reply_seconds(node_configs):
+    """A node's reply time can tell the server about its rows: with reply-seconds it answers,
+    and fails, at that time."""
+    as_server_app()
+    config = DeploymentConfig(classes=CLASSES, num_clients=1)
+    slow = {11: {**node_configs[11], "reply-seconds": 0.4}}
+    for request, answered in ((upload_request(11), True), (upload_request(11, "float8"), False)):
+        grid = LocalGrid(client_app, slow, config.to_run_config())
+        start = time.monotonic()
+        reply = grid._deliver(request)
+        assert time.monotonic() - start >= 0.4
+        assert reply.has_error() is not answered  # an error waits too
+    with pytest.raises(ValueError, match="'reply-seconds' must be a number >= 0"):
+        reply_seconds({"reply-seconds": -1.0})
+    assert reply_seconds({}) == 0.0
 
 
 def test_a_private_fedavg_run_travels_through_the_same_protocol(node_configs):

@@ -33,6 +33,7 @@ A node's data comes from its *node config* (``flower-supernode --node-config``):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +45,7 @@ from flwr.clientapp import ClientApp
 from ..accounting import PrivacyBudget
 from ..datasets import dirichlet_partition, load_dataset, load_table
 from ..datasets._loaders import open_npz
-from ..defaults import LIFETIME_DELTA
+from ..defaults import DELTA, LIFETIME_DELTA
 from ..lifetime import LifetimeBudget
 from ..protocol import ClientParty, ClientState
 from ..protocol.stages import STAGES, ClientWire, Stage
@@ -55,7 +56,7 @@ from .config import DeploymentConfig
 #: The node's own log (the SuperNode's output): nothing logged here reaches the server.
 logger = logging.getLogger("skslot.flower.client")
 
-__all__ = ["HANDLERS", "ClientData", "app", "load_client_data", "node_privacy"]
+__all__ = ["HANDLERS", "ClientData", "app", "load_client_data", "node_privacy", "reply_seconds"]
 
 STATE = "skslot-client"
 
@@ -289,7 +290,7 @@ def node_privacy(node_config: Mapping[str, Any], config: DeploymentConfig) -> Pr
     try:
         return PrivacyBudget(
             float(node_config["epsilon"]),
-            float(node_config.get("delta", 1e-5)),
+            float(node_config.get("delta", DELTA)),
             float(node_config.get("clip-norm", config.clip_norm)),
         )
     except (TypeError, ValueError) as exc:
@@ -333,6 +334,37 @@ def node_lifetime(node_config: Mapping[str, Any]) -> LifetimeBudget | None:
         raise ValueError(f"node config 'lifetime-epsilon', 'lifetime-delta': {exc}") from None
 
 
+def reply_seconds(node_config: Mapping[str, Any]) -> float:
+    """The node's ``reply-seconds``: no reply (nor error) leaves sooner after its message.
+
+    How long a node takes to answer depends on its rows (their number, and
+    for O-FedAvg how long its solver runs), and the server sees it; a node
+    that sets ``reply-seconds`` above its slowest reply answers every message
+    at that time, so its reply times tell the server nothing more (0, the
+    default: as soon as it is done).
+
+    Parameters
+    ----------
+    node_config : mapping of str to value
+        The node's config (``flower-supernode --node-config``).
+
+    Returns
+    -------
+    float
+        Seconds, ``>= 0``.
+    """
+    value = node_config.get("reply-seconds", 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"node config 'reply-seconds' must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _wait_until(deadline: float) -> None:
+    remaining = deadline - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining)
+
+
 def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
     """The ``ClientApp`` handler of one message type: decode, the stage's client step, encode.
 
@@ -342,13 +374,17 @@ def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
     """
 
     def handle(message: Message, context: Context) -> Message:
-        config, data = _data(context)
-        wire = ClientWire(config.class_set, int(data.X_train.shape[1]))
-        request = stage.decode_request(messages.received(message), wire)
-        party = _party(context, config, data)
-        reply = party.answer(stage.name, request)
-        context.state[STATE] = ConfigRecord(party.state.to_config())
-        return Message(messages.content(stage.encode_reply(reply, request)), reply_to=message)
+        start = time.monotonic()
+        try:
+            config, data = _data(context)
+            wire = ClientWire(config.class_set, int(data.X_train.shape[1]))
+            request = stage.decode_request(messages.received(message), wire)
+            party = _party(context, config, data)
+            reply = party.answer(stage.name, request)
+            context.state[STATE] = ConfigRecord(party.state.to_config())
+            return Message(messages.content(stage.encode_reply(reply, request)), reply_to=message)
+        finally:  # a reply, or an error, no sooner than the node's reply-seconds
+            _wait_until(start + reply_seconds(context.node_config))
 
     handle.__doc__ = f"Answer the {stage.message_type!r} message: {stage.name} stage."
     return handle
