@@ -440,6 +440,44 @@ def test_a_private_node_names_no_label_outside_the_class_set(node_configs):
     assert (data.y_train == 3).any()  # the node's own data are not modified
 
 
+def test_a_private_node_s_release_is_the_in_process_client_s_bytes(node_configs):
+    """The privacy audits run ClientParty.answer in process: the ClientApp runs the same code,
+    so a private node's release equals, byte for byte, the in-process client's answer to the
+    same request under the same secret seed."""
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    from skslot.flower.client_app import STATE
+    from skslot.protocol import ClientState
+    from skslot.protocol.stages import ClientWire
+
+    private = {11: {**node_configs[11], "epsilon": 8.0, "clip-norm": 20.0}}
+    config = DeploymentConfig(classes=CLASSES, epsilon=8.0, clip_norm=20.0, tau=0.4)
+    grid = LocalGrid(client_app, private, config.to_run_config())
+    budget = config.privacy_budget()
+    releases = config.protocol().releases
+    split = budget.split(releases)
+    request = upload_request(
+        11, privacy=(8.0, 1e-5, 20.0), releases=releases,
+        shares=tuple(split[r] for r in releases),
+    )  # fmt: skip
+    reply = grid._deliver(request)
+    assert not reply.has_error()
+    state = ClientState.from_config(dict(grid.contexts[11].state[STATE]))
+    data = load_client_data(private[11], config)
+    party = ClientParty(
+        data.X_train, data.y_train, head=config.make_head(), classes=config.class_set,
+        label=data.client, X_test=data.X_test, y_test=data.y_test, privacy=budget,
+        state=ClientState(noise_seed=state.noise_seed),
+    )  # fmt: skip
+    stage = upload_stage.STAGE
+    wire = ClientWire(config.class_set, data.X_train.shape[1])
+    decoded = stage.decode_request(messages.received(request), wire)
+    answer = stage.encode_reply(party.answer("upload", decoded), decoded)
+    sent = messages.received(reply)
+    same = messages.received(Message(messages.content(answer), reply_to=request))
+    assert sent.config == same.config and "statistics" in sent.arrays_bytes
+    assert sent.arrays_bytes == same.arrays_bytes  # the released statistics, byte for byte
+
+
 def test_a_node_answers_no_sooner_than_its_reply_seconds(node_configs):
     """A node's reply time can tell the server about its rows: with reply-seconds it answers,
     and fails, at that time."""
