@@ -123,9 +123,8 @@ def test_private_federation_benchmark_runs_and_prints_each_configuration():
     assert result.returncode == 0, result.stderr
     rows = (
         "| no SLOT | 9 : 1 |",
-        "| centred alone | 9 : 1 |",
+        "| centred by the release | 9 : 1 |",
         "| SLOT | 9 : 1 |",
-        "| centred, then SLOT | 9 : 1 |",
     )
     for row in rows:
         assert result.stdout.count(row) == 2  # with and without label skew
