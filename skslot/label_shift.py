@@ -23,7 +23,7 @@ from collections.abc import Hashable, Mapping
 
 import numpy as np
 
-__all__ = ["class_counts", "label_shift_distances"]
+__all__ = ["class_counts", "class_sums", "label_shift_distances"]
 
 #: How each client's tau follows from the run's: the same for all, or scaled by label shift.
 CLIENT_TAU_RULES = ("uniform", "label-shift")
@@ -54,6 +54,41 @@ def class_counts(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
         extra = np.setdiff1d(np.unique(y), classes)
         raise ValueError(f"labels {extra.tolist()} are not among the classes {classes.tolist()}")
     return np.bincount(position, minlength=classes.shape[0]).astype(np.int64)
+
+
+def class_sums(X: np.ndarray, y: np.ndarray, classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of each of ``classes`` among the labels ``y``, and the sums of those rows.
+
+    What a client's class means are made from (the heads' statistics, a
+    domain offset measured within classes, :func:`skslot.label_mix.domain_offsets`).
+    A kernel: every label of ``y`` must be one of ``classes`` (unchecked).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, m)
+        The rows.
+    y : array-like of shape (n_samples,)
+        Their labels, each one of ``classes``.
+    classes : ndarray of shape (n_classes,)
+        The class set, sorted.
+
+    Returns
+    -------
+    counts : ndarray of shape (n_classes,) of int64
+    sums : ndarray of shape (n_classes, m) of float64
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> counts, sums = class_sums(np.array([[1.0], [2.0], [4.0]]), np.array([0, 2, 2]),
+    ...                           np.array([0, 1, 2]))
+    >>> counts.tolist(), sums.ravel().tolist()
+    ([1, 0, 2], [1.0, 0.0, 6.0])
+    """
+    codes = np.searchsorted(classes, y)
+    onehot = (codes[:, None] == np.arange(classes.shape[0])).astype(np.float64)
+    counts = np.bincount(codes, minlength=classes.shape[0]).astype(np.int64)
+    return counts, onehot.T @ np.asarray(X, dtype=np.float64)
 
 
 def label_shift_distances(

@@ -33,7 +33,7 @@ from .defaults import CLIENT_TAU, LABEL_MIX, MEAN_TAU, default_tau
 from .exceptions import SmallClientWarning, UnknownClientWarning, shown_labels
 from .gaussian import GaussianSummary
 from .label_mix import LABEL_MIXES, domain_offsets
-from .label_shift import CLIENT_TAU_RULES, label_shift_distances
+from .label_shift import CLIENT_TAU_RULES, class_sums, label_shift_distances
 from .low_rank import LowRankGaussianSummary, LowRankMap, as_dense
 from .maps import GaussianMap, with_mean_image
 from .summary import GaussianSummaryEstimator
@@ -353,17 +353,13 @@ class SLOTTransformer(
         """Each fitted client's rows and row sums of each class, in ``clients_`` order."""
         y = check_row_labels(y, X.shape[0])
         labels, codes = check_client_labels(client, X.shape[0])
-        classes, y_codes = np.unique(y, return_inverse=True)
+        classes = np.unique(y)
         rows = np.asarray(as_host_rows(X), dtype=np.float64)
         position = {label: i for i, label in enumerate(labels)}
-        counts = np.zeros((len(self.clients_), classes.shape[0]), dtype=np.int64)
-        sums = np.zeros((len(self.clients_), classes.shape[0], rows.shape[1]))
-        for k, label in enumerate(self.clients_):
-            mine = codes == position[label]
-            onehot = np.eye(classes.shape[0])[y_codes[mine]]
-            counts[k] = np.bincount(y_codes[mine], minlength=classes.shape[0])
-            sums[k] = onehot.T @ rows[mine]
-        return counts, sums
+        parts = [class_sums(rows[mine], y[mine], classes) for mine in (
+            codes == position[label] for label in self.clients_
+        )]  # fmt: skip
+        return np.stack([n for n, _ in parts]), np.stack([s for _, s in parts])
 
     def _label_aware_fit(self, X: Any, y: Any, client: Any) -> None:
         """``tau_scales_`` (see ``client_tau``) and ``domain_offsets_`` (see ``label_mix``),

@@ -21,6 +21,7 @@ from .._moments import ShiftedMoments
 from .._validation import check_option
 from ..defaults import COVARIANCE_FLOOR
 from ..gaussian import GaussianSummary
+from ..label_shift import class_sums
 from ..maps import GaussianMap
 from ..wire import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, check_psd_up_to_rounding, read_array, read_sample_count
@@ -89,11 +90,8 @@ class ClassStatistics:
         -------
         ClassStatistics
         """
-        onehot = (np.searchsorted(classes, y)[:, None] == np.arange(classes.shape[0])).astype(
-            np.float64
-        )
-        counts = onehot.sum(axis=0)
-        sums = onehot.T @ X.astype(np.float64, copy=False)
+        counts, sums = class_sums(X, y, classes)
+        counts = counts.astype(np.float64)
         moments = ShiftedMoments.from_rows(X, fourth_order=False)
         # exactly symmetric, as the server decodes it from the upper triangle: a summary
         # derived from these statistics (:meth:`summary`) is the same on both sides

@@ -55,14 +55,13 @@ class RunState:
 
     def __init__(self, settings: StageSettings, transport: Transport, classes: np.ndarray):
         self.settings, self.transport, self.classes = settings, transport, classes
-        protocol = settings
-        transport.open(protocol.head, classes)
-        self.defence: DefenceBounds | NoDefence = protocol.defence or NoDefence()
-        self.report = ProtocolReport(config=protocol.config)
+        transport.open(settings.head, classes)
+        self.defence: DefenceBounds | NoDefence = settings.defence or NoDefence()
+        self.report = ProtocolReport(config=settings.config)
         self.report.classes = classes.tolist()
         self.report.nodes = list(transport.parties())
         #: The clients still in, and what the server holds about each.
-        self.roster = Roster(self.report, protocol.min_clients)
+        self.roster = Roster(self.report, settings.min_clients)
         self.reference: GaussianSummary | None = None
         #: Each client's mean destination with ``label_mix="client"`` (by address).
         self.destinations: dict[Hashable, np.ndarray] = {}
@@ -71,17 +70,16 @@ class RunState:
         #: Per part of the rows ("fit", "all"), each client's local heads by its fraction.
         self._local_heads: dict[str, dict[Hashable, dict[float, Any]]] = {}
         #: A private run's plan as the clients check it, and what each client spent.
-        self.account = RunAccount(protocol.privacy, protocol.releases)
-        budget = protocol.privacy
+        self.account = RunAccount(settings.privacy, settings.releases)
         #: Whether this run screens: the protocol screens and enough clients can vote.
-        self.screens = protocol.screening and len(self.report.nodes) > MIN_VOTERS
-        if budget is not None and protocol.screen == "auto" and self.defence.screens:
+        self.screens = settings.screening and len(self.report.nodes) > MIN_VOTERS
+        if settings.privacy is not None and settings.screen == "auto" and self.defence.screens:
             self.report.screening = {
                 "skipped": "a private run: the screening's validation counts are not "
                 "released under the clients' budget",
                 "excluded": [],
             }
-        elif protocol.screening and not self.screens:
+        elif settings.screening and not self.screens:
             self.report.screening = {
                 "skipped": f"{len(self.report.nodes)} clients: the screening needs "
                 f"{MIN_VOTERS + 1} (a case must hold without the strongest accuser and any "
@@ -89,7 +87,7 @@ class RunState:
                 "excluded": [],
             }
         #: Whether the clients hold out validation rows (to choose ``tau``, or to screen).
-        self.splits = protocol.auto or self.screens
+        self.splits = settings.auto or self.screens
         #: Whether the last screening round could judge the clients' contributions.
         self.screened = False
         #: Whether any screening round could.

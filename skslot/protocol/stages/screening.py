@@ -279,7 +279,7 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
         Every client it removed (the run then builds the reference again
         without them, chooses and screens again).
     """
-    protocol, report = run.settings, run.report
+    settings, report = run.settings, run.report
     order = run.roster.order
     earlier = (report.screening or {}).get("excluded", [])  # by an earlier round
     voters = [c for c in order if run.roster.clients[c].upload.n_validation > 0]
@@ -296,9 +296,9 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
     # the full head predicts among every class, as the final head does (declared counts,
     # unchecked for O-FedAvg, never narrow what is compared)
     every_class = np.ones(run.classes.shape[0], dtype=bool)
-    fraction = protocol.validation_fraction  # each client's validation rows per class:
+    fraction = settings.validation_fraction  # each client's validation rows per class:
     sizes = {c: validation_sizes(n, fraction) for c, n in zip(order, counts, strict=True)}
-    head = protocol.head
+    head = settings.head
     without: dict[int, LinearScores] = {}
     unfit: dict[Hashable, str] = {}
     for k, c in enumerate(order):  # only where some voter has something to compare
@@ -308,7 +308,7 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
             without[k] = head.strategy.leave_one_out(head, candidate, run, k).linear_scores()
         except SERVER_STEP_ERRORS as exc:  # e.g. too few classes left: not screenable
             unfit[c] = f"the head without it could not be fitted: {type(exc).__name__}: {exc}"
-    full = heads[protocol.candidates.index(candidate)].linear_scores()
+    full = heads[settings.candidates.index(candidate)].linear_scores()
     targets = {c: [k for k in without if order[k] != c] for c in voters}
     requests = {
         c: ScreeningRequest(
@@ -339,7 +339,7 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
             votes[order[k]][c] = (int(reply.better[i]), int(reply.worse[i]), int(reply.rows[i]))
     flagged, evidence = run.defence.strongest_case(votes)
     room = (
-        len(run.roster.order) - len(refused) - protocol.min_clients > 0
+        len(run.roster.order) - len(refused) - settings.min_clients > 0
     )  # the missing left already
     excluded = [flagged] if flagged is not None and room else []
     kept = [flagged] if flagged is not None and not room else []

@@ -251,8 +251,8 @@ def choose(run: RunState, heads: Sequence[OneShotHead]) -> Selection:
     -------
     Selection
     """
-    protocol = run.settings
-    candidates = protocol.candidates
+    settings = run.settings
+    candidates = settings.candidates
     scores = tuple(h.linear_scores() for h in heads)
     taus = tuple(c.tau for c in candidates)
     requests = {
@@ -278,7 +278,7 @@ def choose(run: RunState, heads: Sequence[OneShotHead]) -> Selection:
         totals = (
             None
             if upload.class_counts is None
-            else validation_sizes(upload.class_counts, protocol.validation_fraction)
+            else validation_sizes(upload.class_counts, settings.validation_fraction)
         )
         why = check(reply, len(candidates), run.classes.shape[0], upload.n_validation, totals)
         if why:
@@ -287,7 +287,7 @@ def choose(run: RunState, heads: Sequence[OneShotHead]) -> Selection:
             continue
         counts[c] = reply
     selection = run.server_step(
-        "the choice of tau", lambda: select_candidate(candidates, counts, protocol.selection_rule)
+        "the choice of tau", lambda: select_candidate(candidates, counts, settings.selection_rule)
     )
     run.record_selection(selection, left_out)
     return selection

@@ -6,8 +6,6 @@ from collections.abc import Hashable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from ....consistency import (
     class_counts_problem,
     class_sums_problem,
@@ -15,6 +13,7 @@ from ....consistency import (
     inconsistent_statistics,
     inconsistent_statistics_parts,
 )
+from ....label_shift import class_sums
 from ._codec import UploadCodec
 from ._messages import Upload, UploadRequest
 from ._privacy import private_shrinkage_problem, private_summary_problem
@@ -26,29 +25,6 @@ if TYPE_CHECKING:
     from ...state import RunState
 
 __all__ = ["STAGE", "UploadStage", "check", "collect", "form_problem", "run_dimension"]
-
-
-def fitting_class_sums(
-    X: np.ndarray, y: np.ndarray, classes: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of each class and their sums: what the server measures a domain offset from.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n, m)
-    y : ndarray of shape (n,)
-    classes : ndarray of shape (C,)
-
-    Returns
-    -------
-    counts : ndarray of shape (C,) of int64
-    sums : ndarray of shape (C, m)
-    """
-    codes = np.searchsorted(classes, y)
-    counts = np.bincount(codes, minlength=classes.shape[0]).astype(np.int64)
-    sums = np.zeros((classes.shape[0], X.shape[1]))
-    np.add.at(sums, codes, np.asarray(X, dtype=np.float64))
-    return counts, sums
 
 
 # -- the server's checks ---------------------------------------------------------------------
@@ -227,14 +203,14 @@ def collect(run: RunState) -> None:
     ----------
     run : RunState
     """
-    protocol, report = run.settings, run.report
+    settings, report = run.settings, run.report
     parties = run.roster.parties
     seeds = run.split_seeds() if run.splits else {}
-    counting = protocol.client_tau == "label-shift" or run.screens
-    head = protocol.head
+    counting = settings.client_tau == "label-shift" or run.screens
+    head = settings.head
     # each client's domain offset, measured within classes, where the statistics carry none
     summing = (
-        protocol.label_mix == "client"
+        settings.label_mix == "client"
         and not head.strategy.uploads_statistics
         and not run.account.private
     )
@@ -244,9 +220,9 @@ def collect(run: RunState) -> None:
             seeds.get(c),
             class_counts=counting,
             class_sums=summing,
-            summary_covariance=protocol.summary_covariance,
-            covariance_floor=protocol.covariance_floor,
-            mean_tau=protocol.mean_tau,
+            summary_covariance=settings.summary_covariance,
+            covariance_floor=settings.covariance_floor,
+            mean_tau=settings.mean_tau,
             validation_statistics=not run.screens,  # a screened final head never merges them
             privacy=run.account.settings,
             releases=run.account.releases,
@@ -264,14 +240,14 @@ def collect(run: RunState) -> None:
             report.summary_payload_bytes[c] = upload.summary_bytes
         why = form_problem(upload, derives)
         if why is None and derives and run.account.private:
-            why = private_shrinkage_problem(upload, protocol.summary_covariance)
+            why = private_shrinkage_problem(upload, settings.summary_covariance)
         if why is None and derives:
             try:
                 summary = head.strategy.derived_summary(
                     upload.statistics,
                     upload.shrinkage,
-                    covariance=protocol.summary_covariance,
-                    covariance_floor=protocol.covariance_floor,
+                    covariance=settings.summary_covariance,
+                    covariance_floor=settings.covariance_floor,
                     client=upload.label,
                 )
             except ValueError as exc:
@@ -298,9 +274,9 @@ def collect(run: RunState) -> None:
             defence=run.defence,
             derived=derives,
             validation_statistics=not run.screens,
-            summary_covariance=protocol.summary_covariance,
+            summary_covariance=settings.summary_covariance,
             n_classes=run.classes.shape[0] if counting else None,
-            validation_fraction=protocol.validation_fraction,
+            validation_fraction=settings.validation_fraction,
             run_classes=run.classes.shape[0],
             class_sums=summing,
         )
@@ -393,7 +369,7 @@ class UploadStage(UploadCodec):
             shrinkage=state.summary.shrinkage if derived else None,
             label=party.label if derived else None,
             # exact class sums beside a private summary would give the summary away
-            class_sums=fitting_class_sums(X_fit, y_fit, party.classes)
+            class_sums=class_sums(X_fit, y_fit, party.classes)
             if request.class_sums and estimator.epsilon is None
             else None,
         )
