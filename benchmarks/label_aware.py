@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from skslot.bench import BenchmarkConfig, BenchmarkWarning, run_benchmark, summarise
+from skslot.bench import CASES, BenchmarkConfig, BenchmarkWarning, run_benchmark, summarise
 from skslot.datasets import dirichlet_partition, load_dataset
 from skslot.label_shift import class_counts, label_shift_distances
 
@@ -55,6 +55,11 @@ KINDS = {
 #: the recommendation's targets: mean gain under skew on digits, worst loss without it and on Office
 SKEW_TARGET, LOSS_TARGET = 4.0, -0.5
 MAIN_TAU = 0.4
+CASE_TITLES = {
+    "own mix": "Each client's own label mix (its test rows weighted to its training mix, "
+    "each head predicting with the client's own prior)",
+    "domain": "Every class of the domain (the paper's test)",
+}
 INTEGERS = ("seed", "n_train", "n_test", "n_clients", "n_empty_clients", "barycenter_iterations")
 
 
@@ -109,12 +114,16 @@ def cell(r: dict, value: float) -> str:
     return f"{value:.2f} ({value - r['without_slot']:+.2f})"
 
 
-def table(summaries: dict[str, list[dict]]) -> str:
+def table(summaries: dict[str, list[dict]], case: str) -> str:
+    """One row per (alpha, head); in the own-mix case a last column: the library's default
+    alignment of that case (each client's domain offset, measured within classes)."""
+    own = case == "own mix"
     lines = [
         "| alpha | head | without SLOT | tau 0.4: total | tau 0.4: within | label-shift rule "
         "| label-shift, federated choice (taus) | best total (tau) | best within (tau) "
-        "| sweep total (tau 0 / 0.2 / ... / 1) | sweep within | sweep label-shift |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| sweep total (tau 0 / 0.2 / ... / 1) | sweep within | sweep label-shift |"
+        + (" own-mix default |" if own else ""),
+        "| --- " * (13 if own else 12) + "|",
     ]
     by_kind = {k: {(r["alpha"], r["head"]): r for r in rows} for k, rows in summaries.items()}
     for r in summaries["total"]:
@@ -128,15 +137,16 @@ def table(summaries: dict[str, list[dict]]) -> str:
         auto = f"{cell(r, ls['auto'])} ({chosen})" if "auto" in ls else "n/a"
         lines.append(
             f"| {r['alpha']} | {r['head']} | {r['without_slot']:.2f} | "
-            f"{cell(r, r['with_slot'])} | {cell(r, w['with_slot'])} | "
+            f"{cell(r, r['tau_sweep'][MAIN_TAU])} | {cell(r, w['tau_sweep'][MAIN_TAU])} | "
             f"{cell(r, ls['tau_sweep'][1.0])} | {auto} | "
             f"{r['best_fixed']:.2f} ({r['best_tau']:g}) | {w['best_fixed']:.2f} "
             f"({w['best_tau']:g}) | {sweep(r)} | {sweep(w)} | {sweep(ls)} |"
+            + (f" {cell(r, r['with_slot'])} |" if own else "")
         )
     return "\n".join(lines)
 
 
-def gains(records: list[dict]) -> dict[tuple, float]:
+def gains(records: list[dict], case: str) -> dict[tuple, float]:
     """(kind, tau, head, alpha) -> mean over seeds of the macro gain (%) against no SLOT.
 
     Each kind's gains are against its own ``tau = 0`` run (no SLOT, the same
@@ -147,7 +157,7 @@ def gains(records: list[dict]) -> dict[tuple, float]:
     """
     macro: dict[tuple, list[float]] = {}
     for r in records:
-        if r.get("selection", "fixed") == "fixed":
+        if r.get("selection", "fixed") == "fixed" and r["case"] == case:
             key = (kind_of(r), r["tau"], r["head"], r["alpha"], r["seed"])
             macro.setdefault(key, []).append(r["accuracy"])
     accuracy = {key: float(np.mean(v)) for key, v in macro.items()}
@@ -160,7 +170,7 @@ def gains(records: list[dict]) -> dict[tuple, float]:
     return {key: float(np.mean(v)) for key, v in by_config.items()}
 
 
-def configurations(found: dict[str, list[dict]]) -> str:
+def configurations(found: dict[str, list[dict]], case: str) -> str:
     """Per head and fixed configuration, on each data set: mean gain under skew, worst cell.
 
     A configuration meets the targets on a digits data set when its mean gain
@@ -168,7 +178,7 @@ def configurations(found: dict[str, list[dict]]) -> str:
     ``-LOSS_TARGET`` without skew; on Office-Caltech10, when it loses at most
     that in every cell.
     """
-    per_set = {name: gains(records) for name, records in found.items()}
+    per_set = {name: gains(records, case) for name, records in found.items()}
     names = list(per_set)
     header = " | ".join(f"{n}: skew mean / no skew / worst" for n in names)
     lines = [f"| head | summary | tau | {header} | targets met |"]
@@ -210,7 +220,8 @@ def main(n_seeds: int, names: list[str], fresh: bool = False) -> None:
         "where each client moves tau times the total-variation distance between its class "
         'proportions and the federation\'s (`client_tau="label-shift"`; the *rule* is '
         "tau = 1, the *federated choice* picks tau by the clients' validation); macro accuracy "
-        "over domains (%), mean over seeds; gains against no SLOT in brackets.\n"
+        "over domains (%), mean over seeds; gains against no SLOT in brackets; in both "
+        "cases (`skslot.bench.CASES`).\n"
     )
     seeds = set(range(n_seeds))
     found: dict[str, list[dict]] = {}
@@ -224,7 +235,7 @@ def main(n_seeds: int, names: list[str], fresh: bool = False) -> None:
         summaries, records = {}, []
         for kind, (settings, auto) in KINDS.items():
             run = [r for r in earlier if kind_of(r) == kind]
-            if {r["seed"] for r in run} != seeds:
+            if {r["seed"] for r in run} != seeds or {r.get("case") for r in run} != set(CASES):
                 config = BenchmarkConfig(
                     seeds=tuple(range(n_seeds)), auto=auto, n_jobs=2, **{**PAPER, **settings}
                 )
@@ -235,7 +246,8 @@ def main(n_seeds: int, names: list[str], fresh: bool = False) -> None:
                 r["kind"] = kind
             records += run
             if MAIN_TAU in settings.get("taus", (MAIN_TAU,)):
-                summaries[kind] = summarise(run, MAIN_TAU)
+                for case in CASES:
+                    summaries.setdefault(case, {})[kind] = summarise(run, MAIN_TAU, case=case)
         found[data.name] = records
         fieldnames = list(dict.fromkeys(key for r in records for key in r))
         with open(path, "w", newline="") as f:
@@ -243,12 +255,14 @@ def main(n_seeds: int, names: list[str], fresh: bool = False) -> None:
             writer.writeheader()
             writer.writerows(records)
         print(f"## {data.name} ({data.X.shape[1]} features)\n")
-        print(table(summaries))
+        for case in CASES:
+            print(f"### {CASE_TITLES[case]}\n\n{table(summaries[case], case)}\n")
         print("\nEach client's label-shift factor (the rule's tau_k at tau = 1):\n")
         print(distances(data, n_seeds))
         print(f"\nRecords: `docs/results/label_aware/{path.name}`.\n")
     print("## Each configuration against the recommendation's targets\n")
-    print(configurations(found))
+    for case in CASES:
+        print(f"{CASE_TITLES[case]}:\n\n{configurations(found, case)}\n")
 
 
 if __name__ == "__main__":

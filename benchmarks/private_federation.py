@@ -53,6 +53,7 @@ import numpy as np
 
 from skslot import BuresBarycenter, SLOTTransformer, SmallClientWarning
 from skslot.accounting import PrivacyBudget
+from skslot.bench import CASES, macro_accuracy_by_case, training_mixes
 from skslot.datasets import digits_projection, dirichlet_partition, load_digits_effnet
 from skslot.heads import (
     CLASS_STATISTICS_SENSITIVITY,
@@ -69,7 +70,8 @@ from skslot.protocol import ClientParty, InProcessTransport, OneShotProtocol
 EPSILONS = (1.0, 2.0, 4.0, 8.0, 16.0, None)
 ALPHAS = (0.1, None)
 DELTA = 1e-5
-#: Every class of the domain served (``label_mix="federation"``): the case this study measures.
+#: The domain case's alignment (``label_mix="federation"``), the configurations measured; each
+#: is scored in both cases, with each client's own prior where its rows follow its own mix.
 HEADS = {
     "FedCGS": lambda seed: FedCGSClassifier(label_mix="federation"),
     "FedPFT": lambda seed: FedPFTClassifier(random_state=seed, label_mix="federation"),
@@ -94,6 +96,20 @@ def l2(X: np.ndarray) -> np.ndarray:
     return X / np.linalg.norm(X, axis=1, keepdims=True)
 
 
+def scored(head, tests: dict, mixes: dict, classes: np.ndarray) -> dict[str, float]:
+    """Macro accuracy (%) over the clients in each case (:data:`skslot.bench.CASES`).
+
+    ``tests``: client to its aligned test rows and labels; ``mixes``: client to its
+    training class counts, which it holds itself (its own prior is applied where it
+    predicts: nothing more is released for it).
+    """
+    head.with_client_counts(mixes)
+    Z = np.vstack([rows for rows, _ in tests.values()])
+    y = np.concatenate([labels for _, labels in tests.values()])
+    client = np.concatenate([np.full(len(labels), k) for k, (_, labels) in tests.items()])
+    return macro_accuracy_by_case(head, Z, y, client, np.arange(max(tests) + 1), mixes, classes)
+
+
 def run(
     data,
     part,
@@ -103,8 +119,8 @@ def run(
     seed: int,
     head: str = "FedCGS",
     repeats: int = 1,
-) -> float:
-    """Macro accuracy (%) over the clients of one run."""
+) -> dict[str, float]:
+    """Macro accuracy (%) over the clients of one run, in each case."""
     classes = np.unique(data.y)
 
     def budget(k: int | None) -> PrivacyBudget | None:
@@ -137,18 +153,22 @@ def run(
         )
     protocol = OneShotProtocol(HEADS[head](seed), privacy=budget(None), **CONFIGS[config])
     result = protocol.run(InProcessTransport(parties), classes)
-    accuracies = []
+    tests = {}
     for k, party in parties.items():
         tau = result.tau * result.tau_scales.get(k, 1.0)
-        rows = party.full_map().geodesic(tau).apply(party.X_test)
-        accuracies.append(np.mean(result.head.predict(rows) == party.y_test))
-    return 100.0 * float(np.mean(accuracies))
+        tests[k] = (party.full_map().geodesic(tau).apply(party.X_test), party.y_test)
+    return scored(result.head, tests, training_counts(data, part), classes)
+
+
+def training_counts(data, part) -> dict[int, np.ndarray]:
+    """Each client's class counts on its training rows (its label mix)."""
+    return training_mixes(data.y[part.train_index], part.train_client, np.unique(data.y))
 
 
 ABLATION = ("all noisy", "class sums and counts noisy, Gram exact", "Gram noisy, sums exact")
 
 
-def ablation(data, part, seed: int, epsilon: float = 8.0) -> dict[str, float]:
+def ablation(data, part, seed: int, epsilon: float = 8.0) -> dict[str, dict[str, float]]:
     """FedCGS without SLOT at ``epsilon``, the noise kept on parts of its one release.
 
     Not a private mechanism (a part left exact is not private): it says which part of
@@ -177,20 +197,20 @@ def ablation(data, part, seed: int, epsilon: float = 8.0) -> dict[str, float]:
             )
         )
     out = {}
+    tests = {}
+    for k in range(part.n_clients):
+        test = part.test_index[part.test_client == k]
+        tests[k] = (X[test], data.y[test])
     for name, stats in variants.items():
-        head = FedCGSClassifier().fit_from_statistics(stats, classes)
-        accuracies = []
-        for k in range(part.n_clients):
-            test = part.test_index[part.test_client == k]
-            accuracies.append(np.mean(head.predict(X[test]) == data.y[test]))
-        out[name] = 100.0 * float(np.mean(accuracies))
+        head = FedCGSClassifier(label_mix="federation").fit_from_statistics(stats, classes)
+        out[name] = scored(head, tests, training_counts(data, part), classes)
     return out
 
 
 MAPS = ("no SLOT", "SLOT, maps from the released statistics", "SLOT, maps from exact summaries")
 
 
-def maps_ablation(data, part, seed: int, epsilon: float) -> dict[str, float]:
+def maps_ablation(data, part, seed: int, epsilon: float) -> dict[str, dict[str, float]]:
     """FedCGS at ``epsilon``: SLOT's maps from the noisy release or from exact summaries.
 
     Each client's statistics are its private release (the default split's noise);
@@ -227,13 +247,14 @@ def maps_ablation(data, part, seed: int, epsilon: float) -> dict[str, float]:
         maps = None
         if transformer is not None:
             maps = [transformer.client_map(k) for k in range(part.n_clients)]
-        head = FedCGSClassifier().fit_from_statistics(stats, classes, maps=maps)
-        accuracies = []
+        head = FedCGSClassifier(label_mix="federation")
+        head.fit_from_statistics(stats, classes, maps=maps)
+        tests = {}
         for k in range(part.n_clients):
             test = part.test_index[part.test_client == k]
             rows = X[test] if transformer is None else transformer.client_map(k).apply(X[test])
-            accuracies.append(np.mean(head.predict(rows) == data.y[test]))
-        out[name] = 100.0 * float(np.mean(accuracies))
+            tests[k] = (rows, data.y[test])
+        out[name] = scored(head, tests, training_counts(data, part), classes)
     return out
 
 
@@ -248,8 +269,9 @@ def maps_table(seeds: int, out: Path | None) -> None:
         for alpha in ALPHAS:
             part = dirichlet_partition(data.y, data.domain, alpha=alpha, random_state=seed)
             for epsilon in budgets:
-                for name, value in maps_ablation(data, part, seed, epsilon).items():
-                    scores.setdefault((alpha, name, epsilon), []).append(value)
+                for name, values in maps_ablation(data, part, seed, epsilon).items():
+                    for case, value in values.items():
+                        scores.setdefault((case, alpha, name, epsilon), []).append(value)
     rows = [
         (
             (f"alpha = {alpha}" if alpha else "no label skew", name),
@@ -267,7 +289,10 @@ def maps_table(seeds: int, out: Path | None) -> None:
         "aligns them with each client's map (SLOT: tau = 0.6, client_tau = label-shift, "
         "mean_tau = 1) made from the summaries the release determines, as a private run "
         "does, or, not a mechanism, from the clients' exact Ledoit-Wolf summaries; the "
-        "test rows are mapped alike. Generated by `benchmarks/private_federation.py --maps` "
+        "test rows are mapped alike. Both cases (`skslot.bench.CASES`): each client's test "
+        "rows weighted to its own training mix, the head predicting with its own prior "
+        "(own mix), and its domain's whole test split (domain, the paper's test). "
+        "Generated by `benchmarks/private_federation.py --maps` "
         f"({time.perf_counter() - start:.0f} s, one process).",
         "",
     ]
@@ -279,13 +304,15 @@ def maps_table(seeds: int, out: Path | None) -> None:
 
 
 def table(scores, rows, columns, row_label, column_label) -> list[str]:
-    """A markdown table of mean [min, max] over seeds."""
-    header = [*row_label, *[column_label(c) for c in columns]]
+    """A markdown table of mean [min, max] over seeds, each row in each case (the scores'
+    keys start with the case)."""
+    header = ["case", *row_label, *[column_label(c) for c in columns]]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    for row, cells in rows:
-        values = [np.asarray(scores[key]) for key in cells]
-        shown = [f"{v.mean():.1f} [{v.min():.1f}, {v.max():.1f}]" for v in values]
-        lines.append("| " + " | ".join([*row, *shown]) + " |")
+    for case in CASES:
+        for row, cells in rows:
+            values = [np.asarray(scores[(case, *key)]) for key in cells]
+            shown = [f"{v.mean():.1f} [{v.min():.1f}, {v.max():.1f}]" for v in values]
+            lines.append("| " + " | ".join([case, *row, *shown]) + " |")
     return lines
 
 
@@ -318,6 +345,11 @@ def main() -> None:
     start = time.perf_counter()
     scores: dict = {}
     n_runs = 0
+
+    def add(key: tuple, values: dict[str, float]) -> None:
+        for case, value in values.items():
+            scores.setdefault((case, *key), []).append(value)
+
     for seed in range(args.seeds):
         for alpha in ALPHAS:
             part = dirichlet_partition(data.y, data.domain, alpha=alpha, random_state=seed)
@@ -328,33 +360,25 @@ def main() -> None:
                             continue  # no budget to split
                         for config in CONFIGS:
                             key = (head, alpha, share if epsilon else None, config, epsilon)
-                            scores.setdefault(key, []).append(
-                                run(data, part, config, epsilon, share, seed, head)
-                            )
+                            add(key, run(data, part, config, epsilon, share, seed, head))
                             n_runs += 1
                 if head == "FedCGS":
                     for name, value in ablation(data, part, seed).items():
-                        scores.setdefault(("ablation", alpha, name), []).append(value)
+                        add(("ablation", alpha, name), value)
                 if head != "O-FedAvg":  # repeated rows weaken its penalty: another head
                     for repeats in repeat_grid[1:]:
                         key = (head, alpha, "repeats", repeats)
-                        scores.setdefault(key, []).append(
-                            run(data, part, "SLOT", 8.0, 9.0, seed, head, repeats)
-                        )
+                        add(key, run(data, part, "SLOT", 8.0, 9.0, seed, head, repeats))
                         n_runs += 1
                     largest = (head, alpha, "repeats, no privacy", repeat_grid[-1])
-                    scores.setdefault(largest, []).append(
-                        run(data, part, "SLOT", None, 9.0, seed, head, repeat_grid[-1])
-                    )
+                    add(largest, run(data, part, "SLOT", None, 9.0, seed, head, repeat_grid[-1]))
                     n_runs += 1
                 for dim in DIMENSIONS[1:]:
                     projected = replace(data, X=data.X @ digits_projection(data.X.shape[1], dim))
                     for epsilon in (8.0, None):
                         for config in ("no SLOT", "SLOT"):
                             key = (head, alpha, dim, config, epsilon)
-                            scores.setdefault(key, []).append(
-                                run(projected, part, config, epsilon, 9.0, seed, head)
-                            )
+                            add(key, run(projected, part, config, epsilon, 9.0, seed, head))
                             n_runs += 1
     elapsed = time.perf_counter() - start
     lines = [
@@ -369,7 +393,11 @@ def main() -> None:
         "and its test count under one budget. Shares: the weight of each release that "
         "shapes the model against each count's 1 (9 : 1 is the default). 'Centred by the "
         "release': each client's mean moved to the reference by the mean its release "
-        "determines (post-processing of the release, private). Generated by "
+        "determines (post-processing of the release, private). Each configuration in both "
+        "cases (`skslot.bench.CASES`): each client's test rows weighted to its own training "
+        "mix, the head predicting with the client's own prior, which it holds and releases "
+        "nothing for (own mix), and its domain's whole test split (domain, the paper's "
+        "test). Generated by "
         f"benchmarks/private_federation.py ({n_runs} runs, {elapsed:.0f} s on one process, "
         "one BLAS thread).",
         "",
@@ -491,12 +519,14 @@ def figure(scores, heads, epsilons, share, path: Path) -> None:
             ax = axes[i][j]
             colors = ("tab:gray", "tab:blue", "tab:red")
             for config, color in zip(CONFIGS, colors, strict=True):
-                means = [np.mean(scores[(head, alpha, share, config, e)]) for e in budgets]
+                key = ("domain", head, alpha)
+                means = [np.mean(scores[(*key, share, config, e)]) for e in budgets]
                 ax.plot(budgets, means, marker="o", color=color, label=config)
-                exact = np.mean(scores[(head, alpha, None, config, None)])
+                exact = np.mean(scores[(*key, None, config, None)])
                 ax.axhline(exact, color=color, linestyle="--", linewidth=0.8)
             ax.set_xscale("log", base=2)
-            ax.set_title(f"{head}, " + (f"alpha = {alpha}" if alpha else "no label skew"))
+            skew = f"alpha = {alpha}" if alpha else "no label skew"
+            ax.set_title(f"{head}, {skew} (domain case)")
             ax.set_ylabel("macro accuracy (%)")
             if i == len(heads) - 1:
                 ax.set_xlabel("epsilon per client (dashes: no privacy)")

@@ -51,7 +51,7 @@ from sklearn.frozen import FrozenEstimator
 from threadpoolctl import threadpool_limits
 
 from skslot import FederatedTauSearch, SLOTTransformer
-from skslot.bench import DEFAULT_HEADS
+from skslot.bench import CASES, DEFAULT_HEADS
 from skslot.datasets import dirichlet_partition, load_dataset
 from skslot.protocol import held_out_rows
 from skslot.selection import validation_split
@@ -62,6 +62,11 @@ KINDS = ("total", "within")
 #: the choices compared: the kinds a search may choose among
 CHOICES = {"total (shipped auto)": ("total",), "within": ("within",), "joint": KINDS}
 BIAS_TAUS = (0.0, 0.4, 0.8, 1.0)
+CASE_TITLES = {
+    "own mix": "Each client's own label mix (its test rows weighted to its training mix, "
+    "the head predicting with its prior)",
+    "domain": "Every class of the domain (the paper's test)",
+}
 
 
 def validation_tables(data, alpha, seed: int) -> dict[tuple, tuple[float, float]]:
@@ -114,11 +119,16 @@ def choose(table: dict[tuple, tuple[float, float]], kinds: tuple) -> tuple:
     return candidates[int(np.flatnonzero(scores >= scores[best] - errors[best])[0])]
 
 
-def fixed_accuracy(records: list[dict]) -> dict[tuple, float]:
-    """(alpha, seed, head, kind, tau) -> macro test accuracy (%) of the fixed configuration."""
+def fixed_accuracy(records: list[dict], case: str) -> dict[tuple, float]:
+    """(alpha, seed, head, kind, tau) -> macro test accuracy (%) of the fixed configuration,
+    in ``case`` (:data:`skslot.bench.CASES`)."""
     found: dict[tuple, list[float]] = {}
     for r in records:
-        if r.get("selection", "fixed") == "fixed" and r.get("client_tau", "uniform") == "uniform":
+        if (
+            r.get("selection", "fixed") == "fixed"
+            and r.get("client_tau", "uniform") == "uniform"
+            and r["case"] == case
+        ):
             key = (r["alpha"], r["seed"], r["head"], r["covariance"], r["tau"])
             found.setdefault(key, []).append(r["accuracy"])
     return {key: 100 * float(np.mean(v)) for key, v in found.items()}
@@ -126,7 +136,7 @@ def fixed_accuracy(records: list[dict]) -> dict[tuple, float]:
 
 def validation_bias(data, alpha, covariance: str, n_seeds: int = 3) -> list[tuple]:
     """Per tau of BIAS_TAUS: FedCGS's validation with the maps' sample holding the held-out
-    rows, without them, and the test accuracy (%, mean over seeds)."""
+    rows, without them, and the test accuracy in each case (%, mean over seeds)."""
     X, y, classes = data.X.astype(np.float64), data.y, np.unique(data.y)
     found = []
     with threadpool_limits(1):
@@ -146,7 +156,7 @@ def validation_bias(data, alpha, covariance: str, n_seeds: int = 3) -> list[tupl
                     (
                         balanced_validation(maps, tau, X, y, train, splits, classes)[0],
                         balanced_validation(own_out, tau, X, y, train, splits, classes)[0],
-                        macro_test_accuracy(maps, tau, X, y, train, test, classes),
+                        *macro_test_accuracy(maps, tau, X, y, train, test, classes).values(),
                     )
                     for tau in BIAS_TAUS
                 ]
@@ -159,7 +169,7 @@ def main(n_seeds: int, names: list[str]) -> None:
     print(
         f"`python benchmarks/summary_kind_selection.py {n_seeds} {' '.join(names)}`: the "
         "federated search's one-standard-error rule over the paper's summary's candidates "
-        "(the shipped `tau=\"auto\"`), over the within-class summary's, and over both (a joint "
+        '(the shipped `tau="auto"`), over the within-class summary\'s, and over both (a joint '
         "search), the same validation rows for all; gain (%) of the choice's macro test "
         f"accuracy against no SLOT, mean over {n_seeds} seeds, with the chosen "
         "(kind, tau) per seed (t: total, w: within); oracle: the best fixed configuration of "
@@ -168,59 +178,63 @@ def main(n_seeds: int, names: list[str]) -> None:
     for name in names:
         data = load_dataset(name)
         records = read_records(OUT / f"{data.name}.csv")
-        accuracy = fixed_accuracy(records)
         runs = [(alpha, seed) for alpha in ALPHAS for seed in range(n_seeds)]
         start = time.perf_counter()
         tables = Parallel(n_jobs=2)(delayed(validation_tables)(data, a, s) for a, s in runs)
         wall = time.perf_counter() - start
         by_run: dict[tuple, dict] = dict(zip(runs, tables, strict=True))
         print(f"## {data.name} ({data.X.shape[1]} features; {wall:.0f} s wall)\n")
-        header = " | ".join(CHOICES)
-        print(f"| alpha | head | {header} | oracle |")
-        print("| --- " * (3 + len(CHOICES)) + "|")
-        for alpha in ALPHAS:
-            shown: Hashable = "none" if alpha is None else alpha
-            for head in DEFAULT_HEADS:
-                cells = []
-                for kinds in CHOICES.values():
-                    gains, picks = [], []
-                    for seed in range(n_seeds):
-                        table = {
-                            (k, t): v for (h, k, t), v in by_run[(alpha, seed)].items() if h == head
-                        }
-                        kind, tau = choose(table, kinds)
-                        base = accuracy[(shown, seed, head, "total", 0.0)]
-                        gains.append(accuracy[(shown, seed, head, kind, tau)] - base)
-                        picks.append(f"{kind[0]}{tau:g}")
-                    cells.append(f"{np.mean(gains):+.2f} ({','.join(picks)})")
-                oracle = max(
-                    np.mean(
-                        [
-                            accuracy[(shown, s, head, k, t)]
-                            - accuracy[(shown, s, head, "total", 0.0)]
-                            for s in range(n_seeds)
-                        ]
-                    )
-                    for k in KINDS
-                    for t in TAUS
-                )
-                print(f"| {shown} | {head} | {' | '.join(cells)} | {oracle:+.2f} |")
-        print()
+        for case in CASES:
+            print(f"{CASE_TITLES[case]}:\n")
+            choice_table(by_run, fixed_accuracy(records, case), n_seeds)
         print(
             "FedCGS, 3 seeds: mean balanced validation accuracy (%) with the maps estimated "
             "from all rows (in sample) / from the fitting rows only (held-out rows out of sample, "
-            "as the search estimates them) / test accuracy:\n"
+            "as the search estimates them) / test accuracy, domain / test accuracy, own mix:\n"
         )
         taus = " | ".join(f"tau {t:g}" for t in BIAS_TAUS)
         print(f"| alpha | summary | {taus} |")
         print("| --- " * (2 + len(BIAS_TAUS)) + "|")
         for alpha in (0.1, None):
             for kind in KINDS:
-                cells = [f"{a:.1f} / {b:.1f} / {c:.1f}" for a, b, c in validation_bias(
-                    data, alpha, kind
-                )]  # fmt: skip
+                cells = [" / ".join(f"{v:.1f}" for v in values)
+                         for values in validation_bias(data, alpha, kind)]  # fmt: skip
                 print(f"| {'none' if alpha is None else alpha} | {kind} | {' | '.join(cells)} |")
         print()
+
+
+def choice_table(by_run: dict[tuple, dict], accuracy: dict[tuple, float], n_seeds: int) -> None:
+    """Each choice's gain against no SLOT per (alpha, head), and the oracle's."""
+    header = " | ".join(CHOICES)
+    print(f"| alpha | head | {header} | oracle |")
+    print("| --- " * (3 + len(CHOICES)) + "|")
+    for alpha in ALPHAS:
+        shown: Hashable = "none" if alpha is None else alpha
+        for head in DEFAULT_HEADS:
+            cells = []
+            for kinds in CHOICES.values():
+                gains, picks = [], []
+                for seed in range(n_seeds):
+                    table = {
+                        (k, t): v for (h, k, t), v in by_run[(alpha, seed)].items() if h == head
+                    }
+                    kind, tau = choose(table, kinds)
+                    base = accuracy[(shown, seed, head, "total", 0.0)]
+                    gains.append(accuracy[(shown, seed, head, kind, tau)] - base)
+                    picks.append(f"{kind[0]}{tau:g}")
+                cells.append(f"{np.mean(gains):+.2f} ({','.join(picks)})")
+            oracle = max(
+                np.mean(
+                    [
+                        accuracy[(shown, s, head, k, t)] - accuracy[(shown, s, head, "total", 0.0)]
+                        for s in range(n_seeds)
+                    ]
+                )
+                for k in KINDS
+                for t in TAUS
+            )
+            print(f"| {shown} | {head} | {' | '.join(cells)} | {oracle:+.2f} |")
+    print()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,16 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from skslot import FederatedTauSearch, SmallClientWarning
-from skslot.bench import BenchmarkConfig, evaluate_run, run_benchmark, summarise
+from skslot.bench import (
+    BenchmarkConfig,
+    accuracy_by_case,
+    case_predictions,
+    evaluate_run,
+    macro_accuracy_by_case,
+    run_benchmark,
+    summarise,
+    training_mixes,
+)
 from skslot.cli import main
 from skslot.datasets import digits_projection, load_npz, make_federated_classification
 from skslot.heads import FedCGSClassifier
@@ -362,3 +371,42 @@ def test_a_low_rank_run_gives_the_dense_run_s_accuracies(tmp_path):
 def test_cli_refuses_low_rank_summaries_with_the_auto_column(small_npz, capsys):
     assert main(["bench", "--data", str(small_npz), "--form", "low-rank"]) == 2
     assert "--no-auto" in capsys.readouterr().err
+
+
+def test_each_case_scores_its_own_predictions_and_mix():
+    """The domain case: plain accuracy per domain; the own-mix case: each client's
+    class accuracies weighted by its training counts, averaged over the domain's clients."""
+    y = np.array([0, 0, 1, 1, 0, 1])
+    client = np.array([0, 0, 0, 0, 1, 1])  # clients 0 and 1, both of domain 0
+    domain_pred = np.array([0, 1, 1, 1, 1, 1])  # client 0: class 0 half right, class 1 right
+    own_pred = np.array([0, 0, 0, 0, 0, 1])  # client 0: class 0 right, class 1 wrong
+    mixes = {0: np.array([3, 1]), 1: np.array([1, 1])}
+    got = accuracy_by_case(
+        {"domain": domain_pred, "own mix": own_pred},
+        y,
+        client,
+        np.array([0, 0]),
+        mixes,
+        np.array([0, 1]),
+    )
+    assert got["domain"] == {0: pytest.approx(4 / 6)}
+    # client 0: 3/4 * 1 + 1/4 * 0; client 1: 1/2 * 1 + 1/2 * 1
+    assert got["own mix"] == {0: pytest.approx((0.75 + 1.0) / 2)}
+
+
+def test_case_predictions_use_each_client_s_prior_and_leave_the_head_as_it_was():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 3))
+    y = (X[:, 0] + rng.normal(scale=2.0, size=400) > 0).astype(int)
+    client = np.repeat([0, 1], 200)
+    y[:200] = np.where(rng.random(200) < 0.9, 0, y[:200])  # client 0 mostly class 0
+    y[200:] = np.where(rng.random(200) < 0.9, 1, y[200:])  # client 1 mostly class 1
+    head = FedCGSClassifier(label_mix="client").fit(X, y, client=client)
+    got = case_predictions(head, X, client)
+    assert head.label_mix == "client"
+    np.testing.assert_array_equal(got["domain"], head.predict(X))  # no client: the federation's
+    np.testing.assert_array_equal(got["own mix"], head.predict(X, client=client))
+    assert np.mean(got["own mix"][:200] == 0) > np.mean(got["domain"][:200] == 0)
+    mixes = training_mixes(y, client, np.array([0, 1]))
+    macro = macro_accuracy_by_case(head, X, y, client, np.array([0, 1]), mixes, np.array([0, 1]))
+    assert macro["own mix"] > macro["domain"]

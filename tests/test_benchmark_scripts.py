@@ -122,9 +122,9 @@ def test_private_federation_benchmark_runs_and_prints_each_configuration():
     )
     assert result.returncode == 0, result.stderr
     rows = (
-        "| no SLOT | 9 : 1 |",
-        "| centred by the release | 9 : 1 |",
-        "| SLOT | 9 : 1 |",
+        f"| {case} | {config} | 9 : 1 |"
+        for case in ("own mix", "domain")
+        for config in ("no SLOT", "centred by the release", "SLOT")
     )
     for row in rows:
         assert result.stdout.count(row) == 2  # with and without label skew

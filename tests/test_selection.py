@@ -13,10 +13,13 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skslot import (
+    BuresBarycenter,
     FederatedTauSearch,
     GaussianMap,
     GaussianSummaryEstimator,
+    LowRankMap,
     SLOTTransformer,
+    SmallClientWarning,
     UnknownClientWarning,
 )
 from skslot._moments import ShiftedMoments
@@ -468,3 +471,24 @@ def test_merged_parts_are_the_statistics_of_all_rows(rng, kind):
     np.testing.assert_allclose(
         parts.moments.centred().gram, expected.moments.centred().gram, rtol=1e-10
     )
+
+
+def test_statistics_aligned_by_factor_form_maps_equal_the_dense_maps():
+    """Clients of fewer rows than features: the transformer holds factor-form maps, which
+    the server pushes the statistics through as their m x m matrices."""
+    rng = np.random.default_rng(0)
+    client = np.repeat([0, 1, 2], 10)  # the span of the clients' rows: 27 of 100 dimensions
+    X = rng.normal(size=(30, 100)) + 2.0 * client[:, None]
+    y = np.tile([0, 1], 15)
+    classes = np.unique(y)
+    with pytest.warns(SmallClientWarning, match="no more rows than the 100 features"):
+        slot = SLOTTransformer(barycenter=BuresBarycenter(form="low-rank"))
+        factor = slot.fit(X, y, client=client)
+    assert all(isinstance(t, LowRankMap) for t in factor.maps_.values())
+    head = FedCGSClassifier()
+    raw = [head.client_statistics(X[client == k], y[client == k], classes) for k in range(3)]
+    low = [factor.maps_[k].geodesic(0.6) for k in range(3)]
+    got = FedCGSClassifier().fit_from_statistics(raw, classes, maps=low)
+    dense = [t.dense() for t in low]
+    expected = FedCGSClassifier().fit_from_statistics(raw, classes, maps=dense)
+    assert _relative(got.coef_, expected.coef_) < 1e-12

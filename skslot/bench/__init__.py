@@ -16,6 +16,13 @@ Warnings raised inside the runs (a solver's ``ConvergenceWarning``, ...) are
 collected there and reported once, at the end, as one :class:`BenchmarkWarning`.
 """
 
+from ._cases import (
+    CASES,
+    accuracy_by_case,
+    case_predictions,
+    macro_accuracy_by_case,
+    training_mixes,
+)
 from ._report import (
     format_client_table,
     format_short_table,
@@ -29,6 +36,7 @@ from ._report import (
 from ._run import (
     BASELINES,
     DEFAULT_HEADS,
+    LABEL_MIX_SELECTION,
     PREPROCESS,
     BenchmarkConfig,
     BenchmarkWarning,
@@ -38,18 +46,24 @@ from ._run import (
 
 __all__ = [
     "BASELINES",
+    "CASES",
     "DEFAULT_HEADS",
+    "LABEL_MIX_SELECTION",
     "PREPROCESS",
     "BenchmarkConfig",
     "BenchmarkWarning",
+    "accuracy_by_case",
+    "case_predictions",
     "evaluate_run",
     "format_client_table",
     "format_short_table",
     "format_table",
     "macro_accuracies",
+    "macro_accuracy_by_case",
     "plot_tau_sweep",
     "run_benchmark",
     "slot_label",
     "summarise",
+    "training_mixes",
     "write_outputs",
 ]

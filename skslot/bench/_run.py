@@ -21,16 +21,14 @@ from ..datasets import DomainDataset, FeatureTable, dirichlet_partition
 from ..defaults import CLIENT_TAU, MEAN_TAU, TAU, VALIDATION_FRACTION
 from ..exceptions import UnknownClientWarning
 from ..heads import HEADS, OneShotHead, make_head
-from ..label_mix import own_mix_accuracy
-from ..label_shift import class_counts
 from ..selection import NoValidationRowsError
 from ..summary import FORMS
 from ..tau_search import FederatedTauSearch
 from ..transformer import SLOTTransformer
+from ._cases import CASES, accuracy_by_case, case_predictions, training_mixes
 
 __all__ = [
     "BASELINES",
-    "CASES",
     "CLIENT_TABLE_TITLE",
     "DEFAULT_HEADS",
     "DOMAIN_TITLE",
@@ -62,9 +60,6 @@ SPLITS = ("random", "given")
 #: The baselines printed beside SLOT, by the record's ``selection``: each client alone
 #: (its own mean; its own mean and standard deviation) and SLOT's covariance part alone.
 BASELINES = ("centre", "z-score", "CORAL")
-#: The two ways a federation is judged: each client's test rows are its domain's whole test
-#: split, every class served ("domain", the paper's), or follow its own training mix ("own mix").
-CASES = ("domain", "own mix")
 #: The record's ``selection`` of the own-mix case's alignment
 #: (``SLOTTransformer(label_mix="client")``), and its key among the sweep's taus in
 #: :func:`summarise`.
@@ -258,7 +253,7 @@ def evaluate_run(
     records = []
     classes = np.unique(data.y)
     # each client's training mix: the label mix of its future rows in the "own mix" case
-    mixes = {k: class_counts(y_train[train_client == k], classes) for k in np.unique(train_client)}
+    mixes = training_mixes(y_train, train_client, classes)
 
     # what each client sends for SLOT: its summary, float32 on the wire (Flower's default),
     # or, where the head's statistics determine the summary (FedCGS), its shrinkage alone
@@ -267,8 +262,7 @@ def evaluate_run(
     )
 
     def record(
-        pred: np.ndarray,
-        own: np.ndarray,
+        predictions: dict[str, np.ndarray],
         tau: float,
         name: str,
         selection: str,
@@ -276,23 +270,19 @@ def evaluate_run(
         *,
         derived: bool,
     ) -> None:
-        """Two records per domain: the domain case (``pred``, the federation's mix, on the
-        domain's test split) and the own-mix case (``own``, each client's mix, its test
-        rows weighted to its training mix)."""
+        """Two records per domain, one per case (:func:`case_predictions`)."""
         summary_bytes = SHRINKAGE_BYTES if derived else payload
         if selection in LOCAL_BASELINES or (selection == "fixed" and tau == 0):
             summary_bytes = 0  # nothing sent for alignment
-        own_accuracy = own_mix_accuracy(own == y_test, y_test, part.test_client, mixes, classes)
+        by_case = accuracy_by_case(
+            predictions, y_test, part.test_client, part.client_domain, mixes, classes
+        )
         for d in np.unique(test_domain):
             rows = test_domain == d
-            clients = [k for k in own_accuracy if part.client_domain[k] == d]
             for case in CASES:
-                if case == "domain":
-                    accuracy = float(np.mean(pred[rows] == y_test[rows]))
-                elif clients:  # the domain's clients with training rows, each with its mix
-                    accuracy = float(np.mean([own_accuracy[k] for k in clients]))
-                else:  # no client of this domain has a label mix to follow
+                if d not in by_case[case]:  # no client of this domain has a label mix to follow
                     continue
+                accuracy = by_case[case][d]
                 records.append(
                     {
                         "dataset": data.name,
@@ -322,8 +312,7 @@ def evaluate_run(
         for name, factory in factories.items():
             head = factory(seed).fit(Z_train, y_train, client=train_client)
             record(
-                head.predict(Z_test),
-                _own_mix_predictions(head, Z_test, part.test_client),
+                case_predictions(head, Z_test, part.test_client),
                 tau,
                 name,
                 selection,
@@ -396,31 +385,18 @@ def evaluate_run(
             Z_test = search.slot_.transform(X_test, client=part.test_client)
             derived = search.head.strategy.derives_summary
             best = search.best_estimator_
-            own = _own_mix_predictions(best, Z_test, part.test_client)
-            record(best.predict(Z_test), own, search.best_tau_, name, "auto", derived=derived)
+            predictions = case_predictions(best, Z_test, part.test_client)
+            record(predictions, search.best_tau_, name, "auto", derived=derived)
             if "refit" in search.stages_:  # a second local round (O-FedAvg): what it buys
                 chosen = search.candidate_heads_[search.best_index_]
-                own = _own_mix_predictions(chosen, Z_test, part.test_client)
                 record(
-                    chosen.predict(Z_test),
-                    own,
+                    case_predictions(chosen, Z_test, part.test_client),
                     search.best_tau_,
                     name,
                     "auto-norefit",
                     derived=derived,
                 )
     return records
-
-
-def _own_mix_predictions(head: Any, X: np.ndarray, client: np.ndarray) -> np.ndarray:
-    """``head``'s predictions with each row's client's own label mix, where it takes one.
-
-    A head without a ``label_mix`` (a scikit-learn classifier from a custom factory)
-    predicts every row with the federation's mix.
-    """
-    if getattr(head, "label_mix", None) is None:
-        return head.predict(X)
-    return head.set_params(label_mix="client").predict(X, client=client)
 
 
 def _pattern(regex: Any) -> str:

@@ -28,6 +28,7 @@ from .._validation import (
     spawn_seeds,
 )
 from ..label_mix import client_counts_of, prior_shifts, row_clients
+from ..low_rank import LowRankMap
 from ..maps import GaussianMap
 from ..wire import message_bytes
 from ._linear_scores import LinearScores
@@ -225,7 +226,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         statistics: Sequence,
         classes: Sequence,
         *,
-        maps: Sequence[GaussianMap] | None = None,
+        maps: Sequence[GaussianMap | LowRankMap] | None = None,
     ) -> OneShotHead:
         """Server step: build the global head from the clients' statistics.
 
@@ -235,10 +236,13 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             One client's statistics each (what :meth:`client_statistics` returns).
         classes : array-like
             The global class set.
-        maps : sequence of GaussianMap, optional
+        maps : sequence of GaussianMap or LowRankMap, optional
             One affine map per client, applied by the server to that client's
             statistics (statistics of unaligned rows, pushed exactly through
-            the client's ``T_k^tau``).  Only heads with
+            the client's ``T_k^tau``); a map in factor form
+            (:class:`~skslot.low_rank.LowRankMap`, what a
+            :class:`~skslot.SLOTTransformer` holds in factor form) is pushed as
+            its ``m x m`` matrix, of the size of the statistics' Gram matrices.  Only heads with
             a :class:`~skslot.heads._strategy.StatisticsStrategy` (FedCGS, FedPFT)
             accept it.
 
@@ -260,7 +264,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
                     f"{type(self).__name__} trains on aligned rows: its statistics cannot be "
                     "aligned by the server (send the reference to the clients instead)"
                 )
-            maps = list(maps)
+            maps = [t.dense() if isinstance(t, LowRankMap) else t for t in maps]
             if len(maps) != len(statistics):
                 raise ValueError(
                     f"{len(maps)} maps for the statistics of {len(statistics)} clients"
