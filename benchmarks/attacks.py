@@ -51,6 +51,7 @@ from threadpoolctl import threadpool_limits
 
 from skslot import GaussianSummary
 from skslot._linalg import symmetric_from_upper
+from skslot.bench import CASES, own_mix_rows
 from skslot.datasets import digits_projection, dirichlet_partition, load_npz
 from skslot.flower import DeploymentConfig, run_one_shot
 from skslot.flower import client_app as client_module
@@ -76,8 +77,25 @@ from tests.flower_harness import (
 DIGITS = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effnet_lite0.npz"
 HONEST, ATTACKER = (11, 12, 13), 14
 DIMENSION, ALPHA, TAU = 256, 0.1, 0.4
-#: the paper's geodesic at TAU, every client alike (the configuration this study measures)
-SLOT = {"client_tau": "uniform", "mean_tau": None, "label_mix": "federation"}
+#: Each case's alignment: the paper's geodesic at TAU, every client alike, where every class of
+#: the domain is served; the library's default (each client's domain offset moved, measured
+#: within classes) where each client's rows follow its own mix, and its test rows are drawn so
+SLOT = {
+    "domain": {"tau": TAU, "client_tau": "uniform", "mean_tau": None, "label_mix": "federation"},
+    "own mix": {"label_mix": "client"},
+}
+CASE_TITLES = {
+    "own mix": "Each honest client's own label mix",
+    "domain": "Every class of the domain (the paper's test)",
+}
+CASE_SETTINGS = {
+    "own mix": "The library's default alignment (`label_mix = \"client\"`: each client's "
+    "domain offset moved, measured within classes, its covariance kept); each honest "
+    "client's test rows drawn from its domain's test split with its training class "
+    "proportions, the head predicting with its own prior.",
+    "domain": f"The paper's geodesic at tau {TAU}, every client alike; each honest client's "
+    "test rows its domain's whole test split.",
+}
 Fault = Callable[[Message, Message], Message | None]
 
 
@@ -580,12 +598,16 @@ ATTACKS = [
 # -- one run -----------------------------------------------------------------------------------
 
 
-def write_clients(folder: Path, seed: int, own_class: bool = False) -> tuple[dict, Setup]:
+def write_clients(
+    folder: Path, seed: int, own_class: bool = False, case: str = "domain"
+) -> tuple[dict, Setup]:
     """Each honest node's rows and the attacker's, in their own ``.npz`` files (the
     user's-own-data mode), and what the attacker knows.
 
     With ``own_class``, the honest clients' training rows of the class the attacker holds
-    most of are dropped (their test rows kept): that class is one only it holds.
+    most of are dropped (their test rows kept): that class is one only it holds.  In the
+    own-mix case each honest client's test rows are drawn from its domain's test split with
+    its training class proportions (as many as the split holds).
     """
     data = load_npz(DIGITS)
     X = data.X.astype(np.float64) @ digits_projection(data.X.shape[1], DIMENSION)
@@ -606,6 +628,12 @@ def write_clients(folder: Path, seed: int, own_class: bool = False) -> tuple[dic
         rows = part.train_index[part.train_client == k]
         rows = rows[data.y[rows] != own]
         held_out = part.test_index[part.test_client == k]
+        if case == "own mix":
+            mix = np.bincount(data.y[rows], minlength=counts.shape[0])
+            drawn = own_mix_rows(
+                data.y[held_out], mix, np.arange(counts.shape[0]), held_out.shape[0], [seed, k]
+            )
+            held_out = held_out[drawn]
         path = folder / f"honest{k}.npz"
         np.savez(
             path, X_train=X[rows], y_train=data.y[rows], X_test=X[held_out],
@@ -638,28 +666,28 @@ def poison(folder: Path, attack: Attack, seed: int, setup: Setup) -> dict:
     return {"data": str(path), "client-id": 3}
 
 
-def one_run(attack: Attack, head: str, mode: str, seed: int) -> dict:
+def one_run(attack: Attack, head: str, mode: str, seed: int, case: str = "domain") -> dict:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
     flwr_logger = logging.getLogger("flwr")
     level = flwr_logger.level
     flwr_logger.setLevel(logging.ERROR)  # the rejections are in the report
     try:
-        return _one_run(attack, head, mode, seed)
+        return _one_run(attack, head, mode, seed, case)
     finally:
         flwr_logger.setLevel(level)
 
 
-def _one_run(attack: Attack, head: str, mode: str, seed: int) -> dict:
+def _one_run(attack: Attack, head: str, mode: str, seed: int, case: str) -> dict:
     with threadpool_limits(1), tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        configs, setup = write_clients(folder, seed, attack.own_class)
+        configs, setup = write_clients(folder, seed, attack.own_class, case)
         configs[ATTACKER] = poison(folder, attack, seed, setup)
         configs = {n: c for n, c in configs.items() if n in attack.honest or n == ATTACKER}
         if not attack.present:
             del configs[ATTACKER]
         settings = {
-            "head": head, "tau": TAU, **SLOT, "alpha": ALPHA, "seed": seed,
+            "head": head, **SLOT[case], "alpha": ALPHA, "seed": seed,
             "num_clients": len(configs), "connect_timeout": 0.0,
             "reply_timeout": 1.0,  # LocalGrid answers at once: a missing reply never comes
             **MODES[mode], **dict(attack.settings),
@@ -692,6 +720,7 @@ def _one_run(attack: Attack, head: str, mode: str, seed: int) -> dict:
             claimed = np.nan
         return {
             "attack": attack.name,
+            "case": case,
             "head": head,
             "mode": mode,
             "seed": seed,
@@ -708,15 +737,28 @@ def main(n_seeds: int = 3) -> None:
     if not DIGITS.exists():
         sys.exit(f"{DIGITS} not found: this benchmark needs ../shared/data")
     jobs = [
-        (attack, head, mode, seed)
+        (attack, head, mode, seed, case)
+        for case in CASES
         for attack in ATTACKS
         for head in attack.heads
         for mode in MODES
         for seed in range(n_seeds)
     ]
     start = time.perf_counter()
-    records = Parallel(n_jobs=2)(delayed(one_run)(*job) for job in jobs)
+    found = Parallel(n_jobs=2)(delayed(one_run)(*job) for job in jobs)
     wall = time.perf_counter() - start
+    print(f"# One hostile client (digits, {DIMENSION}-d, alpha {ALPHA})\n")
+    print(
+        "Three honest clients (the three digits domains; two where K = 3) and a fourth that "
+        f"attacks, in both cases (`skslot.bench.CASES`), {len(found)} runs, {wall:.0f} s wall "
+        "on 2 workers, 1 BLAS thread each (benchmarks/attacks.py).\n"
+    )
+    for case in CASES:
+        report([r for r in found if r["case"] == case], case, n_seeds)
+
+
+def report(records: list[dict], case: str, n_seeds: int) -> None:
+    """One case's table, verdicts and honest exclusions."""
 
     def runs(attack: Attack, head: str, mode: str) -> list[dict]:
         found = [
@@ -760,10 +802,10 @@ def main(n_seeds: int = 3) -> None:
         )
         return f"within 5 ({on - bar:+.1f})" if on >= bar - 5 else f"**{on - bar:+.1f}**"
 
-    print(f"# One hostile client (digits, {DIMENSION}-d, alpha {ALPHA}, tau {TAU})\n")
+    print(f"## {CASE_TITLES[case]}\n")
     print(
-        "Three honest clients (the three digits domains; two where K = 3) and a fourth that "
-        f"attacks.  Honest clients' macro accuracy (%), mean over {n_seeds} seeds [min, max], "
+        f"{CASE_SETTINGS[case]} Honest clients' macro accuracy (%), mean over {n_seeds} seeds "
+        "[min, max], "
         "with the defence's default (bounds and the screening, which a run of four clients or "
         'more holds at a fixed tau too), the bounds alone (`screen = "off"`) and no defence; '
         "vs genuine and vs alone: mean difference, seed by seed, to the default's runs of the "
@@ -772,8 +814,7 @@ def main(n_seeds: int = 3) -> None:
         "not evaluated: the mean is then over the others, and the count of such runs is "
         "shown); *verdict*: the attacker rejected in every seed, or the honest accuracy "
         "within 5 points of the lower of the genuine and alone runs (the gap shown), else "
-        "in bold.  Generated by benchmarks/attacks.py "
-        f"({len(records)} runs, {wall:.0f} s wall on 2 workers, 1 BLAS thread each).\n"
+        "in bold.\n"
     )
     print(
         "| attack | head | default defence | vs genuine | vs alone | attacker (default) "

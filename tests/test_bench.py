@@ -15,6 +15,7 @@ from skslot.bench import (
     case_predictions,
     evaluate_run,
     macro_accuracy_by_case,
+    own_mix_rows,
     run_benchmark,
     summarise,
     training_mixes,
@@ -410,3 +411,16 @@ def test_case_predictions_use_each_client_s_prior_and_leave_the_head_as_it_was()
     mixes = training_mixes(y, client, np.array([0, 1]))
     macro = macro_accuracy_by_case(head, X, y, client, np.array([0, 1]), mixes, np.array([0, 1]))
     assert macro["own mix"] > macro["domain"]
+
+
+def test_own_mix_rows_follow_the_client_s_proportions_and_name_a_missing_class():
+    y = np.repeat([0, 1, 2], 10)
+    rows = own_mix_rows(y, np.array([5, 3, 2]), np.arange(3), 20, random_state=0)
+    assert rows.shape == (20,)
+    np.testing.assert_array_equal(np.bincount(y[rows], minlength=3), [10, 6, 4])
+    rows = own_mix_rows(y, np.array([1, 1, 1]), np.arange(3), 10, random_state=0)
+    assert sorted(np.bincount(y[rows])) == [3, 3, 4]  # largest remainder: 10 rows in all
+    with pytest.raises(ValueError, match="class 3"):
+        own_mix_rows(y, np.array([1, 0, 0, 1]), np.arange(4), 10)
+    with pytest.raises(ValueError, match="no row"):
+        own_mix_rows(y, np.zeros(3), np.arange(3), 10)

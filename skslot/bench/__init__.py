@@ -21,6 +21,7 @@ from ._cases import (
     accuracy_by_case,
     case_predictions,
     macro_accuracy_by_case,
+    own_mix_rows,
     training_mixes,
 )
 from ._report import (
@@ -60,6 +61,7 @@ __all__ = [
     "format_table",
     "macro_accuracies",
     "macro_accuracy_by_case",
+    "own_mix_rows",
     "plot_tau_sweep",
     "run_benchmark",
     "slot_label",

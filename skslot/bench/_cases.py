@@ -25,6 +25,7 @@ __all__ = [
     "accuracy_by_case",
     "case_predictions",
     "macro_accuracy_by_case",
+    "own_mix_rows",
     "training_mixes",
 ]
 
@@ -182,3 +183,69 @@ def macro_accuracy_by_case(
         case_predictions(head, X, client), y, client, client_domain, mixes, classes
     )
     return {case: 100 * float(np.mean(list(acc.values()))) for case, acc in by_case.items()}
+
+
+def own_mix_rows(
+    y: np.ndarray,
+    mix: np.ndarray,
+    classes: np.ndarray,
+    n_rows: int,
+    random_state: int | np.random.Generator | None = None,
+) -> np.ndarray:
+    """A client's test rows drawn with its own label mix, for runs that count rows.
+
+    Where the accuracy is counted on the rows a client holds (the protocol's
+    evaluation stage: each client reports its correct predictions), the
+    own-mix case gives each client test rows drawn from its domain's test
+    split with its training class proportions: ``n_rows`` rows, each class's
+    share rounded by largest remainder, drawn with replacement within the
+    class.  (:func:`accuracy_by_case` weights the rows instead, without
+    sampling noise, where the predictions are at hand.)
+
+    Parameters
+    ----------
+    y : ndarray of shape (n_samples,)
+        The labels of the rows to draw from (the domain's test split).
+    mix : ndarray of shape (C,)
+        The client's class counts, in the order of ``classes``.
+    classes : ndarray of shape (C,)
+    n_rows : int
+        How many rows to draw.
+    random_state : int, Generator or None, default=None
+
+    Returns
+    -------
+    ndarray of int of shape (n_rows,)
+        Indices into ``y``.
+
+    Raises
+    ------
+    ValueError
+        If the mix has no row or puts weight on a class ``y`` has no row of.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot.bench import own_mix_rows
+    >>> y = np.array([0, 0, 0, 1, 1, 1])
+    >>> rows = own_mix_rows(y, np.array([3, 1]), np.array([0, 1]), 8, random_state=0)
+    >>> np.bincount(y[rows])
+    array([6, 2])
+    """
+    mix = np.asarray(mix, dtype=np.float64)
+    if mix.sum() <= 0:
+        raise ValueError("the client's label mix has no row")
+    share = n_rows * mix / mix.sum()
+    counts = np.floor(share).astype(int)
+    remainder = n_rows - counts.sum()
+    counts[np.argsort(counts - share, kind="stable")[:remainder]] += 1
+    rng = np.random.default_rng(random_state)
+    drawn = []
+    for c, count in zip(classes, counts, strict=True):
+        if count == 0:
+            continue
+        pool = np.flatnonzero(y == c)
+        if pool.size == 0:
+            raise ValueError(f"the label mix holds class {c}, of which there is no row to draw")
+        drawn.append(rng.choice(pool, size=count, replace=True))
+    return np.concatenate(drawn)

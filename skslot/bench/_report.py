@@ -466,4 +466,3 @@ def write_outputs(
         f.write(f"## {CLIENT_TABLE_TITLE}\n\n{format_client_table(summary, main_tau)}\n")
     plot_tau_sweep(summary, paths["tau_sweep.png"], records[0]["dataset"])
     return paths
-
