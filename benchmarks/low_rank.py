@@ -100,7 +100,7 @@ def run(case: Case) -> dict:
         )
     if case.full_dense:
         dense_maps, t_dense_maps = timed(lambda: list(bary.maps().values()))
-        bary_diff = rel(reference.covariance(), bary.covariance_)
+        bary_diff = rel(reference.covariance, bary.covariance_)
         map_diff = max(
             rel(lm.dense().linear, dm.linear) for lm, dm in zip(low_maps, dense_maps, strict=True)
         )

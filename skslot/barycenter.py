@@ -121,7 +121,7 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
     mean_ : ndarray of shape (m,)
     covariance_ : ndarray of shape (m, m) or None
         ``None`` on the low-rank path, where the reference is held in factor
-        form (``reference_.covariance()`` forms it).
+        form (``reference_.covariance`` forms it).
     form_ : {"dense", "low-rank"}
         The path taken.
     weights_ : ndarray of shape (K,)

@@ -49,7 +49,7 @@ def test_from_rows_is_scikit_learn_s_ledoit_wolf(rng, shape):
     assert rel(s.mean, lw.location_) <= 1e-12
     # (2, 7): no shrinkage, so the floor (1e-8 of the mean variance) lifts the null space
     floored = s.shrinkage * np.trace(lw.covariance_) / shape[1] < 1e-8 * lw.covariance_.max()
-    assert rel(s.covariance(), lw.covariance_) <= (1e-8 if floored else 1e-10)
+    assert rel(s.covariance, lw.covariance_) <= (1e-8 if floored else 1e-10)
     assert s.shrinkage == pytest.approx(lw.shrinkage_, rel=1e-10, abs=1e-14)
     assert (s.n, s.client) == (shape[0], "a")
     dense = GaussianSummaryEstimator().fit(X).summaries_[None]
@@ -64,7 +64,7 @@ def test_identical_rows_get_the_dense_summary_s_floor(rng):
     with pytest.warns(UserWarning, match="zero sample covariance"):
         dense = GaussianSummaryEstimator().fit(X).summaries_[None]
     assert s.rank == 0
-    assert rel(s.covariance(), dense.covariance) <= 1e-12
+    assert rel(s.covariance, dense.covariance) <= 1e-12
 
 
 def test_from_rows_never_forms_an_m_by_m_matrix(rng):
@@ -100,9 +100,9 @@ def test_the_barycenter_on_the_span_is_the_dense_barycenter(rng, m, sizes):
     barycenter = low_rank_barycenter(lows, tol=1e-12)
     reference, result = barycenter.reference, barycenter.result
     w = np.array(sizes) / sum(sizes)
-    dense = bures_wasserstein_barycenter(np.stack([s.covariance() for s in lows]), w, tol=1e-12)
+    dense = bures_wasserstein_barycenter(np.stack([s.covariance for s in lows]), w, tol=1e-12)
     assert result.converged and dense.converged
-    assert rel(reference.covariance(), dense.covariance) <= 1e-8
+    assert rel(reference.covariance, dense.covariance) <= 1e-8
     assert rel(reference.mean, w @ np.stack([s.mean for s in lows])) <= 1e-14
     assert reference.n == sum(sizes)
     assert reference.rank == min(m, sum(min(n - 1, m) for n in sizes))
@@ -121,9 +121,9 @@ def test_mixed_dense_and_low_rank_clients(rng):
     assert large.rank == m
     reference = low_rank_barycenter([small, large], tol=1e-12).reference
     dense = bures_wasserstein_barycenter(
-        np.stack([small.covariance(), large.covariance()]), np.array([12, 200]) / 212, tol=1e-12
+        np.stack([small.covariance, large.covariance]), np.array([12, 200]) / 212, tol=1e-12
     )
-    assert rel(reference.covariance(), dense.covariance) <= 1e-8
+    assert rel(reference.covariance, dense.covariance) <= 1e-8
 
 
 @pytest.mark.parametrize("tau", [0.0, 0.4, 1.0])
@@ -146,7 +146,7 @@ def test_the_maps_are_the_dense_maps(rng, tau):
             assert rel(T.apply(rows), dense.apply(rows)) <= 1e-10
     # the full map pushes the source onto the reference: A S_s A = S_b
     A = LowRankMap.optimal_transport(lows[0], reference).dense().linear
-    assert rel(A @ lows[0].covariance() @ A, reference.covariance()) <= 1e-8
+    assert rel(A @ lows[0].covariance @ A, reference.covariance) <= 1e-8
 
 
 @pytest.mark.parametrize(
@@ -214,7 +214,7 @@ def test_the_wire_format_round_trips_and_is_small(rng, dtype):
     assert (back.n, back.client, back.shrinkage, back.rank) == (30, "clinic", s.shrinkage, 29)
     assert np.abs(back.basis.T @ back.basis - np.eye(29)).max() <= 1e-13  # orthonormal again
     eps = float(np.finfo(dtype).eps)
-    assert rel(back.covariance(), s.covariance()) <= 50 * eps
+    assert rel(back.covariance, s.covariance) <= 50 * eps
     assert back.complement == s.complement  # in the header, exactly
 
 
@@ -278,7 +278,7 @@ def test_nearly_dependent_rows_still_give_an_orthonormal_basis(rng):
     assert np.abs(U.T @ U - np.eye(20)).max() <= 1e-13
     X = Z + 7.0
     s = LowRankGaussianSummary.from_rows(X)
-    assert rel(s.covariance(), LedoitWolf().fit(X).covariance_) <= 1e-10
+    assert rel(s.covariance, LedoitWolf().fit(X).covariance_) <= 1e-10
 
 
 @pytest.mark.parametrize("n, m", [(20, 60), (80, 30)])
@@ -294,7 +294,7 @@ def test_summary_estimator_in_low_rank_form_equals_its_dense_form(n, m):
     for label in low.clients_:
         got, want = low.summaries_[label], dense.summaries_[label]
         assert isinstance(got, LowRankGaussianSummary) and got.client == label
-        np.testing.assert_allclose(got.covariance(), want.covariance, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(got.covariance, want.covariance, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(got.mean, want.mean, rtol=1e-12, atol=1e-12)
         assert got.shrinkage == pytest.approx(want.shrinkage, rel=1e-10)
 
@@ -387,7 +387,7 @@ def test_barycenter_estimator_takes_the_low_rank_path_and_equals_the_dense_one(r
     assert low.covariance_ is None and isinstance(low.reference_, LowRankGaussianSummary)
     assert low.reference_.rank <= 24 + 29 + 19
     assert low.n_iter_ > 0 and low.residual_ <= low.tol
-    np.testing.assert_allclose(low.reference_.covariance(), dense.covariance_, rtol=1e-8, atol=0)
+    np.testing.assert_allclose(low.reference_.covariance, dense.covariance_, rtol=1e-8, atol=0)
     np.testing.assert_allclose(low.mean_, dense.mean_, rtol=1e-12)
     np.testing.assert_allclose(low.weights_, dense.weights_)
     assert low.reference_.n == dense.reference_.n == X.shape[0]
@@ -471,7 +471,7 @@ def test_a_low_rank_reference_travels_to_a_client_that_aligns_alone(rng):
     assert isinstance(alone.maps_[0], LowRankMap)
     assert rel(alone.transform(X[:30]), fitted.transform(X[:30], client=np.zeros(30, int))) < 1e-8
     with pytest.raises(TypeError, match="reference must be a GaussianSummary or a LowRank"):
-        SLOTTransformer.from_reference(reference.covariance(), own)
+        SLOTTransformer.from_reference(reference.covariance, own)
 
 
 @few_rows_per_client

@@ -84,7 +84,7 @@ class LowRankGaussianSummary:
     >>> s = LowRankGaussianSummary.from_rows(X)
     >>> s.rank, s.dimension  # the centred rows span 19 dimensions
     (19, 300)
-    >>> bool(np.allclose(s.covariance(), LedoitWolf().fit(X).covariance_, rtol=0, atol=1e-12))
+    >>> bool(np.allclose(s.covariance, LedoitWolf().fit(X).covariance_, rtol=0, atol=1e-12))
     True
     """
 
@@ -319,8 +319,10 @@ class LowRankGaussianSummary:
         """``r``, the number of columns of the basis."""
         return self.basis.shape[1]
 
+    @property
     def covariance(self) -> np.ndarray:
-        """The dense ``m x m`` covariance (``O(m^2)`` memory: for checks and small ``m``).
+        """The dense ``m x m`` covariance, formed on each access (``O(m^2)`` memory: for checks
+        and small ``m``); the attribute a dense :class:`~skslot.GaussianSummary` holds.
 
         Returns
         -------
@@ -338,7 +340,7 @@ class LowRankGaussianSummary:
         -------
         summary : GaussianSummary
         """
-        return GaussianSummary(self.n, self.mean, self.covariance(), self.shrinkage, self.client)
+        return GaussianSummary(self.n, self.mean, self.covariance, self.shrinkage, self.client)
 
     def project(self, V: np.ndarray) -> np.ndarray:
         """``V^T Sigma V`` for orthonormal columns ``V`` (``m x d``), in ``O(m d r)``.
