@@ -430,11 +430,14 @@ CRITERIA = {
 def choice_table(records: list[dict], default: str) -> str:
     """Each criterion's choice per (alpha, head, seed) against the default and the best.
 
-    The candidates are every SLOT configuration of the records; the choice
+    The candidates are every SLOT configuration of the records but the own-mix default
+    (the paper's grid, the label-shift and within-class ones); the choice
     is made per seed (what a federation would do), and its accuracy averaged.
     """
     acc = {(r["alpha"], r["head"], r["seed"], r["config"]): r["accuracy"] for r in records}
-    candidates = sorted({r["config"] for r in records if not np.isnan(r["agreement"])})
+    candidates = sorted(
+        {r["config"] for r in records if not np.isnan(r["agreement"]) and r["config"] != OWN_MIX}
+    )
     seeds = sorted({r["seed"] for r in records})
     names = list(CRITERIA)
     lines = [

@@ -101,8 +101,12 @@ def run(path: Path) -> None:
 
 
 def read(path: Path) -> list[dict]:
+    """The records of ``path``; records without a case (one way of judging) are refused."""
     with open(path, newline="") as f:
-        return [{**r, "accuracy": float(r["accuracy"])} for r in csv.DictReader(f)]
+        reader = csv.DictReader(f)
+        if "case" not in (reader.fieldnames or []):
+            sys.exit(f"{path} holds records without a 'case' column: move it away to run afresh")
+        return [{**r, "accuracy": float(r["accuracy"])} for r in reader]
 
 
 def table(records: list[dict], case: str) -> str:

@@ -133,6 +133,7 @@ def one_partition(name: str, alpha: float | None, seed: int) -> tuple[tuple, dic
             test: dict[str, list] = {case: [] for case in CASES}
             for tau, h in zip(DEFAULT_TAUS, full, strict=True):
                 Z = slot.set_params(tau=tau).transform(X[part.test_index], client=part.test_client)
+                h.with_client_counts(mixes)  # each client holds its own counts
                 macro = macro_accuracy_by_case(
                     h, Z, y_test, part.test_client, part.client_domain, mixes, classes
                 )

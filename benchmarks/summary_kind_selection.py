@@ -178,6 +178,8 @@ def main(n_seeds: int, names: list[str]) -> None:
     for name in names:
         data = load_dataset(name)
         records = read_records(OUT / f"{data.name}.csv")
+        if any("case" not in r for r in records):
+            sys.exit(f"{OUT / data.name}.csv: records without a case; run label_aware.py first")
         runs = [(alpha, seed) for alpha in ALPHAS for seed in range(n_seeds)]
         start = time.perf_counter()
         tables = Parallel(n_jobs=2)(delayed(validation_tables)(data, a, s) for a, s in runs)

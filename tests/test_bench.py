@@ -10,6 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from skslot import FederatedTauSearch, SmallClientWarning
 from skslot.bench import (
+    LABEL_MIX_SELECTION,
     BenchmarkConfig,
     accuracy_by_case,
     case_predictions,
@@ -424,3 +425,33 @@ def test_own_mix_rows_follow_the_client_s_proportions_and_name_a_missing_class()
         own_mix_rows(y, np.array([1, 0, 0, 1]), np.arange(4), 10)
     with pytest.raises(ValueError, match="no row"):
         own_mix_rows(y, np.zeros(3), np.arange(3), 10)
+
+
+def test_the_own_mix_case_s_alignment_is_the_library_default_whatever_the_domain_settings(
+    small_npz,
+):
+    """The label-mix records of a run in the paper's configuration equal those of a run in
+    the library's: the own-mix alignment is SLOTTransformer()'s, not an identity map."""
+    data = load_npz(small_npz)
+    X = data.X.astype(np.float64)
+    common = {"taus": (0.0, 0.4), "heads": ("FedCGS",), "auto": False, "baselines": False}
+    paper = BenchmarkConfig(client_tau="uniform", mean_tau=None, **common)
+    library = BenchmarkConfig(**common)
+
+    def own_mix(config):
+        records = evaluate_run(data, X, 0.1, 0, config)
+        return {
+            (r["case"], r["domain"]): r["accuracy"]
+            for r in records
+            if r["selection"] == LABEL_MIX_SELECTION
+        }
+
+    def untouched(config):
+        return {
+            (r["case"], r["domain"]): r["accuracy"]
+            for r in evaluate_run(data, X, 0.1, 0, config)
+            if r["selection"] == "fixed" and r["tau"] == 0.0
+        }
+
+    assert own_mix(paper) == own_mix(library)
+    assert own_mix(paper) != untouched(paper)  # the offsets move the rows

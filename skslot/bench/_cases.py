@@ -12,7 +12,7 @@ two cases mean the same everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,7 +59,10 @@ def training_mixes(
     >>> training_mixes(np.array([0, 0, 1]), np.array([5, 5, 7]), np.array([0, 1]))
     {5: array([2, 0]), 7: array([0, 1])}
     """
-    return {k.item(): class_counts(y[client == k], classes) for k in np.unique(client)}
+    return {
+        k.item() if isinstance(k, np.generic) else k: class_counts(y[client == k], classes)
+        for k in np.unique(client)
+    }
 
 
 def case_predictions(head: Any, X: np.ndarray, client: np.ndarray) -> dict[str, np.ndarray]:
@@ -190,7 +193,7 @@ def own_mix_rows(
     mix: np.ndarray,
     classes: np.ndarray,
     n_rows: int,
-    random_state: int | np.random.Generator | None = None,
+    random_state: int | Sequence[int] | np.random.Generator | None = None,
 ) -> np.ndarray:
     """A client's test rows drawn with its own label mix, for runs that count rows.
 
@@ -211,7 +214,8 @@ def own_mix_rows(
     classes : ndarray of shape (C,)
     n_rows : int
         How many rows to draw.
-    random_state : int, Generator or None, default=None
+    random_state : int, sequence of int, Generator or None, default=None
+        Seeds :func:`numpy.random.default_rng`.
 
     Returns
     -------
@@ -221,7 +225,7 @@ def own_mix_rows(
     Raises
     ------
     ValueError
-        If the mix has no row or puts weight on a class ``y`` has no row of.
+        If the mix has no row, or gives a row to a class ``y`` has no row of.
 
     Examples
     --------

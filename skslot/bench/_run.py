@@ -331,15 +331,17 @@ def evaluate_run(
             tau,
             "fixed",
         )
-    # the own-mix case's alignment: each client's domain offset measured within classes
-    slot.set_params(label_mix="client", tau=None)
+    # the own-mix case's alignment, the library's default whatever the domain case's settings:
+    # each client's domain offset (measured within classes) moved fully, its covariance kept
+    domain_case = {"mean_tau": slot.mean_tau, "client_tau": slot.client_tau}
+    slot.set_params(label_mix="client", tau=None, mean_tau=MEAN_TAU, client_tau=CLIENT_TAU)
     fit_heads(
         slot.transform(X_train, client=train_client),
         slot.transform(X_test, client=part.test_client),
         slot.tau_value,
         LABEL_MIX_SELECTION,
     )
-    slot.set_params(label_mix="federation")
+    slot.set_params(label_mix="federation", **domain_case)
     if config.baselines:
         for name, baseline in LOCAL_BASELINES.items():
             scaler = clone(baseline).fit(X_train, client=train_client)
@@ -384,11 +386,13 @@ def evaluate_run(
                 break  # this run has no auto records, for any head; summaries count the runs
             Z_test = search.slot_.transform(X_test, client=part.test_client)
             derived = search.head.strategy.derives_summary
-            best = search.best_estimator_
+            # the search ran in the domain case: its heads learn each client's mix here, as
+            # each client holds its own counts
+            best = search.best_estimator_.with_client_counts(mixes)
             predictions = case_predictions(best, Z_test, part.test_client)
             record(predictions, search.best_tau_, name, "auto", derived=derived)
             if "refit" in search.stages_:  # a second local round (O-FedAvg): what it buys
-                chosen = search.candidate_heads_[search.best_index_]
+                chosen = search.candidate_heads_[search.best_index_].with_client_counts(mixes)
                 record(
                     case_predictions(chosen, Z_test, part.test_client),
                     search.best_tau_,
