@@ -248,7 +248,7 @@ def run(data: DomainDataset, alpha, seed: int) -> list[dict]:
     classes = np.unique(data.y)
     mixes = training_mixes(y_train, train_client, classes)
     # the grid's transformer: every client alike, the fractions set for each point
-    slot = SLOTTransformer(client_tau="uniform", unknown_client="identity")
+    slot = SLOTTransformer(client_tau="uniform", label_mix="federation", unknown_client="identity")
     slot.fit(X_train, client=train_client)
     stats = ClassStatistics(X_train, y_train, train_client, slot.clients_)
     distances = label_shift_distances({k: stats.counts[k] for k in slot.clients_})
@@ -261,6 +261,7 @@ def run(data: DomainDataset, alpha, seed: int) -> list[dict]:
             mean_tau=mean_tau,
             client_tau="label-shift",
             tau_scales=distances,
+            label_mix="federation",
             unknown_client="identity",
         )
         for mean_tau in (None, 1.0)
@@ -280,7 +281,11 @@ def run(data: DomainDataset, alpha, seed: int) -> list[dict]:
     configs += [(f"ls 1/{t:g}", label_shift, {"tau": t}) for t in LABEL_SHIFT_TAUS]
     if not large:
         within = SLOTTransformer(
-            covariance="within", mean_tau=1.0, client_tau="uniform", unknown_client="identity"
+            covariance="within",
+            mean_tau=1.0,
+            client_tau="uniform",
+            label_mix="federation",
+            unknown_client="identity",
         )
         within.fit(X_train, y_train, client=train_client)
         configs += [(f"within 1/{t:g}", within, {"tau": t}) for t in WITHIN_TAUS]

@@ -67,7 +67,11 @@ def one_partition(alpha: float | None, seed: int) -> dict:
         keep = ~np.isin(part.train_client, part.empty_clients)
         train, client = part.train_index[keep], part.train_client[keep]
         slot = SLOTTransformer(
-            tau=TAU, unknown_client="identity", mean_tau=None, client_tau="uniform"
+            tau=TAU,
+            unknown_client="identity",
+            mean_tau=None,
+            client_tau="uniform",
+            label_mix="federation",
         ).fit(X[train], client=client)
         Z_train = slot.transform(X[train], client=client)
         Z_test = slot.transform(X[part.test_index], client=part.test_client)

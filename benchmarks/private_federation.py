@@ -233,7 +233,7 @@ def maps_ablation(data, part, seed: int, epsilon: float) -> dict[str, dict[str, 
                 X_train[rows], y_train[rows], classes, clip_norm=1.0, sigma=sigma, rng=rng
             )
         )
-    slot = {"tau": 0.6, "client_tau": "label-shift", "mean_tau": 1.0}
+    slot = {"tau": 0.6, "client_tau": "label-shift", "mean_tau": 1.0, "label_mix": "federation"}
     summaries = [s.summary(s.oas_shrinkage("total"), client=k) for k, s in enumerate(stats)]
     released = SLOTTransformer.from_reference(  # as the server derives them from the release
         BuresBarycenter().fit(summaries).reference_,

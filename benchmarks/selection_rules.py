@@ -57,9 +57,9 @@ def one_partition(name: str, alpha: float | None, seed: int) -> tuple[tuple, dic
         keep = ~np.isin(part.train_client, part.empty_clients)
         X_train, y_train = X[part.train_index[keep]], data.y[part.train_index[keep]]
         train_client = part.train_client[keep]
-        slot = SLOTTransformer(unknown_client="identity", mean_tau=None, client_tau="uniform").fit(
-            X_train, client=train_client
-        )
+        slot = SLOTTransformer(
+            unknown_client="identity", mean_tau=None, client_tau="uniform", label_mix="federation"
+        ).fit(X_train, client=train_client)
         labels = sorted(set(train_client.tolist()))
         classes = np.unique(y_train)
         maps = [slot.maps_[label] for label in labels]
@@ -72,7 +72,7 @@ def one_partition(name: str, alpha: float | None, seed: int) -> tuple[tuple, dic
         mixes = training_mixes(y_train, train_client, classes)
         out = {}
         for head_name, factory in DEFAULT_HEADS.items():
-            head = factory(seed)
+            head = factory(seed).set_params(label_mix="federation")  # the domain case's rules
             candidates = candidate_grid(head, DEFAULT_TAUS)
             K = len(labels)
             if head.strategy.uploads_statistics:

@@ -85,13 +85,17 @@ def validation_tables(data, alpha, seed: int) -> dict[tuple, tuple[float, float]
     with threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for kind in KINDS:
-            slot = SLOTTransformer(
-                unknown_client="identity", covariance=kind, mean_tau=None, client_tau="uniform"
+            slot = SLOTTransformer(  # the paper's geodesic, the domain case's destination
+                unknown_client="identity",
+                covariance=kind,
+                mean_tau=None,
+                client_tau="uniform",
+                label_mix="federation",
             )
             slot.fit(X[fitting], y[fitting], client=client[fitting])
             for name, factory in DEFAULT_HEADS.items():
                 search = FederatedTauSearch(
-                    factory(seed),
+                    factory(seed).set_params(label_mix="federation"),
                     taus=TAUS,
                     refit=False,
                     slot=FrozenEstimator(slot),
