@@ -196,17 +196,19 @@ def _own_table(
     return ClientData(client, table.X[~test], y[~test], table.X[test], y[test])
 
 
-def _data(context: Context) -> tuple[DeploymentConfig, ClientData]:
+def _data(context: Context) -> tuple[DeploymentConfig, ClientData, PrivacyBudget | None]:
+    """The run's configuration, this node's rows and the budget it releases under."""
     config = DeploymentConfig.from_run_config(context.run_config)
+    privacy = node_privacy(context.node_config, config)
     data = load_client_data(context.node_config, config, context.node_id)
     unknown = np.setdiff1d(np.concatenate([data.y_train, data.y_test]), config.class_set)
     if not unknown.size:
-        return config, data
-    if node_privacy(context.node_config, config) is None:
+        return config, data, privacy
+    if privacy is None:
         raise ValueError(
             f"labels {unknown.tolist()} are not in the run's class set {config.classes!r}"
         )
-    return config, null_rows_outside(data, config.class_set)
+    return config, null_rows_outside(data, config.class_set), privacy
 
 
 def null_rows_outside(data: ClientData, classes: np.ndarray) -> ClientData:
@@ -247,8 +249,10 @@ def null_rows_outside(data: ClientData, classes: np.ndarray) -> ClientData:
     return ClientData(data.client, X_train, y_train, X_test, y_test)
 
 
-def _party(context: Context, config: DeploymentConfig, data: ClientData) -> ClientParty:
-    """This node as a party of the protocol: its rows and its state of this run."""
+def _party(
+    context: Context, config: DeploymentConfig, data: ClientData, privacy: PrivacyBudget | None
+) -> ClientParty:
+    """This node as a party of the protocol: its rows, its budget and its state of this run."""
     stored = context.state.config_records.get(STATE)
     return ClientParty(
         data.X_train,
@@ -261,7 +265,7 @@ def _party(context: Context, config: DeploymentConfig, data: ClientData) -> Clie
         summary_estimator=config.summary_estimator(),
         validation_fraction=config.validation_fraction,
         state=None if stored is None else ClientState.from_config(dict(stored)),
-        privacy=node_privacy(context.node_config, config),
+        privacy=privacy,
         lifetime=node_lifetime(context.node_config),
     )
 
@@ -376,10 +380,10 @@ def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
     def handle(message: Message, context: Context) -> Message:
         start = time.monotonic()
         try:
-            config, data = _data(context)
+            config, data, privacy = _data(context)
             wire = ClientWire(config.class_set, int(data.X_train.shape[1]))
             request = stage.decode_request(messages.received(message), wire)
-            party = _party(context, config, data)
+            party = _party(context, config, data, privacy)
             reply = party.answer(stage.name, request)
             context.state[STATE] = ConfigRecord(party.state.to_config())
             return Message(messages.content(stage.encode_reply(reply, request)), reply_to=message)
