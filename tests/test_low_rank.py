@@ -144,6 +144,9 @@ def test_the_maps_are_the_dense_maps(rng, tau):
             T = T.geodesic(tau)
             assert rel(T.dense().linear, dense.linear) <= 1e-8
             assert rel(T.apply(rows), dense.apply(rows)) <= 1e-10
+            counts = np.array([4.0, 5.0])
+            sums = np.vstack([rows[:4].sum(axis=0), rows[4:].sum(axis=0)])
+            assert rel(T.push_sums(sums, counts), dense.push_sums(sums, counts)) <= 1e-10
     # the full map pushes the source onto the reference: A S_s A = S_b
     A = LowRankMap.optimal_transport(lows[0], reference).dense().linear
     assert rel(A @ lows[0].covariance @ A, reference.covariance) <= 1e-8

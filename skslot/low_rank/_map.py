@@ -232,6 +232,26 @@ class LowRankMap:
             out[rows] = _linear_rows(V, inner, self.complement, X[rows]) + b
         return out
 
+    def push_sums(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Images of sums of rows: ``sum_i T(x_i) = A s + n b``, in ``O(C m d)``.
+
+        As :meth:`skslot.GaussianMap.push_sums`, without an ``m x m`` matrix.
+
+        Parameters
+        ----------
+        sums : ndarray of shape (C, m)
+            Sums ``s`` of groups of rows.
+        counts : ndarray of shape (C,)
+            The number of rows ``n`` in each sum.
+
+        Returns
+        -------
+        sums : ndarray of shape (C, m)
+            The sums of the rows' images.
+        """
+        linear = _apply_linear(self.basis, self.linear, self.complement, sums)
+        return linear + np.multiply.outer(counts, self.offset)
+
     def dense(self) -> GaussianMap:
         """The same map as a dense :class:`~skslot.GaussianMap` (``O(m^2)`` memory).
 
