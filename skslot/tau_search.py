@@ -18,6 +18,7 @@ from ._validation import (
 )
 from .defaults import VALIDATION_FRACTION
 from .heads._base import OneShotHead
+from .low_rank import LowRankGaussianSummary, LowRankMap
 from .protocol import (
     ClientParty,
     ClientState,
@@ -308,7 +309,17 @@ class FederatedTauSearch(
         slot = self._slot()
         if self.slot is not None and hasattr(self.slot, "estimator"):  # FrozenEstimator
             check_is_fitted(slot, "maps_")
-            return FixedReference(slot.reference_, _full_maps(slot), slot.n_iter_)
+            # the protocol's messages carry dense summaries: a transformer that holds its
+            # reference and maps in factor form (form="auto", clients of few rows) sends
+            # their m x m forms, the same maps
+            reference = slot.reference_
+            if isinstance(reference, LowRankGaussianSummary):
+                reference = reference.to_dense()
+            maps = {
+                label: full.dense() if isinstance(full, LowRankMap) else full
+                for label, full in _full_maps(slot).items()
+            }
+            return FixedReference(reference, maps, slot.n_iter_)
         return ReferenceStep(slot.barycenter_estimator())
 
     def _store(

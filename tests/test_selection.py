@@ -492,3 +492,33 @@ def test_statistics_aligned_by_factor_form_maps_equal_the_dense_maps():
     dense = [t.dense() for t in low]
     expected = FedCGSClassifier().fit_from_statistics(raw, classes, maps=dense)
     assert _relative(got.coef_, expected.coef_) < 1e-12
+
+
+def test_a_frozen_transformer_in_factor_form_chooses_as_its_dense_form():
+    """Clients of fewer rows than features: a fitted SLOTTransformer holds its reference and
+    maps in factor form; the search's protocol sends their m x m forms, the same maps."""
+    data = make_federated_classification(
+        n_clients=3, n_samples_per_client=20, n_features=80, n_classes=3, alpha=None,
+        domain_shift=1.5, random_state=0,
+    )  # fmt: skip
+    X, y, client = data.X, data.y, data.client
+    found = {}
+    for form in ("auto", "dense"):
+        with pytest.warns(SmallClientWarning):
+            slot = SLOTTransformer(label_mix="federation", barycenter=BuresBarycenter(form=form))
+            slot.fit(X, y, client=client)
+        search = FederatedTauSearch(
+            OneShotFedAvgClassifier(label_mix="federation", max_iter=50),
+            slot=FrozenEstimator(slot),
+            random_state=0,
+        ).fit(X, y, client=client)
+        found[form] = (search, type(slot.reference_).__name__)
+    (low, kind), (dense, _) = found["auto"], found["dense"]
+    assert kind == "LowRankGaussianSummary"
+    np.testing.assert_allclose(
+        low.cv_results_["mean_validation_score"], dense.cv_results_["mean_validation_score"]
+    )
+    assert low.best_tau_ == dense.best_tau_
+    np.testing.assert_allclose(
+        low.predict_proba(X, client=client), dense.predict_proba(X, client=client), atol=1e-6
+    )
