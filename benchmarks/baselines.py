@@ -50,7 +50,7 @@ import numpy as np
 from joblib import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
-from skslot import ClientStandardScaler, LowRankMap, SLOTTransformer
+from skslot import ClientStandardScaler, SLOTTransformer
 from skslot.bench import CASES, macro_accuracy_by_case, training_mixes
 from skslot.datasets import (
     DomainDataset,
@@ -137,8 +137,7 @@ def slot_name(mean_tau: float, tau: float) -> str:
 def client_maps(slot: SLOTTransformer) -> dict:
     """Each fitted client's map at ``slot``'s fractions (its ``tau`` scaled by its factor), as
     an ``m x m`` map (the criteria push class sums through it)."""
-    maps = {k: slot.client_map(k) for k in slot.clients_}
-    return {k: T.dense() if isinstance(T, LowRankMap) else T for k, T in maps.items()}
+    return {k: slot.client_map(k).dense() for k in slot.clients_}
 
 
 class ClassStatistics:

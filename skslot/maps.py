@@ -222,6 +222,15 @@ class GaussianMap:
         A = 0.5 * (A + A.T)
         return cls(A, target_mean - A @ source_mean)
 
+    def dense(self) -> GaussianMap:
+        """This map as an ``m x m`` map: itself (as :meth:`skslot.low_rank.LowRankMap.dense`).
+
+        Returns
+        -------
+        map : GaussianMap
+        """
+        return self
+
     def geodesic(self, tau: float) -> GaussianMap:
         """``T^tau = (1 - tau) Id + tau T``, a fraction ``tau`` of the way.
 

@@ -18,7 +18,7 @@ from ._validation import (
 )
 from .defaults import VALIDATION_FRACTION
 from .heads._base import OneShotHead
-from .low_rank import LowRankGaussianSummary, LowRankMap
+from .low_rank import as_dense
 from .protocol import (
     ClientParty,
     ClientState,
@@ -312,14 +312,8 @@ class FederatedTauSearch(
             # the protocol's messages carry dense summaries: a transformer that holds its
             # reference and maps in factor form (form="auto", clients of few rows) sends
             # their m x m forms, the same maps
-            reference = slot.reference_
-            if isinstance(reference, LowRankGaussianSummary):
-                reference = reference.to_dense()
-            maps = {
-                label: full.dense() if isinstance(full, LowRankMap) else full
-                for label, full in _full_maps(slot).items()
-            }
-            return FixedReference(reference, maps, slot.n_iter_)
+            maps = {label: full.dense() for label, full in _full_maps(slot).items()}
+            return FixedReference(as_dense(slot.reference_), maps, slot.n_iter_)
         return ReferenceStep(slot.barycenter_estimator())
 
     def _store(

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..heads._private import rounded_counts
 from ..label_mix import own_mix_accuracy
 from ..label_shift import class_counts
 
@@ -239,10 +240,7 @@ def own_mix_rows(
     mix = np.asarray(mix, dtype=np.float64)
     if mix.sum() <= 0:
         raise ValueError("the client's label mix has no row")
-    share = n_rows * mix / mix.sum()
-    counts = np.floor(share).astype(int)
-    remainder = n_rows - counts.sum()
-    counts[np.argsort(counts - share, kind="stable")[:remainder]] += 1
+    counts = rounded_counts(mix, n_rows).astype(int)  # each class's share, largest remainder
     rng = np.random.default_rng(random_state)
     drawn = []
     for c, count in zip(classes, counts, strict=True):

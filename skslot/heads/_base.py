@@ -264,7 +264,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
                     f"{type(self).__name__} trains on aligned rows: its statistics cannot be "
                     "aligned by the server (send the reference to the clients instead)"
                 )
-            maps = [t.dense() if isinstance(t, LowRankMap) else t for t in maps]
+            maps = [t.dense() for t in maps]
             if len(maps) != len(statistics):
                 raise ValueError(
                     f"{len(maps)} maps for the statistics of {len(statistics)} clients"
