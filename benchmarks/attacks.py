@@ -51,7 +51,7 @@ from threadpoolctl import threadpool_limits
 
 from skslot import GaussianSummary
 from skslot._linalg import symmetric_from_upper
-from skslot.bench import CASES, own_mix_rows
+from skslot.bench import CASE_TITLES, CASES, own_mix_rows
 from skslot.datasets import digits_projection, dirichlet_partition, load_npz
 from skslot.flower import DeploymentConfig, run_one_shot
 from skslot.flower import client_app as client_module
@@ -83,10 +83,6 @@ DIMENSION, ALPHA, TAU = 256, 0.1, 0.4
 SLOT = {
     "domain": {"tau": TAU, "client_tau": "uniform", "mean_tau": None, "label_mix": "federation"},
     "own mix": {"label_mix": "client"},
-}
-CASE_TITLES = {
-    "own mix": "Each honest client's own label mix",
-    "domain": "Every class of the domain (the paper's test)",
 }
 CASE_SETTINGS = {
     "own mix": "The library's default alignment (`label_mix = \"client\"`: each client's "

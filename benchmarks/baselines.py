@@ -51,7 +51,7 @@ from joblib import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
 from skslot import ClientStandardScaler, SLOTTransformer
-from skslot.bench import CASES, macro_accuracy_by_case, training_mixes
+from skslot.bench import CASE_TITLES, CASES, macro_accuracy_by_case, training_mixes
 from skslot.datasets import (
     DomainDataset,
     dirichlet_partition,
@@ -98,10 +98,6 @@ DEFAULT = f"ls 1/{DEFAULT_TAU:g}"
 #: the library's default, SLOTTransformer(): each client's domain offset moved (measured
 #: within classes), its covariance kept; the setting docs/choosing.md gives for the own mix
 OWN_MIX = "own-mix default"
-CASE_TITLES = {
-    "own mix": "Each client's own label mix (its test rows weighted to its training mix)",
-    "domain": "Every class of the domain (the paper's test)",
-}
 #: classes with fewer rows at a client do not enter the class-agreement score
 MIN_CLASS_ROWS = 5
 

@@ -94,7 +94,7 @@ def one_partition(alpha: float | None, seed: int) -> dict:
         covariances = [
             mx.covariances[0]
             for k in np.unique(client)
-            for mx in FedPFTClassifier(random_state=seed)
+            for mx in FedPFTClassifier(random_state=seed, covariance_type="full")
             .client_statistics(Z_train[client == k], y_train[client == k], classes)
             .mixtures
         ]

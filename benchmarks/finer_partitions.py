@@ -28,6 +28,7 @@ import numpy as np
 
 from skslot import GaussianSummaryEstimator
 from skslot.bench import (
+    CASE_TITLES,
     CASES,
     LABEL_MIX_SELECTION,
     PREPROCESS,
@@ -41,10 +42,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT.parent / "shared" / "data" / "digits_effnet_lite0.npz"
 RECORDS = ROOT / "docs" / "results" / "finer_partitions.csv"
 PER_DOMAIN = (1, 2, 5, 10)
-CASE_TITLES = {
-    "own mix": "Each client's own label mix",
-    "domain": "Every class of the domain (the paper's test)",
-}
 DIGITS_DIMENSION = 256
 #: The paper's configuration (the library's defaults differ).
 CONFIG = BenchmarkConfig(

@@ -33,7 +33,14 @@ from pathlib import Path
 
 import numpy as np
 
-from skslot.bench import CASES, BenchmarkConfig, BenchmarkWarning, run_benchmark, summarise
+from skslot.bench import (
+    CASE_TITLES,
+    CASES,
+    BenchmarkConfig,
+    BenchmarkWarning,
+    run_benchmark,
+    summarise,
+)
 from skslot.datasets import dirichlet_partition, load_dataset
 from skslot.label_shift import class_counts, label_shift_distances
 
@@ -55,11 +62,6 @@ KINDS = {
 #: the recommendation's targets: mean gain under skew on digits, worst loss without it and on Office
 SKEW_TARGET, LOSS_TARGET = 4.0, -0.5
 MAIN_TAU = 0.4
-CASE_TITLES = {
-    "own mix": "Each client's own label mix (its test rows weighted to its training mix, "
-    "each head predicting with the client's own prior)",
-    "domain": "Every class of the domain (the paper's test)",
-}
 INTEGERS = ("seed", "n_train", "n_test", "n_clients", "n_empty_clients", "barycenter_iterations")
 
 

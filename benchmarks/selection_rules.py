@@ -30,17 +30,13 @@ from threadpoolctl import threadpool_limits
 
 from skslot import SLOTTransformer
 from skslot._validation import spawn_seeds
-from skslot.bench import CASES, DEFAULT_HEADS, macro_accuracy_by_case, training_mixes
+from skslot.bench import CASE_TITLES, CASES, DEFAULT_HEADS, macro_accuracy_by_case, training_mixes
 from skslot.datasets import dirichlet_partition, load_npz, load_office_caltech10
 from skslot.heads import candidate_heads, local_heads, statistics_of_parts
 from skslot.protocol.stages.validation import ValidationCounts, score_candidates
 from skslot.selection import DEFAULT_TAUS, candidate_grid, validation_split
 
 DIGITS = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effnet_lite0.npz"
-CASE_TITLES = {
-    "own mix": "Each client's own label mix",
-    "domain": "Every class of the domain (the paper's test)",
-}
 RULES = {f"{v}, z={z:g}": (v, z) for v in ("local", "loo") for z in (0.0, 0.5, 1.0)}
 
 

@@ -51,7 +51,7 @@ from sklearn.frozen import FrozenEstimator
 from threadpoolctl import threadpool_limits
 
 from skslot import FederatedTauSearch, SLOTTransformer
-from skslot.bench import CASES, DEFAULT_HEADS
+from skslot.bench import CASE_TITLES, CASES, DEFAULT_HEADS
 from skslot.datasets import dirichlet_partition, load_dataset
 from skslot.protocol import held_out_rows
 from skslot.selection import validation_split
@@ -62,11 +62,6 @@ KINDS = ("total", "within")
 #: the choices compared: the kinds a search may choose among
 CHOICES = {"total (shipped auto)": ("total",), "within": ("within",), "joint": KINDS}
 BIAS_TAUS = (0.0, 0.4, 0.8, 1.0)
-CASE_TITLES = {
-    "own mix": "Each client's own label mix (its test rows weighted to its training mix, "
-    "the head predicting with its prior)",
-    "domain": "Every class of the domain (the paper's test)",
-}
 
 
 def validation_tables(data, alpha, seed: int) -> dict[tuple, tuple[float, float]]:

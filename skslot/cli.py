@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from . import __version__
 from .bench import (
+    CASE_TITLES,
     DEFAULT_HEADS,
     PREPROCESS,
     BenchmarkConfig,
@@ -24,7 +25,7 @@ from .bench import (
     summarise,
     write_outputs,
 )
-from .bench._run import CLIENT_TABLE_TITLE, DOMAIN_TITLE, OWN_MIX_TITLE
+from .bench._run import CLIENT_TABLE_TITLE
 from .datasets import EMBEDDED_DATASETS, FeatureTable, load_dataset, load_table
 from .datasets._tables import table_kind
 from .flower.app_files import write_flower_app
@@ -608,10 +609,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"{data.name}: macro accuracy over domains (%), mean over {len(config.seeds)} seeds")
     print("centre, z-score: each client alone")
-    print(f"\n{OWN_MIX_TITLE}")
+    print(f"\n{CASE_TITLES['own mix']}")
     print("SLOT = each client's domain offset, measured within classes, removed")
     print(format_short_table(own_mix))
-    print(f"\n{DOMAIN_TITLE}")
+    print(f"\n{CASE_TITLES['domain']}")
     print(f"SLOT = {label.removeprefix('SLOT ')}")
     print(format_short_table(summary))
     print(f"more (spreads, CORAL, bytes) in {paths['summary.md']}")

@@ -17,6 +17,7 @@ collected there and reported once, at the end, as one :class:`BenchmarkWarning`.
 """
 
 from ._cases import (
+    CASE_TITLES,
     CASES,
     accuracy_by_case,
     case_predictions,
@@ -48,6 +49,7 @@ from ._run import (
 __all__ = [
     "BASELINES",
     "CASES",
+    "CASE_TITLES",
     "DEFAULT_HEADS",
     "LABEL_MIX_SELECTION",
     "PREPROCESS",

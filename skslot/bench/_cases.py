@@ -23,6 +23,7 @@ from ..label_shift import class_counts
 
 __all__ = [
     "CASES",
+    "CASE_TITLES",
     "accuracy_by_case",
     "case_predictions",
     "macro_accuracy_by_case",
@@ -33,6 +34,13 @@ __all__ = [
 #: The two ways a federation is judged: each client's test rows are its domain's whole test
 #: split, every class served ("domain", the paper's), or follow its own training mix ("own mix").
 CASES = ("domain", "own mix")
+#: Each case as a table names it, with how its test rows are drawn.
+CASE_TITLES = {
+    "own mix": "Each client's own label mix (test rows weighted to its training mix; "
+    "label_mix='client')",
+    "domain": "Every class of each domain (its whole test split; label_mix='federation', "
+    "the paper's)",
+}
 
 
 def training_mixes(

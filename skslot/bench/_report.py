@@ -10,13 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from ._cases import CASE_TITLES
 from ._run import (
     BASELINES,
     CLIENT_TABLE_TITLE,
-    DOMAIN_TITLE,
     LABEL_MIX_SELECTION,
     OWN_MIX_LABEL,
-    OWN_MIX_TITLE,
     BenchmarkConfig,
 )
 
@@ -460,8 +459,9 @@ def write_outputs(
     with open(paths["summary.md"], "w") as f:
         f.write(f"# {title}\n\n")
         if own_mix is not None:
-            f.write(f"## {OWN_MIX_TITLE}\n\n{format_table(own_mix, main_tau, OWN_MIX_LABEL)}\n\n")
-            f.write(f"## {DOMAIN_TITLE}\n\n")
+            own_mix_table = format_table(own_mix, main_tau, OWN_MIX_LABEL)
+            f.write(f"## {CASE_TITLES['own mix']}\n\n{own_mix_table}\n\n")
+            f.write(f"## {CASE_TITLES['domain']}\n\n")
         f.write(f"{format_table(summary, main_tau, label)}\n\n")
         f.write(f"## {CLIENT_TABLE_TITLE}\n\n{format_client_table(summary, main_tau)}\n")
     plot_tau_sweep(summary, paths["tau_sweep.png"], records[0]["dataset"])

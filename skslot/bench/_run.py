@@ -31,10 +31,8 @@ __all__ = [
     "BASELINES",
     "CLIENT_TABLE_TITLE",
     "DEFAULT_HEADS",
-    "DOMAIN_TITLE",
     "LABEL_MIX_SELECTION",
     "OWN_MIX_LABEL",
-    "OWN_MIX_TITLE",
     "PREPROCESS",
     "SHRINKAGE_BYTES",
     "BenchmarkConfig",
@@ -73,13 +71,6 @@ LOCAL_BASELINES = {
 #: derives its summary from its statistics: :meth:`skslot.heads.ClassStatistics.summary`).
 SHRINKAGE_BYTES = 8
 CLIENT_TABLE_TITLE = "Accuracy per client (%), mean +- std over seeds"
-#: How each case's test rows are drawn, as the tables name it.
-OWN_MIX_TITLE = (
-    "Each client's own label mix (test rows weighted to its training mix; label_mix='client')"
-)
-DOMAIN_TITLE = (
-    "Every class of each domain (its whole test split; label_mix='federation', the paper's)"
-)
 #: The SLOT column of the own-mix case.
 OWN_MIX_LABEL = "SLOT (label_mix='client')"
 
