@@ -1,17 +1,24 @@
 """The screening's rule against looser ones: attacks caught, honest clients excluded.
 
 The screening (:mod:`skslot.screening`) excludes a client when the other
-clients' held-out rows do significantly better without it, the case having
-to hold *without its strongest accuser and any one more voter* (so that one
-liar's counts can neither make the case nor tip it by agreeing) at the
-family-wise level ``screen_significance``.  This study records the paired
-counts every client sends in the first screening round and asks what other
-rules would have decided on the same counts:
+clients' held-out rows do significantly better without it: its strongest
+accuser left out (so that one liar's counts cannot make the case), the
+others' rows pooled with each voter weighing the same, and the p-value an
+exact bound (:func:`skslot.screening.pooled_sign_bound`) below the
+family-wise level ``screen_significance`` over the clients tested.  This
+study records the paired counts every client sends in the first screening
+round and asks what other rules would have decided on the same counts:
 
 * ``current``: the library's rule (:func:`skslot.screening.screening_evidence`)
   at its default level (0.01), and at a stricter and a looser one;
+* ``accuser and one more out``: the case must hold without the strongest
+  accuser and then without any one more voter, each remaining set's pooled
+  rows reaching the exact sign test (a stricter rule: at four clients one
+  voter must make the case alone);
 * ``any one voter out``: the case must hold without any one voter only (the
   strongest accuser may stay), at 0.001 and 0.01;
+* ``accuser out, rest pooled``: the library's rule with the rows pooled
+  unweighted and the exact sign test, at 0.01 and 0.05;
 * ``pooled``: no voter left out (a strict majority of all voters, the pooled
   gain and sign test), at 0.001.
 
@@ -170,6 +177,16 @@ def _holds(counts: list, n_tested: int, level: float) -> bool:
     return 2 * agreeing > len(counts) and gain >= smallest and p < level / n_tested
 
 
+def accuser_and_one_more_out(found: Mapping, n_tested: int, level: float = 0.01) -> bool:
+    """Without the strongest accuser, the case must hold without any one more voter too."""
+    counts = {v: c for v, c in found.items() if c[2]}
+    if len(counts) < 3:
+        return False
+    accuser = max(counts, key=lambda v: counts[v][0] - counts[v][1])
+    rest = {v: c for v, c in counts.items() if v != accuser}
+    return all(_holds([c for w, c in rest.items() if w != v], n_tested, level) for v in rest)
+
+
 def any_one_out(found: Mapping, n_tested: int, level: float = 0.001) -> bool:
     """The case must hold without any one voter (two voters at least), the accuser may stay."""
     counts = {v: c for v, c in found.items() if c[2]}
@@ -199,6 +216,7 @@ RULES = {
     ),
     "current, level 0.001": current(0.001),
     "current, level 0.05": current(0.05),
+    "accuser and one more out, 0.01": accuser_and_one_more_out,
     "any one voter out, 0.001": any_one_out,
     "any one voter out, 0.01": lambda found, n: any_one_out(found, n, 0.01),
     "accuser out, rest pooled, 0.01": accuser_out,

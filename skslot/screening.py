@@ -10,46 +10,73 @@ class fewer to confuse), while ``H`` predicts among every class the
 federation holds, as the final head does: a row ``H`` sends to a class only
 ``j`` holds is an error ``j`` caused (absorption), counted against it even
 where ``H_{-j}`` errs too.
-``i`` sends three counts.  ``j`` is excluded (:func:`screening_evidence`)
-when, with its strongest accuser left out and then any one more voter (so
-that neither one liar's counts nor the vote of one more voter can make the
-case), over every remaining set of voters
+``i`` sends three counts: rows only ``H_{-j}`` gets right (``b_i``), rows
+only ``H`` gets right (``w_i``), rows scored (``n_i``).
 
-- a strict majority found ``H_{-j}`` better (more rows only it gets right);
-- pooled, ``H_{-j}`` gets right at least ``min_gain`` of the scored rows
-  more than ``H`` does; and
-- the exact one-sided sign test (McNemar's) on the pooled discordant rows
-  rejects "no difference" at ``significance / K``, Bonferroni over the ``K``
-  clients tested.
+The case against ``j`` (:func:`screening_evidence`) leaves out its strongest
+accuser (most rows gained without it, net), so that no one client's counts,
+an attacker's among them, can make it, and rests on the others, at least
+:data:`MIN_REMAINING` of them (else ``j`` is unscreenable, never excluded).
+It is one test on their rows pooled, each voter weighing the same whatever
+its row count (no voter dominates): the statistic is the mean of their
+gains ``g_i = (b_i - w_i) / n_i``.  Under "no difference" each discordant row
+favours either head with probability one half, independently, so the mean
+gain is a weighted sum of signs with variance proxy
+``V = sum_i (b_i + w_i) / (r n_i)^2`` over the ``r`` voters kept, and
 
-An exclusion therefore needs at least :data:`MIN_VOTERS` voters (four
-clients).  One client at most is excluded per comparison, the strongest
-case (:func:`strongest_case`).  Measured: docs/results/screening.md and
+``P(G >= g) <= min(exp(-g^2 / (2 V)), (2 e^3 / 9) Phi(-g / sqrt(V)))``
+
+(Hoeffding's bound and Pinelis's for weighted sums of signs): the p-value,
+an exact bound whatever the voters' row counts.  ``j`` is excluded when
+the p-value is below ``significance / K`` (Bonferroni over the ``K`` clients
+tested: the family-wise false-positive rate is at most ``significance``),
+the mean gain reaches ``min_gain``, and a strict majority of the voters
+kept found ``H_{-j}`` better.
+
+An exclusion therefore needs :data:`MIN_VOTERS` voters (four clients).  One
+client at most is excluded per comparison, the strongest case
+(:func:`strongest_case`).  Measured: docs/results/screening.md and
 docs/results/attacks.md; what the screening cannot catch: docs/security.md.
+
+References
+----------
+.. [1] Hoeffding, "Probability inequalities for sums of bounded random
+   variables", Journal of the American Statistical Association 58, 1963.
+.. [2] Pinelis, "Extremal probabilistic problems and Hotelling's T^2 test
+   under a symmetry condition", The Annals of Statistics 22, 1994.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import binomtest
+from scipy.special import ndtr
 
 __all__ = [
+    "MIN_REMAINING",
     "MIN_VOTERS",
     "SCREENING",
     "ScreeningEvidence",
     "comparable_classes",
+    "pooled_sign_bound",
     "screening_evidence",
     "strongest_case",
 ]
 
 #: The ``screen`` settings: wherever there is a defence, the same but required, never.
 SCREENING = ("auto", "on", "off")
-#: Fewest other clients whose counts can exclude a client: with the strongest accuser
-#: and one more voter left out, one voter's case must remain in every set.
-MIN_VOTERS = 3
+#: Fewest voters a case rests on once the strongest accuser is left out: with two, no
+#: one voter's counts make the case, and a strict majority needs both.
+MIN_REMAINING = 2
+#: Fewest other clients whose counts can exclude a client: the strongest accuser, left
+#: out, and :data:`MIN_REMAINING` more.
+MIN_VOTERS = MIN_REMAINING + 1
+#: Pinelis's constant: a weighted sum of signs exceeds ``x`` standard deviations with
+#: probability at most this times the normal tail.
+_PINELIS = 2.0 * math.e**3 / 9.0
 
 
 def comparable_classes(class_counts: Sequence[np.ndarray]) -> np.ndarray:
@@ -88,58 +115,90 @@ def comparable_classes(class_counts: Sequence[np.ndarray]) -> np.ndarray:
     return by_others & (by_others.sum(axis=1, keepdims=True) >= 2)
 
 
+def pooled_sign_bound(votes: Sequence[tuple[int, int, int]]) -> tuple[float, float]:
+    """The voters' mean gain and a bound on its p-value under "no difference".
+
+    Each voter ``i`` weighs ``1 / r`` (``r`` voters) whatever its row count:
+    the statistic is ``G = mean_i (b_i - w_i) / n_i``.  If each discordant row
+    favours either head with probability one half, independently, ``G`` is a
+    sum of ``b_i + w_i`` signs of weight ``1 / (r n_i)`` each, whose tail is
+    bounded by Hoeffding's inequality and by Pinelis's; the smaller bound is
+    returned.
+
+    Parameters
+    ----------
+    votes : sequence of (better, worse, rows)
+        Each voter's counts (``rows > 0``).
+
+    Returns
+    -------
+    gain : float
+        The mean gain ``G`` (a fraction of the rows).
+    p_value : float
+        An upper bound on ``P(G' >= G)`` under "no difference"; 1 when
+        ``G <= 0``.
+
+    Examples
+    --------
+    >>> from skslot.screening import pooled_sign_bound
+    >>> gain, p = pooled_sign_bound([(12, 1, 60), (9, 0, 40)])
+    >>> round(gain, 3), p < 1e-3
+    (0.204, True)
+    """
+    r = len(votes)
+    gain = sum((b - w) / n for b, w, n in votes) / r if r else 0.0
+    variance = sum((b + w) / (r * n) ** 2 for b, w, n in votes)
+    if gain <= 0.0 or variance == 0.0:
+        return gain, 1.0
+    z = gain / math.sqrt(variance)
+    return gain, float(min(1.0, math.exp(-0.5 * z * z), _PINELIS * ndtr(-z)))
+
+
 @dataclass(frozen=True)
 class ScreeningEvidence:
     """What the other clients' validation says of one client's contribution.
 
-    The case must hold without the client's strongest accuser and without
-    any one more voter: the counts shown are those of the voters less the
-    accuser and less the one whose absence weakens the case most
-    (``discounted``), so that no single voter's counts, an attacker's among
-    them, can make the case, nor tip it by agreeing.
+    The case leaves out the client's strongest accuser and rests on the
+    other voters' rows pooled, each voter weighing the same
+    (:func:`pooled_sign_bound`).
 
     Attributes
     ----------
     voters : int
-        Other clients that scored rows for it (none: it cannot be screened).
+        Other clients that scored rows for it (fewer than :data:`MIN_VOTERS`:
+        it cannot be screened).
     accuser : object or None
-        The strongest accuser (most rows gained without it, net), left out
-        of every case.
-    discounted : object or None
-        The voter left out, with the accuser, of the weakest case.
+        The strongest accuser (most rows gained without it, net), left out.
     agreeing : int
-        Remaining voters whose rows the head without it got right more often.
+        Voters kept whose rows the head without it got right more often.
     better, worse, rows : int
-        Pooled over the remaining voters: rows only the head without it got
-        right, rows only the head with it got right, rows scored.
+        Summed over the voters kept: rows only the head without it got right,
+        rows only the head with it got right, rows scored.
+    gain : float
+        The voters' mean gain without it (each voter's fraction of its rows).
     p_value : float
-        Exact one-sided sign test of ``better`` against ``worse``.
+        The bound on the p-value of ``gain`` under "no difference".
     threshold : float
         The level ``p_value`` is compared to (``significance / K``).
     excluded : bool
-        Whether the case holds in every set of voters: the client is excluded.
+        Whether the case holds: the client is excluded.
     """
 
     voters: int
     accuser: Hashable | None
-    discounted: Hashable | None
     agreeing: int
     better: int
     worse: int
     rows: int
+    gain: float
     p_value: float
     threshold: float
     excluded: bool
 
     @property
     def remaining(self) -> int:
-        """Voters the weakest case rests on (all but the accuser and the discounted)."""
-        return max(self.voters - (self.accuser is not None) - (self.discounted is not None), 0)
-
-    @property
-    def gain(self) -> float:
-        """Accuracy the other clients' rows gain without it (a fraction of the rows)."""
-        return (self.better - self.worse) / self.rows if self.rows else 0.0
+        """Voters the case rests on (all but the strongest accuser)."""
+        return max(self.voters - (self.accuser is not None), 0)
 
     def describe(self) -> dict:
         """The evidence as a dict of plain values, for the report.
@@ -147,12 +206,11 @@ class ScreeningEvidence:
         Returns
         -------
         dict
-            The fields and :attr:`gain`, the floats rounded to six digits.
+            The fields, the floats rounded to six digits.
         """
         return {
             "voters": self.voters,
             "accuser": self.accuser,
-            "discounted": self.discounted,
             "agreeing": self.agreeing,
             "better": self.better,
             "worse": self.worse,
@@ -171,11 +229,11 @@ class ScreeningEvidence:
         str
         """
         return (
-            f"its contribution hurts the others: without it, {self.agreeing} of "
-            f"{self.remaining} other clients' held-out rows do better even leaving out its "
-            f"strongest accuser and any one more voter, {100 * self.gain:+.1f} points on "
-            f"{self.rows} rows ({self.better} rows gained, {self.worse} lost; sign test "
-            f"p = {self.p_value:.2g} < {self.threshold:.2g})"
+            f"its contribution hurts the others: without it, {self.agreeing} of the "
+            f"{self.remaining} other clients' held-out rows left once its strongest accuser "
+            f"is left out do better, {100 * self.gain:+.1f} points on average over "
+            f"{self.rows} rows ({self.better} rows gained, {self.worse} lost; pooled sign "
+            f"bound p = {self.p_value:.2g} < {self.threshold:.2g})"
         )
 
 
@@ -189,15 +247,11 @@ def screening_evidence(
     """Whether the other clients' paired counts exclude one client.
 
     The strongest accuser (the voter with most rows gained without the
-    client, net) is left out; then, for each other voter ``v`` in turn, the
-    case is weighed over the voters left: a strict majority of them found
-    the head without the client better, their pooled gain is at least
-    ``min_gain``, and the exact one-sided sign test on their pooled
-    discordant rows gives ``p < significance / n_tested``.  The client is
-    excluded when the case holds without every ``v``, so that one voter's
-    counts, however large, can neither make the case nor tip it by agreeing;
-    at least :data:`MIN_VOTERS` voters must have scored rows.  The evidence
-    returned is the weakest of these cases.
+    client, net; the first of equals) is left out; the case rests on the
+    others, at least :data:`MIN_REMAINING` of them: their mean gain
+    (each voter weighing the same) is at least ``min_gain``, its p-value
+    bound (:func:`pooled_sign_bound`) is below ``significance / n_tested``,
+    and a strict majority of them found the head without the client better.
 
     Parameters
     ----------
@@ -206,22 +260,21 @@ def screening_evidence(
     n_tested : int
         Clients tested in the run (the Bonferroni factor).
     significance : float
-        Family-wise level of the sign test.
+        Family-wise level of the test.
     min_gain : float
-        Smallest pooled accuracy gain (a fraction of the rows) that excludes.
+        Smallest mean accuracy gain (a fraction of each voter's rows) that excludes.
 
     Returns
     -------
     ScreeningEvidence
-        The weakest of the cases, and whether the client is excluded.
 
     Examples
     --------
     >>> from skslot.screening import screening_evidence
-    >>> votes = {"a": (40, 3, 200), "b": (35, 5, 180), "c": (50, 2, 210), "d": (30, 4, 190)}
-    >>> e = screening_evidence(votes, n_tested=5, significance=0.01, min_gain=0.02)
-    >>> e.excluded, e.accuser, e.discounted, e.agreeing, round(e.gain, 3)
-    (True, 'c', 'a', 2, 0.151)
+    >>> votes = {"a": (40, 3, 200), "b": (35, 5, 180), "c": (50, 2, 210)}
+    >>> e = screening_evidence(votes, n_tested=4, significance=0.01, min_gain=0.02)
+    >>> e.excluded, e.accuser, e.agreeing, round(e.gain, 3)
+    (True, 'c', 2, 0.176)
     >>> votes = {"a": (40, 27, 300), "b": (12, 0, 300), "c": (300, 0, 300)}  # c lies
     >>> screening_evidence(votes, n_tested=4, significance=0.001, min_gain=0.02).excluded
     False
@@ -229,32 +282,16 @@ def screening_evidence(
     scored = {v: tuple(int(x) for x in counts) for v, counts in votes.items() if counts[2]}
     threshold = significance / max(int(n_tested), 1)
     if len(scored) < MIN_VOTERS:
-        return ScreeningEvidence(len(scored), None, None, 0, 0, 0, 0, 1.0, threshold, False)
+        return ScreeningEvidence(len(scored), None, 0, 0, 0, 0, 0.0, 1.0, threshold, False)
     accuser = max(scored, key=lambda v: scored[v][0] - scored[v][1])  # first of equals
-    others = [v for v in scored if v != accuser]
-    cases = [_case([scored[w] for w in others if w != v], v, threshold, min_gain) for v in others]
-    weakest = max(cases, key=lambda e: (not e.excluded, e.p_value, -e.gain))
-    return ScreeningEvidence(
-        len(scored), accuser, weakest.discounted, weakest.agreeing, weakest.better,
-        weakest.worse, weakest.rows, weakest.p_value, threshold,
-        all(e.excluded for e in cases),
-    )  # fmt: skip
-
-
-def _case(
-    kept: list[tuple[int, int, int]], discounted: Hashable, threshold: float, min_gain: float
-) -> ScreeningEvidence:
-    """The case made by the voters ``kept`` (the accuser and ``discounted`` left out)."""
+    kept = [scored[v] for v in scored if v != accuser]
+    gain, p = pooled_sign_bound(kept)
     agreeing = sum(b > w for b, w, _ in kept)
-    better = sum(b for b, _, _ in kept)
-    worse = sum(w for _, w, _ in kept)
-    rows = sum(n for _, _, n in kept)
-    p = binomtest(better, better + worse, 0.5, alternative="greater").pvalue if better else 1.0
-    gain = (better - worse) / rows if rows else 0.0
-    holds = bool(kept) and 2 * agreeing > len(kept) and gain >= min_gain and p < threshold
+    holds = 2 * agreeing > len(kept) and gain >= min_gain and p < threshold
     return ScreeningEvidence(
-        len(kept) + 2, None, discounted, agreeing, better, worse, rows, float(p), threshold, holds
-    )
+        len(scored), accuser, agreeing, sum(b for b, _, _ in kept), sum(w for _, w, _ in kept),
+        sum(n for _, _, n in kept), gain, p, threshold, holds,
+    )  # fmt: skip
 
 
 def strongest_case(
@@ -295,4 +332,3 @@ def strongest_case(
     if not cases:
         return None, evidence
     return min(cases, key=lambda t: (evidence[t].p_value, -evidence[t].gain)), evidence
-

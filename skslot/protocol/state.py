@@ -20,7 +20,7 @@ from ..gaussian import GaussianSummary
 from ..label_mix import domain_offsets
 from ..label_shift import label_shift_distances
 from ..maps import GaussianMap, with_mean_image
-from ..screening import MIN_VOTERS
+from ..screening import MIN_REMAINING, MIN_VOTERS
 from .account import RunAccount
 from .report import ProtocolReport, ProtocolRunError, logger
 from .roster import Roster, order_key, split_seeds
@@ -82,8 +82,8 @@ class RunState:
         elif settings.screening and not self.screens:
             self.report.screening = {
                 "skipped": f"{len(self.report.nodes)} clients: the screening needs "
-                f"{MIN_VOTERS + 1} (a case must hold without the strongest accuser and any "
-                "one more voter)",
+                f"{MIN_VOTERS + 1} (a case rests on {MIN_REMAINING} other clients once the "
+                "strongest accuser is left out)",
                 "excluded": [],
             }
         #: Whether the clients hold out validation rows (to choose ``tau``, or to screen).
