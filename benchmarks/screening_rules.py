@@ -127,7 +127,7 @@ def first_round_votes(attack: str, head: str, seed: int) -> Votes:
         configs, setup = attacks.write_clients(folder, seed, poisoned.own_class)
         configs[attacks.ATTACKER] = attacks.poison(folder, poisoned, seed, setup)
         config = DeploymentConfig(
-            head=head, tau=attacks.TAU, **attacks.SLOT, alpha=attacks.ALPHA, seed=seed,
+            head=head, **attacks.SLOT["domain"], alpha=attacks.ALPHA, seed=seed,
             screen="on", num_clients=len(configs),
         )  # fmt: skip
         head_object = config.make_head()

@@ -146,3 +146,35 @@ def test_label_mix_study_scores_every_configuration_both_ways():
     for row in rows:
         cells = [float(c) for c in row.strip("| ").split(" | ")[3:9]]
         assert all(0.0 <= c <= 100.0 for c in cells)
+
+
+def test_private_mechanisms_study_without_noise_is_fedcgs_on_exact_statistics(monkeypatch):
+    """With no budget, the one release (and the noise-level ridge, which only noise sets)
+    is FedCGS on the clients' exact statistics; every mechanism runs under a budget."""
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    import numpy as np
+
+    from skslot.datasets import dirichlet_partition, load_digits_effnet
+    from skslot.heads import ClassStatistics, FedCGSClassifier
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import private_mechanisms as study
+
+    data = load_digits_effnet()
+    part = dirichlet_partition(data.y, data.domain, alpha=0.1, random_state=0)
+    X, classes = study.l2(data.X), np.unique(data.y)
+    stats, tests = [], {}
+    for k in range(part.n_clients):
+        rows = part.train_index[part.train_client == k]
+        stats.append(ClassStatistics.from_rows(X[rows], data.y[rows], classes))
+        test = part.test_index[part.test_client == k]
+        tests[k] = (X[test], data.y[test])
+    head = FedCGSClassifier(label_mix="federation").fit_from_statistics(stats, classes)
+    exact = study.scored(head, tests, study.training_counts(data, part), classes)
+    for mechanism in ("one release", "noise-level ridge"):
+        found = study.one_run(data, part, mechanism, None, False, 0)
+        assert found == pytest.approx(exact, abs=1e-9)
+    for mechanism in study.MECHANISMS:
+        found = study.one_run(data, part, mechanism, 8.0, True, 0)
+        assert set(found) == {"domain", "own mix"}
+        assert all(20.0 < value < 100.0 for value in found.values())
