@@ -38,6 +38,7 @@ from skslot.bench import (
     CASES,
     BenchmarkConfig,
     BenchmarkWarning,
+    read_records,
     run_benchmark,
     summarise,
 )
@@ -62,7 +63,6 @@ KINDS = {
 #: the recommendation's targets: mean gain under skew on digits, worst loss without it and on Office
 SKEW_TARGET, LOSS_TARGET = 4.0, -0.5
 MAIN_TAU = 0.4
-INTEGERS = ("seed", "n_train", "n_test", "n_clients", "n_empty_clients", "barycenter_iterations")
 
 
 def load(name: str):
@@ -77,20 +77,6 @@ def kind_of(record: dict) -> str:
     if record.get("client_tau", "uniform") == "label-shift":
         return "label-shift"
     return record["covariance"]
-
-
-def read_records(path: Path) -> list[dict]:
-    """Records written by an earlier run, with their numbers as numbers."""
-    if not path.exists():
-        return []
-    with open(path, newline="") as f:
-        records = list(csv.DictReader(f))
-    for r in records:
-        r["alpha"] = r["alpha"] if r["alpha"] == "none" else float(r["alpha"])
-        r["tau"], r["accuracy"] = float(r["tau"]), float(r["accuracy"])
-        for key in INTEGERS:
-            r[key] = int(r[key])
-    return records
 
 
 def distances(data, n_seeds: int) -> str:
@@ -233,7 +219,7 @@ def main(n_seeds: int, names: list[str], fresh: bool = False) -> None:
             print(f"## {name}\n\nskipped: {SHARED} is absent\n")
             continue
         path = OUT / f"{data.name}.csv"
-        earlier = [] if fresh else read_records(path)
+        earlier = [] if fresh or not path.exists() else read_records(path)
         summaries, records = {}, []
         for kind, (settings, auto) in KINDS.items():
             run = [r for r in earlier if kind_of(r) == kind]

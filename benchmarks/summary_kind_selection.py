@@ -46,12 +46,12 @@ from collections.abc import Hashable
 import numpy as np
 from class_out_selection import FRACTION, balanced_validation, client_maps, macro_test_accuracy
 from joblib import Parallel, delayed
-from label_aware import OUT, read_records  # the sibling script (run from benchmarks/ or root)
+from label_aware import OUT  # the sibling script (run from benchmarks/ or root)
 from sklearn.frozen import FrozenEstimator
 from threadpoolctl import threadpool_limits
 
 from skslot import FederatedTauSearch, SLOTTransformer
-from skslot.bench import CASE_TITLES, CASES, DEFAULT_HEADS
+from skslot.bench import CASE_TITLES, CASES, DEFAULT_HEADS, read_records
 from skslot.datasets import dirichlet_partition, load_dataset
 from skslot.protocol import held_out_rows
 from skslot.selection import validation_split

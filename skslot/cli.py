@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import re
 import sys
@@ -20,6 +22,7 @@ from .bench import (
     BenchmarkWarning,
     format_client_table,
     format_short_table,
+    read_records,
     run_benchmark,
     slot_label,
     summarise,
@@ -304,6 +307,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default=None, help="output folder (default: skslot-results/<dataset>)"
     )
     bench.add_argument(
+        "--resume",
+        action="store_true",
+        help="run only the (alpha, seed) pairs --out's results.csv does not hold yet, and "
+        "write the tables of all of them (a long benchmark in parts: the same settings "
+        "each time, --alphas and --seeds choosing what a part runs)",
+    )
+    bench.add_argument(
         "--quiet", action="store_true", help="no progress lines (a bar in a terminal)"
     )
     launch = sub.add_parser(
@@ -578,25 +588,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     else:
         print(f"skslot bench: features: {_shown_names(features)}", file=sys.stderr)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            records = run_benchmark(data, config, progress=not args.quiet)
-    except ValueError as exc:
-        print(f"skslot bench: {exc}", file=sys.stderr)
-        return 2
-    summary = summarise(records, config.main_tau)
-    own_mix = summarise(records, config.main_tau, case="own mix")
-    title = (
-        f"{data.name}: macro accuracy over domains (%), mean +- std over {len(config.seeds)} seeds"
-    )
     kind = "" if args.summary_covariance == "total" else f"-{args.summary_covariance}"
     kind += "" if args.client_tau == BenchmarkConfig.client_tau else f"-{args.client_tau}"
     if args.mean_tau != BenchmarkConfig.mean_tau:
         kind += f"-mean-tau-{_shown_fraction(args.mean_tau)}"
     kind += "" if args.form == BenchmarkConfig.form else f"-{args.form}"
     out = args.out or os.path.join("skslot-results", data.name + kind)
+    used = {
+        "name": data.name,
+        "rows": int(data.X.shape[0]),
+        "features": features,
+        "settings": _settings(config),
+    }
+    previous: list[dict] = []
+    if args.resume:
+        try:
+            previous = _previous_records(out, used)
+        except (OSError, ValueError) as exc:
+            print(f"skslot bench: --resume: {exc}", file=sys.stderr)
+            return 2
+        print(
+            f"skslot bench: --resume: {len({(r['alpha'], r['seed']) for r in previous})} "
+            f"runs in {out} already",
+            file=sys.stderr,
+        )
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            done = {(r["alpha"], r["seed"]) for r in previous}
+            records = previous + run_benchmark(data, config, progress=not args.quiet, skip=done)
+    except ValueError as exc:
+        print(f"skslot bench: {exc}", file=sys.stderr)
+        return 2
+    summary = summarise(records, config.main_tau)
+    own_mix = summarise(records, config.main_tau, case="own mix")
+    n_seeds = len({r["seed"] for r in records})
+    title = f"{data.name}: macro accuracy over domains (%), mean +- std over {n_seeds} seeds"
     label = slot_label(config)
-    used = {"name": data.name, "rows": int(data.X.shape[0]), "features": features}
     paths = write_outputs(
         records,
         summary,
@@ -607,7 +634,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data=used,
         own_mix=own_mix,
     )
-    print(f"{data.name}: macro accuracy over domains (%), mean over {len(config.seeds)} seeds")
+    print(f"{data.name}: macro accuracy over domains (%), mean over {n_seeds} seeds")
     print("centre, z-score: each client alone")
     print(f"\n{CASE_TITLES['own mix']}")
     print("SLOT = each client's domain offset, measured within classes, removed")
@@ -616,13 +643,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"SLOT = {label.removeprefix('SLOT ')}")
     print(format_short_table(summary))
     print(f"more (spreads, CORAL, bytes) in {paths['summary.md']}")
-    if len(config.alphas) == 1:  # one's own clients as they are: the table is short
+    if len({r["alpha"] for r in records}) == 1:  # one's own clients as they are: short
         print(f"\n{CLIENT_TABLE_TITLE}")
         print(format_client_table(summary, config.main_tau))
     print("wrote " + ", ".join(paths.values()))
     for line in _warning_lines(caught):
         print(line, file=sys.stderr)
     return 0
+
+
+def _settings(config: BenchmarkConfig) -> dict:
+    """What a benchmark's records depend on besides the runs chosen (alphas, seeds) and
+    the workers: the parts of a resumed benchmark must agree on it."""
+    fields = dataclasses.asdict(config)
+    for key in ("alphas", "seeds", "n_jobs"):
+        fields.pop(key)
+    return json.loads(json.dumps(fields))  # tuples as lists, as summary.json holds them
+
+
+def _previous_records(out: str, used: dict) -> list[dict]:
+    """The records of ``out``'s results.csv, if any, written with the same data and settings."""
+    results = os.path.join(out, "results.csv")
+    if not os.path.exists(results):
+        return []
+    with open(os.path.join(out, "summary.json")) as f:
+        written = json.load(f).get("data", {})
+    for key, now in used.items():
+        if written.get(key) != now:
+            raise ValueError(
+                f"{out} holds a benchmark of other {key} ({written.get(key)!r}, now {now!r}); "
+                "resume with the same data and settings, or choose another --out"
+            )
+    return read_records(results)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -378,4 +378,36 @@ def test_the_bench_says_which_columns_it_used_as_features(tmp_path, capsys):
     assert "--features not given" not in err
     assert "skslot bench: features: f0, f1, f2, f3, f4, f5, f6, f7\n" in err
     used = json.loads((chosen / "summary.json").read_text())["data"]
+    settings = used.pop("settings")
     assert used == {"name": "clinic", "rows": 300, "features": [f"f{j}" for j in range(8)]}
+    shown = (settings["heads"], settings["taus"], settings["main_tau"])
+    assert shown == (["FedCGS"], [0, 0.4], 0.4)
+
+
+def test_a_resumed_bench_runs_only_what_is_missing_and_tables_all_of_it(
+    clinic_csv, tmp_path, capsys
+):
+    """Two parts with --resume give the records and tables of one run of both; a part with
+    other settings is refused."""
+    args = ["bench", "--data", str(clinic_csv), "--label", "animal", "--client", "site"]
+    args += ["--features", "f", "--seeds", "2", *FAST]
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    assert main([*args, "--alphas", "0.1,none", "--out", str(whole)]) == 0
+    assert main([*args, "--alphas", "0.1", "--out", str(parts), "--resume"]) == 0
+    assert "0 runs in" in capsys.readouterr().err
+    assert {r["alpha"] for r in results(parts)} == {"0.1"}
+    assert main([*args, "--alphas", "0.1,none", "--out", str(parts), "--resume"]) == 0
+    printed = capsys.readouterr()
+    assert "2 runs in" in printed.err  # the two seeds of alpha 0.1, not run again
+    assert "| none | FedCGS |" in printed.out
+    timing = "slot_cpu_seconds"
+    for got, want in zip(results(parts), results(whole), strict=True):
+        assert {**got, timing: 0} == {**want, timing: 0}
+    summary = json.loads((parts / "summary.json").read_text())
+    want = json.loads((whole / "summary.json").read_text())
+    assert summary["data"] == want["data"]
+    assert [r["alpha"] for r in summary["rows"]] == [0.1, "none"]
+    assert summary["rows"] == want["rows"]
+    other = ["--alphas", "none", "--out", str(parts), "--resume", "--client-tau", "uniform"]
+    assert main([*args, *other]) == 2
+    assert "other settings" in capsys.readouterr().err

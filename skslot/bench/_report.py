@@ -25,10 +25,79 @@ __all__ = [
     "format_table",
     "macro_accuracies",
     "plot_tau_sweep",
+    "read_records",
     "slot_label",
     "summarise",
     "write_outputs",
 ]
+
+
+#: The records' fields that hold integers and floats (the others are text; ``alpha`` is
+#: ``"none"`` or a float, ``head_bytes`` empty where a head sends nothing of its own).
+_INTEGER_FIELDS = (
+    "seed", "n_train", "n_test", "n_clients", "n_empty_clients", "barycenter_iterations",
+    "summary_bytes",
+)  # fmt: skip
+_FLOAT_FIELDS = ("tau", "accuracy", "slot_cpu_seconds")
+
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """The records of a results.csv (:func:`write_outputs`), with their numbers as numbers.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A results.csv written by :func:`write_outputs` (``skslot bench``).
+
+    Returns
+    -------
+    records : list of dict
+        As :func:`~skslot.bench.run_benchmark` returned them.
+
+    Raises
+    ------
+    ValueError
+        If a record lacks a field of the benchmark's records or holds text where a
+        number belongs (naming the line).
+
+    Examples
+    --------
+    >>> import csv, os, tempfile
+    >>> from skslot.bench import read_records
+    >>> record = {"dataset": "d", "case": "domain", "alpha": "none", "seed": 0, "tau": 0.4,
+    ...           "head": "FedCGS", "accuracy": 0.9, "head_bytes": 120, "summary_bytes": 64}
+    >>> path = os.path.join(tempfile.mkdtemp(), "results.csv")
+    >>> with open(path, "w", newline="") as f:
+    ...     writer = csv.DictWriter(f, fieldnames=list(record))
+    ...     writer.writeheader()
+    ...     writer.writerow(record)
+    33
+    >>> read_records(path)[0]["tau"], read_records(path)[0]["alpha"]
+    (0.4, 'none')
+    """
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    records = []
+    for line, row in enumerate(rows, 2):
+        try:
+            record: dict[str, Any] = dict(row)
+            for key in ("alpha", "seed", "tau", "accuracy"):
+                if row.get(key) in (None, ""):
+                    raise ValueError(f"no {key!r}")
+            if row["alpha"] != "none":
+                record["alpha"] = float(row["alpha"])
+            for key in _INTEGER_FIELDS:
+                if row.get(key) not in (None, ""):
+                    record[key] = int(float(row[key]))
+            for key in _FLOAT_FIELDS:
+                if row.get(key) not in (None, ""):
+                    record[key] = float(row[key])
+            if row.get("head_bytes") not in (None, ""):
+                record["head_bytes"] = int(float(row["head_bytes"]))
+        except ValueError as exc:
+            raise ValueError(f"{path}, line {line}: not a benchmark record ({exc})") from None
+        records.append(record)
+    return records
 
 
 def macro_accuracies(records: list[dict], selection: str = "fixed") -> dict[tuple, float]:

@@ -6,7 +6,7 @@ import shutil
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -494,6 +494,7 @@ def run_benchmark(
     *,
     progress: bool = True,
     factories: Mapping[str, Callable[[int], Any]] | None = None,
+    skip: Collection[tuple[Any, int]] = (),
 ) -> list[dict]:
     """Run every (alpha, seed); returns per-domain accuracy records.
 
@@ -515,6 +516,9 @@ def run_benchmark(
         Head constructors by name, taking the seed, for the names of
         ``config.heads`` that are not in :data:`DEFAULT_HEADS` or to replace
         one.
+    skip : collection of (alpha, seed), default=()
+        Runs not to run (done already; ``alpha`` as the records write it:
+        ``"none"`` or a float).
 
     Returns
     -------
@@ -538,7 +542,15 @@ def run_benchmark(
     if isinstance(data, FeatureTable):
         data = data.to_domain_dataset()
     X = PREPROCESS[config.preprocess](data.X)
-    jobs = [(alpha, seed) for alpha in config.alphas for seed in config.seeds]
+    done = set(skip)
+    jobs = [
+        (alpha, seed)
+        for alpha in config.alphas
+        for seed in config.seeds
+        if ("none" if alpha is None else alpha, seed) not in done
+    ]
+    if not jobs:
+        return []
     threads = 1 if config.n_jobs != 1 else None
     filters = list(warnings.filters)
     records: list[dict] = []
