@@ -6,9 +6,12 @@ domain, Office-Caltech10 and the embedded digits features: eight and six
 clients), the paper's partition (Dirichlet alpha 0.1, 0.05, 0.01 and no label
 skew), each head and seed, the real protocol
 (:class:`skslot.protocol.OneShotProtocol`, in process: the same driver as the
-Flower apps) runs in two configurations, the deployment's defaults (``tau``
-0.6, each client's by its label shift, the mean moved fully) and ``tau =
-"auto"``, two ways each:
+Flower apps) runs in both cases (:data:`skslot.bench.CASES`: each client's
+test rows its domain's whole test split, the deployment's settings for it,
+``label_mix="federation"``; or drawn from it with the client's training
+class proportions, :func:`skslot.bench.own_mix_rows`, the deployment's
+defaults), in two configurations each, the deployment's settings of the case
+and ``tau = "auto"``, two ways each:
 
 * ``none``: no defence;
 * ``default``: the defence's bounds and its screening, as a deployment runs
@@ -27,7 +30,7 @@ docs/results/protocol_cost.md).  The per-run records
 are written to docs/results/screening.csv.
 
 Run: python benchmarks/screening.py [n_seeds] > docs/results/screening.md
-(about 45 minutes on 2 cores for 4 seeds).
+(about 45 minutes on 2 cores for 2 seeds).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import numpy as np
 from joblib import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
+from skslot.bench import CASE_TITLES, CASES, own_mix_rows, training_mixes
 from skslot.datasets import digits_projection, dirichlet_partition, load_dataset
 from skslot.defence import DefenceBounds
 from skslot.flower import DeploymentConfig
@@ -54,21 +58,35 @@ OUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "screening.csv"
 FEDERATIONS = (("office-caltech10", 1), ("office-caltech10", 2), ("digits", 2))
 ALPHAS = (0.1, 0.05, 0.01, None)
 HEADS = ("O-FedAvg", "FedCGS", "FedPFT")
-DEFAULTS = DeploymentConfig(label_mix="federation")  # every class served: this study's case
-CONFIGS = {
-    "defaults": {
-        "tau": DEFAULTS.protocol().tau, "client_tau": DEFAULTS.client_tau,
-        "mean_tau": DEFAULTS.mean_tau,
-    },
-    "auto": {"tau": "auto", "client_tau": "uniform", "mean_tau": None},
-}  # fmt: skip
+#: Each case's label mix, as the deployment's run config names it.
+LABEL_MIX = {"domain": "federation", "own mix": "client"}
+
+
+def configs(case: str) -> dict[str, dict]:
+    """The deployment's settings of ``case``, and ``tau = "auto"`` (in the domain case the
+    paper's geodesic, every client alike; with each client's own mix the defaults')."""
+    deployment = DeploymentConfig(label_mix=LABEL_MIX[case])
+    defaults = {
+        "tau": deployment.protocol().tau,
+        "client_tau": deployment.client_tau,
+        "mean_tau": deployment.mean_tau,
+    }
+    if case == "domain":
+        return {
+            "defaults": defaults,
+            "auto": {"tau": "auto", "client_tau": "uniform", "mean_tau": None},
+        }
+    return {"defaults": defaults, "auto": {**defaults, "tau": "auto"}}
+
+
+CONFIGS = tuple(configs("domain"))
 WAYS = {
     "none": {"defence": None, "screen": "off"},
     "default": {"defence": DefenceBounds(), "screen": "auto"},
 }
 
 
-def one_run(name: str, per_domain: int, alpha: float | None, head_name: str, seed: int):
+def one_run(name: str, per_domain: int, alpha: float | None, head_name: str, seed: int, case: str):
     logging.getLogger("skslot").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
     data = load_dataset(name)
@@ -79,11 +97,11 @@ def one_run(name: str, per_domain: int, alpha: float | None, head_name: str, see
     part = dirichlet_partition(
         data.y, data.domain, alpha=alpha, clients_per_domain=per_domain, random_state=seed
     )
-    # every class of the domain served: the case this study measures
-    head = make_head(head_name, seed=seed).set_params(label_mix="federation")
+    head = make_head(head_name, seed=seed).set_params(label_mix=LABEL_MIX[case])
+    mixes = training_mixes(data.y[part.train_index], part.train_client, classes)
     records = []
     with threadpool_limits(1):
-        for config, settings in CONFIGS.items():
+        for config, settings in configs(case).items():
             for way, defence in WAYS.items():
                 parties = {}
                 for k in range(part.n_clients):
@@ -91,6 +109,11 @@ def one_run(name: str, per_domain: int, alpha: float | None, head_name: str, see
                         continue
                     train = part.train_index[part.train_client == k]
                     test = part.test_index[part.test_client == k]
+                    if case == "own mix":  # its future rows follow its own training mix
+                        drawn = own_mix_rows(
+                            data.y[test], mixes[k], classes, len(test), random_state=[seed, k]
+                        )
+                        test = test[drawn]
                     parties[k] = ClientParty(
                         X[train], data.y[train], head=head, classes=classes, label=k,
                         X_test=X[test], y_test=data.y[test],
@@ -110,6 +133,7 @@ def one_run(name: str, per_domain: int, alpha: float | None, head_name: str, see
                 records.append(
                     {
                         "data_set": name,
+                        "case": case,
                         "clients_per_domain": per_domain,
                         "clients": len(parties),
                         "alpha": "none" if alpha is None else alpha,
@@ -128,9 +152,10 @@ def one_run(name: str, per_domain: int, alpha: float | None, head_name: str, see
     return records
 
 
-def main(n_seeds: int = 4) -> None:
+def main(n_seeds: int = 2) -> None:
     jobs = [
-        (name, per_domain, alpha, head, seed)
+        (name, per_domain, alpha, head, seed, case)
+        for case in CASES
         for name, per_domain in FEDERATIONS
         for alpha in ALPHAS
         for head in HEADS
@@ -153,6 +178,13 @@ def main(n_seeds: int = 4) -> None:
         "seconds per run, without and with the defence (one BLAS thread).  "
         f"{time.time() - start:.0f} s wall on 2 cores; records in docs/results/screening.csv.\n"
     )
+    for case in CASES:
+        report([r for r in records if r["case"] == case], case)
+
+
+def report(records: list[dict], case: str) -> None:
+    """One case's table and its honest exclusions."""
+    print(f"## {CASE_TITLES[case]}\n")
     print(
         "| data set (clients) | alpha | head | config | no defence | default defence "
         "| change (mean / largest) | excluded | CPU s (none / default) |"
@@ -195,7 +227,8 @@ def main(n_seeds: int = 4) -> None:
     print()
     for head, (out, screened) in excluded_runs.items():
         print(f"- {head}: an honest client excluded in {out} of {screened} screened runs.")
+    print()
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 4)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2)

@@ -272,21 +272,22 @@ def main(n_seeds: int = 5) -> None:
                 + " | ".join(f"{c} / {n_seeds}" for c in cells)
                 + " |"
             )
-    none = [votes[next(iter(ATTACKS)), h, s] for h in HEADS for s in seeds]
-    wrong = [sum(bool(excluded(v, rule)) for v in none) for rule in RULES.values()]
+    none = {h: [votes[next(iter(ATTACKS)), h, s] for s in seeds] for h in HEADS}
+    for head, runs in none.items():
+        wrong = [sum(bool(excluded(v, rule)) for v in runs) for rule in RULES.values()]
+        print(
+            f"| honest client excluded, no attack ({head}) | "
+            + " | ".join(f"{c} / {len(runs)}" for c in wrong)
+            + " |"
+        )
+    every = [v for runs in none.values() for v in runs]
     by_liar = [
-        sum(any(t in excluded(lied(v, t), rule) for t in attacks.HONEST if t in v) for v in none)
+        sum(any(t in excluded(lied(v, t), rule) for t in attacks.HONEST if t in v) for v in every)
         for rule in RULES.values()
     ]
-    total = len(none)
-    print(
-        "| honest client excluded, no attack | "
-        + " | ".join(f"{c} / {total}" for c in wrong)
-        + " |"
-    )
     print(
         "| a liar excludes an honest client | "
-        + " | ".join(f"{c} / {total}" for c in by_liar)
+        + " | ".join(f"{c} / {len(every)}" for c in by_liar)
         + " |"
     )
 
