@@ -89,7 +89,7 @@ def head_without(
     k : int
         The position of the client left out.
     maps : sequence of GaussianMap, optional
-        As in :func:`candidate_heads`.
+        As in :func:`candidate_heads`, one per client (the ``k``-th is not used).
 
     Returns
     -------

@@ -109,9 +109,20 @@ class HeadStrategy:
         raise NotImplementedError
 
     def leave_one_out(
-        self, head: OneShotHead, candidate: Candidate, server: ServerSide, k: int
+        self,
+        head: OneShotHead,
+        candidate: Candidate,
+        server: ServerSide,
+        k: int,
+        *,
+        maps: Sequence[GaussianMap | None] | None = None,
     ) -> OneShotHead:
-        """Server: the head at ``candidate`` on the fitting rows of all clients but the k-th."""
+        """Server: the head at ``candidate`` on the fitting rows of all clients but the k-th.
+
+        ``maps``: each client's map onto the reference built without the k-th
+        (the k-th ``None``), where the head aligns uploaded statistics; a head
+        whose clients trained on the run's reference ignores them.
+        """
         raise NotImplementedError
 
     def fit_final(self, head: OneShotHead, candidate: Candidate, server: ServerSide) -> OneShotHead:
@@ -145,8 +156,9 @@ class StatisticsStrategy(HeadStrategy):
             ),
         )
 
-    def leave_one_out(self, head, candidate, server, k):
-        return head_without(head, candidate, server.statistics(), server.classes, k, server.maps())
+    def leave_one_out(self, head, candidate, server, k, *, maps=None):
+        maps = server.maps() if maps is None else maps
+        return head_without(head, candidate, server.statistics(), server.classes, k, maps)
 
     def fit_final(self, head, candidate, server):
         return server.server_step(
@@ -195,7 +207,8 @@ class LocalTrainingStrategy(HeadStrategy):
             lambda: candidate_heads(head, candidates, updates, server.classes),
         )
 
-    def leave_one_out(self, head, candidate, server, k):
+    def leave_one_out(self, head, candidate, server, k, *, maps=None):
+        # the local heads were trained on the run's reference: the maps are not used
         updates = {candidate.tau: server.local_heads("fit", candidate.tau)}
         return head_without(head, candidate, updates, server.classes, k)
 

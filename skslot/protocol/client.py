@@ -330,12 +330,27 @@ class ClientParty:
             state.reference = reference
         if state.fixed_map is not None:
             return state.fixed_map
-        if state.summary is None:
-            raise RuntimeError("this client has no summary of this run (no upload stage ran)")
         if state.reference is None:
             raise RuntimeError("this client has not received the reference of this run")
+        return self.map_onto(state.reference)
+
+    def map_onto(self, reference: GaussianSummary) -> GaussianMap:
+        """This client's full map onto ``reference``, its mean moved by the run's ``mean_tau``
+        (the reference is not stored: the screening's references built without one client).
+
+        Parameters
+        ----------
+        reference : GaussianSummary
+
+        Returns
+        -------
+        GaussianMap
+        """
+        state = self.state
+        if state.summary is None:
+            raise RuntimeError("this client has no summary of this run (no upload stage ran)")
         own = state.summary
-        full = GaussianMap.optimal_transport(own, state.reference)
+        full = GaussianMap.optimal_transport(own, reference)
         return full.with_mean_fraction(state.mean_tau, own.mean)
 
     def answer(self, stage: str, request: Any) -> Any:

@@ -10,7 +10,6 @@ report; the stages' server steps write their own results into the report.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -22,6 +21,7 @@ from ..label_shift import label_shift_distances
 from ..maps import GaussianMap, with_mean_image
 from ..screening import MIN_REMAINING, MIN_VOTERS
 from .account import RunAccount
+from .alignment import Alignment
 from .report import ProtocolReport, ProtocolRunError, logger
 from .roster import Roster, order_key, split_seeds
 from .transport import Exchange, Transport
@@ -62,10 +62,8 @@ class RunState:
         self.report.nodes = list(transport.parties())
         #: The clients still in, and what the server holds about each.
         self.roster = Roster(self.report, settings.min_clients)
-        self.reference: GaussianSummary | None = None
-        #: Each client's mean destination with ``label_mix="client"`` (by address).
-        self.destinations: dict[Hashable, np.ndarray] = {}
-        self.full_maps: dict[Hashable, GaussianMap] = {}
+        #: The reference, each client's full map onto it and fraction of ``tau``.
+        self.alignment: Alignment | None = None
         self.has_reference: set = set()
         #: Per part of the rows ("fit", "all"), each client's local heads by its fraction.
         self._local_heads: dict[str, dict[Hashable, dict[float, Any]]] = {}
@@ -199,13 +197,15 @@ class RunState:
         GaussianSummary or None
             The reference, or ``None`` if ``c`` was already sent it (or none is built).
         """
-        if c in self.has_reference:
+        if c in self.has_reference or self.alignment is None:
             return None
         self.has_reference.add(c)
-        if self.reference is not None and c in self.destinations:
-            # its own target: the reference's covariance about the client's destination
-            return replace(self.reference, mean=self.destinations[c])
-        return self.reference
+        return self.alignment.reference_for(c)
+
+    @property
+    def reference(self) -> GaussianSummary | None:
+        """The run's reference (``None`` before it is built)."""
+        return None if self.alignment is None else self.alignment.reference
 
     def client_taus(self, c: Hashable, taus: Sequence[float]) -> tuple[float, ...]:
         """The fractions client ``c`` moves by at the run's ``taus`` (``client_tau``).
@@ -269,27 +269,78 @@ class RunState:
         """
         while True:
             order = self.roster.order
-            summaries = [self.roster.clients[c].summary for c in order]
-            weights = [self.roster.clients[c].weight for c in order]
             try:
-                built = self.settings.reference.build(order, summaries, weights)
+                alignment = self.alignment_of(order)
             except SERVER_STEP_ERRORS as exc:
+                summaries = [self.roster.clients[c].summary for c in order]
+                weights = [self.roster.clients[c].weight for c in order]
                 culprits = self._culprits(order, summaries, weights, exc)
                 for c in culprits:
                     self.roster.reject(stage, c, f"its summary breaks the reference: {exc}")
                 self.roster.keep(stage, [c for c in order if c not in culprits])
                 continue
             break
-        self.reference, self.full_maps = built.reference, built.maps
-        self.destinations = self._mean_destinations(order)
-        for c, destination in self.destinations.items():
-            mean = self.roster.clients[c].summary.mean
-            self.full_maps[c] = with_mean_image(self.full_maps[c], mean, destination)
-        self.report.barycenter_iterations = built.n_iter
+        self.alignment = alignment
+        self.report.barycenter_iterations = alignment.n_iter
         self.report.reference_clients = list(order)
-        self._scale_taus()
+        for c in order:
+            self.roster.clients[c].tau_scale = alignment.tau_scale(c)
+        if self.settings.client_tau != "uniform":
+            self.report.tau_scales = {c: round(alignment.tau_scale(c), 6) for c in order}
 
-    def _mean_destinations(self, order: Sequence[Hashable]) -> dict[Hashable, np.ndarray]:
+    def alignment_of(self, order: Sequence[Hashable]) -> Alignment:
+        """The reference of the clients ``order``, their maps and fractions of ``tau``.
+
+        Parameters
+        ----------
+        order : sequence of addresses
+            Accepted clients.
+
+        Returns
+        -------
+        Alignment
+
+        Raises
+        ------
+        ValueError, ArithmeticError, numpy.linalg.LinAlgError, MemoryError
+            Where the clients' values break the step (:data:`SERVER_STEP_ERRORS`).
+        """
+        order = list(order)
+        summaries = [self.roster.clients[c].summary for c in order]
+        weights = [self.roster.clients[c].weight for c in order]
+        built = self.settings.reference.build(order, summaries, weights)
+        full_maps = dict(built.maps)
+        destinations = self._mean_destinations(order, full_maps)
+        for c, destination in destinations.items():
+            mean = self.roster.clients[c].summary.mean
+            full_maps[c] = with_mean_image(full_maps[c], mean, destination)
+        return Alignment(
+            built.reference, full_maps, destinations, self._tau_scales(order), built.n_iter
+        )
+
+    def alignment_without(self, c: Hashable) -> Alignment:
+        """The run's alignment had client ``c`` never sent its summary: the reference, the
+        other clients' maps and fractions of ``tau``, built from theirs alone.
+
+        Parameters
+        ----------
+        c : hashable
+            An accepted client.
+
+        Returns
+        -------
+        Alignment
+
+        Raises
+        ------
+        ValueError, ArithmeticError, numpy.linalg.LinAlgError, MemoryError
+            Where the others' values break the step.
+        """
+        return self.alignment_of([k for k in self.roster.order if k != c])
+
+    def _mean_destinations(
+        self, order: Sequence[Hashable], full_maps: Mapping[Hashable, GaussianMap]
+    ) -> dict[Hashable, np.ndarray]:
         """Where each client's mean moves with ``label_mix="client"`` (none otherwise).
 
         The client's mean less its domain offset, measured within classes from the
@@ -299,7 +350,7 @@ class RunState:
         A reference whose maps came anchored (a fitted transformer's) keeps them.
         """
         if self.settings.label_mix != "client" or any(
-            self.full_maps[c].anchor is not None for c in order
+            full_maps[c].anchor is not None for c in order
         ):
             return {}
         means = {c: self.roster.clients[c].summary.mean for c in order}
@@ -422,22 +473,18 @@ class RunState:
             ) from error
         return culprits
 
-    def _scale_taus(self) -> None:
-        """Each accepted client's factor of ``tau``, from the accepted clients' class counts."""
+    def _tau_scales(self, order: Sequence[Hashable]) -> dict[Hashable, float]:
+        """Each of ``order``'s factor of ``tau``, from their class counts (all 1: uniform)."""
         if self.settings.client_tau == "uniform":
-            return
-        order = self.roster.order
+            return dict.fromkeys(order, 1.0)
         capped = any(c in self.report.capped for c in order)
         weights = {  # the capped weights, in the class counts' rows (fitting and held out)
             c: self.weight_factor(c) * self.roster.clients[c].upload.n_rows for c in order
         }
-        distances = label_shift_distances(
+        return label_shift_distances(
             {c: self.roster.clients[c].upload.class_counts for c in order},
             weights if capped else None,  # else pooled
         )
-        for c in order:
-            self.roster.clients[c].tau_scale = distances[c]
-        self.report.tau_scales = {c: round(distances[c], 6) for c in order}
 
     # -- what a head's strategy sees (skslot.heads.ServerSide) ---------------------------
 
@@ -473,13 +520,9 @@ class RunState:
         list of GaussianMap
             In the run's order.
         """
-        scaled, mean_tau = [], self.settings.mean_tau
-        for c in self.roster.order:
-            full, scale = self.full_maps[c], self.roster.clients[c].tau_scale
-            if full.anchor is None:  # a fitted transformer's maps come anchored
-                full = full.with_mean_fraction(mean_tau, self.roster.clients[c].summary.mean)
-            scaled.append(full if scale == 1.0 else full.geodesic(scale))
-        return scaled
+        order = self.roster.order
+        means = [self.roster.clients[c].summary.mean for c in order]
+        return self.alignment.maps(order, self.settings.mean_tau, means)
 
     def local_heads_cache(self, part: str) -> dict[Hashable, dict[float, Any]]:
         """The local heads received on the current reference, per client and fraction.

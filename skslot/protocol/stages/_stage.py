@@ -107,6 +107,12 @@ class ClientWire:
         """Most bytes one head of the run's classes and this dimension takes on the wire."""
         return 8 * (self.classes.shape[0] + 1) * (self.n_features + 1) + 4096
 
+    @property
+    def reference_bytes(self) -> int:
+        """Most bytes one reference of this dimension takes on the wire (in float64)."""
+        m = self.n_features
+        return 8 * (m * (m + 1) // 2 + m) + 4096
+
     def head(self, arrays: Mapping[str, np.ndarray]) -> LinearScores:
         """A received head, checked against the run's classes and this client's dimension.
 

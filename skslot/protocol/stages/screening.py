@@ -12,7 +12,7 @@ screened is the final head: nothing the screening did not judge enters it.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +32,7 @@ from ._stage import ClientWire, ServerWire, Stage
 
 if TYPE_CHECKING:
     from ...heads import OneShotHead
+    from ..alignment import Alignment
     from ..client import ClientParty
     from ..state import RunState
 
@@ -58,8 +59,12 @@ class ScreeningRequest:
     hold); the full head predicts among ``full_mask``, every class the
     federation holds, as the final head does, so that a row it sends to a
     class only the left-out client holds counts against that client.
-    ``tau`` is this client's fraction of its map.  A client is never sent the
-    head without itself.
+    ``tau`` is this client's fraction of its map.  A head without client
+    ``k`` fitted on statistics the server aligned comes with the reference
+    built without ``k`` (``references``, about this client's destination)
+    and this client's fraction of its map onto it (``taus``): the client
+    aligns its rows for that comparison with its own map onto it.  A client
+    is never sent the head without itself.
 
     Parameters
     ----------
@@ -71,6 +76,13 @@ class ScreeningRequest:
     tau : float
     full_mask : ndarray of bool, shape (C,), optional
         The classes the full head predicts among (``None``: every class).
+    references : tuple of (GaussianSummary or None), optional
+        Per left-out head, the reference built without its client; ``None``
+        (or an empty tuple: for every head) where the head was fitted on the
+        run's reference.
+    taus : tuple of float, optional
+        Per left-out head with a reference, this client's fraction of its map
+        onto it.
     """
 
     reference: GaussianSummary | None
@@ -79,6 +91,8 @@ class ScreeningRequest:
     masks: np.ndarray
     tau: float
     full_mask: np.ndarray | None = None
+    references: tuple[GaussianSummary | None, ...] = ()
+    taus: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -153,11 +167,15 @@ def paired_counts(
     classes: np.ndarray,
     *,
     full_mask: np.ndarray | None = None,
+    left_out_maps: Sequence[GaussianMap | None] | None = None,
 ) -> PairedCounts:
     """Compare the full head with each left-out head on the validation rows.
 
-    The rows are aligned once, with this client's own map at ``tau``; for each
-    left-out head ``k`` only rows of the classes of ``masks[k]`` are scored,
+    The rows are aligned with this client's own map at ``tau`` for the full
+    head, and for each left-out head with its own map where it has one
+    (``left_out_maps``: onto the reference built without that head's
+    client); for each left-out head ``k`` only rows of the classes of
+    ``masks[k]`` are scored,
     the left-out head predicting among those classes and the full head among
     ``full_mask`` (as the final head predicts): a row the full head sends to
     a class only client ``k`` holds is an error ``k`` caused (absorbed by its
@@ -182,6 +200,9 @@ def paired_counts(
         The global class set.
     full_mask : ndarray of bool, shape (C,), optional
         The classes the full head predicts among; ``None``: every class.
+    left_out_maps : sequence of (GaussianMap or None), optional
+        Per left-out head, the map (at its fraction) that aligns the rows it
+        scores; ``None``: the full map at ``tau``.
 
     Returns
     -------
@@ -199,16 +220,21 @@ def paired_counts(
     )
     if full_mask.shape != classes.shape or np.any(masks & ~full_mask):
         raise ValueError("the full head's classes must hold every comparison's classes")
+    if left_out_maps is None:
+        left_out_maps = [None] * len(left_out)
+    if len(left_out_maps) != len(left_out):
+        raise ValueError(f"{len(left_out_maps)} maps for {len(left_out)} left-out heads")
     aligned = full_map.geodesic(tau).apply(X)
     codes = np.searchsorted(classes, y)
     guess = _restricted_argmax(full.decision_scores(aligned), full_mask)
     better, worse, rows = (np.zeros(len(left_out), dtype=np.int64) for _ in range(3))
-    for k, (head, mask) in enumerate(zip(left_out, masks, strict=True)):
+    for k, (head, mask, own) in enumerate(zip(left_out, masks, left_out_maps, strict=True)):
         scored = mask[codes]
         truth = codes[scored]
         right_full = guess[scored] == truth
         absorbed = ~mask[guess[scored]]  # sent to a class only the left-out client holds
-        right_without = _restricted_argmax(head.decision_scores(aligned[scored]), mask) == truth
+        rows_k = aligned[scored] if own is None else own.apply(X[scored])
+        right_without = _restricted_argmax(head.decision_scores(rows_k), mask) == truth
         better[k] = np.sum((right_without & ~right_full) | (absorbed & ~right_without))
         worse[k] = np.sum(right_full & ~right_without)
         rows[k] = truth.shape[0]
@@ -300,14 +326,27 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
     sizes = {c: validation_sizes(n, fraction) for c, n in zip(order, counts, strict=True)}
     head = settings.head
     without: dict[int, LinearScores] = {}
+    #: per left-out client, the alignment built without it (heads fitted on aligned
+    #: statistics); its maps are dropped once the head without it is fitted
+    rebuilt: dict[int, Alignment] = {}
     unfit: dict[Hashable, str] = {}
     for k, c in enumerate(order):  # only where some voter has something to compare
         if not masks[k].any() or not any(v != c for v in voters):
             continue
         try:
-            without[k] = head.strategy.leave_one_out(head, candidate, run, k).linear_scores()
+            maps = None
+            if head.strategy.uploads_statistics and run.alignment is not None:
+                rebuilt[k] = run.alignment_without(c)
+                maps = _maps_without(run, rebuilt[k], k)
+            without[k] = head.strategy.leave_one_out(
+                head, candidate, run, k, maps=maps
+            ).linear_scores()
         except SERVER_STEP_ERRORS as exc:  # e.g. too few classes left: not screenable
+            rebuilt.pop(k, None)
             unfit[c] = f"the head without it could not be fitted: {type(exc).__name__}: {exc}"
+            continue
+        if k in rebuilt:
+            rebuilt[k] = replace(rebuilt[k], full_maps={})
     full = heads[settings.candidates.index(candidate)].linear_scores()
     targets = {c: [k for k in without if order[k] != c] for c in voters}
     requests = {
@@ -318,6 +357,11 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
             masks[targets[c]],
             run.client_taus(c, [candidate.tau])[0],
             every_class,
+            tuple(rebuilt[k].reference_for(c) if k in rebuilt else None for k in targets[c]),
+            tuple(
+                float(candidate.tau) * rebuilt[k].tau_scale(c) if k in rebuilt else 0.0
+                for k in targets[c]
+            ),
         )
         for c in voters
         if targets[c]
@@ -370,6 +414,16 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
     return excluded + refused
 
 
+def _maps_without(run: RunState, alignment: Alignment, k: int) -> list[GaussianMap | None]:
+    """Every client's map onto ``alignment``'s reference, ``None`` for the ``k``-th (left out)."""
+    order = run.roster.order
+    kept = [c for i, c in enumerate(order) if i != k]
+    means = [run.roster.clients[c].summary.mean for c in kept]
+    maps: list[GaussianMap | None] = list(alignment.maps(kept, run.settings.mean_tau, means))
+    maps.insert(k, None)
+    return maps
+
+
 class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
     """Stage "screening": the full head and the heads without one other client out,
     paired counts back.
@@ -388,9 +442,13 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
     def answer(self, party: ClientParty, request: ScreeningRequest) -> PairedCounts:
         full_map = party.full_map(request.reference)
         X, y = party.held_out("screening")
+        own = [
+            None if reference is None else party.map_onto(reference).geodesic(tau)
+            for reference, tau in zip(request.references, request.taus, strict=True)
+        ] or None
         return paired_counts(
             request.full, request.left_out, request.masks, full_map, request.tau, X, y,
-            party.classes, full_mask=request.full_mask,
+            party.classes, full_mask=request.full_mask, left_out_maps=own,
         )  # fmt: skip
 
     def encode_request(self, request: ScreeningRequest, wire: ServerWire) -> Payload:
@@ -401,6 +459,12 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
             {**h.to_arrays(), "mask": np.asarray(m, dtype=np.uint8)}
             for h, m in zip(request.left_out, request.masks, strict=True)
         ]
+        rebuilt = zip(heads, request.references, request.taus, strict=True)
+        for arrays, reference, tau in rebuilt if request.references else ():
+            if reference is not None:  # the reference built without this head's client
+                data = reference.to_bytes(wire.summary_dtype)
+                arrays["reference"] = np.frombuffer(data, dtype=np.uint8)
+                arrays["tau"] = np.array([tau], dtype=np.float64)
         full = request.full.to_arrays()
         if request.full_mask is not None:
             full["mask"] = np.asarray(request.full_mask, dtype=np.uint8)
@@ -415,14 +479,20 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
         arrays = payload.arrays(HEAD, max_bytes=wire.head_bytes)
         full_mask = _class_mask(arrays.pop("mask", None), classes, "the full head")
         full = wire.head(arrays)
-        parts = payload.array_list(LEFT_OUT, n, max_bytes=n * wire.head_bytes)
+        each = wire.head_bytes + wire.reference_bytes
+        parts = payload.array_list(LEFT_OUT, n, max_bytes=n * each)
         masks = np.array(
             [_class_mask(a.pop("mask", None), classes, "each left-out head") for a in parts]
         )
         if np.any(masks & ~full_mask):
             raise MessageFormatError("a comparison's classes lie outside the full head's")
+        references, taus = zip(*(_left_out_reference(a, wire) for a in parts), strict=True)
         heads = tuple(wire.head(arrays) for arrays in parts)
-        return ScreeningRequest(wire.reference(payload), full, heads, masks, tau, full_mask)
+        if all(r is None for r in references):
+            references, taus = (), ()
+        return ScreeningRequest(
+            wire.reference(payload), full, heads, masks, tau, full_mask, references, taus
+        )
 
     def encode_reply(self, reply: PairedCounts, request: ScreeningRequest) -> Payload:
         return Payload(arrays={PAIRED: reply.to_arrays()})
@@ -433,6 +503,22 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
         n = len(request.left_out)
         arrays = payload.arrays(PAIRED, max_bytes=3 * 8 * n + 4096)
         return PairedCounts.from_arrays(arrays, n_heads=n)
+
+
+def _left_out_reference(
+    arrays: dict[str, np.ndarray], wire: ClientWire
+) -> tuple[GaussianSummary | None, float]:
+    """A left-out head's reference built without its client, and this client's fraction of
+    its map onto it (popped from the head's arrays), if it carries one."""
+    data, tau = arrays.pop("reference", None), arrays.pop("tau", None)
+    if data is None and tau is None:
+        return None, 0.0
+    if data is None or tau is None or data.dtype != np.uint8 or data.ndim != 1:
+        raise MessageFormatError("a left-out head's reference needs its bytes and a fraction")
+    if tau.shape != (1,) or not np.isfinite(tau[0]) or not 0.0 <= tau[0] <= 1.0:
+        raise MessageFormatError("a left-out head's fraction of the map must lie in [0, 1]")
+    reference = GaussianSummary.from_bytes(data.tobytes(), expected_dimension=wire.n_features)
+    return reference, float(tau[0])
 
 
 def _class_mask(mask: np.ndarray | None, classes: np.ndarray, what: str) -> np.ndarray:
