@@ -624,7 +624,7 @@ def test_the_head_without_a_client_is_compared_on_the_reference_built_without_it
     summaries = dict(zip(result.clients, result.summaries, strict=True))
     request = seen[0]  # voter 0 gets the heads without 1, 2 and 3
     assert len(request.references) == len(request.left_out) == 3
-    for j, reference, tau in zip((1, 2, 3), request.references, request.taus, strict=True):
+    for j, reference, tau in zip((1, 2, 3), request.references, request.fractions, strict=True):
         others = [summaries[c] for c in summaries if c != j]
         want = BuresBarycenter().fit(others).reference_
         np.testing.assert_allclose(reference.mean, want.mean, atol=1e-6)
@@ -656,7 +656,7 @@ def test_a_left_out_heads_reference_travels_and_is_checked():
     got = screening_stage.STAGE.decode_request(
         screening_stage.STAGE.encode_request(request, wire).received(), ClientWire(CLASSES, 3)
     )
-    assert got.references[1] is None and got.taus == (0.25, 0.0)
+    assert got.references[1] is None and got.fractions == (0.25, 0.0)
     np.testing.assert_allclose(got.references[0].covariance, reference.covariance, rtol=1e-6)
     for key, value in (("tau", np.array([1.5])), ("reference", None)):
         payload = screening_stage.STAGE.encode_request(request, wire)

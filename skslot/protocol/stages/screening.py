@@ -62,7 +62,7 @@ class ScreeningRequest:
     ``tau`` is this client's fraction of its map.  A head without client
     ``k`` fitted on statistics the server aligned comes with the reference
     built without ``k`` (``references``, about this client's destination)
-    and this client's fraction of its map onto it (``taus``): the client
+    and this client's fraction of its map onto it (``fractions``): the client
     aligns its rows for that comparison with its own map onto it.  A client
     is never sent the head without itself.
 
@@ -80,7 +80,7 @@ class ScreeningRequest:
         Per left-out head, the reference built without its client; ``None``
         (or an empty tuple: for every head) where the head was fitted on the
         run's reference.
-    taus : tuple of float, optional
+    fractions : tuple of float, optional
         Per left-out head with a reference, this client's fraction of its map
         onto it.
     """
@@ -92,7 +92,7 @@ class ScreeningRequest:
     tau: float
     full_mask: np.ndarray | None = None
     references: tuple[GaussianSummary | None, ...] = ()
-    taus: tuple[float, ...] = ()
+    fractions: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -444,7 +444,7 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
         X, y = party.held_out("screening")
         own = [
             None if reference is None else party.map_onto(reference).geodesic(tau)
-            for reference, tau in zip(request.references, request.taus, strict=True)
+            for reference, tau in zip(request.references, request.fractions, strict=True)
         ] or None
         return paired_counts(
             request.full, request.left_out, request.masks, full_map, request.tau, X, y,
@@ -459,7 +459,7 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
             {**h.to_arrays(), "mask": np.asarray(m, dtype=np.uint8)}
             for h, m in zip(request.left_out, request.masks, strict=True)
         ]
-        rebuilt = zip(heads, request.references, request.taus, strict=True)
+        rebuilt = zip(heads, request.references, request.fractions, strict=True)
         for arrays, reference, tau in rebuilt if request.references else ():
             if reference is not None:  # the reference built without this head's client
                 data = reference.to_bytes(wire.summary_dtype)
@@ -486,12 +486,12 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
         )
         if np.any(masks & ~full_mask):
             raise MessageFormatError("a comparison's classes lie outside the full head's")
-        references, taus = zip(*(_left_out_reference(a, wire) for a in parts), strict=True)
+        references, fractions = zip(*(_left_out_reference(a, wire) for a in parts), strict=True)
         heads = tuple(wire.head(arrays) for arrays in parts)
         if all(r is None for r in references):
-            references, taus = (), ()
+            references, fractions = (), ()
         return ScreeningRequest(
-            wire.reference(payload), full, heads, masks, tau, full_mask, references, taus
+            wire.reference(payload), full, heads, masks, tau, full_mask, references, fractions
         )
 
     def encode_reply(self, reply: PairedCounts, request: ScreeningRequest) -> Payload:
