@@ -69,9 +69,7 @@ def read_records(path: str | os.PathLike) -> list[dict]:
     >>> path = os.path.join(tempfile.mkdtemp(), "results.csv")
     >>> with open(path, "w", newline="") as f:
     ...     writer = csv.DictWriter(f, fieldnames=list(record))
-    ...     writer.writeheader()
-    ...     writer.writerow(record)
-    33
+    ...     _ = writer.writeheader(), writer.writerow(record)
     >>> read_records(path)[0]["tau"], read_records(path)[0]["alpha"]
     (0.4, 'none')
     """
