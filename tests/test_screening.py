@@ -667,3 +667,47 @@ def test_a_left_out_heads_reference_travels_and_is_checked():
             arrays[f"0.{key}"] = value
         with pytest.raises(MessageFormatError, match="left-out head's"):
             screening_stage.STAGE.decode_request(payload.received(), ClientWire(CLASSES, 3))
+
+
+def test_a_reference_fixed_before_the_run_is_not_sent_again_with_each_left_out_head(
+    clients, monkeypatch
+):
+    """A fitted transformer's reference does not depend on any one client: the screening
+    compares on it and sends no reference with the left-out heads."""
+    from skslot import SLOTTransformer
+    from skslot.protocol import ClientState, FixedReference
+
+    seen = {}
+    answer = screening_stage.ScreeningStage.answer
+
+    def recording(self, party, request):
+        seen[party.label] = request
+        return answer(self, party, request)
+
+    monkeypatch.setattr(screening_stage.ScreeningStage, "answer", recording)
+    X = np.vstack([c[0] for c in clients.values()])
+    y = np.concatenate([c[1] for c in clients.values()])
+    label = np.concatenate([np.full(len(c[0]), k) for k, c in clients.items()])
+    slot = SLOTTransformer(tau=1.0, label_mix="federation").fit(X, y, client=label)
+    maps = {k: slot.client_map(k) for k in clients}
+    head = make_head("FedCGS").set_params(label_mix="federation")
+    parties = {
+        k: ClientParty(
+            X,
+            y,
+            head=head,
+            classes=CLASSES,
+            label=k,
+            X_test=Xt,
+            y_test=yt,
+            state=ClientState(fixed_map=maps[k]),
+        )
+        for k, (X, y, Xt, yt) in clients.items()
+    }
+    protocol = OneShotProtocol(
+        head, tau=1.0, defence=DefenceBounds(), screen="on", random_state=0,
+        reference=FixedReference(slot.reference_, maps),
+    )  # fmt: skip
+    result = protocol.run(InProcessTransport(parties), CLASSES)
+    assert result.report.screening["excluded"] == []
+    assert seen and all(request.references == () for request in seen.values())

@@ -81,7 +81,7 @@ class Alignment:
     def maps(
         self, order: Sequence[Hashable], mean_tau: float | None, means: Sequence[np.ndarray]
     ) -> list[GaussianMap]:
-        """Each client's map at ``tau = 1``: its full map, or that scaled by its ``tau_scale``.
+        """Each client's map at ``tau = 1``: its full map, or that scaled by its factor of ``tau``.
 
         With ``mean_tau`` the map is anchored at the client's mean, which
         moves by ``mean_tau`` at every ``tau``

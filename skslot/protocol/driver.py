@@ -387,7 +387,7 @@ class OneShotProtocol:
             [run.roster.clients[c].summary for c in order],
             selection,
             list(heads),
-            {c: run.roster.clients[c].tau_scale for c in order},
+            {c: run.alignment.tau_scale(c) for c in order},
         )
 
     def _local_heads(self, run: RunState, stage: str, taus: Sequence[float], part: str) -> None:

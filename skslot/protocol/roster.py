@@ -58,15 +58,12 @@ class Member:
         Its weight in the reference and the heads (its rows, until capped).
     statistics, validation : object, default=None
         The head's statistics of its fitting and validation parts, as weighed.
-    tau_scale : float, default=1.0
-        Its factor of ``tau``.
     """
 
     upload: Upload
     weight: float = 0.0
     statistics: Any = None
     validation: Any = None
-    tau_scale: float = 1.0
 
     @property
     def summary(self) -> GaussianSummary:

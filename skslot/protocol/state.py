@@ -220,9 +220,10 @@ class RunState:
         Returns
         -------
         tuple of float
-            Each of ``taus`` times the client's ``tau_scale``.
+            Each of ``taus`` times the client's factor of ``tau``
+            (:meth:`~skslot.protocol.alignment.Alignment.tau_scale`).
         """
-        scale = self.roster.clients[c].tau_scale
+        scale = 1.0 if self.alignment is None else self.alignment.tau_scale(c)
         return tuple(float(t) * scale for t in taus)
 
     def server_step(self, what: str, step: Callable[[], T]) -> T:
@@ -272,9 +273,7 @@ class RunState:
             try:
                 alignment = self.alignment_of(order)
             except SERVER_STEP_ERRORS as exc:
-                summaries = [self.roster.clients[c].summary for c in order]
-                weights = [self.roster.clients[c].weight for c in order]
-                culprits = self._culprits(order, summaries, weights, exc)
+                culprits = self._culprits(order, exc)
                 for c in culprits:
                     self.roster.reject(stage, c, f"its summary breaks the reference: {exc}")
                 self.roster.keep(stage, [c for c in order if c not in culprits])
@@ -283,8 +282,6 @@ class RunState:
         self.alignment = alignment
         self.report.barycenter_iterations = alignment.n_iter
         self.report.reference_clients = list(order)
-        for c in order:
-            self.roster.clients[c].tau_scale = alignment.tau_scale(c)
         if self.settings.client_tau != "uniform":
             self.report.tau_scales = {c: round(alignment.tau_scale(c), 6) for c in order}
 
@@ -433,9 +430,7 @@ class RunState:
             self.has_reference.clear()
             self._local_heads.clear()
 
-    def _culprits(
-        self, order: list, summaries: list, weights: list, error: Exception
-    ) -> list[Hashable]:
+    def _culprits(self, order: list, error: Exception) -> list[Hashable]:
         """The clients whose summaries break the reference, in O(K) barycenter iterations.
 
         First each summary alone (a one-client reference: one iteration each):
@@ -444,6 +439,8 @@ class RunState:
         one client whose removal lets the step through.  Otherwise the run
         fails.
         """
+        summaries = [self.roster.clients[c].summary for c in order]
+        weights = [self.roster.clients[c].weight for c in order]
 
         def breaks(kept: list[int], max_iter: int) -> bool:
             try:
@@ -507,7 +504,7 @@ class RunState:
         return [self.roster.clients[c].validation for c in self.roster.order]
 
     def maps(self) -> list[GaussianMap]:
-        """Each client's map at ``tau = 1``: its full map, or that scaled by its ``tau_scale``.
+        """Each client's map at ``tau = 1``: its full map, or that scaled by its factor of ``tau``.
 
         With ``mean_tau`` the map is anchored at the client's mean, which
         moves by ``mean_tau`` at every ``tau``
@@ -550,7 +547,7 @@ class RunState:
         part : {"fit", "all"}
             The part of the clients' rows the heads were trained on.
         tau : float
-            The run's fraction (each client's own is scaled by its ``tau_scale``).
+            The run's fraction (each client's own is scaled by its factor of ``tau``).
 
         Returns
         -------

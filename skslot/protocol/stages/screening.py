@@ -336,8 +336,11 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
         try:
             maps = None
             if head.strategy.uploads_statistics and run.alignment is not None:
-                rebuilt[k] = run.alignment_without(c)
-                maps = _maps_without(run, rebuilt[k], k)
+                alignment = run.alignment_without(c)
+                # a reference fixed before the run is the same without it: nothing to send
+                if alignment.reference is not run.reference:
+                    rebuilt[k] = alignment
+                    maps = _maps_without(run, alignment, k)
             without[k] = head.strategy.leave_one_out(
                 head, candidate, run, k, maps=maps
             ).linear_scores()
