@@ -104,6 +104,15 @@ def nearest_mean_statistics(
     return consistent_statistics(classes, counts, sums, gram, n=n, scale=1.0)
 
 
+def slot_maps(summaries: dict, counts: dict) -> list:
+    """Each client's SLOT map (:data:`SLOT`) from released summaries and class counts."""
+    reference = BuresBarycenter().fit(list(summaries.values())).reference_
+    slot = SLOTTransformer.from_reference(
+        reference, summaries, tau_scales=label_shift_distances(counts), **SLOT
+    )
+    return [slot.client_map(k) for k in summaries]
+
+
 def releases(
     mechanism: str, X: np.ndarray, y: np.ndarray, classes: np.ndarray, sigma: Callable, rng
 ) -> ClassStatistics:
@@ -152,11 +161,7 @@ def one_run(data, part, mechanism: str, epsilon: float | None, slot: bool, seed:
                 data.y[rows[k]], classes,
                 sigma=sigma_of(k)("class_counts", CLASS_COUNTS_SENSITIVITY), rng=rng,
             )  # fmt: skip
-        reference = BuresBarycenter().fit(list(summaries.values())).reference_
-        slot_maps = SLOTTransformer.from_reference(
-            reference, summaries, tau_scales=label_shift_distances(counts), **SLOT
-        )
-        maps = [slot_maps.client_map(k) for k in range(K)]
+        maps = slot_maps(summaries, counts)
         stats = []
         for k in range(K):
             Z = maps[k].apply(X[rows[k]])
@@ -181,15 +186,7 @@ def one_run(data, part, mechanism: str, epsilon: float | None, slot: bool, seed:
             summaries = {
                 k: s.summary(s.oas_shrinkage("total"), client=k) for k, s in enumerate(stats)
             }
-            slot_maps = SLOTTransformer.from_reference(
-                BuresBarycenter().fit(list(summaries.values())).reference_,
-                summaries,
-                tau_scales=label_shift_distances(
-                    {k: s.class_counts() for k, s in enumerate(stats)}
-                ),
-                **SLOT,
-            )
-            maps = [slot_maps.client_map(k) for k in range(K)]
+            maps = slot_maps(summaries, {k: s.class_counts() for k, s in enumerate(stats)})
         shrinkage = 1e-3
         if mechanism == "noise-level ridge" and epsilon:
             if maps is not None:  # the head's covariance is that of the aligned statistics

@@ -601,20 +601,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "settings": _settings(config),
     }
     previous: list[dict] = []
+    done: set[tuple] = set()  # the (alpha, seed) pairs run already
     if args.resume:
         try:
             previous = _previous_records(out, used)
         except (OSError, ValueError) as exc:
             print(f"skslot bench: --resume: {exc}", file=sys.stderr)
             return 2
-        print(
-            f"skslot bench: --resume: {len({(r['alpha'], r['seed']) for r in previous})} "
-            f"runs in {out} already",
-            file=sys.stderr,
-        )
+        done = {(r["alpha"], r["seed"]) for r in previous}
+        print(f"skslot bench: --resume: {len(done)} runs in {out} already", file=sys.stderr)
     try:
         with warnings.catch_warnings(record=True) as caught:
-            done = {(r["alpha"], r["seed"]) for r in previous}
             records = previous + run_benchmark(data, config, progress=not args.quiet, skip=done)
     except ValueError as exc:
         print(f"skslot bench: {exc}", file=sys.stderr)

@@ -32,11 +32,12 @@ __all__ = [
 ]
 
 
-#: The records' fields that hold integers and floats (the others are text; ``alpha`` is
-#: ``"none"`` or a float, ``head_bytes`` empty where a head sends nothing of its own).
+#: The records' fields that hold integers and floats where they hold anything (the
+#: others are text; ``alpha`` is ``"none"`` or a float; ``head_bytes`` is empty where a
+#: head sends nothing of its own).
 _INTEGER_FIELDS = (
     "seed", "n_train", "n_test", "n_clients", "n_empty_clients", "barycenter_iterations",
-    "summary_bytes",
+    "summary_bytes", "head_bytes",
 )  # fmt: skip
 _FLOAT_FIELDS = ("tau", "accuracy", "slot_cpu_seconds")
 
@@ -90,8 +91,6 @@ def read_records(path: str | os.PathLike) -> list[dict]:
             for key in _FLOAT_FIELDS:
                 if row.get(key) not in (None, ""):
                     record[key] = float(row[key])
-            if row.get("head_bytes") not in (None, ""):
-                record["head_bytes"] = int(float(row["head_bytes"]))
         except ValueError as exc:
             raise ValueError(f"{path}, line {line}: not a benchmark record ({exc})") from None
         records.append(record)
