@@ -287,8 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=FORMS,
         default=BenchmarkConfig.form,
         help="the summaries' form: 'dense' m x m covariances, or 'low-rank' factors held "
-        "exactly without an m x m matrix (for clients with fewer rows than features; needs "
-        "--no-auto) (default: dense)",
+        "exactly without an m x m matrix (for clients with fewer rows than features; the "
+        "federation's choice of tau exchanges them too) (default: dense)",
     )
     bench.add_argument(
         "--no-auto",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .gaussian import GaussianSummary
+from .low_rank import Summary
 from .selection import validation_sizes
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def class_sums_problem(
     if upload.class_counts is not None and np.any(counts > upload.class_counts):
         return "its class sums count more rows of a class than its class counts"
     summary = upload.summary
-    trace = float(np.trace(summary.covariance))
+    trace = summary.trace
     offset = float(np.linalg.norm(sums.sum(axis=0) / total - summary.mean))
     if not offset <= rtol * (np.sqrt(trace) + float(np.linalg.norm(summary.mean))):
         return (
@@ -139,7 +139,7 @@ def class_sums_problem(
 
 
 def inconsistent_statistics(
-    summary: GaussianSummary,
+    summary: Summary,
     mean: np.ndarray,
     covariance_trace: float,
     n_described: int | None = None,
@@ -197,7 +197,7 @@ def inconsistent_statistics(
     >>> inconsistent_statistics(s, np.array([np.sqrt(3.0), 0, 0]), 3.0)
     "the statistics' mean lies 1 standard deviations from the summary's"
     """
-    trace = float(np.trace(summary.covariance))
+    trace = summary.trace
     N = summary.n
     n_s = N if n_described is None else int(n_described)
     offset = float(np.linalg.norm(mean - summary.mean))
@@ -233,7 +233,7 @@ SPREAD_RTOL = 0.1
 
 
 def collapsed_spread(
-    summary: GaussianSummary,
+    summary: Summary,
     class_counts: np.ndarray,
     class_means: np.ndarray,
     *,
@@ -287,7 +287,7 @@ def collapsed_spread(
         return None
     directions = (D.T @ vectors[:, keep]) / np.sqrt(values[keep])
     along = np.einsum("mk,mn,nk->k", directions, summary.covariance, directions)
-    floor = np.minimum(values[keep], np.trace(summary.covariance) / summary.dimension)
+    floor = np.minimum(values[keep], summary.trace / summary.dimension)
     worst = int(np.argmin(along / floor))
     if along[worst] < (1.0 - rtol) * floor[worst]:
         return (

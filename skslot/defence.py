@@ -37,7 +37,7 @@ from typing import ClassVar
 import numpy as np
 
 from ._param_validation import Interval, Options, validate_parameter_constraints
-from .gaussian import GaussianSummary
+from .low_rank import Summary
 from .screening import ScreeningEvidence, strongest_case
 
 __all__ = [
@@ -87,7 +87,7 @@ def ratios_to_median(values: Sequence[float]) -> np.ndarray | None:
 
 
 def summary_deviations(
-    summaries: Sequence[GaussianSummary],
+    summaries: Sequence[Summary],
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """How far each summary lies from the others: variance ratio and mean offset.
 
@@ -119,7 +119,7 @@ def summary_deviations(
     if len(summaries) < 3:
         return None
     m = summaries[0].dimension
-    variance = np.array([np.sum(np.diagonal(s.covariance) / m) for s in summaries])
+    variance = np.array([s.trace / m for s in summaries])
     typical = float(np.median(variance))
     centre = np.median([s.mean for s in summaries], axis=0)
     offsets = np.array([np.linalg.norm(s.mean - centre) for s in summaries])
@@ -127,7 +127,7 @@ def summary_deviations(
 
 
 def implausible_summaries(
-    summaries: Sequence[GaussianSummary],
+    summaries: Sequence[Summary],
     *,
     max_variance_ratio: float = MAX_VARIANCE_RATIO,
     max_mean_offset: float = MAX_MEAN_OFFSET,
@@ -411,9 +411,7 @@ class DefenceBounds:
             votes, significance=self.screen_significance, min_gain=self.screen_min_gain
         )
 
-    def check_summaries(
-        self, summaries: Sequence[GaussianSummary]
-    ) -> tuple[dict[int, str], np.ndarray]:
+    def check_summaries(self, summaries: Sequence[Summary]) -> tuple[dict[int, str], np.ndarray]:
         """Positions of implausible clients with the reason, and the others' capped weights.
 
         Parameters
@@ -511,9 +509,7 @@ class NoDefence(DefenceBounds):
     checks_consistency: ClassVar[bool] = False
     screens: ClassVar[bool] = False
 
-    def check_summaries(
-        self, summaries: Sequence[GaussianSummary]
-    ) -> tuple[dict[int, str], np.ndarray]:
+    def check_summaries(self, summaries: Sequence[Summary]) -> tuple[dict[int, str], np.ndarray]:
         return {}, np.array([float(s.n) for s in summaries])
 
     def implausible_test_sizes(self, sizes: Sequence[int]) -> dict[int, str]:

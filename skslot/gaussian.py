@@ -179,6 +179,23 @@ class GaussianSummary:
         """Feature dimension ``m``."""
         return self.mean.shape[0]
 
+    def n_values(self) -> int:
+        """How many numbers the summary holds: ``m + m (m + 1) / 2`` (the covariance's upper
+        triangle; its factor form: :meth:`LowRankGaussianSummary.n_values
+        <skslot.low_rank.LowRankGaussianSummary.n_values>`).
+
+        Returns
+        -------
+        count : int
+        """
+        m = self.dimension
+        return m + m * (m + 1) // 2
+
+    @property
+    def trace(self) -> float:
+        """The covariance's trace: the total variance."""
+        return float(np.trace(self.covariance))
+
     def __repr__(self) -> str:
         return (
             f"GaussianSummary(n={self.n}, dimension={self.dimension}, "

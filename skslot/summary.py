@@ -90,7 +90,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
     form : {"dense", "low-rank", "auto"}, default="dense"
         How each summary is held.  ``"dense"``: a
         :class:`~skslot.GaussianSummary` from mergeable power sums (``O(n m^2)``
-        time, ``O(m^2)`` memory), the form the protocol's messages carry.
+        time, ``O(m^2)`` memory), the one that merges (``partial_fit``, :meth:`merge`).
         ``"low-rank"``: the same Ledoit-Wolf covariance in factor form, a
         :class:`~skslot.low_rank.LowRankGaussianSummary` computed from the
         client's ``n x n`` Gram matrix (``O(n^2 m)`` time, ``O(n m)`` memory;

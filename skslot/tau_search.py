@@ -18,7 +18,6 @@ from ._validation import (
 )
 from .defaults import VALIDATION_FRACTION
 from .heads._base import OneShotHead
-from .low_rank import as_dense
 from .protocol import (
     ClientParty,
     ClientState,
@@ -211,13 +210,6 @@ class FederatedTauSearch(
         self : object
         """
         self._validate_params()
-        if self._slot().barycenter_estimator().form == "low-rank":  # "auto": dense here
-            raise ValueError(
-                f"{type(self).__name__} runs the one-shot protocol, whose messages carry dense "
-                "summaries: a slot whose barycenter has form='low-rank' is not supported there; "
-                "use form='dense', or align with SLOTTransformer(barycenter=BuresBarycenter("
-                "form='low-rank')) and fit the head on its output"
-            )
         protocol = OneShotProtocol(
             self.head,
             tau="auto",
@@ -252,8 +244,7 @@ class FederatedTauSearch(
                 head=self.head,
                 classes=classes,
                 label=label,
-                # the protocol's messages carry dense summaries
-                summary_estimator=slot._summary_estimator().set_params(form="dense"),
+                summary_estimator=slot._summary_estimator(),
                 validation_fraction=self.validation_fraction,
                 state=ClientState(fixed_map=fixed_maps[label]) if frozen else None,
             )
@@ -309,11 +300,7 @@ class FederatedTauSearch(
         slot = self._slot()
         if self.slot is not None and hasattr(self.slot, "estimator"):  # FrozenEstimator
             check_is_fitted(slot, "maps_")
-            # the protocol's messages carry dense summaries: a transformer that holds its
-            # reference and maps in factor form (form="auto", clients of few rows) sends
-            # their m x m forms, the same maps
-            maps = {label: full.dense() for label, full in _full_maps(slot).items()}
-            return FixedReference(as_dense(slot.reference_), maps, slot.n_iter_)
+            return FixedReference(slot.reference_, _full_maps(slot), slot.n_iter_)
         return ReferenceStep(slot.barycenter_estimator())
 
     def _store(

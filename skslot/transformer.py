@@ -34,7 +34,7 @@ from .exceptions import SmallClientWarning, UnknownClientWarning, shown_labels
 from .gaussian import GaussianSummary
 from .label_mix import LABEL_MIXES, domain_offsets
 from .label_shift import CLIENT_TAU_RULES, class_sums, label_shift_distances
-from .low_rank import LowRankGaussianSummary, LowRankMap, as_dense
+from .low_rank import LowRankGaussianSummary, LowRankMap, optimal_transport_map
 from .maps import GaussianMap, with_mean_image
 from .summary import GaussianSummaryEstimator
 
@@ -275,13 +275,7 @@ class SLOTTransformer(
         self, summary: GaussianSummary | LowRankGaussianSummary
     ) -> GaussianMap | LowRankMap:
         """A client's full (``tau = 1``) map onto the fitted reference, in the reference's form."""
-        if isinstance(self.reference_, LowRankGaussianSummary):
-            if not isinstance(summary, LowRankGaussianSummary):
-                summary = LowRankGaussianSummary.from_dense(summary)
-            return LowRankMap.optimal_transport(summary, self.reference_)
-        return GaussianMap.optimal_transport(
-            as_dense(summary), self.reference_, target_factor=self._reference_factor
-        )
+        return optimal_transport_map(summary, self.reference_, target_factor=self._reference_factor)
 
     @property
     def _chunk_size(self) -> int:

@@ -17,6 +17,7 @@ from skslot.bench import (
     evaluate_run,
     macro_accuracy_by_case,
     own_mix_rows,
+    read_records,
     run_benchmark,
     summarise,
     training_mixes,
@@ -359,20 +360,22 @@ def test_a_low_rank_run_gives_the_dense_run_s_accuracies(tmp_path):
     path = tmp_path / "wide.npz"
     np.savez(path, X=data.X, y=data.y, domain=data.client)
     wide = load_npz(path)
-    settings = {"alphas": (None,), "taus": (0.0, 0.6), "seeds": (0,), "heads": ("FedCGS",)}
-    configs = {form: BenchmarkConfig(**settings, auto=False, form=form) for form in FORMS}
+    settings = {"alphas": (None,), "taus": (0.0, 0.6), "seeds": (0,), "heads": ("FedPFT",)}
+    configs = {form: BenchmarkConfig(**settings, form=form) for form in FORMS}  # with auto
     records = {form: run_benchmark(wide, c, progress=False) for form, c in configs.items()}
     assert len(records["dense"]) == len(records["low-rank"]) > 0
+    assert "auto" in {r["selection"] for r in records["low-rank"]}
     for a, b in zip(records["dense"], records["low-rank"], strict=True):
         assert (a["tau"], a["selection"], a["domain"]) == (b["tau"], b["selection"], b["domain"])
         assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1e-12)
-    with pytest.raises(ValueError, match="exchanges dense summaries"):
-        BenchmarkConfig(form="low-rank")  # with the auto column
 
 
-def test_cli_refuses_low_rank_summaries_with_the_auto_column(small_npz, capsys):
-    assert main(["bench", "--data", str(small_npz), "--form", "low-rank"]) == 2
-    assert "--no-auto" in capsys.readouterr().err
+def test_cli_runs_low_rank_summaries_with_the_auto_column(small_npz, tmp_path):
+    args = ["bench", "--data", str(small_npz), "--form", "low-rank", "--alphas", "none"]
+    args += ["--seeds", "1", "--heads", "FedPFT", "--taus", "0,0.6", "--out", str(tmp_path)]
+    assert main(args) == 0
+    records = read_records(next(tmp_path.glob("*.csv")))
+    assert "auto" in {r["selection"] for r in records}
 
 
 def test_each_case_scores_its_own_predictions_and_mix():

@@ -45,6 +45,7 @@ from skslot.flower.client_app import (  # noqa: E402
 )
 from skslot.heads import HEADS, OneShotFedAvgClassifier, make_head, message_bytes  # noqa: E402
 from skslot.lifetime import LifetimeBudget  # noqa: E402
+from skslot.low_rank import LowRankGaussianSummary, summary_from_bytes  # noqa: E402
 from skslot.protocol import ClientParty, ProtocolRunError, UploadRequest  # noqa: E402
 from skslot.protocol.stages import upload as upload_stage  # noqa: E402
 from skslot.wire import MessageFormatError  # noqa: E402
@@ -289,7 +290,7 @@ def test_a_fedcgs_client_sends_its_shrinkage_and_the_server_derives_its_summary(
     27 values; the server's summary is the client's Ledoit-Wolf one (up to rounding), and the
     run equals the one where every client sends the summary it derives itself."""
     report, _, reference, _ = deploy(node_configs, summary_dtype="float64", screen="off")
-    assert report.summary_values == 1
+    assert report.summary_values == {node: 1 for node in node_configs}
     assert report.summary_payload_bytes == {node: 8 for node in node_configs}
     config = DeploymentConfig(classes=CLASSES)
     grid = LocalGrid(client_app, node_configs, config.to_run_config())
@@ -313,13 +314,51 @@ def test_a_fedcgs_client_sends_its_shrinkage_and_the_server_derives_its_summary(
 def test_summary_bytes_are_accounted(node_configs, dtype, itemsize):
     report, _, _, _ = deploy(node_configs, summary_dtype=dtype, head="FedPFT")
     values = M * (M + 1) // 2 + M + 1
-    assert report.summary_values == values
+    assert report.summary_values == {node: values for node in node_configs}
     # the header holds n (the "+1") with magic, version, dtype, m and shrinkage
     # in 28 bytes; an int client label takes 8 more; the rest is values at dtype
     for node, size in report.summary_payload_bytes.items():
         assert size == 28 + 8 + (values - 1) * itemsize
         assert report.bytes_received[node]["upload"] > size  # with the head's statistics
         assert report.bytes_sent[node]["evaluation"] >= 28 + (values - 1) * itemsize
+
+
+@pytest.fixture(scope="module")
+def wide_node_configs(tmp_path_factory):
+    """Four nodes of 20 training rows in 100 dimensions: each sends its factor form."""
+    data = make_federated_classification(
+        n_clients=N_CLIENTS, n_samples_per_client=30, n_features=100, alpha=None,
+        domain_shift=2.0, random_state=3,
+    )  # fmt: skip
+    return write_node_files(
+        tmp_path_factory.mktemp("wide"), data.X, data.y, data.client, first_node=11,
+        train_fraction=2 / 3,
+    )  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore::skslot.SmallClientWarning")
+@pytest.mark.parametrize("head", ["FedPFT", "O-FedAvg"])
+def test_nodes_of_few_rows_send_their_factor_form_and_the_run_is_the_dense_one(
+    wide_node_configs, head
+):
+    """``summary-form = "auto"``: each node's exact factor form (a 40-byte header, the label,
+    m (r + 1) + r values), the reference built on the span of the factors and sent in factor
+    form, the same accuracies as with dense summaries."""
+    settings = {"head": head, "summary_dtype": "float64", "screen": "off", "tau": 0.6}
+    low, _, reference, _ = deploy(wide_node_configs, **settings)
+    dense, _, dense_reference, _ = deploy(wide_node_configs, summary_form="dense", **settings)
+    m, r = 100, 19  # 20 fitting rows each
+    assert low.summary_values == {node: m * (r + 1) + r + 2 for node in wide_node_configs}
+    assert dense.summary_values == {node: m * (m + 1) // 2 + m + 1 for node in wide_node_configs}
+    for node, size in low.summary_payload_bytes.items():
+        assert size == 40 + 8 + (m * (r + 1) + r) * 8
+    received = summary_from_bytes(reference)
+    assert isinstance(received, LowRankGaussianSummary) and received.rank == 4 * r
+    np.testing.assert_allclose(
+        received.covariance, GaussianSummary.from_bytes(dense_reference).covariance, atol=1e-10
+    )
+    assert low.accuracy == pytest.approx(dense.accuracy, abs=1e-12)
+    assert low.status == dense.status == "completed"
 
 
 def drop_at(stage: str):
@@ -510,7 +549,7 @@ def test_a_private_fedavg_run_travels_through_the_same_protocol(node_configs):
     a, b = (GaussianSummary.from_bytes(r) for r in (exact_reference, private_reference))
     assert not np.allclose(a.covariance, b.covariance)  # the noise reached the reference
     # a private client holds out no rows (the exact run screens, on its fitting rows)
-    assert b.n > a.n and private.summary_values == exact.summary_values
+    assert b.n > a.n and private.summary_values == exact.summary_values != {}
     assert exact.screening["excluded"] == [] and "a private run" in private.screening["skipped"]
 
 
@@ -1272,7 +1311,10 @@ def test_implausible_summaries_are_rejected_and_the_run_equals_the_others(
     """
     # the bounds alone: the run of four (a screening's split) would differ from that of three
     settings = {
-        "summary_dtype": "float64", "head": "O-FedAvg", "screen": "off", "label_mix": "federation"
+        "summary_dtype": "float64",
+        "head": "O-FedAvg",
+        "screen": "off",
+        "label_mix": "federation",
     }
     report, scores, _, _ = deploy(
         node_configs, faults={14: scaled_summary(factor, shift)}, **settings

@@ -494,16 +494,40 @@ def test_low_rank_identity_for_unknown_clients_and_refusals(rng):
         BuresBarycenter(form="sparse").fit(X, client=client)
 
 
-def test_the_federated_search_refuses_a_low_rank_transformer_naming_why(rng):
+@few_rows_per_client
+def test_the_federated_search_runs_on_factor_summaries_as_on_dense_ones():
+    """The protocol's messages carry each form: the same choice, the same alignment (a head
+    whose statistics carry no summary: FedCGS derives its summary from its m x m Gram)."""
     from skslot import FederatedTauSearch
-    from skslot.heads import FedCGSClassifier
+    from skslot.heads import FedPFTClassifier
 
-    X, client, y = _federation(rng, 40, [30, 30])
-    search = FederatedTauSearch(
-        FedCGSClassifier(), slot=SLOTTransformer(barycenter=BuresBarycenter(form="low-rank"))
+    # three clients of 30 rows in 100 dimensions (ranks add up to less than m), three
+    # classes apart, each client shifted and scaled
+    rng = np.random.default_rng(0)
+    y = np.tile(np.arange(3), 30)
+    client = np.repeat(np.arange(3), 30)
+    shift = 2 * rng.normal(size=(3, 100)) * rng.uniform(0.5, 2, size=100)
+    X = 1.5 * np.eye(100)[y] + rng.normal(size=(90, 100)) + shift[client]
+    searches = {
+        form: FederatedTauSearch(
+            FedPFTClassifier(random_state=0),
+            slot=SLOTTransformer(client_tau="uniform", barycenter=BuresBarycenter(form=form)),
+            random_state=0,
+        ).fit(X, y, client=client)
+        for form in ("dense", "low-rank")
+    }
+    dense, low = searches["dense"], searches["low-rank"]
+    assert isinstance(low.slot_.reference_, LowRankGaussianSummary)
+    assert isinstance(dense.slot_.reference_, GaussianSummary)
+    assert low.best_tau_ == dense.best_tau_
+    assert np.ptp(dense.cv_results_["mean_validation_score"]) > 0  # tau matters here
+    np.testing.assert_allclose(
+        low.cv_results_["mean_validation_score"], dense.cv_results_["mean_validation_score"]
     )
-    with pytest.raises(ValueError, match="messages carry dense summaries"):
-        search.fit(X, y, client=client)
+    np.testing.assert_allclose(
+        low.slot_.transform(X, client=client), dense.slot_.transform(X, client=client), atol=1e-8
+    )
+    np.testing.assert_array_equal(low.predict(X, client=client), dense.predict(X, client=client))
 
 
 @few_rows_per_client

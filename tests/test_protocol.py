@@ -708,7 +708,7 @@ def test_a_fedcgs_upload_carries_its_shrinkage_and_no_summary(party, reason):
     result = OneShotProtocol(head).run(InProcessTransport(parties), classes)
     assert list(result.report.rejected["upload"]) == [2]
     assert reason in result.report.rejected["upload"][2]
-    assert result.report.summary_values == 1
+    assert set(result.report.summary_values.values()) == {1}
 
 
 def test_a_fedcgs_client_refuses_summary_settings_other_than_the_runs():

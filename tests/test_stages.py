@@ -53,3 +53,48 @@ def test_a_summary_of_another_dimension_is_refused_before_it_is_decoded():
     decoded = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert decoded > 4 * peak_honest
+
+
+def _factor_payload(basis: np.ndarray, client: int, n: int = 50):
+    """An upload whose summary is in factor form, ``basis`` sent as it is (checked or not)."""
+    from types import SimpleNamespace
+
+    from skslot.wire import encode_low_rank_summary
+
+    m, r = basis.shape
+    summary = SimpleNamespace(
+        n=n, mean=np.zeros(m), basis=basis, eigenvalues=np.linspace(2.0, 3.0, r),
+        complement=1.0, shrinkage=0.1, client=client,
+    )  # fmt: skip
+    request = UploadRequest(client, summary_dtype="float32")
+    honest = upload_stage.STAGE.encode_reply(Upload(_dense(m, n, client), n, 10), request)
+    honest.config["summary"] = encode_low_rank_summary(summary, "float32")
+    return honest.received(), request
+
+
+def _dense(m: int, n: int, client: int) -> GaussianSummary:
+    return GaussianSummary(n, np.zeros(m), np.eye(m), client=client)
+
+
+def test_factor_summaries_are_read_beside_dense_ones_and_a_broken_basis_is_rejected():
+    """Each form by its header; a basis that is not orthonormal is one client's rejection."""
+    from skslot.low_rank import LowRankGaussianSummary
+
+    rng = np.random.default_rng(0)
+    dense = {k: _upload_payload(M, client=k) for k in range(2)}
+    U = np.linalg.qr(rng.normal(size=(M, 8)))[0]
+    broken = U.copy()
+    broken[:, 1] += 1e-3 * U[:, 0]  # no rounding makes this
+    factor = {2: _factor_payload(U, 2), 3: _factor_payload(broken, 3)}
+    big = {4: _factor_payload(np.linalg.qr(rng.normal(size=(4096, 8)))[0], 4)}
+    sent = {**dense, **factor, **big}
+    _, replies, rejected = _decode_peak(
+        {k: p for k, (p, _) in sent.items()}, {k: r for k, (_, r) in sent.items()}
+    )
+    assert sorted(replies) == [0, 1, 2]
+    assert isinstance(replies[2].summary, LowRankGaussianSummary)
+    assert isinstance(replies[0].summary, GaussianSummary)
+    np.testing.assert_allclose(replies[2].summary.basis.T @ replies[2].summary.basis, np.eye(8),
+                               atol=1e-12)  # fmt: skip
+    assert "basis is not orthonormal" in rejected[3]
+    assert rejected[4] == f"dimension 4096, expected {M}"

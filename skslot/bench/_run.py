@@ -145,8 +145,8 @@ class BenchmarkConfig:
         The summaries' form (:class:`~skslot.SLOTTransformer`'s ``form``):
         ``"low-rank"`` holds each client's summary in factor form, exactly,
         without an ``m x m`` matrix (for clients with fewer rows than
-        features); the same alignment to rounding.  With ``auto`` refused:
-        the federated search exchanges dense summaries.
+        features); the same alignment to rounding, the federated search's
+        messages included.
     """
 
     alphas: Sequence[float | None] = (0.1, 0.05, 0.01, None)
@@ -169,11 +169,6 @@ class BenchmarkConfig:
     def __post_init__(self) -> None:
         if self.form not in FORMS:
             raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
-        if self.form != "dense" and self.auto:
-            raise ValueError(
-                f"form={self.form!r} with auto: the federated choice of tau exchanges dense "
-                "summaries; run without the auto column (auto=False, --no-auto)"
-            )
 
 
 def evaluate_run(

@@ -232,7 +232,8 @@ class DeploymentConfig:
             self.summary_estimator()._validate_params()
         except ValueError as exc:
             raise ValueError(
-                f"{exc} (run-config keys 'summary-covariance', 'epsilon', 'delta' and 'clip-norm')"
+                f"{exc} (run-config keys 'summary-covariance', 'summary-form', 'epsilon', 'delta' "
+                "and 'clip-norm')"
             ) from None
         head = self.make_head()  # a head with a private release derives the summary from it
         why = None if head.private_release else private_summary_problem(head, self.epsilon)
@@ -363,13 +364,14 @@ class DeploymentConfig:
         Returns
         -------
         estimator : GaussianSummaryEstimator
-            Of ``summary_covariance``, private with ``epsilon``, ``delta`` and
+            Of ``summary_covariance`` and ``summary_form``, private with ``epsilon``, ``delta`` and
             ``clip_norm`` when ``epsilon`` is set.
         """
         # a head with a private release derives the summary from it: no epsilon of its own
         private = self.epsilon is not None and self.make_head().private_release is None
         return GaussianSummaryEstimator(
             covariance=self.summary_covariance,
+            form=self.summary_form,
             epsilon=self.epsilon if private else None,
             delta=self.delta,
             clip_norm=self.clip_norm if private else None,

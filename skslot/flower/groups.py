@@ -16,6 +16,7 @@ import numpy as np
 from ..defaults import (
     CLIENT_MIX_TAU,
     CLIENT_TAU,
+    FORM,
     LABEL_MIX,
     MEAN_TAU,
     TAU,
@@ -27,7 +28,7 @@ from ..label_mix import LABEL_MIXES
 from ..label_shift import CLIENT_TAU_RULES
 from ..screening import SCREENING
 from ..selection import DEFAULT_TAUS, SELECTION_RULES, check_tau_grid
-from ..summary import COVARIANCES
+from ..summary import COVARIANCES, FORMS
 from ..wire.summary_codec import SUMMARY_DTYPES
 from .settings import SettingsGroup, declare, declared
 
@@ -297,6 +298,17 @@ class AlignmentSettings(SettingsGroup):
         "private release of its own, so it is refused with ``epsilon`` where the summary is "
         "released (O-FedAvg); FedCGS derives it from its released statistics.",
         options=COVARIANCES,
+    )
+    summary_form: str = declare(
+        FORM,
+        "How each client holds and sends its summary: 'dense' (an m x m covariance), "
+        "'low-rank' (its exact factor form, for clients with no more rows than features) or "
+        "'auto' (each client its factor form where it holds no more fitting rows than features)",
+        details="See :class:`~skslot.GaussianSummaryEstimator`'s ``form``; a private summary is "
+        "dense (``'auto'`` resolves so, ``'low-rank'`` is refused with ``epsilon``). The "
+        "server builds the reference on the span of the factors where every client sent one "
+        "(:func:`~skslot.low_rank.low_rank_barycenter`), the dense way otherwise.",
+        options=FORMS,
     )
     taus: str = declare(
         ",".join(f"{t:g}" for t in DEFAULT_TAUS),

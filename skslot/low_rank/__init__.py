@@ -34,14 +34,18 @@ References
 """
 
 from ._barycenter import LowRankBarycenter, low_rank_barycenter
-from ._map import LowRankMap
-from ._summary import LowRankGaussianSummary, as_dense, common_basis
+from ._map import LowRankMap, TransportMap, optimal_transport_map
+from ._summary import LowRankGaussianSummary, Summary, as_dense, common_basis, summary_from_bytes
 
 __all__ = [
     "LowRankBarycenter",
     "LowRankGaussianSummary",
     "LowRankMap",
+    "Summary",
+    "TransportMap",
     "as_dense",
     "common_basis",
     "low_rank_barycenter",
+    "optimal_transport_map",
+    "summary_from_bytes",
 ]

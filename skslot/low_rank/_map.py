@@ -13,10 +13,11 @@ from ..gaussian import GaussianSummary
 from ..maps import GaussianMap
 from ._summary import (
     LowRankGaussianSummary,
+    as_dense,
     common_basis,
 )
 
-__all__ = ["LowRankMap"]
+__all__ = ["LowRankMap", "TransportMap", "optimal_transport_map"]
 
 
 @dataclass(frozen=True)
@@ -264,6 +265,54 @@ class LowRankMap:
         A.flat[:: V.shape[0] + 1] += self.complement
         anchor = None if self.anchor is None else self.anchor.copy()
         return GaussianMap(symmetrize(A), self.offset.copy(), anchor)
+
+
+#: A map onto a reference, in either form.
+TransportMap = GaussianMap | LowRankMap
+
+
+def optimal_transport_map(
+    source: GaussianSummary | LowRankGaussianSummary,
+    target: GaussianSummary | LowRankGaussianSummary,
+    *,
+    target_factor: np.ndarray | None = None,
+) -> GaussianMap | LowRankMap:
+    """The Monge map from ``source`` onto ``target``, in the form of ``target``.
+
+    A reference in factor form (every client of the federation sent one) gets
+    a :class:`LowRankMap` (a dense ``source`` is taken in its full eigenbasis);
+    a dense reference gets a :class:`~skslot.GaussianMap` (a factor-form
+    ``source`` is formed densely).  What a client computes from the reference
+    it receives, and the server from the barycenter it built.
+
+    Parameters
+    ----------
+    source, target : GaussianSummary or LowRankGaussianSummary
+        Of one dimension.
+    target_factor : ndarray of shape (m, m), optional
+        A square root ``F F^T`` of a dense target's covariance (the
+        barycenter's own): saves its factorisation.
+
+    Returns
+    -------
+    map : GaussianMap or LowRankMap
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot.low_rank import LowRankGaussianSummary, optimal_transport_map
+    >>> rng = np.random.default_rng(0)
+    >>> a, b = (LowRankGaussianSummary.from_rows(rng.normal(size=(6, 30))) for _ in range(2))
+    >>> T = optimal_transport_map(a, b)
+    >>> type(T).__name__, bool(np.allclose(T.dense().linear,
+    ...     optimal_transport_map(a.to_dense(), b.to_dense()).linear))
+    ('LowRankMap', True)
+    """
+    if isinstance(target, LowRankGaussianSummary):
+        if not isinstance(source, LowRankGaussianSummary):
+            source = LowRankGaussianSummary.from_dense(source)
+        return LowRankMap.optimal_transport(source, target)
+    return GaussianMap.optimal_transport(as_dense(source), target, target_factor=target_factor)
 
 
 def _apply_linear(V: np.ndarray, L: np.ndarray, a: float, X: np.ndarray) -> np.ndarray:

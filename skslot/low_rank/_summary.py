@@ -19,8 +19,15 @@ from ..wire.low_rank_codec import (
     encode_low_rank_summary,
     low_rank_payload_size,
 )
+from ..wire.summary_codec import LOW_RANK_MAGIC
 
-__all__ = ["LowRankGaussianSummary", "as_dense", "common_basis"]
+__all__ = [
+    "LowRankGaussianSummary",
+    "Summary",
+    "as_dense",
+    "common_basis",
+    "summary_from_bytes",
+]
 
 #: Eigenvalues of the sample covariance below this fraction of the largest
 #: (times the number of rows) are round-off: their directions belong to the
@@ -30,6 +37,11 @@ RANK_RTOL = 1e-13
 #: A direction of a new basis whose residual against the span so far is below
 #: this norm is taken as inside the span (its part outside is round-off).
 SPAN_TOL = 1e-10
+
+#: What the float64 arithmetic of a basis (a thin QR factorisation, then an
+#: eigenbasis of the small Gram) leaves of ``||U^T U - I||_max``: some hundred
+#: float64 epsilons at a few hundred rows, which a decoder accepts.
+BASIS_ROUNDING = 1e-12
 
 #: Tolerance on ``||U^T U - I||_max`` for a basis to count as orthonormal.
 ORTHONORMAL_TOL = 1e-8
@@ -257,8 +269,9 @@ class LowRankGaussianSummary:
     ) -> LowRankGaussianSummary:
         """Decode and validate a payload of :meth:`to_bytes`.
 
-        The basis must be orthonormal up to what its dtype's rounding explains
-        (``|U^T U - I| <= 64 eps``); it is then made orthonormal again (a QR
+        The basis must be orthonormal up to what its dtype's rounding and the
+        float64 arithmetic that made it explain (``|U^T U - I| <= max(64 eps,
+        BASIS_ROUNDING)``); it is then made orthonormal again (a QR
         factorisation, the same span), and the summary validated.
 
         Parameters
@@ -291,7 +304,7 @@ class LowRankGaussianSummary:
         if r:
             gram = U.T @ U
             gram.flat[:: r + 1] -= 1.0
-            allowed = 64 * float(np.finfo(fields.dtype).eps)
+            allowed = max(64 * float(np.finfo(fields.dtype).eps), BASIS_ROUNDING)
             if float(np.max(np.abs(gram))) > allowed:
                 raise SummaryFormatError(
                     f"basis is not orthonormal: |U^T U - I| reaches {np.max(np.abs(gram)):.2e}, "
@@ -313,6 +326,11 @@ class LowRankGaussianSummary:
     def dimension(self) -> int:
         """``m``."""
         return self.mean.shape[0]
+
+    @property
+    def trace(self) -> float:
+        """The covariance's trace, ``sum(e) + (m - r) c``: the total variance."""
+        return float(self.eigenvalues.sum()) + (self.dimension - self.rank) * self.complement
 
     @property
     def rank(self) -> int:
@@ -416,6 +434,62 @@ def as_dense(summary: GaussianSummary | LowRankGaussianSummary) -> GaussianSumma
     GaussianSummary
     """
     return summary.to_dense() if isinstance(summary, LowRankGaussianSummary) else summary
+
+
+#: A client's summary or a reference, in either form.
+Summary = GaussianSummary | LowRankGaussianSummary
+
+
+def summary_from_bytes(
+    payload: bytes | bytearray | memoryview,
+    *,
+    expected_dimension: int | None = None,
+    max_dimension: int | None = None,
+) -> GaussianSummary | LowRankGaussianSummary:
+    """Decode a summary payload of either form, as its header says.
+
+    A client with no more rows than dimensions sends its summary in factor
+    form (:meth:`LowRankGaussianSummary.to_bytes`), another the dense
+    ``m x m`` form (:meth:`GaussianSummary.to_bytes`); the magic of the
+    header says which, and the form's own decoder checks everything before
+    it allocates.
+
+    Parameters
+    ----------
+    payload : bytes-like
+    expected_dimension : int, optional
+        Reject a payload of any other dimension.
+    max_dimension : int, optional
+        Reject a larger dimension before allocating (default 16384).
+
+    Returns
+    -------
+    summary : GaussianSummary or LowRankGaussianSummary
+
+    Raises
+    ------
+    SummaryFormatError
+        If the payload is malformed (its magic names neither form, among others).
+    InvalidSummaryError
+        If the decoded values are not a valid summary.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot.low_rank import LowRankGaussianSummary, summary_from_bytes
+    >>> s = LowRankGaussianSummary.from_rows(np.random.default_rng(0).normal(size=(5, 40)))
+    >>> type(summary_from_bytes(s.to_bytes())).__name__, type(
+    ...     summary_from_bytes(s.to_dense().to_bytes())).__name__
+    ('LowRankGaussianSummary', 'GaussianSummary')
+    """
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise SummaryFormatError(f"payload must be bytes, got {type(payload).__name__}")
+    options = {"expected_dimension": expected_dimension}
+    if max_dimension is not None:
+        options["max_dimension"] = max_dimension
+    if bytes(payload[:4]) == LOW_RANK_MAGIC:
+        return LowRankGaussianSummary.from_bytes(payload, **options)
+    return GaussianSummary.from_bytes(payload, **options)
 
 
 def common_basis(bases: Sequence[np.ndarray]) -> np.ndarray:

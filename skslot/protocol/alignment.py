@@ -17,8 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..gaussian import GaussianSummary
-from ..maps import GaussianMap
+from ..low_rank import Summary, TransportMap
 
 __all__ = ["Alignment"]
 
@@ -43,13 +42,13 @@ class Alignment:
         The barycenter's iterations.
     """
 
-    reference: GaussianSummary
-    full_maps: Mapping[Hashable, GaussianMap]
+    reference: Summary
+    full_maps: Mapping[Hashable, TransportMap]
     destinations: Mapping[Hashable, np.ndarray] = field(default_factory=dict)
     tau_scales: Mapping[Hashable, float] = field(default_factory=dict)
     n_iter: int = 0
 
-    def reference_for(self, c: Hashable) -> GaussianSummary:
+    def reference_for(self, c: Hashable) -> Summary:
         """The reference client ``c`` maps onto: about its own destination, where it has one.
 
         Parameters
@@ -80,7 +79,7 @@ class Alignment:
 
     def maps(
         self, order: Sequence[Hashable], mean_tau: float | None, means: Sequence[np.ndarray]
-    ) -> list[GaussianMap]:
+    ) -> list[TransportMap]:
         """Each client's map at ``tau = 1``: its full map, or that scaled by its factor of ``tau``.
 
         With ``mean_tau`` the map is anchored at the client's mean, which

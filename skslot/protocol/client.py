@@ -8,12 +8,16 @@ from typing import Any
 import numpy as np
 
 from ..accounting import PrivacyBudget, PrivacyBudgetExceeded, PrivacyLedger
-from ..defaults import VALIDATION_FRACTION
-from ..gaussian import GaussianSummary
+from ..defaults import FORM, VALIDATION_FRACTION
 from ..heads import OneShotHead
 from ..label_shift import class_counts
 from ..lifetime import LifetimeBudget
-from ..maps import GaussianMap
+from ..low_rank import (
+    Summary,
+    TransportMap,
+    optimal_transport_map,
+    summary_from_bytes,
+)
 from ..selection import validation_split
 from ..summary import GaussianSummaryEstimator
 from .stages import STAGES
@@ -29,9 +33,9 @@ class ClientState:
 
     Parameters
     ----------
-    summary : GaussianSummary or None, default=None
+    summary : GaussianSummary, LowRankGaussianSummary or None, default=None
         The client's summary, exactly as the server received it.
-    reference : GaussianSummary or None, default=None
+    reference : GaussianSummary, LowRankGaussianSummary or None, default=None
         The server's reference, once received.
     client_index : int or None, default=None
         The client's position in the run's order, received with the upload
@@ -39,7 +43,7 @@ class ClientState:
     split_seed : int or None, default=None
         The seed of its validation split, received with the upload request
         (``None``: no split).
-    fixed_map : GaussianMap or None, default=None
+    fixed_map : GaussianMap, LowRankMap or None, default=None
         Where the run's maps were fitted before it
         (:class:`~skslot.protocol.stages.reference.FixedReference`), this
         client's map among them, used in place of the one its summary would
@@ -64,11 +68,11 @@ class ClientState:
         another map would release the difference of two exact heads).
     """
 
-    summary: GaussianSummary | None = None
-    reference: GaussianSummary | None = None
+    summary: Summary | None = None
+    reference: Summary | None = None
     client_index: int | None = None
     split_seed: int | None = None
-    fixed_map: GaussianMap | None = None
+    fixed_map: TransportMap | None = None
     mean_tau: float | None = None
     releases: tuple[str, ...] = ()
     noise_seed: int | None = None
@@ -118,7 +122,7 @@ class ClientState:
         ClientState
         """
         summaries = {
-            name: GaussianSummary.from_bytes(values[name]) if name in values else None
+            name: summary_from_bytes(values[name]) if name in values else None
             for name in ("summary", "reference")
         }
         index, seed, mean_tau = values["client-index"], values["split-seed"], values["mean-tau"]
@@ -162,7 +166,9 @@ class ClientParty:
     X_test, y_test : ndarray, optional
         Local test rows, scored at the ``evaluation`` stage.
     summary_estimator : GaussianSummaryEstimator, optional
-        Settings of the summary (exact Ledoit-Wolf by default, or private).
+        Settings of the summary (by default exact Ledoit-Wolf, in factor form
+        where the client holds no more fitting rows than features:
+        ``GaussianSummaryEstimator(form="auto")``; or private, which is dense).
     validation_fraction : float, default=0.2
         Share of each class held out when the server asks for a split.
     state : ClientState, optional
@@ -253,7 +259,7 @@ class ClientParty:
     @property
     def estimator(self) -> GaussianSummaryEstimator:
         """The summary's estimator (exact Ledoit-Wolf unless one was given)."""
-        return self.summary_estimator or GaussianSummaryEstimator()
+        return self.summary_estimator or GaussianSummaryEstimator(form=FORM)
 
     @property
     def n_test(self) -> int:
@@ -266,12 +272,14 @@ class ClientParty:
         which it predicts where the head serves each client's own (nothing is sent)."""
         return class_counts(self.y, self.classes)
 
-    def summarise(self) -> GaussianSummary:
+    def summarise(self) -> Summary:
         """The summary of this client's fitting rows (all its training rows without a split).
 
         Returns
         -------
-        GaussianSummary
+        GaussianSummary or LowRankGaussianSummary
+            In the estimator's form: by default the factor form where the
+            client holds no more fitting rows than features.
         """
         X, y = self.fitting_rows()
         return self.estimator.fit(X, y, client=self.label).summaries_[self.label]
@@ -312,17 +320,17 @@ class ClientParty:
             raise RuntimeError(f"{stage} was requested, but this run has no validation split")
         return self.X[split[1]], self.y[split[1]]
 
-    def full_map(self, reference: GaussianSummary | None = None) -> GaussianMap:
+    def full_map(self, reference: Summary | None = None) -> TransportMap:
         """This client's full map onto the reference (the reference stored on first receipt).
 
         Parameters
         ----------
-        reference : GaussianSummary, optional
+        reference : GaussianSummary or LowRankGaussianSummary, optional
             The reference, where the request carries it.
 
         Returns
         -------
-        GaussianMap
+        GaussianMap or LowRankMap
             The map at ``tau = 1``, its mean moved by the run's ``mean_tau``.
         """
         state = self.state
@@ -334,23 +342,24 @@ class ClientParty:
             raise RuntimeError("this client has not received the reference of this run")
         return self.map_onto(state.reference)
 
-    def map_onto(self, reference: GaussianSummary) -> GaussianMap:
+    def map_onto(self, reference: Summary) -> TransportMap:
         """This client's full map onto ``reference``, its mean moved by the run's ``mean_tau``
         (the reference is not stored: the screening's references built without one client).
 
         Parameters
         ----------
-        reference : GaussianSummary
+        reference : GaussianSummary or LowRankGaussianSummary
 
         Returns
         -------
-        GaussianMap
+        GaussianMap or LowRankMap
+            In the reference's form (:func:`~skslot.low_rank.optimal_transport_map`).
         """
         state = self.state
         if state.summary is None:
             raise RuntimeError("this client has no summary of this run (no upload stage ran)")
         own = state.summary
-        full = GaussianMap.optimal_transport(own, reference)
+        full = optimal_transport_map(own, reference)
         return full.with_mean_fraction(state.mean_tau, own.mean)
 
     def answer(self, stage: str, request: Any) -> Any:

@@ -23,9 +23,9 @@ from ..defaults import (
     default_tau,
 )
 from ..defence import DefenceBounds, NoDefence
-from ..gaussian import GaussianSummary
 from ..heads import OneShotHead
 from ..label_shift import CLIENT_TAU_RULES
+from ..low_rank import Summary
 from ..screening import SCREENING
 from ..selection import (
     SELECTION_RULES,
@@ -75,7 +75,7 @@ class ProtocolResult:
     report: ProtocolReport
     head: OneShotHead
     tau: float
-    reference: GaussianSummary
+    reference: Summary
     clients: list
     summaries: list
     selection: Selection | None = None

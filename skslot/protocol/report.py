@@ -80,10 +80,12 @@ class ProtocolReport:
         them: array data, keys and values), where the transport counts them.
     n_features : int or None
         The run's dimension ``m``, once the uploads gave it.
-    summary_values : int or None
-        The number of values a summary payload encodes, ``m (m + 1) / 2 + m +
-        1`` (1 where the server derives the summary from the head's
-        statistics: FedCGS's shrinkage, 8 bytes).
+    summary_values : dict
+        Per client whose upload was read, the number of values its summary
+        payload encodes, its count among them: ``m (m + 1) / 2 + m + 1``
+        dense, ``m (r + 1) + r + 2`` in factor form of rank ``r`` (its
+        complement's scalar too), 1 where the server derives the summary
+        from the head's statistics (FedCGS's shrinkage, 8 bytes).
     summary_payload_bytes : dict
         Per client, length of the summary payload.
     classes : list
@@ -150,7 +152,7 @@ class ProtocolReport:
     bytes_sent: dict = field(default_factory=dict)
     bytes_received: dict = field(default_factory=dict)
     n_features: int | None = None
-    summary_values: int | None = None
+    summary_values: dict = field(default_factory=dict)
     summary_payload_bytes: dict = field(default_factory=dict)
     classes: list = field(default_factory=list)
     barycenter_iterations: int | None = None

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._validation import spawn_seeds
+from ..low_rank import Summary
 from .report import ProtocolReport, ProtocolRunError
 
 if TYPE_CHECKING:
-    from ..gaussian import GaussianSummary
     from .stages.upload import Upload
 
 __all__ = ["Member", "Roster", "order_key", "split_seeds"]
@@ -66,7 +66,7 @@ class Member:
     validation: Any = None
 
     @property
-    def summary(self) -> GaussianSummary:
+    def summary(self) -> Summary:
         """Its summary (sent, or derived by the server from its statistics)."""
         return self.upload.summary
 

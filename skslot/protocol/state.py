@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ..defence import NoDefence
-from ..gaussian import GaussianSummary
 from ..label_mix import domain_offsets
 from ..label_shift import label_shift_distances
-from ..maps import GaussianMap, with_mean_image
+from ..low_rank import Summary, TransportMap
+from ..maps import with_mean_image
 from ..screening import MIN_REMAINING, MIN_VOTERS
 from .account import RunAccount
 from .alignment import Alignment
@@ -184,7 +184,7 @@ class RunState:
             self.roster.keep(stage, [c for c in self.roster.order if c not in result.missing])
         return result
 
-    def reference_for(self, c: Hashable) -> GaussianSummary | None:
+    def reference_for(self, c: Hashable) -> Summary | None:
         """The reference the first time a client is sent a message after it was built.
 
         Parameters
@@ -203,7 +203,7 @@ class RunState:
         return self.alignment.reference_for(c)
 
     @property
-    def reference(self) -> GaussianSummary | None:
+    def reference(self) -> Summary | None:
         """The run's reference (``None`` before it is built)."""
         return None if self.alignment is None else self.alignment.reference
 
@@ -336,7 +336,7 @@ class RunState:
         return self.alignment_of([k for k in self.roster.order if k != c])
 
     def _mean_destinations(
-        self, order: Sequence[Hashable], full_maps: Mapping[Hashable, GaussianMap]
+        self, order: Sequence[Hashable], full_maps: Mapping[Hashable, TransportMap]
     ) -> dict[Hashable, np.ndarray]:
         """Where each client's mean moves with ``label_mix="client"`` (none otherwise).
 
@@ -503,7 +503,7 @@ class RunState:
         """
         return [self.roster.clients[c].validation for c in self.roster.order]
 
-    def maps(self) -> list[GaussianMap]:
+    def maps(self) -> list[TransportMap]:
         """Each client's map at ``tau = 1``: its full map, or that scaled by its factor of ``tau``.
 
         With ``mean_tau`` the map is anchored at the client's mean, which

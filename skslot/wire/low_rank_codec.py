@@ -31,6 +31,7 @@ from .summary_codec import (
     _FLAG_SHRINKAGE,
     _FLAG_STR_LABEL,
     DEFAULT_MAX_DIMENSION,
+    LOW_RANK_MAGIC,
     MAX_COUNT,
     _label_bytes,
     _Moments,
@@ -45,7 +46,7 @@ __all__ = [
     "low_rank_payload_size",
 ]
 
-_MAGIC = b"SKSL"
+_MAGIC = LOW_RANK_MAGIC
 _FORMAT_VERSION = 1
 # magic, version, dtype, flags, m, r, n, shrinkage, complement
 _HEADER = struct.Struct("<4sBBBxIIQdd")

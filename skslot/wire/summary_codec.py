@@ -93,6 +93,9 @@ MAX_COUNT = 2**53
 DEFAULT_MAX_DIMENSION = 16384
 
 _MAGIC = b"SKSG"
+#: The magic of the low-rank format (:mod:`skslot.wire.low_rank_codec`), whose
+#: header holds the version and the dimension where the dense format's does.
+LOW_RANK_MAGIC = b"SKSL"
 _FORMAT_VERSION = 1
 _HEADER = struct.Struct("<4sBBBxIQd")  # magic, version, dtype, flags, m, n, shrinkage
 _DTYPES = {1: np.dtype("<f2"), 2: np.dtype("<f4"), 3: np.dtype("<f8")}
@@ -279,7 +282,9 @@ def summary_dimension(
 
     A server learns each upload's dimension this way, decides the run's, and
     decodes only the summaries of that dimension: a payload announcing another
-    costs no allocation.
+    costs no allocation.  Both formats are read: the dense one and the
+    low-rank one (:mod:`skslot.wire.low_rank_codec`), whose headers place the
+    version and the dimension alike.
 
     Parameters
     ----------
@@ -306,7 +311,7 @@ def summary_dimension(
             f"payload truncated: {len(payload)} bytes, shorter than the {_HEADER.size}-byte header"
         )
     magic, version, _, _, m, _, _ = _HEADER.unpack_from(payload)
-    if magic != _MAGIC:
+    if magic not in (_MAGIC, LOW_RANK_MAGIC):
         raise SummaryFormatError("payload is not a skslot Gaussian summary (bad magic)")
     if version != _FORMAT_VERSION:
         raise SummaryFormatError(

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from ...gaussian import GaussianSummary
 from ...heads import LinearScores
+from ...low_rank import Summary, summary_from_bytes
 from ...wire import MessageFormatError, StatisticsFormatError, WireFormatError
 from ...wire.payload import ConfigValue, Payload, ReceivedPayload
 
@@ -51,7 +51,7 @@ class ServerWire:
     dimension: int = 0
 
     def with_reference(
-        self, values: dict[str, ConfigValue], reference: GaussianSummary | None
+        self, values: dict[str, ConfigValue], reference: Summary | None
     ) -> dict[str, ConfigValue]:
         """A request's settings with the reference, where it travels, in the run's precision.
 
@@ -86,7 +86,7 @@ class ClientWire:
     classes: np.ndarray
     n_features: int
 
-    def reference(self, payload: ReceivedPayload) -> GaussianSummary | None:
+    def reference(self, payload: ReceivedPayload) -> Summary | None:
         """The reference a request carries, if any, at this client's dimension.
 
         Parameters
@@ -100,7 +100,7 @@ class ClientWire:
         data = payload.optional("reference", bytes)
         if data is None:
             return None
-        return GaussianSummary.from_bytes(data, expected_dimension=self.n_features)
+        return summary_from_bytes(data, expected_dimension=self.n_features)
 
     @property
     def head_bytes(self) -> int:
@@ -109,9 +109,10 @@ class ClientWire:
 
     @property
     def reference_bytes(self) -> int:
-        """Most bytes one reference of this dimension takes on the wire (in float64)."""
+        """Most bytes one reference of this dimension takes on the wire (in float64), in
+        either form: ``m (m + 3) / 2`` values dense, at most ``m^2 + 2 m`` in factor form."""
         m = self.n_features
-        return 8 * (m * (m + 1) // 2 + m) + 4096
+        return 8 * (m * m + 2 * m) + 4096
 
     def head(self, arrays: Mapping[str, np.ndarray]) -> LinearScores:
         """A received head, checked against the run's classes and this client's dimension.

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...accounting import PrivacyBudgetExceeded
-from ...gaussian import GaussianSummary
 from ...heads import LinearScores
+from ...low_rank import Summary
 from ...wire.payload import Payload, ReceivedPayload
 from ._stage import ClientWire, ServerWire, Stage
 
@@ -50,7 +50,7 @@ class EvaluationRequest:
     tau : float
     """
 
-    reference: GaussianSummary | None
+    reference: Summary | None
     head: LinearScores
     tau: float
 

@@ -11,8 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ...barycenter import BuresBarycenter
 from ...exceptions import SingleClientWarning
-from ...gaussian import GaussianSummary
-from ...maps import GaussianMap
+from ...low_rank import Summary, TransportMap
 
 __all__ = ["FixedReference", "Reference", "ReferenceStep"]
 
@@ -31,8 +30,8 @@ class Reference:
         The barycenter's iterations.
     """
 
-    reference: GaussianSummary
-    maps: dict[Hashable, GaussianMap]
+    reference: Summary
+    maps: dict[Hashable, TransportMap]
     n_iter: int
 
 
@@ -68,7 +67,7 @@ class ReferenceStep:
     def build(
         self,
         clients: Sequence[Hashable],
-        summaries: Sequence[GaussianSummary],
+        summaries: Sequence[Summary],
         weights: Sequence,
         *,
         max_iter: int | None = None,
@@ -126,7 +125,7 @@ class FixedReference(ReferenceStep):
     """
 
     def __init__(
-        self, reference: GaussianSummary, maps: Mapping[Hashable, GaussianMap], n_iter: int = 0
+        self, reference: Summary, maps: Mapping[Hashable, TransportMap], n_iter: int = 0
     ) -> None:
         self.fixed = Reference(reference, dict(maps), n_iter)
 

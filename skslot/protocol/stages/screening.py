@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...gaussian import GaussianSummary
 from ...heads import LinearScores
-from ...maps import GaussianMap
+from ...low_rank import Summary, TransportMap, summary_from_bytes
 from ...screening import MIN_VOTERS, comparable_classes
 from ...selection import Candidate, validation_sizes
 from ...wire import MessageFormatError
@@ -85,13 +84,13 @@ class ScreeningRequest:
         onto it.
     """
 
-    reference: GaussianSummary | None
+    reference: Summary | None
     full: LinearScores
     left_out: tuple[LinearScores, ...]
     masks: np.ndarray
     tau: float
     full_mask: np.ndarray | None = None
-    references: tuple[GaussianSummary | None, ...] = ()
+    references: tuple[Summary | None, ...] = ()
     fractions: tuple[float, ...] = ()
 
 
@@ -160,14 +159,14 @@ def paired_counts(
     full: LinearScores,
     left_out: Sequence[LinearScores],
     masks: np.ndarray,
-    full_map: GaussianMap,
+    full_map: TransportMap,
     tau: float,
     X: np.ndarray,
     y: np.ndarray,
     classes: np.ndarray,
     *,
     full_mask: np.ndarray | None = None,
-    left_out_maps: Sequence[GaussianMap | None] | None = None,
+    left_out_maps: Sequence[TransportMap | None] | None = None,
 ) -> PairedCounts:
     """Compare the full head with each left-out head on the validation rows.
 
@@ -417,12 +416,12 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
     return excluded + refused
 
 
-def _maps_without(run: RunState, alignment: Alignment, k: int) -> list[GaussianMap | None]:
+def _maps_without(run: RunState, alignment: Alignment, k: int) -> list[TransportMap | None]:
     """Every client's map onto ``alignment``'s reference, ``None`` for the ``k``-th (left out)."""
     order = run.roster.order
     kept = [c for i, c in enumerate(order) if i != k]
     means = [run.roster.clients[c].summary.mean for c in kept]
-    maps: list[GaussianMap | None] = list(alignment.maps(kept, run.settings.mean_tau, means))
+    maps: list[TransportMap | None] = list(alignment.maps(kept, run.settings.mean_tau, means))
     maps.insert(k, None)
     return maps
 
@@ -510,7 +509,7 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
 
 def _left_out_reference(
     arrays: dict[str, np.ndarray], wire: ClientWire
-) -> tuple[GaussianSummary | None, float]:
+) -> tuple[Summary | None, float]:
     """A left-out head's reference built without its client, and this client's fraction of
     its map onto it (popped from the head's arrays), if it carries one."""
     data, tau = arrays.pop("reference", None), arrays.pop("tau", None)
@@ -520,7 +519,7 @@ def _left_out_reference(
         raise MessageFormatError("a left-out head's reference needs its bytes and a fraction")
     if tau.shape != (1,) or not np.isfinite(tau[0]) or not 0.0 <= tau[0] <= 1.0:
         raise MessageFormatError("a left-out head's fraction of the map must lie in [0, 1]")
-    reference = GaussianSummary.from_bytes(data.tobytes(), expected_dimension=wire.n_features)
+    reference = summary_from_bytes(data.tobytes(), expected_dimension=wire.n_features)
     return reference, float(tau[0])
 
 

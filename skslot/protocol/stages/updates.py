@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...accounting import PrivacyBudgetExceeded
-from ...gaussian import GaussianSummary
 from ...heads._fitting import local_heads
-from ...maps import GaussianMap
+from ...low_rank import Summary, TransportMap
 from ...wire import MessageFormatError
 from ...wire.arrays import sample_count_problem
 from ...wire.payload import Payload, ReceivedPayload, array_list
@@ -62,7 +61,7 @@ class UpdatesRequest:
         The fitting rows, or all the client's training rows.
     """
 
-    reference: GaussianSummary | None
+    reference: Summary | None
     taus: tuple[float, ...]
     part: str
 
@@ -171,7 +170,7 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
     run.roster.keep(stage, [c for c in run.roster.order if c in received or c not in requests])
 
 
-def _check_private_request(party: ClientParty, aligned: GaussianMap, part: str) -> None:
+def _check_private_request(party: ClientParty, aligned: TransportMap, part: str) -> None:
     """A private client's local head is released for one map and part of its rows only.
 
     Its input (the map, made from the server's reference and fractions) is

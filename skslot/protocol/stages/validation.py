@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...gaussian import GaussianSummary
 from ...heads import LinearScores
-from ...maps import GaussianMap
+from ...low_rank import Summary, TransportMap
 from ...selection import Selection, select_candidate, validation_sizes
 from ...wire.arrays import ArrayMessage, read_array
 from ...wire.payload import Payload, ReceivedPayload, array_list
@@ -56,7 +55,7 @@ class ValidationRequest:
         Each candidate's fraction of this client's map.
     """
 
-    reference: GaussianSummary | None
+    reference: Summary | None
     heads: tuple[LinearScores, ...]
     taus: tuple[float, ...]
 
@@ -150,7 +149,7 @@ class ValidationCounts:
 def score_candidates(
     heads: Sequence[LinearScores],
     taus: Sequence[float],
-    full_map: GaussianMap,
+    full_map: TransportMap,
     X: np.ndarray,
     y: np.ndarray,
     classes: np.ndarray,

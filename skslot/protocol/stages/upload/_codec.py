@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ....accounting import RELEASES
-from ....gaussian import GaussianSummary
+from ....low_rank import LowRankGaussianSummary, Summary, summary_from_bytes
 from ....summary import COVARIANCES
 from ....wire import (
     MessageFormatError,
@@ -87,22 +87,25 @@ def _read_header(payload: ReceivedPayload, n_classes: int) -> _Header:
     return _Header(summary, n_fit, n_test, n_validation, counts, shrinkage, label, dimension)
 
 
-def as_decoded(summary: GaussianSummary, dtype: str | None) -> GaussianSummary:
+def as_decoded(
+    summary: Summary | LowRankGaussianSummary, dtype: str | None
+) -> Summary | LowRankGaussianSummary:
     """The summary as the server decodes it from the wire.
 
     Parameters
     ----------
-    summary : GaussianSummary
+    summary : GaussianSummary or LowRankGaussianSummary
     dtype : {"float16", "float32", "float64"} or None
         The precision the summary travels in; ``None``: as is.
 
     Returns
     -------
-    GaussianSummary
+    GaussianSummary or LowRankGaussianSummary
+        Of ``summary``'s form.
     """
     if dtype is None:
         return summary
-    return GaussianSummary.from_bytes(summary.to_bytes(dtype))
+    return summary_from_bytes(summary.to_bytes(dtype))
 
 
 class UploadCodec(Stage[UploadRequest, Upload]):
@@ -269,7 +272,7 @@ class UploadCodec(Stage[UploadRequest, Upload]):
                 summary = (
                     None
                     if header.summary is None
-                    else GaussianSummary.from_bytes(
+                    else summary_from_bytes(
                         header.summary, expected_dimension=m, max_dimension=wire.max_dimension
                     )
                 )

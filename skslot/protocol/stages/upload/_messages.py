@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ....defaults import COVARIANCE_FLOOR
-from ....gaussian import GaussianSummary
+from ....low_rank import Summary
 
 __all__ = ["CLASS_SUMS", "STATISTICS", "VALIDATION_STATISTICS", "Upload", "UploadRequest"]
 
@@ -121,7 +121,7 @@ class Upload:
         their sums, shape ``(C, m)``.
     """
 
-    summary: GaussianSummary | None
+    summary: Summary | None
     n_fit: int
     n_test: int
     statistics: Any = None

@@ -15,9 +15,9 @@ import numpy as np
 
 from ...._moments import ShiftedMoments
 from ....accounting import PrivacyBudgetExceeded
-from ....gaussian import GaussianSummary
 from ....heads import CLASS_COUNTS_SENSITIVITY, private_class_counts
 from ....lifetime import run_key
+from ....low_rank import Summary
 from ....privacy import SUMMARY_SENSITIVITY, private_summary
 
 if TYPE_CHECKING:
@@ -169,9 +169,7 @@ def private_shrinkage_problem(upload: Upload, covariance: str) -> str | None:
     return None
 
 
-def released_summary(
-    party: ClientParty, ledger: PrivacyLedger, covariance_floor: float
-) -> GaussianSummary:
+def released_summary(party: ClientParty, ledger: PrivacyLedger, covariance_floor: float) -> Summary:
     """A private client's summary of its rows, the release ``"summary"`` of its ledger.
 
     The rows are clipped to the budget's norm and summed about zero; the mean
@@ -191,7 +189,7 @@ def released_summary(
     """
     X, clip_norm = party.X, ledger.budget.clip_norm
 
-    def release(sigma: float, rng: np.random.Generator) -> GaussianSummary:
+    def release(sigma: float, rng: np.random.Generator) -> Summary:
         moments = ShiftedMoments.from_rows(
             X, shift=np.zeros(X.shape[1]), fourth_order=False, clip_norm=clip_norm
         )

@@ -16,12 +16,12 @@ import numpy as np
 
 from ...._validation import check_feature_scale
 from ....label_shift import class_counts
+from ....low_rank import Summary
 from ._codec import as_decoded
 from ._privacy import private_run, released_class_counts, released_summary
 
 if TYPE_CHECKING:
     from ....accounting import PrivacyLedger
-    from ....gaussian import GaussianSummary
     from ...client import ClientParty
     from ._messages import UploadRequest
 
@@ -65,7 +65,7 @@ class UploadRelease:
         """
         raise NotImplementedError
 
-    def summary(self, party: ClientParty, fitting: Any, request: UploadRequest) -> GaussianSummary:
+    def summary(self, party: ClientParty, fitting: Any, request: UploadRequest) -> Summary:
         """The summary the client sends, kept as the server decodes it.
 
         Parameters
@@ -114,7 +114,7 @@ class ExactRelease(UploadRelease):
         strategy = party.head.strategy
         return strategy.derived_shrinkage(fitting, X, y, covariance=covariance)
 
-    def summary(self, party: ClientParty, fitting: Any, request: UploadRequest) -> GaussianSummary:
+    def summary(self, party: ClientParty, fitting: Any, request: UploadRequest) -> Summary:
         kept = party.state.summary
         return kept if kept is not None else as_decoded(party.summarise(), request.summary_dtype)
 
@@ -149,7 +149,7 @@ class PrivateRelease(UploadRelease):
     ) -> float:
         return fitting.oas_shrinkage(covariance)
 
-    def summary(self, party: ClientParty, fitting: Any, request: UploadRequest) -> GaussianSummary:
+    def summary(self, party: ClientParty, fitting: Any, request: UploadRequest) -> Summary:
         if party.head.strategy.uploads_statistics:
             summary = self.ledger.result(party.head.private_release).summary(
                 covariance=request.summary_covariance,

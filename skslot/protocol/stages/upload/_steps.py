@@ -261,8 +261,11 @@ def collect(run: RunState) -> None:
         replies[c] = upload
     m = run_dimension(replies)
     report.n_features = m
-    # values per summary on the wire: the shrinkage alone where the server derives it
-    report.summary_values = None if m is None else 1 if derives else m * (m + 1) // 2 + m + 1
+    # values per summary on the wire, its count among them: the shrinkage alone where the
+    # server derives the summary
+    report.summary_values = {
+        c: 1 if derives else upload.summary.n_values() + 1 for c, upload in replies.items()
+    }
     accepted = []
     for c in parties:
         if c not in replies:
