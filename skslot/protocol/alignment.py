@@ -28,9 +28,9 @@ class Alignment:
 
     Parameters
     ----------
-    reference : GaussianSummary
+    reference : GaussianSummary or LowRankGaussianSummary
         The barycenter of the clients' summaries.
-    full_maps : mapping of address to GaussianMap
+    full_maps : mapping of address to GaussianMap or LowRankMap
         Each client's full map onto it (at ``tau = 1``; its mean image at the
         client's destination where it has one).
     destinations : mapping of address to ndarray
@@ -58,7 +58,7 @@ class Alignment:
 
         Returns
         -------
-        GaussianSummary
+        GaussianSummary or LowRankGaussianSummary
         """
         if c in self.destinations:
             return replace(self.reference, mean=self.destinations[c])
@@ -97,7 +97,7 @@ class Alignment:
 
         Returns
         -------
-        list of GaussianMap
+        list of GaussianMap or LowRankMap
             In ``order``.
         """
         scaled = []

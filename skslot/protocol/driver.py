@@ -57,10 +57,10 @@ class ProtocolResult:
     head : OneShotHead
         The final global head.
     tau : float
-    reference : GaussianSummary
+    reference : GaussianSummary or LowRankGaussianSummary
     clients : list
         The accepted clients' addresses, in the order of ``summaries``.
-    summaries : list of GaussianSummary
+    summaries : list of GaussianSummary or LowRankGaussianSummary
         The accepted clients' summaries as received.
     selection : Selection or None
         With ``tau = "auto"``, the choice and its table.

@@ -194,7 +194,7 @@ class RunState:
 
         Returns
         -------
-        GaussianSummary or None
+        GaussianSummary, LowRankGaussianSummary or None
             The reference, or ``None`` if ``c`` was already sent it (or none is built).
         """
         if c in self.has_reference or self.alignment is None:
@@ -514,7 +514,7 @@ class RunState:
 
         Returns
         -------
-        list of GaussianMap
+        list of GaussianMap or LowRankMap
             In the run's order.
         """
         order = self.roster.order

@@ -59,7 +59,7 @@ class ServerWire:
         ----------
         values : dict
             The request's other settings.
-        reference : GaussianSummary or None
+        reference : GaussianSummary, LowRankGaussianSummary or None
             ``None`` where the client already holds it.
 
         Returns
@@ -95,7 +95,7 @@ class ClientWire:
 
         Returns
         -------
-        GaussianSummary or None
+        GaussianSummary, LowRankGaussianSummary or None
         """
         data = payload.optional("reference", bytes)
         if data is None:

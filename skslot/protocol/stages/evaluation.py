@@ -44,7 +44,7 @@ class EvaluationRequest:
 
     Parameters
     ----------
-    reference : GaussianSummary or None
+    reference : GaussianSummary, LowRankGaussianSummary or None
         The reference, with a client's first request after it was built.
     head : LinearScores
     tau : float

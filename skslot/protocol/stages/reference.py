@@ -22,9 +22,9 @@ class Reference:
 
     Parameters
     ----------
-    reference : GaussianSummary
+    reference : GaussianSummary or LowRankGaussianSummary
         The barycenter of the clients' summaries.
-    maps : dict of address to GaussianMap
+    maps : dict of address to GaussianMap or LowRankMap
         Each client's full map onto ``reference`` (at ``tau = 1``).
     n_iter : int
         The barycenter's iterations.
@@ -78,7 +78,7 @@ class ReferenceStep:
         ----------
         clients : sequence of addresses
             The clients, in the order of ``summaries``.
-        summaries : sequence of GaussianSummary
+        summaries : sequence of GaussianSummary or LowRankGaussianSummary
             One per client.
         weights : sequence of float
             The clients' weights as the server accepted them (used unless the
@@ -116,9 +116,9 @@ class FixedReference(ReferenceStep):
 
     Parameters
     ----------
-    reference : GaussianSummary
+    reference : GaussianSummary or LowRankGaussianSummary
         The fitted reference.
-    maps : mapping of address to GaussianMap
+    maps : mapping of address to GaussianMap or LowRankMap
         Each client's fitted map onto it.
     n_iter : int, default=0
         The barycenter iterations it took, for the report.
@@ -146,7 +146,7 @@ class FixedReference(ReferenceStep):
         Parameters
         ----------
         clients : sequence of addresses
-        summaries : sequence of GaussianSummary
+        summaries : sequence of GaussianSummary or LowRankGaussianSummary
             Ignored.
         weights : sequence of float
             Ignored.

@@ -67,7 +67,7 @@ class ScreeningRequest:
 
     Parameters
     ----------
-    reference : GaussianSummary or None
+    reference : GaussianSummary, LowRankGaussianSummary or None
         The reference, with a client's first request after it was built.
     full : LinearScores
     left_out : tuple of LinearScores
@@ -75,7 +75,7 @@ class ScreeningRequest:
     tau : float
     full_mask : ndarray of bool, shape (C,), optional
         The classes the full head predicts among (``None``: every class).
-    references : tuple of (GaussianSummary or None), optional
+    references : tuple of (GaussianSummary, LowRankGaussianSummary or None), optional
         Per left-out head, the reference built without its client; ``None``
         (or an empty tuple: for every head) where the head was fitted on the
         run's reference.
@@ -189,7 +189,7 @@ def paired_counts(
         The heads without one other client each.
     masks : ndarray of bool, shape (len(left_out), C)
         The classes each comparison predicts among.
-    full_map : GaussianMap
+    full_map : GaussianMap or LowRankMap
         This client's full map onto the reference.
     tau : float
         This client's fraction of its map.
@@ -199,7 +199,7 @@ def paired_counts(
         The global class set.
     full_mask : ndarray of bool, shape (C,), optional
         The classes the full head predicts among; ``None``: every class.
-    left_out_maps : sequence of (GaussianMap or None), optional
+    left_out_maps : sequence of (GaussianMap, LowRankMap or None), optional
         Per left-out head, the map (at its fraction) that aligns the rows it
         scores; ``None``: the full map at ``tau``.
 

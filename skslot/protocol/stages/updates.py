@@ -53,7 +53,7 @@ class UpdatesRequest:
 
     Parameters
     ----------
-    reference : GaussianSummary or None
+    reference : GaussianSummary, LowRankGaussianSummary or None
         The reference, with a client's first request after it was built.
     taus : tuple of float
         The fractions of the client's map to train at.

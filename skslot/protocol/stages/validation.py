@@ -47,7 +47,7 @@ class ValidationRequest:
 
     Parameters
     ----------
-    reference : GaussianSummary or None
+    reference : GaussianSummary, LowRankGaussianSummary or None
         The reference, with a client's first request after it was built.
     heads : tuple of LinearScores
         The candidate heads.
@@ -167,7 +167,7 @@ def score_candidates(
         The candidate heads, as received.
     taus : sequence of float
         Each candidate's ``tau``.
-    full_map : GaussianMap
+    full_map : GaussianMap or LowRankMap
         This client's full (``tau = 1``) map onto the reference.
     X, y : ndarray
         The client's validation rows and labels.

@@ -93,7 +93,7 @@ class Upload:
 
     Parameters
     ----------
-    summary : GaussianSummary or None
+    summary : GaussianSummary, LowRankGaussianSummary or None
         The summary of the fitting rows (``None`` where the server derives it).
     n_fit : int
         The fitting rows.

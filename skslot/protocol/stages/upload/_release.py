@@ -77,7 +77,7 @@ class UploadRelease:
 
         Returns
         -------
-        GaussianSummary
+        GaussianSummary or LowRankGaussianSummary
         """
         raise NotImplementedError
 
