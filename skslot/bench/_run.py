@@ -237,7 +237,9 @@ def evaluate_run(
     # process: unlike the wall time, not inflated by other work on the machine
     slot_seconds = time.process_time() - start
     records = []
-    classes = np.unique(data.y)
+    # the classes the heads learn: those of the training rows (under strong skew with many
+    # clients, a class may have no training row left)
+    classes = np.unique(y_train)
     # each client's training mix: the label mix of its future rows in the "own mix" case
     mixes = training_mixes(y_train, train_client, classes)
 
