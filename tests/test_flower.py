@@ -1461,6 +1461,18 @@ def test_a_summary_collapsed_where_its_own_class_means_lie_apart_is_rejected(nod
     assert sorted(report.accuracy) == [11, 12, 13]
 
 
+def test_oversized_left_out_heads_are_rejected_and_the_screening_goes_on(node_configs):
+    """The local heads a client trains for the screening's heads without another client are
+    bounded as its other heads are: out of line, it is rejected at that stage."""
+    report, _, _, _ = deploy(
+        node_configs, faults={14: scaled_heads(1e3, "train.left_out")}, head="O-FedAvg", tau=0.4
+    )
+    why = report.rejected["left-out"][14]
+    assert re.search(r"local head norm [\d.e+]+ times the clients' median", why), why
+    assert sorted(report.accuracy) == [11, 12, 13]
+    assert report.status == "completed" and report.reference_clients == [11, 12, 13]
+
+
 def test_oversized_local_heads_are_rejected(node_configs):
     """O-FedAvg: coefficients x 1e3 at an honest count would dominate the average."""
 

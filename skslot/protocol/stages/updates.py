@@ -402,7 +402,8 @@ def collect_left_out(
         in the run's order (``None`` at the left-out position), scaled by its
         capped weight; only where every other client's came back.
     refused : list
-        The clients whose heads failed their checks (rejected at this stage).
+        The clients whose heads failed their checks, or whose norms the
+        defence finds out of line with the others' (rejected at this stage).
     """
     order = run.roster.order
     targets = {c: [k for k in rebuilt if order[k] != c] for c in order}
@@ -425,6 +426,13 @@ def collect_left_out(
             refused.append(c)
             continue
         received[c] = [u.scaled(run.weight_factor(c)) for u in updates]
+    # the defence's bound on the heads' norms, as at the updates stage
+    named = list(received)
+    norms = [max(u.norm() for u in received[c]) for c in named]
+    for i, why in run.defence.implausible_updates(norms).items():
+        run.roster.reject(LEFT_OUT.name, named[i], f"implausible: {why}")
+        refused.append(named[i])
+        del received[named[i]]
     heads: dict[int, list] = {}
     for k in rebuilt:
         others = [c for c in order if c != order[k]]
