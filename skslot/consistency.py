@@ -286,7 +286,7 @@ def collapsed_spread(
     if not keep.any():
         return None
     directions = (D.T @ vectors[:, keep]) / np.sqrt(values[keep])
-    along = np.einsum("mk,mn,nk->k", directions, summary.covariance, directions)
+    along = summary.variance_along(directions)
     floor = np.minimum(values[keep], summary.trace / summary.dimension)
     worst = int(np.argmin(along / floor))
     if along[worst] < (1.0 - rtol) * floor[worst]:

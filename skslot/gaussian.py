@@ -196,6 +196,19 @@ class GaussianSummary:
         """The covariance's trace: the total variance."""
         return float(np.trace(self.covariance))
 
+    def variance_along(self, directions: np.ndarray) -> np.ndarray:
+        """``d^T Sigma d`` for each column ``d`` of ``directions``.
+
+        Parameters
+        ----------
+        directions : ndarray of shape (m, k)
+
+        Returns
+        -------
+        variances : ndarray of shape (k,)
+        """
+        return np.einsum("mk,mn,nk->k", directions, self.covariance, directions)
+
     def __repr__(self) -> str:
         return (
             f"GaussianSummary(n={self.n}, dimension={self.dimension}, "

@@ -362,4 +362,3 @@ def select_candidate(
     return Selection(
         index, candidates[index], scores, standard_errors, list(used), candidates, best
     )
-

@@ -592,6 +592,25 @@ def _patched(payload: bytes, offset: int, raw: bytes) -> bytes:
     return payload[:offset] + raw + payload[offset + len(raw) :]
 
 
+def _factor(complement=1.0, eigenvalue=2.0, skew=0.0, m=M, client=3, n=100) -> bytes:
+    """A factor-form payload (rank 2) with its complement (header bytes 32-39), its first
+    eigenvalue (after the 40-byte header, the label and the mean) and its basis as a hostile
+    client may write them."""
+    from types import SimpleNamespace
+
+    from skslot.wire import encode_low_rank_summary
+
+    U = np.linalg.qr(np.random.default_rng(1).normal(size=(m, 2)))[0]
+    U[:, 1] += skew * U[:, 0]
+    fields = SimpleNamespace(
+        n=n, mean=np.zeros(m), basis=U, eigenvalues=np.array([2.0, 3.0]),
+        complement=1.0, shrinkage=0.1, client=client,
+    )  # fmt: skip
+    payload = encode_low_rank_summary(fields, "float64")
+    payload = _patched(payload, 32, struct.pack("<d", complement))
+    return _patched(payload, 40 + 8 + 8 * m, struct.pack("<d", eigenvalue))
+
+
 BODY = 28 + 8  # header + int label: the first float64 value
 HOSTILE_SUMMARIES = {
     "wrong dimension": (_valid(m=M + 1), "dimension 7, expected 6"),
@@ -609,6 +628,18 @@ HOSTILE_SUMMARIES = {
         "outside the accepted range",
     ),
     "pickle": (b"\x80\x04\x95" + bytes(64), "bad magic"),
+    "factor form: complement not positive": (
+        _factor(complement=-1.0),
+        "complement must be positive",
+    ),
+    "factor form: eigenvalue not positive": (
+        _factor(eigenvalue=-3.0),
+        "eigenvalues must be positive",
+    ),
+    "factor form: basis not orthonormal": (
+        _factor(skew=1e-3),
+        "basis is not orthonormal",
+    ),
 }
 
 
@@ -950,6 +981,8 @@ def test_record_to_arrays_checks_the_header_before_allocating():
         ({"server-jobs": 0}, "server_jobs must be a non-zero int"),
         ({"client-batch": -1}, "client_batch must be a non-negative integer"),
         ({"client-batch": 2.5}, "client_batch must be a non-negative integer"),
+        ({"epsilon": 8.0, "summary-form": "low-rank"}, "a private run releases dense ones"),
+        ({"summary-form": "sparse"}, "summary_form must be one of"),
     ],
 )
 def test_bad_run_config_is_a_clear_error(run_config, message):

@@ -567,3 +567,19 @@ def test_auto_form_is_low_rank_where_every_client_holds_fewer_rows_than_features
         slot.transform(X, client=client), dense.transform(X, client=client), atol=1e-8
     )
     assert BuresBarycenter().fit(X, client=client).form_ == "low-rank"
+
+
+def test_a_client_s_factor_form_travels_in_float64_whatever_its_feature_scales():
+    """The basis a client computes is orthonormal to what the decoder accepts of float64
+    arithmetic, also where the Gram route's own error would not be (scales 1 to 100)."""
+    from skslot.low_rank import summary_from_bytes
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(100, 400)) * np.geomspace(1.0, 100.0, 400)
+    summary = LowRankGaussianSummary.from_rows(X)
+    gram = summary.basis.T @ summary.basis - np.eye(summary.rank)
+    assert np.max(np.abs(gram)) < 1e-13
+    back = summary_from_bytes(summary.to_bytes("float64"))
+    np.testing.assert_allclose(back.covariance, summary.covariance, rtol=0, atol=1e-10)
+    lw = LedoitWolf().fit(X).covariance_
+    np.testing.assert_allclose(summary.covariance, lw, rtol=0, atol=1e-8 * np.abs(lw).max())

@@ -87,7 +87,8 @@ def test_factor_summaries_are_read_beside_dense_ones_and_a_broken_basis_is_rejec
     broken[:, 1] += 1e-3 * U[:, 0]  # no rounding makes this
     factor = {2: _factor_payload(U, 2), 3: _factor_payload(broken, 3)}
     big = {4: _factor_payload(np.linalg.qr(rng.normal(size=(4096, 8)))[0], 4)}
-    sent = {**dense, **factor, **big}
+    above_its_rows = {5: _factor_payload(U, 5, n=5)}  # rank 8 from 5 rows
+    sent = {**dense, **factor, **big, **above_its_rows}
     _, replies, rejected = _decode_peak(
         {k: p for k, (p, _) in sent.items()}, {k: r for k, (_, r) in sent.items()}
     )
@@ -98,3 +99,4 @@ def test_factor_summaries_are_read_beside_dense_ones_and_a_broken_basis_is_rejec
                                atol=1e-12)  # fmt: skip
     assert "basis is not orthonormal" in rejected[3]
     assert rejected[4] == f"dimension 4096, expected {M}"
+    assert rejected[5] == f"rank 8 above the accepted 4 (dimension {M})"

@@ -235,6 +235,12 @@ class DeploymentConfig:
                 f"{exc} (run-config keys 'summary-covariance', 'summary-form', 'epsilon', 'delta' "
                 "and 'clip-norm')"
             ) from None
+        if self.epsilon is not None and self.summary_form == "low-rank":
+            raise ValueError(
+                "summary-form 'low-rank' holds exact summaries, but a private run releases "
+                "dense ones: use 'auto' or 'dense' with epsilon (run-config keys "
+                "'summary-form' and 'epsilon')"
+            )
         head = self.make_head()  # a head with a private release derives the summary from it
         why = None if head.private_release else private_summary_problem(head, self.epsilon)
         if why:

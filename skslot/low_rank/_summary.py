@@ -291,9 +291,9 @@ class LowRankGaussianSummary:
         Raises
         ------
         SummaryFormatError
-            If the payload is malformed, or its basis is not orthonormal.
-        InvalidSummaryError
-            If the decoded values are not a valid summary.
+            If the payload is malformed, its basis is not orthonormal, or its
+            values are not a valid summary (a complement or an eigenvalue
+            that is not positive, ...).
         """
         options = {} if max_dimension is None else {"max_dimension": max_dimension}
         fields = decode_low_rank_summary(
@@ -312,15 +312,18 @@ class LowRankGaussianSummary:
                 )
             Q, R = np.linalg.qr(U)
             U = Q * np.sign(np.diagonal(R))  # the nearest orthonormal columns, the same span
-        return cls(
-            fields.n,
-            fields.mean,
-            U,
-            fields.eigenvalues,
-            fields.complement,
-            fields.shrinkage,
-            fields.client,
-        )
+        try:
+            return cls(
+                fields.n,
+                fields.mean,
+                U,
+                fields.eigenvalues,
+                fields.complement,
+                fields.shrinkage,
+                fields.client,
+            )
+        except InvalidSummaryError as exc:  # received values: a format error of the payload
+            raise SummaryFormatError(str(exc)) from None
 
     @property
     def dimension(self) -> int:
@@ -331,6 +334,25 @@ class LowRankGaussianSummary:
     def trace(self) -> float:
         """The covariance's trace, ``sum(e) + (m - r) c``: the total variance."""
         return float(self.eigenvalues.sum()) + (self.dimension - self.rank) * self.complement
+
+    def variance_along(self, directions: np.ndarray) -> np.ndarray:
+        """``d^T Sigma d`` for each column ``d`` of ``directions``, in ``O(m r k)``.
+
+        ``d^T Sigma d = c |d|^2 + sum_i (e_i - c) (u_i^T d)^2``.
+
+        Parameters
+        ----------
+        directions : ndarray of shape (m, k)
+
+        Returns
+        -------
+        variances : ndarray of shape (k,)
+        """
+        along = (self.basis.T @ directions) ** 2
+        return (
+            self.complement * np.sum(directions**2, axis=0)
+            + (self.eigenvalues - self.complement) @ along
+        )
 
     @property
     def rank(self) -> int:
@@ -415,8 +437,13 @@ def _covariance_eigh(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     U = Z.T @ (W / np.sqrt(n * lam))
     error = U.T @ U
     error.flat[:: U.shape[1] + 1] -= 1.0
-    if U.shape[1] == 0 or float(np.max(np.abs(error))) <= ORTHONORMAL_TOL / 100:
+    if U.shape[1] == 0:
         return lam, U
+    if float(np.max(np.abs(error))) <= ORTHONORMAL_TOL / 100:
+        # the nearest orthonormal columns (the same span, O(m r^2)): what a decoder accepts
+        # as the float64 arithmetic of a basis (BASIS_ROUNDING)
+        Q, R = np.linalg.qr(U)
+        return lam, Q * np.sign(np.diagonal(R))
     Q, R = np.linalg.qr(Z.T)
     lam, W = kept(sym_eigh(symmetrize(R @ R.T)))
     return lam, Q @ W
@@ -445,6 +472,7 @@ def summary_from_bytes(
     *,
     expected_dimension: int | None = None,
     max_dimension: int | None = None,
+    max_rank: int | None = None,
 ) -> GaussianSummary | LowRankGaussianSummary:
     """Decode a summary payload of either form, as its header says.
 
@@ -461,6 +489,9 @@ def summary_from_bytes(
         Reject a payload of any other dimension.
     max_dimension : int, optional
         Reject a larger dimension before allocating (default 16384).
+    max_rank : int, optional
+        Reject a factor form of larger rank before allocating (a client of
+        ``n`` rows has rank at most ``n - 1``).
 
     Returns
     -------
@@ -469,9 +500,8 @@ def summary_from_bytes(
     Raises
     ------
     SummaryFormatError
-        If the payload is malformed (its magic names neither form, among others).
-    InvalidSummaryError
-        If the decoded values are not a valid summary.
+        If the payload is malformed (its magic names neither form, among
+        others), or its values are not a valid summary.
 
     Examples
     --------
@@ -488,7 +518,7 @@ def summary_from_bytes(
     if max_dimension is not None:
         options["max_dimension"] = max_dimension
     if bytes(payload[:4]) == LOW_RANK_MAGIC:
-        return LowRankGaussianSummary.from_bytes(payload, **options)
+        return LowRankGaussianSummary.from_bytes(payload, max_rank=max_rank, **options)
     return GaussianSummary.from_bytes(payload, **options)
 
 

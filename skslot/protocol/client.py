@@ -82,7 +82,9 @@ class ClientState:
     def to_config(self) -> dict[str, int | float | bytes]:
         """The state as scalar settings, to keep between a transport's calls.
 
-        Summaries are kept in float64: exactly the values received or derived.
+        Summaries are kept in float64: the values received or derived (a factor
+        form's basis is made orthonormal again when read back, a change at
+        rounding level).
 
         Returns
         -------

@@ -272,8 +272,11 @@ class UploadCodec(Stage[UploadRequest, Upload]):
                 summary = (
                     None
                     if header.summary is None
-                    else summary_from_bytes(
-                        header.summary, expected_dimension=m, max_dimension=wire.max_dimension
+                    else summary_from_bytes(  # a factor form's rank: below its rows
+                        header.summary,
+                        expected_dimension=m,
+                        max_dimension=wire.max_dimension,
+                        max_rank=max(min(m, header.n_fit - 1), 0),
                     )
                 )
                 if header.n_fit < 1:  # the summary's count is tied to it by the check
