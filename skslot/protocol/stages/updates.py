@@ -90,6 +90,21 @@ class LocalHeads(list):
     requested ``tau``, in the request's order."""
 
 
+def encode_local_heads(heads: LocalHeads) -> Payload:
+    """A reply of local heads on the wire: one group of arrays per head."""
+    return Payload(arrays={UPDATES: array_list([u.to_arrays() for u in heads])})
+
+
+def decode_local_heads(payload: ReceivedPayload, n: int, wire: ServerWire) -> LocalHeads:
+    """The ``n`` local heads a reply carries, each decoded and checked by the run's head
+    (at most the head's bytes each, read before anything is allocated)."""
+    head, C, m = wire.head, wire.classes.shape[0], wire.dimension
+    arrays = payload.array_list(
+        UPDATES, n, max_bytes=n * head.strategy.max_update_bytes(head, C, m)
+    )
+    return LocalHeads(head.decode_statistics(a, classes=wire.classes, n_features=m) for a in arrays)
+
+
 def check(
     updates: Sequence,
     n_updates: int,
@@ -270,19 +285,12 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
         return UpdatesRequest(wire.reference(payload), tuple(payload.floats("taus")), part)
 
     def encode_reply(self, reply: LocalHeads, request: UpdatesRequest) -> Payload:
-        return Payload(arrays={UPDATES: array_list([u.to_arrays() for u in reply])})
+        return encode_local_heads(reply)
 
     def decode_reply(
         self, payload: ReceivedPayload, request: UpdatesRequest, wire: ServerWire
     ) -> LocalHeads:
-        head, C, m = wire.head, wire.classes.shape[0], wire.dimension
-        n = len(request.taus)
-        arrays = payload.array_list(
-            UPDATES, n, max_bytes=n * head.strategy.max_update_bytes(head, C, m)
-        )
-        return LocalHeads(
-            head.decode_statistics(a, classes=wire.classes, n_features=m) for a in arrays
-        )
+        return decode_local_heads(payload, len(request.taus), wire)
 
 
 class RefitStage(UpdatesStage):
@@ -366,19 +374,12 @@ class LeftOutStage(Stage[LeftOutRequest, LocalHeads]):
         return LeftOutRequest(tuple(references), fractions)
 
     def encode_reply(self, reply: LocalHeads, request: LeftOutRequest) -> Payload:
-        return Payload(arrays={UPDATES: array_list([u.to_arrays() for u in reply])})
+        return encode_local_heads(reply)
 
     def decode_reply(
         self, payload: ReceivedPayload, request: LeftOutRequest, wire: ServerWire
     ) -> LocalHeads:
-        head, C, m = wire.head, wire.classes.shape[0], wire.dimension
-        n = len(request.fractions)
-        arrays = payload.array_list(
-            UPDATES, n, max_bytes=n * head.strategy.max_update_bytes(head, C, m)
-        )
-        return LocalHeads(
-            head.decode_statistics(a, classes=wire.classes, n_features=m) for a in arrays
-        )
+        return decode_local_heads(payload, len(request.fractions), wire)
 
 
 def collect_left_out(
