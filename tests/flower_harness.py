@@ -310,12 +310,11 @@ def inflated_count(factor: int) -> Fault:
     return fault
 
 
-def scaled_heads(factor: float, message_type: str = "train.updates") -> Fault:
-    """O-FedAvg local heads (coefficients and intercepts) times ``factor``, in the replies to
-    ``message_type`` (the screening's left-out heads: ``"train.left_out"``)."""
+def scaled_heads(factor: float) -> Fault:
+    """O-FedAvg local heads (coefficients and intercepts) times ``factor``."""
 
     def fault(request: Message, reply: Message) -> Message:
-        if request.metadata.message_type != message_type:
+        if request.metadata.message_type != "train.updates":
             return reply
         return _rewrite_updates(request, reply, lambda n: n.endswith(("coef", "intercept")), factor)
 

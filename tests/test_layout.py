@@ -111,9 +111,7 @@ def test_no_module_of_skslot_imports_itself_back():
 
 
 def test_each_stage_is_one_module_or_package_with_its_messages_step_check_and_codec():
-    assert list(STAGES) == [
-        "upload", "updates", "validation", "left-out", "screening", "refit", "evaluation"
-    ]  # fmt: skip
+    assert list(STAGES) == ["upload", "updates", "validation", "screening", "refit", "evaluation"]
     for name, stage in STAGES.items():
         module = stage.answer.__module__
         home, _, leaf = module.rpartition(".")
@@ -220,7 +218,6 @@ def _request(name: str) -> Any:
     from skslot.heads import LinearScores
     from skslot.protocol import (
         EvaluationRequest,
-        LeftOutRequest,
         ScreeningRequest,
         UpdatesRequest,
         UploadRequest,
@@ -232,7 +229,6 @@ def _request(name: str) -> Any:
         "upload": UploadRequest(0),
         "updates": UpdatesRequest(None, (0.5,), "fit"),
         "refit": UpdatesRequest(None, (0.5,), "all"),
-        "left-out": LeftOutRequest((), (0.5,)),
         "validation": ValidationRequest(None, (scores,), (0.5,)),
         "screening": ScreeningRequest(None, scores, (scores,), np.ones((1, 3), bool), 0.5),
         "evaluation": EvaluationRequest(None, scores, 0.5),

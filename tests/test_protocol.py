@@ -376,7 +376,7 @@ def test_each_check_of_an_upload_runs_once_in_its_place_for_both_transports(clie
                 "tau": 1.0,
                 "client_tau": "label-shift",
             },
-            ["upload", "updates", "left-out", "screening", "evaluation"],
+            ["upload", "updates", "screening", "evaluation"],
         ),
         (
             {"head": "FedPFT", "tau": 0.6, "mean_tau": 1.0, "client_tau": "label-shift"}

@@ -116,15 +116,12 @@ class HeadStrategy:
         k: int,
         *,
         maps: Sequence[GaussianMap | None] | None = None,
-        updates: Sequence | None = None,
     ) -> OneShotHead:
         """Server: the head at ``candidate`` on the fitting rows of all clients but the k-th.
 
         ``maps``: each client's map onto the reference built without the k-th
-        (the k-th ``None``), where the head aligns uploaded statistics.
-        ``updates``: each client's local head trained on that reference (the
-        k-th ``None``; the ``left-out`` stage), where the clients train
-        locally.  Without them, the run's reference.
+        (the k-th ``None``), where the head aligns uploaded statistics; a head
+        whose clients trained on the run's reference ignores them.
         """
         raise NotImplementedError
 
@@ -159,7 +156,7 @@ class StatisticsStrategy(HeadStrategy):
             ),
         )
 
-    def leave_one_out(self, head, candidate, server, k, *, maps=None, updates=None):
+    def leave_one_out(self, head, candidate, server, k, *, maps=None):
         maps = server.maps() if maps is None else maps
         return head_without(head, candidate, server.statistics(), server.classes, k, maps)
 
@@ -210,10 +207,10 @@ class LocalTrainingStrategy(HeadStrategy):
             lambda: candidate_heads(head, candidates, updates, server.classes),
         )
 
-    def leave_one_out(self, head, candidate, server, k, *, maps=None, updates=None):
-        if updates is None:  # the local heads trained on the run's reference
-            updates = server.local_heads("fit", candidate.tau)
-        return head_without(head, candidate, {candidate.tau: updates}, server.classes, k)
+    def leave_one_out(self, head, candidate, server, k, *, maps=None):
+        # the local heads were trained on the run's reference: the maps are not used
+        updates = {candidate.tau: server.local_heads("fit", candidate.tau)}
+        return head_without(head, candidate, updates, server.classes, k)
 
     def fit_final(self, head, candidate, server):
         updates = server.local_heads("all", candidate.tau)

@@ -31,7 +31,7 @@ from .stages import STAGES, ClientWire, ServerWire, Stage
 from .stages.evaluation import Evaluation, EvaluationRequest
 from .stages.reference import FixedReference, Reference, ReferenceStep
 from .stages.screening import PairedCounts, ScreeningRequest
-from .stages.updates import LeftOutRequest, UpdatesRequest
+from .stages.updates import UpdatesRequest
 from .stages.upload import Upload, UploadRequest
 from .stages.validation import ValidationCounts, ValidationRequest
 from .state import RunState
@@ -47,7 +47,6 @@ __all__ = [
     "Exchange",
     "FixedReference",
     "InProcessTransport",
-    "LeftOutRequest",
     "Member",
     "OneShotProtocol",
     "PairedCounts",

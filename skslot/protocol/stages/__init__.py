@@ -6,7 +6,7 @@ module                    stage
 :mod:`.upload`            ``upload``: summaries (and statistics) in
 :mod:`.reference`         the server's reference step (no message of its own: the
                           reference travels with a client's next request)
-:mod:`.updates`           ``updates``, ``refit`` and ``left-out``: local heads (O-FedAvg)
+:mod:`.updates`           ``updates`` and ``refit``: local heads (O-FedAvg)
 :mod:`.validation`        ``validation``: candidate heads out, counts back
 :mod:`.screening`         ``screening``: leave-one-client-out heads out, paired counts back
 :mod:`.evaluation`        ``evaluation``: the global head out, test counts back
@@ -33,7 +33,6 @@ STAGES: dict[str, Stage] = {
         upload.STAGE,
         updates.STAGE,
         validation.STAGE,
-        updates.LEFT_OUT,
         screening.STAGE,
         updates.REFIT,
         evaluation.STAGE,

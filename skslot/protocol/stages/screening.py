@@ -28,8 +28,6 @@ from ...wire.summary_codec import MAX_COUNT
 from ..state import SERVER_STEP_ERRORS
 from ..transport import Exchange
 from ._stage import ClientWire, ServerWire, Stage
-from .updates import LEFT_OUT as LEFT_OUT_STAGE
-from .updates import collect_left_out
 
 if TYPE_CHECKING:
     from ...heads import OneShotHead
@@ -331,40 +329,19 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
     #: statistics); its maps are dropped once the head without it is fitted
     rebuilt: dict[int, Alignment] = {}
     unfit: dict[Hashable, str] = {}
-    # only where some voter has something to compare
-    screenable = [k for k, c in enumerate(order) if masks[k].any() and any(v != c for v in voters)]
-    for k in screenable if run.alignment is not None else ():
-        try:
-            alignment = run.alignment_without(order[k])
-        except SERVER_STEP_ERRORS as exc:
-            unfit[order[k]] = (
-                f"the head without it could not be fitted: {type(exc).__name__}: {exc}"
-            )
-            continue
-        # a reference fixed before the run is the same without it: nothing to send
-        if alignment.reference is not run.reference:
-            rebuilt[k] = alignment
-    local: dict[int, list] = {}
-    if head.strategy.trains_locally and rebuilt:
-        # every other client's local head on each reference built without one client
-        local, refused = collect_left_out(run, rebuilt, candidate.tau)
-        if refused or run.roster.order != order:  # the run goes round again without them
-            run.roster.keep(LEFT_OUT_STAGE.name, [c for c in order if c not in refused])
-            return refused
-    for k in screenable:
-        c = order[k]
-        if c in unfit:
+    for k, c in enumerate(order):  # only where some voter has something to compare
+        if not masks[k].any() or not any(v != c for v in voters):
             continue
         try:
-            maps = updates = None
-            if k in rebuilt and head.strategy.uploads_statistics:
-                maps = _maps_without(run, rebuilt[k], k)
-            elif k in rebuilt:
-                if k not in local:
-                    raise ValueError("a client's local head on its reference did not come back")
-                updates = local[k]
+            maps = None
+            if head.strategy.uploads_statistics and run.alignment is not None:
+                alignment = run.alignment_without(c)
+                # a reference fixed before the run is the same without it: nothing to send
+                if alignment.reference is not run.reference:
+                    rebuilt[k] = alignment
+                    maps = _maps_without(run, alignment, k)
             without[k] = head.strategy.leave_one_out(
-                head, candidate, run, k, maps=maps, updates=updates
+                head, candidate, run, k, maps=maps
             ).linear_scores()
         except SERVER_STEP_ERRORS as exc:  # e.g. too few classes left: not screenable
             rebuilt.pop(k, None)

@@ -6,26 +6,12 @@ on its fitting rows (``part="fit"``, the candidates) or on all its rows
 (``part="all"``, the final head).  The server ties each reply to the
 client's upload (:func:`check`), scales it by the client's capped weight and
 compares its norm with the others' (the defence).
-
-Stage "left-out" serves the screening of such a head.  The screening compares
-the candidate head with the head the federation would have made without each
-client; where the server aligns statistics (FedCGS, FedPFT) it builds that
-head itself on the reference rebuilt without the client, but local heads
-trained on the run's reference carry the suspect's summary in their
-alignment.  So every other client trains its local head again, on its
-fitting rows aligned by its map onto the reference built without the
-suspect: one request per client carries every such reference (one per other
-client, ``K - 1``) and its fraction of the map, and the reply is one local
-head per reference, checked as the ``updates`` stage checks its heads.  The
-references are never stored: the client's run keeps its own reference and
-map.  A screening round with this head thus costs each client ``K - 1`` more
-references received and local heads trained and sent.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,31 +19,26 @@ import numpy as np
 
 from ...accounting import PrivacyBudgetExceeded
 from ...heads._fitting import local_heads
-from ...low_rank import Summary, TransportMap, summary_from_bytes
+from ...low_rank import Summary, TransportMap
 from ...wire import MessageFormatError
 from ...wire.arrays import sample_count_problem
 from ...wire.payload import Payload, ReceivedPayload, array_list
 from ._stage import ClientWire, ServerWire, Stage
 
 if TYPE_CHECKING:
-    from ..alignment import Alignment
     from ..client import ClientParty
     from ..state import RunState
     from .upload import Upload
 
 __all__ = [
-    "LEFT_OUT",
     "REFIT",
     "STAGE",
-    "LeftOutRequest",
-    "LeftOutStage",
     "LocalHeads",
     "RefitStage",
     "UpdatesRequest",
     "UpdatesStage",
     "check",
     "collect",
-    "collect_left_out",
 ]
 
 #: The group of arrays the local heads travel in.
@@ -88,21 +69,6 @@ class UpdatesRequest:
 class LocalHeads(list):
     """A client's reply: its local heads (:class:`~skslot.heads.LinearHeadUpdate`), one per
     requested ``tau``, in the request's order."""
-
-
-def encode_local_heads(heads: LocalHeads) -> Payload:
-    """A reply of local heads on the wire: one group of arrays per head."""
-    return Payload(arrays={UPDATES: array_list([u.to_arrays() for u in heads])})
-
-
-def decode_local_heads(payload: ReceivedPayload, n: int, wire: ServerWire) -> LocalHeads:
-    """The ``n`` local heads a reply carries, each decoded and checked by the run's head
-    (at most the head's bytes each, read before anything is allocated)."""
-    head, C, m = wire.head, wire.classes.shape[0], wire.dimension
-    arrays = payload.array_list(
-        UPDATES, n, max_bytes=n * head.strategy.max_update_bytes(head, C, m)
-    )
-    return LocalHeads(head.decode_statistics(a, classes=wire.classes, n_features=m) for a in arrays)
 
 
 def check(
@@ -285,12 +251,19 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
         return UpdatesRequest(wire.reference(payload), tuple(payload.floats("taus")), part)
 
     def encode_reply(self, reply: LocalHeads, request: UpdatesRequest) -> Payload:
-        return encode_local_heads(reply)
+        return Payload(arrays={UPDATES: array_list([u.to_arrays() for u in reply])})
 
     def decode_reply(
         self, payload: ReceivedPayload, request: UpdatesRequest, wire: ServerWire
     ) -> LocalHeads:
-        return decode_local_heads(payload, len(request.taus), wire)
+        head, C, m = wire.head, wire.classes.shape[0], wire.dimension
+        n = len(request.taus)
+        arrays = payload.array_list(
+            UPDATES, n, max_bytes=n * head.strategy.max_update_bytes(head, C, m)
+        )
+        return LocalHeads(
+            head.decode_statistics(a, classes=wire.classes, n_features=m) for a in arrays
+        )
 
 
 class RefitStage(UpdatesStage):
@@ -304,144 +277,5 @@ class RefitStage(UpdatesStage):
     answers_privately = False
 
 
-#: The group of arrays the references travel in.
-REFERENCES = "references"
-
-
-@dataclass(frozen=True, eq=False)
-class LeftOutRequest:
-    """One local head on the fitting rows per reference, each built without another client.
-
-    Parameters
-    ----------
-    references : tuple of GaussianSummary or LowRankGaussianSummary
-        The references, each the client's own (about its destination with
-        ``label_mix="client"``).
-    fractions : tuple of float
-        The client's fraction of its map onto each (the candidate's ``tau``
-        times its factor of ``tau`` on that reference).
-    """
-
-    references: tuple[Summary, ...]
-    fractions: tuple[float, ...]
-
-
-class LeftOutStage(Stage[LeftOutRequest, LocalHeads]):
-    """Stage "left-out": a local head per reference built without one other client."""
-
-    name = "left-out"
-    message_type = "train.left_out"
-    request = LeftOutRequest
-    reply = LocalHeads
-    check = staticmethod(check)
-
-    def answer(self, party: ClientParty, request: LeftOutRequest) -> LocalHeads:
-        X, y = party.fitting_rows()
-        heads = []
-        for reference, tau in zip(request.references, request.fractions, strict=True):
-            heads += local_heads(
-                party.head,
-                X,
-                y,
-                party.classes,
-                party.map_onto(reference),
-                (tau,),
-                client_index=party.state.client_index or 0,
-            )
-        return LocalHeads(heads)
-
-    def encode_request(self, request: LeftOutRequest, wire: ServerWire) -> Payload:
-        parts = [
-            {"reference": np.frombuffer(r.to_bytes(wire.summary_dtype), dtype=np.uint8)}
-            for r in request.references
-        ]
-        values = {"fractions": [float(t) for t in request.fractions]}
-        return Payload(values, {REFERENCES: array_list(parts)})
-
-    def decode_request(self, payload: ReceivedPayload, wire: ClientWire) -> LeftOutRequest:
-        fractions = tuple(payload.floats("fractions"))
-        if not fractions or not all(0.0 <= t <= 1.0 for t in fractions):
-            raise MessageFormatError("left-out fractions must be one or more numbers in [0, 1]")
-        n = len(fractions)
-        parts = payload.array_list(REFERENCES, n, max_bytes=n * wire.reference_bytes)
-        references = []
-        for arrays in parts:
-            data = arrays.get("reference")
-            if data is None or data.dtype != np.uint8 or data.ndim != 1 or len(arrays) != 1:
-                raise MessageFormatError("each left-out reference must be one array of bytes")
-            m = wire.n_features
-            references.append(summary_from_bytes(data.tobytes(), expected_dimension=m))
-        return LeftOutRequest(tuple(references), fractions)
-
-    def encode_reply(self, reply: LocalHeads, request: LeftOutRequest) -> Payload:
-        return encode_local_heads(reply)
-
-    def decode_reply(
-        self, payload: ReceivedPayload, request: LeftOutRequest, wire: ServerWire
-    ) -> LocalHeads:
-        return decode_local_heads(payload, len(request.fractions), wire)
-
-
-def collect_left_out(
-    run: RunState, rebuilt: dict[int, Alignment], tau: float
-) -> tuple[dict[int, list], list[Hashable]]:
-    """The server's step: every client's local heads on the references built without others.
-
-    Parameters
-    ----------
-    run : RunState
-    rebuilt : dict of int to Alignment
-        Per position of a left-out client in the run's order, the alignment
-        built without it.
-    tau : float
-        The candidate's fraction.
-
-    Returns
-    -------
-    heads : dict of int to list
-        Per left-out position, every client's local head on that reference
-        in the run's order (``None`` at the left-out position), scaled by its
-        capped weight; only where every other client's came back.
-    refused : list
-        The clients whose heads failed their checks, or whose norms the
-        defence finds out of line with the others' (rejected at this stage).
-    """
-    order = run.roster.order
-    targets = {c: [k for k in rebuilt if order[k] != c] for c in order}
-    requests = {
-        c: LeftOutRequest(
-            tuple(rebuilt[k].reference_for(c) for k in ks),
-            tuple(float(tau) * rebuilt[k].tau_scale(c) for k in ks),
-        )
-        for c, ks in targets.items()
-        if ks
-    }
-    exchange = run.exchange(LEFT_OUT.name, requests)
-    received: dict[Hashable, Sequence] = {}
-    refused = [c for c in exchange.rejected if c in requests]
-    for c, updates in exchange.replies.items():
-        upload = run.roster.clients[c].upload
-        why = check(updates, len(targets[c]), upload.n_fit, upload, "fit")
-        if why:
-            run.roster.reject(LEFT_OUT.name, c, why)
-            refused.append(c)
-            continue
-        received[c] = [u.scaled(run.weight_factor(c)) for u in updates]
-    # the defence's bound on the heads' norms, as at the updates stage
-    named = list(received)
-    norms = [max(u.norm() for u in received[c]) for c in named]
-    for i, why in run.defence.implausible_updates(norms).items():
-        run.roster.reject(LEFT_OUT.name, named[i], f"implausible: {why}")
-        refused.append(named[i])
-        del received[named[i]]
-    heads: dict[int, list] = {}
-    for k in rebuilt:
-        others = [c for c in order if c != order[k]]
-        if all(c in received for c in others):
-            heads[k] = [None if c == order[k] else received[c][targets[c].index(k)] for c in order]
-    return heads, refused
-
-
 STAGE = UpdatesStage()
 REFIT = RefitStage()
-LEFT_OUT = LeftOutStage()
