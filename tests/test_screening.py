@@ -52,6 +52,20 @@ def parties(clients, head, *, attack: bool):
     return out
 
 
+@pytest.fixture
+def screening_requests(monkeypatch):
+    """Each voter's screening request, by its label, as the test's runs send them."""
+    seen = {}
+    answer = screening_stage.ScreeningStage.answer
+
+    def recording(self, party, request):
+        seen[party.label] = request
+        return answer(self, party, request)
+
+    monkeypatch.setattr(screening_stage.ScreeningStage, "answer", recording)
+    return seen
+
+
 def run(clients, head, *, attack, tau="auto", screen="auto", defence=None):
     protocol = OneShotProtocol(
         head, tau=tau, taus=(0.0, 1.0), defence=defence or DefenceBounds(), screen=screen,
@@ -602,7 +616,7 @@ def test_a_request_whose_full_head_classes_are_malformed_is_refused(full_mask, m
 
 
 def test_the_head_without_a_client_is_compared_on_the_reference_built_without_it(
-    clients, monkeypatch
+    clients, screening_requests
 ):
     """A statistics head without client j is aligned on the barycenter of the others'
     summaries alone, and each voter aligns its rows for that comparison with its own map
@@ -610,14 +624,7 @@ def test_the_head_without_a_client_is_compared_on_the_reference_built_without_it
     from skslot import BuresBarycenter
     from skslot.label_shift import label_shift_distances
 
-    seen = {}
-    answer = screening_stage.ScreeningStage.answer
-
-    def recording(self, party, request):
-        seen[party.label] = request
-        return answer(self, party, request)
-
-    monkeypatch.setattr(screening_stage.ScreeningStage, "answer", recording)
+    seen = screening_requests
     head = make_head("FedCGS").set_params(label_mix="federation")
     result = run(clients, head, attack=False, tau=1.0, screen="on")
     assert result.report.screening["excluded"] == []
@@ -670,44 +677,27 @@ def test_a_left_out_heads_reference_travels_and_is_checked():
 
 
 def test_a_reference_fixed_before_the_run_is_not_sent_again_with_each_left_out_head(
-    clients, monkeypatch
+    clients, screening_requests
 ):
     """A fitted transformer's reference does not depend on any one client: the screening
     compares on it and sends no reference with the left-out heads."""
     from skslot import SLOTTransformer
     from skslot.protocol import ClientState, FixedReference
 
-    seen = {}
-    answer = screening_stage.ScreeningStage.answer
-
-    def recording(self, party, request):
-        seen[party.label] = request
-        return answer(self, party, request)
-
-    monkeypatch.setattr(screening_stage.ScreeningStage, "answer", recording)
+    seen = screening_requests
     X = np.vstack([c[0] for c in clients.values()])
     y = np.concatenate([c[1] for c in clients.values()])
     label = np.concatenate([np.full(len(c[0]), k) for k, c in clients.items()])
     slot = SLOTTransformer(tau=1.0, label_mix="federation").fit(X, y, client=label)
     maps = {k: slot.client_map(k) for k in clients}
     head = make_head("FedCGS").set_params(label_mix="federation")
-    parties = {
-        k: ClientParty(
-            X,
-            y,
-            head=head,
-            classes=CLASSES,
-            label=k,
-            X_test=Xt,
-            y_test=yt,
-            state=ClientState(fixed_map=maps[k]),
-        )
-        for k, (X, y, Xt, yt) in clients.items()
-    }
+    honest = parties(clients, head, attack=False)
+    for k, party in honest.items():  # the fitted maps, on both sides
+        party.state = ClientState(fixed_map=maps[k])
     protocol = OneShotProtocol(
         head, tau=1.0, defence=DefenceBounds(), screen="on", random_state=0,
         reference=FixedReference(slot.reference_, maps),
     )  # fmt: skip
-    result = protocol.run(InProcessTransport(parties), CLASSES)
+    result = protocol.run(InProcessTransport(honest), CLASSES)
     assert result.report.screening["excluded"] == []
     assert seen and all(request.references == () for request in seen.values())

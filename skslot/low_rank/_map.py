@@ -13,6 +13,7 @@ from ..gaussian import GaussianSummary
 from ..maps import GaussianMap
 from ._summary import (
     LowRankGaussianSummary,
+    Summary,
     as_dense,
     common_basis,
 )
@@ -272,11 +273,8 @@ TransportMap = GaussianMap | LowRankMap
 
 
 def optimal_transport_map(
-    source: GaussianSummary | LowRankGaussianSummary,
-    target: GaussianSummary | LowRankGaussianSummary,
-    *,
-    target_factor: np.ndarray | None = None,
-) -> GaussianMap | LowRankMap:
+    source: Summary, target: Summary, *, target_factor: np.ndarray | None = None
+) -> TransportMap:
     """The Monge map from ``source`` onto ``target``, in the form of ``target``.
 
     A reference in factor form (every client of the federation sent one) gets

@@ -473,7 +473,7 @@ def summary_from_bytes(
     expected_dimension: int | None = None,
     max_dimension: int | None = None,
     max_rank: int | None = None,
-) -> GaussianSummary | LowRankGaussianSummary:
+) -> Summary:
     """Decode a summary payload of either form, as its header says.
 
     A client with no more rows than dimensions sends its summary in factor

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ....accounting import RELEASES
-from ....low_rank import LowRankGaussianSummary, Summary, summary_from_bytes
+from ....low_rank import Summary, summary_from_bytes
 from ....summary import COVARIANCES
 from ....wire import (
     MessageFormatError,
@@ -87,9 +87,7 @@ def _read_header(payload: ReceivedPayload, n_classes: int) -> _Header:
     return _Header(summary, n_fit, n_test, n_validation, counts, shrinkage, label, dimension)
 
 
-def as_decoded(
-    summary: Summary | LowRankGaussianSummary, dtype: str | None
-) -> Summary | LowRankGaussianSummary:
+def as_decoded(summary: Summary, dtype: str | None) -> Summary:
     """The summary as the server decodes it from the wire.
 
     Parameters
