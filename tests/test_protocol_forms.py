@@ -101,3 +101,23 @@ def test_a_screened_run_rebuilds_each_left_out_reference_in_factor_form():
     assert isinstance(low.reference, LowRankGaussianSummary)
     assert low.clients == dense.clients
     assert low.report.accuracy == pytest.approx(dense.report.accuracy, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "form"), [([10, 10, 10], LowRankGaussianSummary), ([40, 40, 40], GaussianSummary)]
+)
+def test_the_reference_travels_in_the_smaller_of_its_forms(sizes, form):
+    """Ranks 9 + 9 + 9 span 27 of 120 dimensions: the factor form is the smaller message;
+    39 + 39 + 39 span 117, whose factor form (14,277 values) would be larger than the dense
+    one (7,380): the server sends that, and the clients' runs do not change."""
+    clients = _clients(sizes)
+    low, parties = _run("FedPFT", clients, None)
+    dense, _ = _run("FedPFT", clients, "dense")
+    assert isinstance(low.reference, LowRankGaussianSummary)
+    for party in parties.values():
+        received = party.state.reference
+        assert isinstance(received, form)
+        np.testing.assert_allclose(
+            as_dense(received).covariance, dense.reference.covariance, rtol=0, atol=1e-8
+        )
+    assert low.report.accuracy == pytest.approx(dense.report.accuracy, abs=1e-12)

@@ -27,6 +27,7 @@ from flwr.common.logger import FLOWER_LOGGER, log
 from flwr.serverapp import Grid, ServerApp
 
 from ..heads import LinearScores
+from ..low_rank import summary_to_bytes
 from ..protocol import ProtocolReport, ProtocolRunError
 from ..protocol.report import logger as protocol_logger
 from .config import DeploymentConfig
@@ -120,7 +121,7 @@ def run_one_shot(
     return (
         result.report,
         result.head.linear_scores(),
-        result.reference.to_bytes(config.summary_dtype),
+        summary_to_bytes(result.reference, config.summary_dtype),
     )
 
 

@@ -35,7 +35,15 @@ References
 
 from ._barycenter import LowRankBarycenter, low_rank_barycenter
 from ._map import LowRankMap, TransportMap, optimal_transport_map
-from ._summary import LowRankGaussianSummary, Summary, as_dense, common_basis, summary_from_bytes
+from ._summary import (
+    LowRankGaussianSummary,
+    Summary,
+    as_dense,
+    common_basis,
+    smaller_form,
+    summary_from_bytes,
+    summary_to_bytes,
+)
 
 __all__ = [
     "LowRankBarycenter",
@@ -47,5 +55,7 @@ __all__ = [
     "common_basis",
     "low_rank_barycenter",
     "optimal_transport_map",
+    "smaller_form",
     "summary_from_bytes",
+    "summary_to_bytes",
 ]

@@ -19,14 +19,16 @@ from ..wire.low_rank_codec import (
     encode_low_rank_summary,
     low_rank_payload_size,
 )
-from ..wire.summary_codec import LOW_RANK_MAGIC
+from ..wire.summary_codec import LOW_RANK_MAGIC, summary_payload_size
 
 __all__ = [
     "LowRankGaussianSummary",
     "Summary",
     "as_dense",
     "common_basis",
+    "smaller_form",
     "summary_from_bytes",
+    "summary_to_bytes",
 ]
 
 #: Eigenvalues of the sample covariance below this fraction of the largest
@@ -520,6 +522,58 @@ def summary_from_bytes(
     if bytes(payload[:4]) == LOW_RANK_MAGIC:
         return LowRankGaussianSummary.from_bytes(payload, max_rank=max_rank, **options)
     return GaussianSummary.from_bytes(payload, **options)
+
+
+def summary_to_bytes(summary: Summary, dtype: str = "float32") -> bytes:
+    """A summary's payload in the smaller of its two forms.
+
+    The factor form takes ``m (r + 1) + r`` values and the dense form
+    ``m (m + 3) / 2``, so a factor form of rank past about ``m / 2`` travels
+    dense (:meth:`LowRankGaussianSummary.to_dense`, the same covariance);
+    :func:`summary_from_bytes` reads either.
+
+    Parameters
+    ----------
+    summary : GaussianSummary or LowRankGaussianSummary
+    dtype : {"float16", "float32", "float64"}, default="float32"
+
+    Returns
+    -------
+    payload : bytes
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot.low_rank import LowRankGaussianSummary, summary_to_bytes
+    >>> rng = np.random.default_rng(0)
+    >>> thin = LowRankGaussianSummary.from_rows(rng.normal(size=(5, 40)))
+    >>> wide = LowRankGaussianSummary.from_rows(rng.normal(size=(35, 40)))
+    >>> len(summary_to_bytes(thin)) == thin.payload_size()
+    True
+    >>> len(summary_to_bytes(wide)) == wide.to_dense().payload_size() < wide.payload_size()
+    True
+    """
+    return smaller_form(summary, dtype).to_bytes(dtype)
+
+
+def smaller_form(summary: Summary, dtype: str = "float32") -> Summary:
+    """The summary in the form of the smaller payload in ``dtype`` (see :func:`summary_to_bytes`).
+
+    Parameters
+    ----------
+    summary : GaussianSummary or LowRankGaussianSummary
+    dtype : {"float16", "float32", "float64"}, default="float32"
+
+    Returns
+    -------
+    GaussianSummary or LowRankGaussianSummary
+        ``summary`` itself, or its dense form where that travels in fewer bytes.
+    """
+    if isinstance(summary, LowRankGaussianSummary) and summary.payload_size(
+        dtype
+    ) > summary_payload_size(summary, dtype):
+        return summary.to_dense()
+    return summary
 
 
 def common_basis(bases: Sequence[np.ndarray]) -> np.ndarray:

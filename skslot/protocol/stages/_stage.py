@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 import numpy as np
 
 from ...heads import LinearScores
-from ...low_rank import Summary, summary_from_bytes
+from ...low_rank import Summary, summary_from_bytes, summary_to_bytes
 from ...wire import MessageFormatError, StatisticsFormatError, WireFormatError
 from ...wire.payload import ConfigValue, Payload, ReceivedPayload
 
@@ -67,7 +67,7 @@ class ServerWire:
         dict
         """
         if reference is not None:
-            values["reference"] = reference.to_bytes(self.summary_dtype)
+            values["reference"] = summary_to_bytes(reference, self.summary_dtype)
         return values
 
 
@@ -109,10 +109,11 @@ class ClientWire:
 
     @property
     def reference_bytes(self) -> int:
-        """Most bytes one reference of this dimension takes on the wire (in float64), in
-        either form: ``m (m + 3) / 2`` values dense, at most ``m^2 + 2 m`` in factor form."""
+        """Most bytes one reference of this dimension takes on the wire (in float64): it
+        travels in the smaller of its forms (:func:`~skslot.low_rank.summary_to_bytes`), so
+        at most the dense form's ``m (m + 3) / 2`` values."""
         m = self.n_features
-        return 8 * (m * m + 2 * m) + 4096
+        return 8 * (m * (m + 3) // 2) + 4096
 
     def head(self, arrays: Mapping[str, np.ndarray]) -> LinearScores:
         """A received head, checked against the run's classes and this client's dimension.

@@ -11,7 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ...barycenter import BuresBarycenter
 from ...exceptions import SingleClientWarning
-from ...low_rank import Summary, TransportMap
+from ...low_rank import Summary, TransportMap, summary_to_bytes
 
 __all__ = ["FixedReference", "Reference", "ReferenceStep"]
 
@@ -105,7 +105,7 @@ class ReferenceStep:
                 warnings.simplefilter("ignore", SingleClientWarning)
             barycenter.fit(labelled)
         if self.wire_dtype is not None:
-            barycenter.reference_.to_bytes(self.wire_dtype)  # raises if it cannot travel
+            summary_to_bytes(barycenter.reference_, self.wire_dtype)  # raises if it cannot travel
         maps = barycenter.maps()  # by label, in the order of the summaries
         by_address = {c: maps[label] for c, label in zip(clients, barycenter.clients_, strict=True)}
         return Reference(barycenter.reference_, by_address, int(barycenter.n_iter_))

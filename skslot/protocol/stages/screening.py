@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...heads import LinearScores
-from ...low_rank import Summary, TransportMap, summary_from_bytes
+from ...low_rank import Summary, TransportMap, summary_from_bytes, summary_to_bytes
 from ...screening import MIN_VOTERS, comparable_classes
 from ...selection import Candidate, validation_sizes
 from ...wire import MessageFormatError
@@ -464,7 +464,7 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
         rebuilt = zip(heads, request.references, request.fractions, strict=True)
         for arrays, reference, tau in rebuilt if request.references else ():
             if reference is not None:  # the reference built without this head's client
-                data = reference.to_bytes(wire.summary_dtype)
+                data = summary_to_bytes(reference, wire.summary_dtype)
                 arrays["reference"] = np.frombuffer(data, dtype=np.uint8)
                 arrays["tau"] = np.array([tau], dtype=np.float64)
         full = request.full.to_arrays()

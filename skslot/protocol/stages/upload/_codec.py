@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ....accounting import RELEASES
-from ....low_rank import Summary, summary_from_bytes
+from ....low_rank import Summary, smaller_form, summary_from_bytes, summary_to_bytes
 from ....summary import COVARIANCES
 from ....wire import (
     MessageFormatError,
@@ -99,11 +99,11 @@ def as_decoded(summary: Summary, dtype: str | None) -> Summary:
     Returns
     -------
     GaussianSummary or LowRankGaussianSummary
-        Of ``summary``'s form.
+        In the form it travels in, the smaller of the two (:func:`summary_to_bytes`).
     """
     if dtype is None:
-        return summary
-    return summary_from_bytes(summary.to_bytes(dtype))
+        return smaller_form(summary, "float64")
+    return summary_from_bytes(summary_to_bytes(summary, dtype))
 
 
 class UploadCodec(Stage[UploadRequest, Upload]):
@@ -204,7 +204,7 @@ class UploadCodec(Stage[UploadRequest, Upload]):
             "n-validation": reply.n_validation,
         }
         if reply.summary is not None:
-            values["summary"] = reply.summary.to_bytes(request.summary_dtype or "float64")
+            values["summary"] = summary_to_bytes(reply.summary, request.summary_dtype or "float64")
         else:  # derived from the statistics: the server needs their dimension to decode them
             values["dimension"] = int(reply.statistics.n_features)
         if reply.shrinkage is not None:
