@@ -29,8 +29,15 @@ excluded, and the CPU time the default costs (its bytes:
 docs/results/protocol_cost.md).  The per-run records
 are written to docs/results/screening.csv.
 
-Run: python benchmarks/screening.py [n_seeds] > docs/results/screening.md
-(about 45 minutes on 2 cores for 2 seeds).
+Run one part at a time, one case and one seed (about 25 minutes on 2 cores
+each), then the report from every part recorded so far::
+
+    python benchmarks/screening.py run "own mix" 0
+    python benchmarks/screening.py run domain 0
+    python benchmarks/screening.py report > docs/results/screening.md
+
+A part replaces the records of its case and seed in docs/results/screening.csv
+and keeps the others.
 """
 
 from __future__ import annotations
@@ -152,34 +159,74 @@ def one_run(name: str, per_domain: int, alpha: float | None, head_name: str, see
     return records
 
 
-def main(n_seeds: int = 2) -> None:
+FIELDS = (
+    "data_set", "case", "clients_per_domain", "clients", "alpha", "head", "seed", "config",
+    "way", "macro_accuracy", "tau", "rejected", "excluded", "screened", "cpu_seconds",
+    "part_wall_seconds",
+)  # fmt: skip
+
+
+def read_records() -> list[dict]:
+    """Every part recorded so far, numbers parsed back."""
+    if not OUT.exists():
+        return []
+    with OUT.open(newline="") as f:
+        records = list(csv.DictReader(f))
+    for r in records:
+        for key in ("clients_per_domain", "clients", "seed", "rejected", "excluded"):
+            r[key] = int(r[key])
+        for key in ("macro_accuracy", "cpu_seconds", "part_wall_seconds"):
+            r[key] = float(r[key])
+        r["screened"] = r["screened"] == "True"
+        if r["alpha"] != "none":
+            r["alpha"] = float(r["alpha"])
+    return records
+
+
+def run_part(case: str, seed: int) -> None:
+    """One case and one seed, every federation, alpha and head; recorded in ``OUT``."""
+    if case not in CASES:
+        raise SystemExit(f"case must be one of {CASES}, got {case!r}")
     jobs = [
         (name, per_domain, alpha, head, seed, case)
-        for case in CASES
         for name, per_domain in FEDERATIONS
         for alpha in ALPHAS
         for head in HEADS
-        for seed in range(n_seeds)
     ]
     start = time.time()
     runs = Parallel(n_jobs=2)(delayed(one_run)(*job) for job in jobs)
-    records = [r for run in runs for r in run]
+    wall = round(time.time() - start, 1)
+    kept = [r for r in read_records() if not (r["case"] == case and r["seed"] == seed)]
+    records = kept + [{**r, "part_wall_seconds": wall} for run in runs for r in run]
     with OUT.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(records[0]))
+        writer = csv.DictWriter(f, fieldnames=list(FIELDS))
         writer.writeheader()
         writer.writerows(records)
+    print(f"{case!r} seed {seed}: {len(records) - len(kept)} runs in {wall:.0f} s wall")
+
+
+def main() -> None:
+    records = read_records()
+    if not records:
+        raise SystemExit(f"no records in {OUT}: run a part first")
+    parts = {(r["case"], r["seed"]): r["part_wall_seconds"] for r in records}
+    seeds = {case: sorted(s for c, s in parts if c == case) for case in CASES}
     print("# The defence without an attacker\n")
     print(
-        f"`python benchmarks/screening.py {n_seeds}`: {n_seeds} seeds, the real protocol in "
+        "`python benchmarks/screening.py run CASE SEED`, one part per case and seed "
+        f"(seeds {', '.join(f'{c}: {s}' for c, s in seeds.items())}), then "
+        "`python benchmarks/screening.py report`: the real protocol in "
         'process, at the deployment\'s defaults and at `tau = "auto"`; macro accuracy (%) '
         "over all clients (excluded ones included), mean over seeds; *change*: the mean and "
         "the largest absolute difference of the default defence to no defence in any one "
         "seed; *excluded*: honest clients the screening excluded, over all seeds; *CPU*: "
         "seconds per run, without and with the defence (one BLAS thread).  "
-        f"{time.time() - start:.0f} s wall on 2 cores; records in docs/results/screening.csv.\n"
+        f"{sum(parts.values()) / len(parts):.0f} s wall on 2 cores a part; records in "
+        "docs/results/screening.csv.\n"
     )
     for case in CASES:
-        report([r for r in records if r["case"] == case], case)
+        if seeds[case]:
+            report([r for r in records if r["case"] == case], case)
 
 
 def report(records: list[dict], case: str) -> None:
@@ -231,4 +278,9 @@ def report(records: list[dict], case: str) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
+    if sys.argv[1:2] == ["run"] and len(sys.argv) == 4:
+        run_part(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1:] == ["report"]:
+        main()
+    else:
+        raise SystemExit(__doc__.split("Run one part")[1])
