@@ -23,8 +23,6 @@ from __future__ import annotations
 import sys
 import time
 
-from joblib import Parallel, delayed
-
 from attacks import (
     ALL,
     BOTH,
@@ -45,6 +43,8 @@ from attacks import (
     scaled_heads,
     scaled_rows,
 )
+from joblib import Parallel, delayed
+
 from skslot.bench import CASES
 
 #: (clients in all, clients per domain): the honest clients are the first K - 1 nodes.
