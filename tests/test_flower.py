@@ -45,7 +45,7 @@ from skslot.flower.client_app import (  # noqa: E402
 )
 from skslot.heads import HEADS, OneShotFedAvgClassifier, make_head, message_bytes  # noqa: E402
 from skslot.lifetime import LifetimeBudget  # noqa: E402
-from skslot.low_rank import LowRankGaussianSummary, summary_from_bytes  # noqa: E402
+from skslot.low_rank import summary_from_bytes  # noqa: E402
 from skslot.protocol import ClientParty, ProtocolRunError, UploadRequest  # noqa: E402
 from skslot.protocol.stages import upload as upload_stage  # noqa: E402
 from skslot.wire import MessageFormatError  # noqa: E402
@@ -342,8 +342,9 @@ def test_nodes_of_few_rows_send_their_factor_form_and_the_run_is_the_dense_one(
     wide_node_configs, head
 ):
     """``summary-form = "auto"``: each node's exact factor form (a 40-byte header, the label,
-    m (r + 1) + r values), the reference built on the span of the factors and sent in factor
-    form, the same accuracies as with dense summaries."""
+    m (r + 1) + r values), the reference built on the span of the factors (rank 76 of 100)
+    and sent in the smaller form, dense here (5,150 values against 7,776), the same
+    accuracies as with dense summaries."""
     settings = {"head": head, "summary_dtype": "float64", "screen": "off", "tau": 0.6}
     low, _, reference, _ = deploy(wide_node_configs, **settings)
     dense, _, dense_reference, _ = deploy(wide_node_configs, summary_form="dense", **settings)
@@ -352,7 +353,8 @@ def test_nodes_of_few_rows_send_their_factor_form_and_the_run_is_the_dense_one(
     assert dense.summary_values == {node: m * (m + 1) // 2 + m + 1 for node in wide_node_configs}
     assert set(low.summary_payload_bytes.values()) == {40 + 8 + (m * (r + 1) + r) * 8}
     received = summary_from_bytes(reference)
-    assert isinstance(received, LowRankGaussianSummary) and received.rank == 4 * r
+    assert isinstance(received, GaussianSummary)
+    assert len(reference) == received.payload_size("float64")
     np.testing.assert_allclose(
         received.covariance, GaussianSummary.from_bytes(dense_reference).covariance, atol=1e-10
     )
