@@ -178,3 +178,32 @@ def test_private_mechanisms_study_without_noise_is_fedcgs_on_exact_statistics(mo
         found = study.one_run(data, part, mechanism, 8.0, True, 0)
         assert set(found) == {"domain", "own mix"}
         assert all(20.0 < value < 100.0 for value in found.values())
+
+
+def test_screening_study_runs_a_part_and_reports_from_its_records(monkeypatch, tmp_path, capsys):
+    """One part (a case and a seed) of the defence's honest-runs study, recorded, then the
+    report from the records: both ways of the defence in each configuration."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import screening as study
+
+    monkeypatch.setattr(study, "OUT", tmp_path / "screening.csv")
+    monkeypatch.setattr(study, "FEDERATIONS", (("digits", 2),))
+    monkeypatch.setattr(study, "ALPHAS", (None,))
+    monkeypatch.setattr(study, "HEADS", ("FedCGS",))
+    study.run_part("own mix", 0)
+    records = study.read_records()
+    assert {(r["config"], r["way"]) for r in records} == {
+        (c, w) for c in ("defaults", "auto") for w in ("none", "default")
+    }
+    assert all(r["clients"] == 6 and r["screened"] == (r["way"] == "default") for r in records)
+    assert all(0.0 <= r["macro_accuracy"] <= 100.0 for r in records)
+    capsys.readouterr()
+    study.main()
+    out = capsys.readouterr().out
+    from skslot.bench import CASE_TITLES
+
+    assert f"## {CASE_TITLES['own mix']}" in out and CASE_TITLES["domain"] not in out
+    rows = [line for line in out.splitlines() if line.startswith("| digits (6) | none | FedCGS")]
+    assert len(rows) == 2  # the defaults and tau = "auto"
+    with pytest.raises(SystemExit, match="case must be one of"):
+        study.run_part("every class", 0)
