@@ -751,20 +751,26 @@ def _one_run(attack: Attack, head: str, mode: str, seed: int, case: str) -> dict
         }
 
 
-def main(n_seeds: int = 3) -> None:
-    if not DIGITS.exists():
-        sys.exit(f"{DIGITS} not found: this benchmark needs ../shared/data")
+def run_attacks(attacks: list[Attack], n_seeds: int) -> tuple[list[dict], float]:
+    """Every run of ``attacks`` (each head, way of the defence, seed and case) on two
+    workers, and the seconds they took."""
     jobs = [
         (attack, head, mode, seed, case)
         for case in CASES
-        for attack in ATTACKS
+        for attack in attacks
         for head in attack.heads
         for mode in MODES
         for seed in range(n_seeds)
     ]
     start = time.perf_counter()
     found = Parallel(n_jobs=2)(delayed(one_run)(*job) for job in jobs)
-    wall = time.perf_counter() - start
+    return found, time.perf_counter() - start
+
+
+def main(n_seeds: int = 3) -> None:
+    if not DIGITS.exists():
+        sys.exit(f"{DIGITS} not found: this benchmark needs ../shared/data")
+    found, wall = run_attacks(ATTACKS, n_seeds)
     print(f"# One hostile client (digits, {DIMENSION}-d, alpha {ALPHA})\n")
     print(
         "Three honest clients (the three digits domains; two where K = 3) and a fourth that "

@@ -21,14 +21,12 @@ Run: python benchmarks/attacks_more_clients.py [n_seeds] > docs/results/attacks_
 from __future__ import annotations
 
 import sys
-import time
 
 from attacks import (
     ALL,
     BOTH,
     COUNT,
     DIGITS,
-    MODES,
     NORM,
     PRIVATE,
     VARIANCE,
@@ -37,13 +35,12 @@ from attacks import (
     flipped_labels,
     framing_votes,
     honest_nodes,
-    one_run,
     repeated,
     report,
+    run_attacks,
     scaled_heads,
     scaled_rows,
 )
-from joblib import Parallel, delayed
 
 from skslot.bench import CASES
 
@@ -99,18 +96,7 @@ def main(n_seeds: int = 3) -> None:
     if not DIGITS.exists():
         sys.exit(f"{DIGITS} not found: this benchmark needs ../shared/data")
     federations = {k: attacks_at(k, per_domain) for k, per_domain in FEDERATIONS}
-    jobs = [
-        (attack, head, mode, seed, case)
-        for case in CASES
-        for attacks in federations.values()
-        for attack in attacks
-        for head in attack.heads
-        for mode in MODES
-        for seed in range(n_seeds)
-    ]
-    start = time.perf_counter()
-    found = Parallel(n_jobs=2)(delayed(one_run)(*job) for job in jobs)
-    wall = time.perf_counter() - start
+    found, wall = run_attacks([a for attacks in federations.values() for a in attacks], n_seeds)
     print("# One hostile client among five and among eight (digits, 256-d, alpha 0.1)\n")
     print(
         "The digits dealt two clients per domain (four honest, K = 5) or three (seven "
