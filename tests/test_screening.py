@@ -214,6 +214,35 @@ def test_paired_counts_match_a_row_by_row_count(full_mask):
     assert absorbed > 0  # the full head's absorption is among what is counted
 
 
+def test_paired_counts_judge_each_head_as_the_client_predicts_with_its_own_mix():
+    """Where the heads serve each client's own label mix, both are compared as the client
+    will predict with them: shifted to its own class proportions."""
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(80, 3)), rng.integers(0, 2, size=80)
+    federation = np.full(4, 0.25)
+    embedded = np.log(federation)
+
+    def own_mix_head():
+        return LinearScores(
+            CLASSES, rng.normal(size=(4, 3)), rng.normal(size=4), federation, embedded
+        )
+
+    full, other = own_mix_head(), own_mix_head()
+    own = np.array([30, 50, 1, 0])  # this client holds rows of classes 0 and 1 (one of 2)
+    masks = np.array([[True, True, True, False]])
+    identity = GaussianMap(np.eye(3), np.zeros(3))
+    found = paired_counts(full, [other], masks, identity, 0.5, X, y, CLASSES, class_counts=own)
+    as_embedded = paired_counts(full, [other], masks, identity, 0.5, X, y, CLASSES)
+    a = full.predict(X, own) == CLASSES[y]
+    allowed = np.flatnonzero(masks[0])
+    scores = other.decision_scores(X, own)[:, allowed]
+    b = CLASSES[allowed[np.argmax(scores, axis=1)]] == CLASSES[y]
+    absorbed = ~masks[0][np.searchsorted(CLASSES, full.predict(X, own))]
+    assert found.better[0] == np.sum((b & ~a) | (absorbed & ~b))
+    assert found.worse[0] == np.sum(a & ~b)
+    assert (found.better[0], found.worse[0]) != (as_embedded.better[0], as_embedded.worse[0])
+
+
 def test_the_full_head_must_predict_every_compared_class():
     identity = GaussianMap(np.eye(3), np.zeros(3))
     head = LinearScores(CLASSES, np.zeros((4, 3)), np.zeros(4))
@@ -542,8 +571,10 @@ def own_class_parties(clients, head, *, rows):
 @pytest.mark.parametrize("name", ["FedCGS", "FedPFT", "O-FedAvg"])
 def test_rows_sent_to_a_class_only_it_holds_count_against_it(clients, name):
     """Every row labelled the class only it holds, five times over: the full head sends the
-    others' rows there, which the head without it cannot; the screening counts them."""
-    head = make_head(name, seed=0)
+    others' rows there, which the head without it cannot; the screening counts them.  (Where
+    every class of the domain is served: with each client's own mix the others predict
+    with their own proportions, where that class has none of their rows.)"""
+    head = make_head(name, seed=0).set_params(label_mix="federation")
     if name == "O-FedAvg":  # on held classes a one-class client moves no row (test_heads)
         head.set_params(local_classes="all")
 
@@ -559,6 +590,25 @@ def test_rows_sent_to_a_class_only_it_holds_count_against_it(clients, name):
     assert evidence["better"] > 3 * evidence["worse"] and evidence["gain"] > 0.1
     honest = run_parties(own_class_parties(clients, head, rows=genuine), head)
     assert honest.report.screening["excluded"] == []  # holding a class alone is no harm
+
+
+@pytest.mark.parametrize("name", ["FedCGS", "FedPFT"])
+def test_with_each_clients_own_mix_a_class_only_it_holds_absorbs_no_honest_row(clients, name):
+    """The same attack where each client's rows follow its own mix (the default): the others
+    predict with their own proportions, which hold none of that class, in the screening as
+    in the final head, so it costs them at most 3 points, whether or not it is excluded."""
+    head = make_head(name, seed=0)
+
+    def all_class_3(X, y):
+        return np.tile(X, (5, 1)), np.full(5 * y.shape[0], 3)
+
+    def honest_accuracy(result):
+        return np.mean([result.report.accuracy[k] for k in range(3)])
+
+    attacked = run_parties(own_class_parties(clients, head, rows=all_class_3), head)
+    genuine = run_parties(own_class_parties(clients, head, rows=lambda X, y: (X, y)), head)
+    assert honest_accuracy(attacked) >= honest_accuracy(genuine) - 0.03
+    assert genuine.report.screening["excluded"] == []
 
 
 def test_clients_with_fewer_than_three_voters_are_reported_unscreenable(clients):

@@ -6,7 +6,9 @@ head without each other client (:func:`paired_counts`: three counts per
 comparison); the server ties the counts to the client's class counts
 (:func:`check`) and excludes the client with the strongest case against it
 (:mod:`skslot.screening`, with the defence's thresholds).  The head that is
-screened is the final head: nothing the screening did not judge enters it.
+screened is the final head, each client predicting with it as it will
+(under its own label mix where the head serves each client's own): nothing
+the screening did not judge enters it.
 """
 
 from __future__ import annotations
@@ -167,6 +169,7 @@ def paired_counts(
     *,
     full_mask: np.ndarray | None = None,
     left_out_maps: Sequence[TransportMap | None] | None = None,
+    class_counts: np.ndarray | None = None,
 ) -> PairedCounts:
     """Compare the full head with each left-out head on the validation rows.
 
@@ -179,7 +182,9 @@ def paired_counts(
     ``full_mask`` (as the final head predicts): a row the full head sends to
     a class only client ``k`` holds is an error ``k`` caused (absorbed by its
     class), counted "better without ``k``" even where the left-out head errs
-    too.
+    too.  Each head predicts as the client will predict with the final one:
+    under its own label mix where the head serves each client's own
+    (``class_counts``, :meth:`~skslot.heads.LinearScores.decision_scores`).
 
     Parameters
     ----------
@@ -202,6 +207,10 @@ def paired_counts(
     left_out_maps : sequence of (GaussianMap, LowRankMap or None), optional
         Per left-out head, the map (at its fraction) that aligns the rows it
         scores; ``None``: the full map at ``tau``.
+    class_counts : ndarray of shape (C,), optional
+        The client's own training rows of each class: the label mix it
+        predicts with where a head serves each client's own; ``None``: the
+        scores as the heads embed them.
 
     Returns
     -------
@@ -225,7 +234,7 @@ def paired_counts(
         raise ValueError(f"{len(left_out_maps)} maps for {len(left_out)} left-out heads")
     aligned = full_map.geodesic(tau).apply(X)
     codes = np.searchsorted(classes, y)
-    guess = _restricted_argmax(full.decision_scores(aligned), full_mask)
+    guess = _restricted_argmax(full.decision_scores(aligned, class_counts), full_mask)
     better, worse, rows = (np.zeros(len(left_out), dtype=np.int64) for _ in range(3))
     for k, (head, mask, own) in enumerate(zip(left_out, masks, left_out_maps, strict=True)):
         scored = mask[codes]
@@ -233,7 +242,8 @@ def paired_counts(
         right_full = guess[scored] == truth
         absorbed = ~mask[guess[scored]]  # sent to a class only the left-out client holds
         rows_k = aligned[scored] if own is None else own.apply(X[scored])
-        right_without = _restricted_argmax(head.decision_scores(rows_k), mask) == truth
+        scores = head.decision_scores(rows_k, class_counts)
+        right_without = _restricted_argmax(scores, mask) == truth
         better[k] = np.sum((right_without & ~right_full) | (absorbed & ~right_without))
         worse[k] = np.sum(right_full & ~right_without)
         rows[k] = truth.shape[0]
@@ -451,6 +461,7 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
         return paired_counts(
             request.full, request.left_out, request.masks, full_map, request.tau, X, y,
             party.classes, full_mask=request.full_mask, left_out_maps=own,
+            class_counts=party.class_counts,
         )  # fmt: skip
 
     def encode_request(self, request: ScreeningRequest, wire: ServerWire) -> Payload:
