@@ -20,7 +20,9 @@ Run: python benchmarks/attacks_more_clients.py [n_seeds] > docs/results/attacks_
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 from attacks import (
     ALL,
@@ -44,6 +46,8 @@ from attacks import (
 
 from skslot.bench import CASES
 
+#: Every run's record, beside the table.
+RECORDS = Path(__file__).resolve().parents[1] / "docs" / "results" / "attacks_more_clients.json"
 #: (clients in all, clients per domain): the honest clients are the first K - 1 nodes.
 FEDERATIONS = ((5, 2), (8, 3))
 
@@ -52,10 +56,14 @@ def attacks_at(k: int, per_domain: int) -> list[Attack]:
     """The baselines and the attacks of one federation of ``k`` clients."""
     honest = honest_nodes(per_domain)[: k - 1]
     at = {"honest": honest, "per_domain": per_domain}
+    private = baselines(
+        honest, heads=("O-FedAvg",), settings=PRIVATE,
+        what=f"{per_domain} per domain, a private federation (epsilon 16)",
+    )  # fmt: skip
     return [
         *(
-            Attack(a.name, a.heads, present=a.present, **at)
-            for a in baselines(honest, what=f"{per_domain} per domain")
+            Attack(a.name, a.heads, present=a.present, settings=a.settings, **at)
+            for a in [*baselines(honest, what=f"{per_domain} per domain"), *private]
         ),
         Attack(f"flipped labels, honest n, K = {k}", ALL, rows=flipped_labels, **at),
         Attack(
@@ -97,6 +105,8 @@ def main(n_seeds: int = 3) -> None:
         sys.exit(f"{DIGITS} not found: this benchmark needs ../shared/data")
     federations = {k: attacks_at(k, per_domain) for k, per_domain in FEDERATIONS}
     found, wall = run_attacks([a for attacks in federations.values() for a in attacks], n_seeds)
+    with RECORDS.open("w") as f:  # the runs, should a table need to be made again
+        json.dump(found, f, default=float)
     print("# One hostile client among five and among eight (digits, 256-d, alpha 0.1)\n")
     print(
         "The digits dealt two clients per domain (four honest, K = 5) or three (seven "
