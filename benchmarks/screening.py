@@ -214,7 +214,7 @@ def main() -> None:
     print("# The defence without an attacker\n")
     print(
         "`python benchmarks/screening.py run CASE SEED`, one part per case and seed "
-        f"(seeds {', '.join(f'{c}: {s}' for c, s in seeds.items())}), then "
+        f"({'; '.join(f'{c}: seeds ' + ', '.join(map(str, s)) for c, s in seeds.items())}), then "
         "`python benchmarks/screening.py report`: the real protocol in "
         'process, at the deployment\'s defaults and at `tau = "auto"`; macro accuracy (%) '
         "over all clients (excluded ones included), mean over seeds; *change*: the mean and "
