@@ -64,6 +64,8 @@ OUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "screening.csv"
 #: (data set, clients per domain)
 FEDERATIONS = (("office-caltech10", 1), ("office-caltech10", 2), ("digits", 2))
 ALPHAS = (0.1, 0.05, 0.01, None)
+#: Runs at once (one BLAS thread each).
+N_JOBS = 2
 HEADS = ("O-FedAvg", "FedCGS", "FedPFT")
 #: Each case's label mix, as the deployment's run config names it.
 LABEL_MIX = {"domain": "federation", "own mix": "client"}
@@ -194,7 +196,7 @@ def run_part(case: str, seed: int) -> None:
         for head in HEADS
     ]
     start = time.time()
-    runs = Parallel(n_jobs=2)(delayed(one_run)(*job) for job in jobs)
+    runs = Parallel(n_jobs=N_JOBS)(delayed(one_run)(*job) for job in jobs)
     wall = round(time.time() - start, 1)
     kept = [r for r in read_records() if not (r["case"] == case and r["seed"] == seed)]
     records = kept + [{**r, "part_wall_seconds": wall} for run in runs for r in run]

@@ -190,6 +190,7 @@ def test_screening_study_runs_a_part_and_reports_from_its_records(monkeypatch, t
     monkeypatch.setattr(study, "FEDERATIONS", (("digits", 2),))
     monkeypatch.setattr(study, "ALPHAS", (None,))
     monkeypatch.setattr(study, "HEADS", ("FedCGS",))
+    monkeypatch.setattr(study, "N_JOBS", 1)  # in this process: its workers import no script
     study.run_part("own mix", 0)
     records = study.read_records()
     assert {(r["config"], r["way"]) for r in records} == {
