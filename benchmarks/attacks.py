@@ -667,18 +667,17 @@ def write_clients(
     return configs, Setup(honest_classes, own)
 
 
-def poison(folder: Path, attack: Attack, seed: int, setup: Setup) -> dict:
-    """The attacker's node config for this attack (its rows poisoned, if the attack says so)."""
-    source = folder / "attacker.npz"
-    client_id = 3 * attack.per_domain
+def poison(folder: Path, attack: Attack, seed: int, setup: Setup, genuine: dict) -> dict:
+    """The attacker's node config for this attack: ``genuine`` (:func:`write_clients`'), its
+    rows poisoned if the attack says so."""
     if attack.rows is None:
-        return {"data": str(source), "client-id": client_id}
-    with np.load(source) as archive:
+        return genuine
+    with np.load(genuine["data"]) as archive:
         arrays = dict(archive)
     X, y = attack.rows(arrays["X_train"], arrays["y_train"], np.random.default_rng(seed), setup)
     path = folder / "attacker-poisoned.npz"
     np.savez(path, **{**arrays, "X_train": X, "y_train": y})
-    return {"data": str(path), "client-id": client_id}
+    return {**genuine, "data": str(path)}
 
 
 def one_run(attack: Attack, head: str, mode: str, seed: int, case: str = "domain") -> dict:
@@ -697,7 +696,7 @@ def _one_run(attack: Attack, head: str, mode: str, seed: int, case: str) -> dict
     with threadpool_limits(1), tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         configs, setup = write_clients(folder, seed, attack.own_class, case, attack.per_domain)
-        configs[ATTACKER] = poison(folder, attack, seed, setup)
+        configs[ATTACKER] = poison(folder, attack, seed, setup, configs[ATTACKER])
         absent = set(attack.honest) - set(configs)
         if absent:
             raise ValueError(f"seed {seed}: too few clients of {FEWEST_ROWS} rows or more")

@@ -115,8 +115,8 @@ def main(n_seeds: int = 3) -> None:
         "(benchmarks/attacks_more_clients.py; the columns as in docs/results/attacks.md).\n"
     )
     for k, attacks in federations.items():
+        names = {a.name for a in attacks}
         for case in CASES:
-            names = {a.name for a in attacks}
             print(f"## K = {k}\n")
             report([r for r in found if r["case"] == case and r["attack"] in names], case,
                    n_seeds, attacks)  # fmt: skip

@@ -125,7 +125,9 @@ def first_round_votes(attack: str, head: str, seed: int) -> Votes:
     with threadpool_limits(1), tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         configs, setup = attacks.write_clients(folder, seed, poisoned.own_class)
-        configs[attacks.ATTACKER] = attacks.poison(folder, poisoned, seed, setup)
+        configs[attacks.ATTACKER] = attacks.poison(
+            folder, poisoned, seed, setup, configs[attacks.ATTACKER]
+        )
         config = DeploymentConfig(
             head=head, **attacks.SLOT["domain"], alpha=attacks.ALPHA, seed=seed,
             screen="on", num_clients=len(configs),
