@@ -45,14 +45,15 @@ def test_gpu_bench_runs_on_cpu_tensors():
 def test_barycenter_benchmark_runs_and_reaches_the_accuracy_it_prints():
     pytest.importorskip("ot", reason="POT is not installed: pip install pot")
     result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_barycenter.py"), "24", "4", "1e-8"],
+        [sys.executable, str(BENCHMARKS / "bench_barycenter.py"), "24", "4", "1e-8", "2"],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if "speed-up" in line]
-    assert len(lines) == 6  # three sets of covariances, two thread settings
+    assert len(lines) == 8  # four sets of covariances, two thread settings
+    assert all("median of 2" in line for line in lines)  # the repeats asked for
     for line in lines:
         ours, pot = line.split("| POT")
         # both solvers stopped at the tolerance, measured by one function
