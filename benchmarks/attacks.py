@@ -27,15 +27,16 @@ the runs of the same federation without an attack.
 
 The 1280-d features go through a fixed, data-independent orthonormal
 projection to 256 dimensions first (a public linear layer every client
-applies; the same as tests/test_bench.py's), which keeps the 700-odd runs to
-about twenty minutes.
+applies; the same as tests/test_bench.py's), which keeps the 1,700-odd runs to
+about half an hour.  The runs are kept in docs/results/attacks.json.
 
 Run: python benchmarks/attacks.py [n_seeds] > docs/results/attacks.md
-(about 20 minutes on 2 cores for 3 seeds; needs ../shared/data).
+(about 30 minutes on 2 cores for 3 seeds; needs ../shared/data).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import tempfile
@@ -75,6 +76,7 @@ from tests.flower_harness import (
 )
 
 DIGITS = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effnet_lite0.npz"
+RECORDS = Path(__file__).resolve().parents[1] / "docs" / "results" / "attacks.json"
 HONEST, ATTACKER = (11, 12, 13), 14
 #: Fewest training rows of an honest client where the partition deals several per domain.
 FEWEST_ROWS = 20
@@ -342,6 +344,22 @@ def flipped_own_classes(X, y, rng, setup):
     return X, np.where(own, (y + 1) % 10, y)
 
 
+def permuted_victim_classes(X, y, rng, setup):
+    """Labels permuted within one honest client's classes (:meth:`Setup.victim_classes`):
+    each of the attacker's rows of one of them labelled the next of them (cyclically), so the
+    harm lands on that client's classes; its other rows kept."""
+    victim = setup.victim_classes()
+    if victim.size < 2:
+        raise ValueError("the victim holds fewer than two classes: nothing to permute")
+    position = np.searchsorted(victim, y)
+    inside = (position < victim.size) & (victim[np.minimum(position, victim.size - 1)] == y)
+    return X, np.where(inside, victim[(position + 1) % victim.size], y)
+
+
+def unchanged(X, y, rng, setup):
+    return X, y
+
+
 def one_own_class(X, y, rng, setup):
     """Every row labelled the class only it holds: the full head sends the others' rows there."""
     return X, np.full_like(y, setup.own_class)
@@ -373,6 +391,24 @@ class Setup:
     honest_classes: np.ndarray
     #: the class only the attacker holds (in the own-class federation), else -1
     own_class: int
+    #: each honest client's classes (5 training rows or more), in node order
+    honest_class_sets: tuple = ()
+    #: the classes the attacker holds training rows of
+    attacker_classes: tuple = ()
+
+    def victim_classes(self) -> np.ndarray:
+        """The classes of the honest client the attacker shares most classes with (the first
+        of equals)."""
+        return max(
+            self.honest_class_sets, key=lambda c: len(np.intersect1d(c, self.attacker_classes))
+        )
+
+    def undeclared_class(self) -> int:
+        """A class an honest client holds and the attacker holds no row of."""
+        held = np.setdiff1d(self.honest_classes, self.attacker_classes)
+        if held.size == 0:
+            raise ValueError("the attacker holds every class the honest clients hold")
+        return int(held[0])
 
 
 @dataclass(frozen=True)
@@ -398,6 +434,7 @@ class Attack:
 BOUNDS = DeploymentConfig()  # the defaults the adaptive attacks stay inside
 COUNT = int(0.9 * BOUNDS.max_weight_ratio)
 VARIANCE = 0.5 * BOUNDS.max_variance_ratio
+HIGH_VARIANCE = 0.9 * BOUNDS.max_variance_ratio
 OFFSET = 0.8 * BOUNDS.max_mean_offset
 NORM = 0.9 * BOUNDS.max_norm_ratio
 SPLIT_OFFSET = 0.95 * BOUNDS.max_mean_offset
@@ -591,6 +628,55 @@ ATTACKS = [
         lambda _: claims_every_row,
         adaptive=True,
     ),
+    *baselines(THREE, heads=STATISTICS, settings=AUTO, what='tau = "auto"'),
+    Attack(
+        f"labels permuted within one honest client's classes, rows x{COUNT}",
+        STATISTICS,
+        rows=repeated(permuted_victim_classes, COUNT),
+        adaptive=True,
+        against_new_rules=True,
+    ),
+    Attack(
+        f"a local head scoring a class it declares no rows of (an honest client holds it), "
+        f"x{NORM:g} its norm",
+        ("O-FedAvg",),
+        lambda setup: one_class_heads(NORM, setup.undeclared_class()),
+        adaptive=True,
+        against_new_rules=True,
+    ),
+    Attack(
+        f"summary's variance x{HIGH_VARIANCE:g} (statistics genuine), rows x{COUNT}: through "
+        "the reference",
+        ("FedPFT", "O-FedAvg"),
+        lambda _: scaled_summary(HIGH_VARIANCE),
+        rows=repeated(unchanged, COUNT),
+        adaptive=True,
+        against_new_rules=True,
+    ),
+    Attack(
+        f"rows scaled, variance x{HIGH_VARIANCE:g}, rows x{COUNT} (consistent)",
+        ALL,
+        rows=repeated(scaled_rows(HIGH_VARIANCE), COUNT),
+        adaptive=True,
+        against_new_rules=True,
+    ),
+    Attack(
+        f"split view: validation part's class means moved +-{SPLIT_OFFSET:g} sd along their "
+        'class directions (tau = "auto"), K = 3',
+        STATISTICS,
+        lambda _: moved_validation_part(SPLIT_OFFSET),
+        adaptive=True,
+        settings=AUTO,
+        honest=THREE,
+        against_new_rules=True,
+    ),
+    Attack(
+        "every local head x-3, honest n",
+        ("O-FedAvg",),
+        lambda _: scaled_heads(-3.0),
+        adaptive=True,
+        against_new_rules=True,
+    ),
 ]
 
 
@@ -664,7 +750,8 @@ def write_clients(
     )
     configs[ATTACKER] = {"data": str(folder / "attacker.npz"), "client-id": 3 * per_domain}
     honest_classes = np.flatnonzero((np.array(honest_counts) >= 5).any(axis=0))
-    return configs, Setup(honest_classes, own)
+    sets = tuple(np.flatnonzero(c >= 5) for c in honest_counts)
+    return configs, Setup(honest_classes, own, sets, tuple(np.flatnonzero(counts > 0).tolist()))
 
 
 def poison(folder: Path, attack: Attack, seed: int, setup: Setup, genuine: dict) -> dict:
@@ -770,11 +857,15 @@ def main(n_seeds: int = 3) -> None:
     if not DIGITS.exists():
         sys.exit(f"{DIGITS} not found: this benchmark needs ../shared/data")
     found, wall = run_attacks(ATTACKS, n_seeds)
+    with RECORDS.open("w") as f:  # the runs, should a table need to be made again
+        json.dump(found, f, default=float)
     print(f"# One hostile client (digits, {DIMENSION}-d, alpha {ALPHA})\n")
     print(
         "Three honest clients (the three digits domains; two where K = 3) and a fourth that "
         f"attacks, in both cases (`skslot.bench.CASES`), {len(found)} runs, {wall:.0f} s wall "
-        "on 2 workers, 1 BLAS thread each (benchmarks/attacks.py).\n"
+        "on 2 workers, 1 BLAS thread each (benchmarks/attacks.py).  What the screening adds "
+        "to a run's bytes and time, at four clients and at eight: "
+        "docs/results/protocol_cost.md.\n"
     )
     for case in CASES:
         report([r for r in found if r["case"] == case], case, n_seeds)
