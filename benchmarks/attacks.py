@@ -351,9 +351,8 @@ def permuted_victim_classes(X, y, rng, setup):
     victim = setup.victim_classes()
     if victim.size < 2:
         raise ValueError("the victim holds fewer than two classes: nothing to permute")
-    position = np.searchsorted(victim, y)
-    inside = (position < victim.size) & (victim[np.minimum(position, victim.size - 1)] == y)
-    return X, np.where(inside, victim[(position + 1) % victim.size], y)
+    following = victim[(np.searchsorted(victim, y) + 1) % victim.size]
+    return X, np.where(np.isin(y, victim), following, y)
 
 
 def unchanged(X, y, rng, setup):
@@ -392,9 +391,9 @@ class Setup:
     #: the class only the attacker holds (in the own-class federation), else -1
     own_class: int
     #: each honest client's classes (5 training rows or more), in node order
-    honest_class_sets: tuple = ()
+    honest_class_sets: tuple[np.ndarray, ...]
     #: the classes the attacker holds training rows of
-    attacker_classes: tuple = ()
+    attacker_classes: np.ndarray
 
     def victim_classes(self) -> np.ndarray:
         """The classes of the honest client the attacker shares most classes with (the first
@@ -751,7 +750,7 @@ def write_clients(
     configs[ATTACKER] = {"data": str(folder / "attacker.npz"), "client-id": 3 * per_domain}
     honest_classes = np.flatnonzero((np.array(honest_counts) >= 5).any(axis=0))
     sets = tuple(np.flatnonzero(c >= 5) for c in honest_counts)
-    return configs, Setup(honest_classes, own, sets, tuple(np.flatnonzero(counts > 0).tolist()))
+    return configs, Setup(honest_classes, own, sets, np.flatnonzero(counts > 0))
 
 
 def poison(folder: Path, attack: Attack, seed: int, setup: Setup, genuine: dict) -> dict:
@@ -837,9 +836,10 @@ def _one_run(attack: Attack, head: str, mode: str, seed: int, case: str) -> dict
         }
 
 
-def run_attacks(attacks: list[Attack], n_seeds: int) -> tuple[list[dict], float]:
+def run_attacks(attacks: list[Attack], n_seeds: int, records: Path) -> tuple[list[dict], float]:
     """Every run of ``attacks`` (each head, way of the defence, seed and case) on two
-    workers, and the seconds they took."""
+    workers, and the seconds they took; the runs are written to ``records`` (JSON), should a
+    table need to be made again."""
     jobs = [
         (attack, head, mode, seed, case)
         for case in CASES
@@ -850,15 +850,16 @@ def run_attacks(attacks: list[Attack], n_seeds: int) -> tuple[list[dict], float]
     ]
     start = time.perf_counter()
     found = Parallel(n_jobs=2)(delayed(one_run)(*job) for job in jobs)
-    return found, time.perf_counter() - start
+    wall = time.perf_counter() - start
+    with records.open("w") as f:
+        json.dump(found, f, default=float)
+    return found, wall
 
 
 def main(n_seeds: int = 3) -> None:
     if not DIGITS.exists():
         sys.exit(f"{DIGITS} not found: this benchmark needs ../shared/data")
-    found, wall = run_attacks(ATTACKS, n_seeds)
-    with RECORDS.open("w") as f:  # the runs, should a table need to be made again
-        json.dump(found, f, default=float)
+    found, wall = run_attacks(ATTACKS, n_seeds, RECORDS)
     print(f"# One hostile client (digits, {DIMENSION}-d, alpha {ALPHA})\n")
     print(
         "Three honest clients (the three digits domains; two where K = 3) and a fourth that "

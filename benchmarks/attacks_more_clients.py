@@ -20,7 +20,6 @@ Run: python benchmarks/attacks_more_clients.py [n_seeds] > docs/results/attacks_
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -104,9 +103,9 @@ def main(n_seeds: int = 3) -> None:
     if not DIGITS.exists():
         sys.exit(f"{DIGITS} not found: this benchmark needs ../shared/data")
     federations = {k: attacks_at(k, per_domain) for k, per_domain in FEDERATIONS}
-    found, wall = run_attacks([a for attacks in federations.values() for a in attacks], n_seeds)
-    with RECORDS.open("w") as f:  # the runs, should a table need to be made again
-        json.dump(found, f, default=float)
+    found, wall = run_attacks(
+        [a for attacks in federations.values() for a in attacks], n_seeds, RECORDS
+    )
     print("# One hostile client among five and among eight (digits, 256-d, alpha 0.1)\n")
     print(
         "The digits dealt two clients per domain (four honest, K = 5) or three (seven "

@@ -47,13 +47,14 @@ FEDERATIONS = ((1, 0, TAUS), (2, 28, (TAU,)))
 def one_run(head: str, tau, screen: str, per_domain: int = 1, seed: int = 0) -> dict:
     logging.getLogger("flwr").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
+    clients = 4 * per_domain  # Office-Caltech10 has four domains
     with threadpool_limits(1):
         config = DeploymentConfig(
             head=head, tau=tau, screen=screen, dataset="office-caltech10", alpha=0.1, seed=seed,
             clients_per_domain=per_domain, label_mix="federation",
-            num_clients=4 * per_domain, connect_timeout=0.0, reply_timeout=1.0,
+            num_clients=clients, connect_timeout=0.0, reply_timeout=1.0,
         )  # fmt: skip
-        nodes = {11 + k: {"partition-id": k} for k in range(4 * per_domain)}
+        nodes = {11 + k: {"partition-id": k} for k in range(clients)}
         grid = LocalGrid(client_module.app, nodes, config.to_run_config())
         start = time.process_time()
         report, _, _ = run_one_shot(grid, config)
@@ -63,7 +64,7 @@ def one_run(head: str, tau, screen: str, per_domain: int = 1, seed: int = 0) -> 
         return float(np.mean([sum(stages.values()) for stages in table.values()])) / 1e6
 
     return {
-        "clients": 4 * per_domain,
+        "clients": clients,
         "head": head,
         "tau": tau,
         "screen": screen,
