@@ -53,6 +53,7 @@ from threadpoolctl import threadpool_limits
 from skslot import GaussianSummary
 from skslot._linalg import symmetric_from_upper
 from skslot.bench import CASE_TITLES, CASES, own_mix_rows
+from skslot.consistency import OWN_MEANS_AGREEMENT
 from skslot.datasets import digits_projection, dirichlet_partition, load_npz
 from skslot.flower import DeploymentConfig, run_one_shot
 from skslot.flower import client_app as client_module
@@ -216,6 +217,35 @@ def one_class_heads(factor: float, target: int) -> Fault:
                 out[name][target] = factor * np.sqrt(np.sum(coef**2) + np.sum(a**2))
             else:
                 out[name] = a
+        return out
+
+    def fault(request: Message, reply: Message) -> Message | None:
+        if request.metadata.message_type != "train.updates" or reply.has_error():
+            return reply
+        return rewrite_updates(request, reply, edit)
+
+    return fault
+
+
+def minority_heads(factor: float, share: float) -> Fault:
+    """O-FedAvg local heads whose rows of the classes holding its fewest rows (fewer than
+    ``share`` of them) are ``factor`` times the genuine ones: the classes of the rest keep
+    their genuine rows, so their means stay in their classes (the updates stage's check)."""
+
+    def edit(arrays: dict) -> dict:
+        out = dict(arrays)
+        for name, rows in arrays.items():
+            if not name.endswith("class_rows"):
+                continue
+            prefix = name[: -len("class_rows")]
+            order = np.argsort(rows)[::-1]  # most rows first
+            most = np.searchsorted(np.cumsum(rows[order]), (1.0 - share) * rows.sum())
+            kept = order[: most + 1]
+            changed = np.setdiff1d(np.flatnonzero(rows), kept)
+            for part in ("coef", "intercept"):
+                a = arrays[prefix + part].copy()
+                a[changed] *= factor
+                out[prefix + part] = a
         return out
 
     def fault(request: Message, reply: Message) -> Message | None:
@@ -673,6 +703,14 @@ ATTACKS = [
         "every local head x-3, honest n",
         ("O-FedAvg",),
         lambda _: scaled_heads(-3.0),
+        adaptive=True,
+        against_new_rules=True,
+    ),
+    Attack(
+        f"local heads x-3 on the classes of its fewest rows (under {1 - OWN_MEANS_AGREEMENT:.0%} "
+        "of them), honest n",
+        ("O-FedAvg",),
+        lambda _: minority_heads(-3.0, 1.0 - OWN_MEANS_AGREEMENT),
         adaptive=True,
         against_new_rules=True,
     ),

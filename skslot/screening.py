@@ -8,8 +8,11 @@ are scored on ``i``'s rows of the classes ``S_j`` some client other than
 (a class only ``j`` holds would otherwise make it look better for having one
 class fewer to confuse), while ``H`` predicts among every class the
 federation holds, as the final head does: a row ``H`` sends to a class only
-``j`` holds is an error ``j`` caused (absorption), counted against it even
-where ``H_{-j}`` errs too.
+``j`` holds and ``H_{-j}`` gets right is an error ``j`` caused
+(absorption).  A row both get wrong counts for neither: that error is not
+one ``j``'s removal undoes, and counting it against ``j`` would book
+another client's harm (one whose heads push rows away from their classes)
+against whichever client holds the class they land in.
 ``i`` sends three counts: rows only ``H_{-j}`` gets right (``b_i``), rows
 only ``H`` gets right (``w_i``), rows scored (``n_i``).
 

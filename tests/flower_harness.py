@@ -206,16 +206,18 @@ def evaluated_rows(reply: Message) -> int:
 
 
 def rewrite_upload(
-    request: Message, reply: Message, summary=None, config=None, statistics=None
+    request: Message, reply: Message, summary=None, config=None, statistics=None, drop=()
 ) -> Message:
-    """The upload reply with a replaced summary, config values or statistics arrays."""
+    """The upload reply with a replaced summary, config values or statistics arrays, and
+    without the groups of arrays named in ``drop``."""
     values = dict(reply.content.config_records[messages.CONFIG])
     if summary is not None:
         values["summary"] = summary.to_bytes("float64")
     values.update(config or {})
     content = RecordDict({messages.CONFIG: ConfigRecord(values)})
     for name, record in reply.content.array_records.items():
-        content[name] = record
+        if name not in drop:
+            content[name] = record
     if statistics is not None:
         record = reply.content.array_records[upload_stage.STATISTICS]
         arrays = {n: a.numpy() for n, a in record.items()}
@@ -267,17 +269,19 @@ def tamper_statistics(edit: Callable) -> Fault:
     return fault
 
 
-def scaled_summary(factor: float, shift: float = 0.0) -> Fault:
-    """The client's true summary, valid on the wire, but its covariance scaled and mean shifted."""
+def scaled_summary(factor: float, shift: float = 0.0, class_sums: bool = True) -> Fault:
+    """The client's true summary, valid on the wire, but its covariance scaled and mean shifted
+    (and, without ``class_sums``, none of the class sums asked for: as a client whose summary
+    is private sends)."""
 
     def fault(request: Message, reply: Message) -> Message:
         if request.metadata.message_type != "query.upload":
             return reply
         own = own_summary(reply)
         mean, covariance = own.mean + shift, own.covariance * factor
-        return rewrite_upload(
-            request, reply, GaussianSummary(own.n, mean, covariance, client=own.client)
-        )
+        summary = GaussianSummary(own.n, mean, covariance, client=own.client)
+        drop = () if class_sums else (upload_stage.CLASS_SUMS,)
+        return rewrite_upload(request, reply, summary, drop=drop)
 
     return fault
 

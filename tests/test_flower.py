@@ -1339,9 +1339,9 @@ def test_implausible_summaries_are_rejected_and_the_run_equals_the_others(
 ):
     """Valid on the wire but out of line with the other clients: left out, not a crash.
 
-    O-FedAvg with the federation's mix uploads the summary alone (FedCGS's
-    statistics, or O-FedAvg's class sums with each node's own mix, would first
-    be found inconsistent with it: see the next test).
+    The client sends its summary alone, without the class sums a defended O-FedAvg run asks
+    for (as a client whose summary is private does): FedCGS's statistics, or the class sums,
+    would first be found inconsistent with it (see the next test).
     """
     # the bounds alone: the run of four (a screening's split) would differ from that of three
     settings = {
@@ -1351,7 +1351,7 @@ def test_implausible_summaries_are_rejected_and_the_run_equals_the_others(
         "label_mix": "federation",
     }
     report, scores, _, _ = deploy(
-        node_configs, faults={14: scaled_summary(factor, shift)}, **settings
+        node_configs, faults={14: scaled_summary(factor, shift, class_sums=False)}, **settings
     )
     assert reason in report.rejected["upload"][14]
     honest, expected, _ = deploy(

@@ -843,16 +843,25 @@ def _other_class_rows(update):
     return type(update)(update.classes, update.coef, update.intercept, update.n, 0, rows)
 
 
+def _negated(update):
+    return type(update)(
+        update.classes, -3.0 * update.coef, -3.0 * update.intercept, update.n, update.n_iter,
+        update.class_rows,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
         (_scores_an_unheld_class, "scores a class it holds no rows of"),
         (_other_class_rows, "class counts are not those of its fitting rows"),
+        (_negated, "places the means of 0 % of its own rows in their class"),
     ],
 )
 def test_a_local_head_is_tied_to_the_classes_its_client_declared(clients, change, reason):
-    """A head spanning its held classes scores no other class, and holds the rows of each
-    class its upload declared."""
+    """A head spanning its held classes scores no other class, holds the rows of each class
+    its upload declared, and places the means of those classes, as its upload's class sums
+    give them, in their classes."""
 
     class Hostile(ClientParty):
         def answer(self, stage, request):
@@ -866,11 +875,56 @@ def test_a_local_head_is_tied_to_the_classes_its_client_declared(clients, change
     X, y, Xt, yt = clients[0]
     assert np.count_nonzero(np.bincount(y, minlength=4)) < 4  # a class it does not hold
     transport[0] = Hostile(X, y, head=head, classes=CLASSES, label=0, X_test=Xt, y_test=yt)
-    result = OneShotProtocol(head, tau="auto", taus=(0.0, 0.5), random_state=0).run(
-        InProcessTransport(transport), CLASSES
+    protocol = OneShotProtocol(
+        head, tau="auto", taus=(0.0, 0.5), random_state=0, defence=DefenceBounds()
     )
+    result = protocol.run(InProcessTransport(transport), CLASSES)
     assert reason in result.report.rejected["updates"][0]
     assert 0 not in result.clients
+
+
+def test_every_honest_local_head_places_its_own_class_means(clients):
+    """A defended O-FedAvg run asks for class sums whatever its label mix, and each honest
+    head places its client's class means, aligned by its map, in their classes: no client is
+    refused.  Without the defence a negated head is not checked against them."""
+
+    class Negating(ClientParty):
+        def answer(self, stage, request):
+            reply = super().answer(stage, request)
+            return type(reply)(_negated(u) for u in reply) if stage == "updates" else reply
+
+    head = make_head("O-FedAvg", seed=0).set_params(label_mix="federation")
+    for label_mix in ("federation", "client"):
+        head.set_params(label_mix=label_mix)
+        protocol = OneShotProtocol(head, tau=0.5, defence=DefenceBounds(), screen="off")
+        result = protocol.run(InProcessTransport(parties(clients, head)), CLASSES)
+        assert result.report.rejected == {}
+        assert result.clients == [0, 1, 2, 3]
+    head.set_params(label_mix="federation")
+    transport = parties(clients, head)
+    X, y, Xt, yt = clients[0]
+    transport[0] = Negating(X, y, head=head, classes=CLASSES, label=0, X_test=Xt, y_test=yt)
+    result = OneShotProtocol(head, tau=0.5).run(InProcessTransport(transport), CLASSES)
+    assert result.report.rejected == {}
+
+
+def test_a_client_keeping_back_the_class_sums_the_others_send_is_refused(clients):
+    """Its local heads could not be tied to its rows: refused at the updates stage (where no
+    client sends them, each summary private, nothing is checked: tests/test_flower.py)."""
+
+    class Silent(ClientParty):
+        def answer(self, stage, request):
+            reply = super().answer(stage, request)
+            return dataclasses.replace(reply, class_sums=None) if stage == "upload" else reply
+
+    head = make_head("O-FedAvg", seed=0).set_params(label_mix="federation")
+    transport = parties(clients, head)
+    X, y, Xt, yt = clients[2]
+    transport[2] = Silent(X, y, head=head, classes=CLASSES, label=2, X_test=Xt, y_test=yt)
+    protocol = OneShotProtocol(head, tau=0.5, defence=DefenceBounds(), screen="off")
+    result = protocol.run(InProcessTransport(transport), CLASSES)
+    assert "it sent no class sums of its fitting rows" in result.report.rejected["updates"][2]
+    assert result.clients == [0, 1, 3]
 
 
 def test_each_client_predicts_with_its_own_label_mix_at_the_evaluation(clients):

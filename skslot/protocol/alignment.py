@@ -102,8 +102,28 @@ class Alignment:
         """
         scaled = []
         for c, mean in zip(order, means, strict=True):
-            full, scale = self.full_maps[c], self.tau_scale(c)
-            if full.anchor is None:  # a fitted transformer's maps come anchored
-                full = full.with_mean_fraction(mean_tau, mean)
+            full, scale = self.full_map(c, mean_tau, mean), self.tau_scale(c)
             scaled.append(full if scale == 1.0 else full.geodesic(scale))
         return scaled
+
+    def full_map(self, c: Hashable, mean_tau: float | None, mean: np.ndarray) -> TransportMap:
+        """Client ``c``'s full map as the client applies it: at ``tau = 1``, anchored at its
+        mean, which moves by ``mean_tau`` (unless the map came anchored).
+
+        Parameters
+        ----------
+        c : hashable
+            The client's address.
+        mean_tau : float or None
+            The run's fraction of the mean's transport.
+        mean : ndarray of shape (m,)
+            The client's mean.
+
+        Returns
+        -------
+        GaussianMap or LowRankMap
+        """
+        full = self.full_maps[c]
+        if full.anchor is None:  # a fitted transformer's maps come anchored
+            full = full.with_mean_fraction(mean_tau, mean)
+        return full

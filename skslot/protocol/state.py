@@ -94,6 +94,18 @@ class RunState:
         #: an exclusion (too few left to screen heads trained on another), or ``None``.
         self.reference_kept: list | None = None
 
+    @property
+    def checks_local_heads(self) -> bool:
+        """Whether each client's local heads are checked against the class sums of its upload
+        (:func:`~skslot.protocol.stages.updates.misplaced_means`): the defence checks a
+        client's messages against each other, the head trains local heads, and the run has
+        no privacy budget (exact class sums would give a private summary or release away)."""
+        return (
+            self.defence.checks_consistency
+            and self.settings.head.strategy.trains_locally
+            and self.account.settings is None
+        )
+
     # -- the clients ---------------------------------------------------------------------
 
     def split_seeds(self) -> dict[Hashable, int]:
@@ -502,6 +514,22 @@ class RunState:
         list
         """
         return [self.roster.clients[c].validation for c in self.roster.order]
+
+    def full_map(self, c: Hashable) -> TransportMap:
+        """Client ``c``'s full map as the client applies it (at ``tau = 1``, its mean moved by
+        the run's ``mean_tau``).
+
+        Parameters
+        ----------
+        c : hashable
+            The client's address.
+
+        Returns
+        -------
+        GaussianMap or LowRankMap
+        """
+        mean = self.roster.clients[c].summary.mean
+        return self.alignment.full_map(c, self.settings.mean_tau, mean)
 
     def maps(self) -> list[TransportMap]:
         """Each client's map at ``tau = 1``: its full map, or that scaled by its factor of ``tau``.

@@ -103,10 +103,9 @@ class PairedCounts:
     Attributes
     ----------
     better : ndarray of shape (n_heads,)
-        Validation rows the head without client ``j`` handles better: it
-        predicts them right and the head of all clients wrong, or, both
-        wrong, the head of all clients sends them to a class only ``j``
-        holds (an error ``j`` caused).
+        Validation rows the head without client ``j`` predicts right and the
+        head of all clients wrong (among them rows it sends to a class only
+        ``j`` holds).
     worse : ndarray of shape (n_heads,)
         Rows the head of all clients predicts right and the other wrong.
     rows : ndarray of shape (n_heads,)
@@ -179,12 +178,14 @@ def paired_counts(
     client); for each left-out head ``k`` only rows of the classes of
     ``masks[k]`` are scored,
     the left-out head predicting among those classes and the full head among
-    ``full_mask`` (as the final head predicts): a row the full head sends to
-    a class only client ``k`` holds is an error ``k`` caused (absorbed by its
-    class), counted "better without ``k``" even where the left-out head errs
-    too.  Each head predicts as the client will predict with the final one:
-    under its own label mix where the head serves each client's own
-    (``class_counts``, :meth:`~skslot.heads.LinearScores.decision_scores`).
+    ``full_mask`` (as the final head predicts), so that a row the full head
+    sends to a class only client ``k`` holds and the left-out head gets right
+    counts against ``k`` (absorbed by its class); a row both heads get wrong
+    counts for neither, whatever class the full head sends it to: that error
+    is not one ``k``'s removal undoes.  Each head predicts as the client will
+    predict with the final one: under its own label mix where the head serves
+    each client's own (``class_counts``,
+    :meth:`~skslot.heads.LinearScores.decision_scores`).
 
     Parameters
     ----------
@@ -240,11 +241,10 @@ def paired_counts(
         scored = mask[codes]
         truth = codes[scored]
         right_full = guess[scored] == truth
-        absorbed = ~mask[guess[scored]]  # sent to a class only the left-out client holds
         rows_k = aligned[scored] if own is None else own.apply(X[scored])
         scores = head.decision_scores(rows_k, class_counts)
         right_without = _restricted_argmax(scores, mask) == truth
-        better[k] = np.sum((right_without & ~right_full) | (absorbed & ~right_without))
+        better[k] = np.sum(right_without & ~right_full)
         worse[k] = np.sum(right_full & ~right_without)
         rows[k] = truth.shape[0]
     return PairedCounts(better, worse, rows)

@@ -4,8 +4,11 @@ A head that trains on aligned rows (O-FedAvg) cannot be aligned by the
 server: each client trains one local head per requested fraction of its map,
 on its fitting rows (``part="fit"``, the candidates) or on all its rows
 (``part="all"``, the final head).  The server ties each reply to the
-client's upload (:func:`check`), scales it by the client's capped weight and
-compares its norm with the others' (the defence).
+client's upload (:func:`check`) and, where the defence checks a client's
+messages against each other, to the class sums it uploaded (each head must
+place its own class means in their classes, :func:`misplaced_means`), scales
+it by the client's capped weight and compares its norm with the others' (the
+defence).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...accounting import PrivacyBudgetExceeded
+from ...consistency import misplaced_class_means
 from ...heads._fitting import local_heads
 from ...low_rank import Summary, TransportMap
 from ...wire import MessageFormatError
@@ -39,6 +43,7 @@ __all__ = [
     "UpdatesStage",
     "check",
     "collect",
+    "misplaced_means",
 ]
 
 #: The group of arrays the local heads travel in.
@@ -122,6 +127,51 @@ def check(
     return None
 
 
+def misplaced_means(
+    updates: Sequence, taus: Sequence[float], full_map: TransportMap, upload: Upload
+) -> str | None:
+    """Why a client's local heads do not place its own class means in their classes.
+
+    Each head was trained on the client's rows aligned at its fraction of
+    the client's full map; the class sums the client uploaded (of its fitting
+    rows), aligned by the same map, must fall in their classes
+    (:func:`~skslot.consistency.misplaced_class_means`): a head negated or
+    pointed at other classes than its rows' is refused, and so are the heads
+    of a client that sent no class sums where others did (``collect`` checks
+    nothing where no client sent them: each client's summary private, which
+    exact class sums would give away).
+
+    Parameters
+    ----------
+    updates : sequence of LinearHeadUpdate
+        The client's heads, one per fraction.
+    taus : sequence of float
+        The client's fractions of its map the heads were trained at.
+    full_map : GaussianMap or LowRankMap
+        The client's full map, as it applies it.
+    upload : Upload
+        The client's upload.
+
+    Returns
+    -------
+    str or None
+    """
+    if upload.class_sums is None:
+        return (
+            "its local heads cannot be checked: it sent no class sums of its fitting rows, "
+            "as the other clients did (a client whose summary is private sends none: it "
+            "joins a run whose clients' summaries are all private, or one without the defence)"
+        )
+    counts, sums = upload.class_sums
+    means = sums / np.maximum(counts, 1)[:, None]  # a class without rows is not read
+    for tau, update in zip(taus, updates, strict=True):
+        aligned = full_map.geodesic(tau).apply(means)
+        why = misplaced_class_means(update.coef, update.intercept, counts, aligned)
+        if why is not None:
+            return why
+    return None
+
+
 def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None:
     """The server's step: ask each client for the local heads it has not sent on this reference.
 
@@ -150,12 +200,16 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
     if not requests:
         return
     exchange = run.exchange(stage, requests)
+    # where no client sent class sums (their summaries private), no head can be checked
+    summed = any(run.roster.clients[c].upload.class_sums is not None for c in run.roster.order)
     received = {}
     for c, updates in exchange.replies.items():
         run.account.receive(c, "updates")  # spent, even if refused (refit: the same exchange)
         upload = run.roster.clients[c].upload
         expected = upload.n_fit if part == "fit" else upload.n_rows
         why = check(updates, len(wanted[c]), expected, upload, part)
+        if why is None and run.checks_local_heads and summed:
+            why = misplaced_means(updates, wanted[c], run.full_map(c), upload)
         if why:
             run.roster.reject(stage, c, why)
             continue

@@ -22,6 +22,7 @@ Comparing clients with each other is the defence's (:mod:`skslot.defence`).
 
 from ._codec import UploadCodec, as_decoded
 from ._messages import (
+    CLASS_SUMS,
     STATISTICS,
     VALIDATION_STATISTICS,
     Upload,
@@ -38,6 +39,7 @@ from ._release import ExactRelease, PrivateRelease, UploadRelease, upload_releas
 from ._steps import STAGE, UploadStage, check, collect, form_problem, run_dimension
 
 __all__ = [
+    "CLASS_SUMS",
     "STAGE",
     "STATISTICS",
     "VALIDATION_STATISTICS",

@@ -208,8 +208,9 @@ def collect(run: RunState) -> None:
     seeds = run.split_seeds() if run.splits else {}
     counting = settings.client_tau == "label-shift" or run.screens
     head = settings.head
-    # each client's domain offset, measured within classes, where the statistics carry none
-    summing = (
+    # class sums where the statistics carry none: what each client's local heads are checked
+    # against, and its domain offset measured within classes
+    summing = run.checks_local_heads or (
         settings.label_mix == "client"
         and not head.strategy.uploads_statistics
         and not run.account.private
