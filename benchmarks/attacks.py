@@ -202,6 +202,18 @@ def refit_heads(factor: float) -> Fault:
     return fault
 
 
+def edited_updates(edit: Callable[[dict], dict]) -> Fault:
+    """Every local head the client sends (at the updates stage and a refit) with its arrays
+    replaced by ``edit(arrays)``."""
+
+    def fault(request: Message, reply: Message) -> Message | None:
+        if request.metadata.message_type != "train.updates" or reply.has_error():
+            return reply
+        return rewrite_updates(request, reply, edit)
+
+    return fault
+
+
 def one_class_heads(factor: float, target: int) -> Fault:
     """O-FedAvg local heads that score only class ``target``: every coefficient zero, that
     class's intercept ``factor`` times the norm of its genuine head."""
@@ -219,12 +231,7 @@ def one_class_heads(factor: float, target: int) -> Fault:
                 out[name] = a
         return out
 
-    def fault(request: Message, reply: Message) -> Message | None:
-        if request.metadata.message_type != "train.updates" or reply.has_error():
-            return reply
-        return rewrite_updates(request, reply, edit)
-
-    return fault
+    return edited_updates(edit)
 
 
 def minority_heads(factor: float, share: float) -> Fault:
@@ -248,12 +255,7 @@ def minority_heads(factor: float, share: float) -> Fault:
                 out[prefix + part] = a
         return out
 
-    def fault(request: Message, reply: Message) -> Message | None:
-        if request.metadata.message_type != "train.updates" or reply.has_error():
-            return reply
-        return rewrite_updates(request, reply, edit)
-
-    return fault
+    return edited_updates(edit)
 
 
 def moved_validation_part(offset: float) -> Fault:

@@ -38,7 +38,10 @@ attacks: labels flipped at its honest count and at nine times its rows
 of the class the fourth client holds most of, every row labelled that class
 at nine times, and O-FedAvg local heads that score only that class (their
 norm inside the bound): the full head then sends the others' rows to that
-class (absorption, counted against it).
+class (absorption, counted against it where the head without it gets them
+right).  Such heads place none of their client's own class means in their
+classes, so the updates stage refuses them before any screening
+(:func:`skslot.consistency.misplaced_class_means`): the table says so.
 
 Run: python benchmarks/screening_rules.py [n_seeds] > docs/results/screening_rules.md
 (about 3 minutes on 2 cores for 10 seeds; needs ../shared/data).
@@ -256,7 +259,8 @@ def main(n_seeds: int = 5) -> None:
         'honest digits clients and a fourth, alpha 0.1, tau 0.4, `screen = "on"`, seeds 0 to '
         f"{n_seeds - 1}), decided by each rule; {wall:.0f} s wall on 2 workers. *Caught*: runs "
         "in which the attacker, and only it, is a case; *honest excluded*: runs in which an "
-        "honest client is a case (without an attack: the fourth client sends its genuine rows); "
+        "honest client is a case (without an attack: the fourth client sends its genuine rows; "
+        "an attacker refused before the screening, at the updates stage, is no case there); "
         "*a liar excludes*: runs of no attack in which the fourth client, claiming every row "
         "it scores on an honest client better without it, makes that client a case.\n"
     )
@@ -269,8 +273,10 @@ def main(n_seeds: int = 5) -> None:
                 sum(excluded(votes[attack, head, s], rule) == [attacks.ATTACKER] for s in seeds)
                 for rule in RULES.values()
             ]
+            before = sum(attacks.ATTACKER not in votes[attack, head, s] for s in seeds)
+            refused = f", refused before the screening in {before} / {n_seeds}" if before else ""
             print(
-                f"| caught: {attack} ({head}) | "
+                f"| caught: {attack} ({head}{refused}) | "
                 + " | ".join(f"{c} / {n_seeds}" for c in cells)
                 + " |"
             )
