@@ -258,6 +258,22 @@ def minority_heads(factor: float, share: float) -> Fault:
     return edited_updates(edit)
 
 
+def one_row_heads(factor: float, target: int) -> Fault:
+    """O-FedAvg local heads whose row of class ``target`` (coefficients and intercept) is
+    ``factor`` times the genuine one, every other row genuine: its own class means stay in
+    their classes (the updates stage's check), and the class's scores rise on every row."""
+
+    def edit(arrays: dict) -> dict:
+        out = dict(arrays)
+        for name, a in arrays.items():
+            if name.endswith(("coef", "intercept")):
+                out[name] = a.copy()
+                out[name][target] *= factor
+        return out
+
+    return edited_updates(edit)
+
+
 def moved_validation_part(offset: float) -> Fault:
     """The upload's validation part (what the final head merges without a screening) with
     each class's rows moved ``offset`` standard deviations (``sqrt(tr S)`` of its summary)
@@ -469,6 +485,9 @@ HIGH_VARIANCE = 0.9 * BOUNDS.max_variance_ratio
 OFFSET = 0.8 * BOUNDS.max_mean_offset
 NORM = 0.9 * BOUNDS.max_norm_ratio
 SPLIT_OFFSET = 0.95 * BOUNDS.max_mean_offset
+#: The largest of 2, 3, 5 and 9 whose heads still place the attacker's own class means
+#: (seeds 0-2): a row of a class only it holds raised that much.
+ROW_FACTOR = 5.0
 BOTH = ("FedCGS", "O-FedAvg")
 ALL = ("FedCGS", "FedPFT", "O-FedAvg")
 STATISTICS = ("FedCGS", "FedPFT")
@@ -610,6 +629,15 @@ ATTACKS = [
         f"a class only it holds: local heads scoring only that class at x{NORM:g} their norm",
         ("O-FedAvg",),
         lambda setup: one_class_heads(NORM, setup.own_class),
+        adaptive=True,
+        own_class=True,
+        against_new_rules=True,
+    ),
+    Attack(
+        f"a class only it holds: its local heads' row of that class x{ROW_FACTOR:g} (its own "
+        "class means still placed)",
+        ("O-FedAvg",),
+        lambda setup: one_row_heads(ROW_FACTOR, setup.own_class),
         adaptive=True,
         own_class=True,
         against_new_rules=True,

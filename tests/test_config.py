@@ -50,6 +50,7 @@ OTHER = {
     "max_count_ratio": 50.0,
     "max_weight_ratio": 5.0,
     "max_norm_ratio": 3.0,
+    "clip_norm_ratio": 2.0,
     "max_variance_ratio": 20.0,
     "max_mean_offset": 4.0,
     "screen": "off",

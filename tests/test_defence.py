@@ -16,6 +16,7 @@ from skslot import GaussianSummaryEstimator
 from skslot.datasets import dirichlet_partition, load_office_caltech10
 from skslot.defence import (
     capped_counts,
+    clipped_norms,
     implausible_counts,
     implausible_norms,
     implausible_summaries,
@@ -77,6 +78,18 @@ def test_honest_local_heads_of_office_caltech10_cross_no_norm_bound(alpha):
         assert np.max(norm_ratios(norms)) < bound / 2
     assert implausible_norms([0.0, 0.0, 0.0, 1.0, 1.2, 0.9]) == {}  # zero heads move nothing
     assert list(implausible_norms([0.0, 0.0, 0.0, 1.0, 12.0, 0.9])) == [4]
+
+
+def test_clipped_norms_bring_each_norm_to_the_clip_and_leave_the_rest():
+    """Factors in closed form: the median of the non-zero norms times the clip over the norm
+    above it, 1 below; zero heads take no part; fewer than three non-zero norms: no clip."""
+    norms = np.array([0.0, 1.0, 1.2, 0.8, 6.0])  # median of the non-zero norms: 1.1
+    factors = clipped_norms(norms, clip_norm_ratio=1.0)
+    np.testing.assert_allclose(factors, [1.0, 1.0, 1.1 / 1.2, 1.0, 1.1 / 6.0])
+    np.testing.assert_allclose(np.maximum(norms * factors, 0.0).max(), 1.1)
+    np.testing.assert_allclose(clipped_norms(norms, clip_norm_ratio=2.0), [1, 1, 1, 1, 2.2 / 6])
+    np.testing.assert_array_equal(clipped_norms(norms, clip_norm_ratio=np.inf), np.ones(5))
+    np.testing.assert_array_equal(clipped_norms([0.0, 5.0, 50.0]), np.ones(3))
 
 
 def _attacks_module():

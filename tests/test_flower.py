@@ -161,9 +161,15 @@ def node_of(client: int) -> int:
 
 @pytest.mark.parametrize("head", list(HEADS))
 def test_deployment_equals_in_process_pipeline(node_configs, head):
-    # the in-process pipeline has no screening: the deployment without it
+    # the in-process pipeline has no screening and clips no local head: the deployment
+    # without them
     report, scores, reference, _ = deploy(
-        node_configs, head=head, summary_dtype="float64", screen="off", label_mix="federation"
+        node_configs,
+        head=head,
+        summary_dtype="float64",
+        screen="off",
+        clip_norm_ratio=None,
+        label_mix="federation",
     )
     config = DeploymentConfig(head=head, classes=CLASSES, label_mix="federation")
     slot, expected, tests = in_process(node_configs, config)
@@ -217,13 +223,14 @@ def test_a_streamed_parallel_server_step_gives_the_same_run(node_configs):
 @pytest.mark.parametrize("head", list(HEADS))
 def test_auto_tau_equals_the_in_process_search(node_configs, head):
     """tau = "auto" on Flower and FederatedTauSearch: the same choice, head and predictions."""
-    report, scores, _, _ = deploy(  # the search has no screening: the deployment without it
+    report, scores, _, _ = deploy(  # the search has no screening and no clip: without them
         node_configs,
         head=head,
         tau="auto",
         summary_dtype="float64",
         seed=5,
         screen="off",
+        clip_norm_ratio=None,
         label_mix="federation",
     )
     config = DeploymentConfig(head=head, seed=5, classes=CLASSES, label_mix="federation")

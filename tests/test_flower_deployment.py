@@ -173,8 +173,13 @@ def test_flower_deployment_on_localhost(tmp_path, capsys):
     )
     app_dir = write_flower_app(tmp_path / "app", config)
     # the second run: a non-default head configuration, through head-params, with tau chosen
+    # (its local heads unclipped, as the in-process search it is compared with averages them)
     auto = dataclasses.replace(
-        config, head="O-FedAvg", head_params='{"C": 0.1, "max_iter": 50}', tau="auto"
+        config,
+        head="O-FedAvg",
+        head_params='{"C": 0.1, "max_iter": 50}',
+        tau="auto",
+        clip_norm_ratio=None,
     )
     auto_dir = write_flower_app(tmp_path / "app-auto", auto)
     # the third run: a fourth node joins and sends crafted bytes; the run completes without it

@@ -908,6 +908,45 @@ def test_every_honest_local_head_places_its_own_class_means(clients):
     assert result.report.rejected == {}
 
 
+def test_a_local_head_scaled_up_is_clipped_to_the_median_norm(clients):
+    """Scaling its heads by 3 or by 7 changes nothing: the defence clips them back to the
+    median client's norm (their direction kept), reports the factor, and the final head is
+    that of the run whose hostile heads were clipped by hand; without the defence the
+    scale passes."""
+
+    def scaled(factor):
+        class Scaling(ClientParty):
+            def answer(self, stage, request):
+                reply = super().answer(stage, request)
+                if stage not in ("updates", "refit"):
+                    return reply
+                return type(reply)(u.clipped(factor) for u in reply)
+
+        return Scaling
+
+    head = make_head("O-FedAvg", seed=0).set_params(label_mix="federation")
+    X, y, Xt, yt = clients[1]
+    finals = []
+    for factor in (3.0, 7.0):
+        transport = parties(clients, head)
+        transport[1] = scaled(factor)(
+            X, y, head=head, classes=CLASSES, label=1, X_test=Xt, y_test=yt
+        )
+        protocol = OneShotProtocol(head, tau=0.5, defence=DefenceBounds(), screen="off")
+        result = protocol.run(InProcessTransport(transport), CLASSES)
+        assert result.clients == [0, 1, 2, 3]
+        assert 0.0 < result.report.clipped[1] < 1.0
+        finals.append(result.head.linear_scores())
+    np.testing.assert_allclose(finals[0].coef, finals[1].coef, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(finals[0].intercept, finals[1].intercept, rtol=1e-10, atol=1e-12)
+    protocol = OneShotProtocol(
+        head, tau=0.5, defence=DefenceBounds(clip_norm_ratio=np.inf), screen="off"
+    )
+    unclipped = protocol.run(InProcessTransport(transport), CLASSES)
+    assert unclipped.report.clipped == {}
+    assert not np.allclose(unclipped.head.linear_scores().coef, finals[1].coef)
+
+
 def test_a_client_keeping_back_the_class_sums_the_others_send_is_refused(clients):
     """Its local heads could not be tied to its rows: refused at the updates stage (where no
     client sends them, each summary private, nothing is checked: tests/test_flower.py)."""

@@ -407,6 +407,14 @@ class DefenceSettings(SettingsGroup):
         "client's is rejected",
         low=1.0,
     )
+    clip_norm_ratio: float | None = declare(
+        _BOUNDS["clip_norm_ratio"],
+        "O-FedAvg: every other client's local heads are clipped to this many times the "
+        "median client's norm ('none': no clip)",
+        details="Their direction kept (:func:`~skslot.defence.clipped_norms`): a client "
+        "scaling its coefficients moves the average no further than the clip.",
+        low=1.0,
+    )
     max_variance_ratio: float = declare(
         _BOUNDS["max_variance_ratio"],
         "A summary whose mean variance tr(S) / m is more than this factor above or below the "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
@@ -74,6 +74,22 @@ class LinearHeadUpdate:
             ``||[W, b]||_F``.
         """
         return float(np.linalg.norm(np.column_stack([self.coef, self.intercept])))
+
+    def clipped(self, factor: float) -> LinearHeadUpdate:
+        """The update with its head ``[W, b]`` multiplied by ``factor``, its weight kept.
+
+        Parameters
+        ----------
+        factor : float
+            The multiplier of ``coef`` and ``intercept`` (the defence's clip:
+            :func:`~skslot.defence.clipped_norms`).
+
+        Returns
+        -------
+        update : LinearHeadUpdate
+            A new update of norm ``factor`` times this one's.
+        """
+        return replace(self, coef=factor * self.coef, intercept=factor * self.intercept)
 
     def scaled(self, factor: float) -> LinearHeadUpdate:
         """The update with its averaging weight ``n`` multiplied by ``factor``.

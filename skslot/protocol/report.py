@@ -106,6 +106,10 @@ class ProtocolReport:
     capped : dict
         Per client whose declared count exceeded ``max-weight-ratio`` times the
         median, the factor its weight was multiplied by.
+    clipped : dict
+        Per client whose O-FedAvg local head's norm exceeded ``clip-norm-ratio``
+        times the median client's, the factor its heads were multiplied by
+        (at the last stage that collected them).
     privacy : str or None
         With private releases, what the guarantee covers and what it does not.
     privacy_spent : dict
@@ -161,6 +165,7 @@ class ProtocolReport:
     tau_scales: dict = field(default_factory=dict)
     selection: dict | None = None
     capped: dict = field(default_factory=dict)
+    clipped: dict = field(default_factory=dict)
     privacy: str | None = None
     privacy_spent: dict = field(default_factory=dict)
     screening: dict | None = None

@@ -8,7 +8,8 @@ client's upload (:func:`check`) and, where the defence checks a client's
 messages against each other, to the class sums it uploaded (each head must
 place its own class means in their classes, :func:`misplaced_means`), scales
 it by the client's capped weight and compares its norm with the others' (the
-defence).
+defence: a head far out of line is refused, the others clipped to the median
+client's norm, :func:`~skslot.defence.clipped_norms`).
 """
 
 from __future__ import annotations
@@ -179,7 +180,8 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
     so a choice made again costs no new training unless the reference or
     the clients' fractions changed.  Each reply is tied to the client's
     upload (:func:`check`) and scaled by its capped weight; the defence
-    rejects heads whose norm is out of line with the others'.
+    rejects heads whose norm is out of line with the others' and clips the
+    rest (the report's ``clipped``: each clipped client's factor).
 
     Parameters
     ----------
@@ -219,6 +221,12 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
     for k, why in run.defence.implausible_updates(norms).items():
         run.roster.reject(stage, order[k], f"implausible: {why}")
         del received[order[k]]
+    kept = list(received)
+    factors = run.defence.clipped_updates([max(u.norm() for u in received[c]) for c in kept])
+    for c, factor in zip(kept, factors, strict=True):
+        if factor < 1.0:
+            received[c] = [u.clipped(factor) for u in received[c]]
+            run.report.clipped[c] = round(float(factor), 6)
     for c, updates in received.items():
         cache.setdefault(c, {}).update(zip(wanted[c], updates, strict=True))
     run.roster.keep(stage, [c for c in run.roster.order if c in received or c not in requests])
