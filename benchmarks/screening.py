@@ -30,14 +30,15 @@ docs/results/protocol_cost.md).  The per-run records
 are written to docs/results/screening.csv.
 
 Run one part at a time, one case and one seed (about 25 minutes on 2 cores
-each), then the report from every part recorded so far::
+each; naming heads, those heads alone), then the report from every part
+recorded so far::
 
     python benchmarks/screening.py run "own mix" 0
-    python benchmarks/screening.py run domain 0
+    python benchmarks/screening.py run domain 0 O-FedAvg
     python benchmarks/screening.py report > docs/results/screening.md
 
-A part replaces the records of its case and seed in docs/results/screening.csv
-and keeps the others.
+A part replaces the records of its case, seed and heads in
+docs/results/screening.csv and keeps the others.
 """
 
 from __future__ import annotations
@@ -185,37 +186,56 @@ def read_records() -> list[dict]:
     return records
 
 
-def run_part(case: str, seed: int) -> None:
-    """One case and one seed, every federation, alpha and head; recorded in ``OUT``."""
+def run_part(case: str, seed: int, heads: tuple[str, ...] | None = None) -> None:
+    """One case and one seed, every federation and alpha, each of ``heads`` (``None``:
+    :data:`HEADS`); recorded in ``OUT`` in place of the records of the same case, seed and
+    heads."""
+    heads = HEADS if heads is None else heads
     if case not in CASES:
         raise SystemExit(f"case must be one of {CASES}, got {case!r}")
+    unknown = set(heads) - set(HEADS)
+    if unknown or not heads:
+        raise SystemExit(f"heads must be some of {HEADS}, got {heads!r}")
     jobs = [
         (name, per_domain, alpha, head, seed, case)
         for name, per_domain in FEDERATIONS
         for alpha in ALPHAS
-        for head in HEADS
+        for head in heads
     ]
     start = time.time()
     runs = Parallel(n_jobs=N_JOBS)(delayed(one_run)(*job) for job in jobs)
     wall = round(time.time() - start, 1)
-    kept = [r for r in read_records() if not (r["case"] == case and r["seed"] == seed)]
+    kept = [
+        r
+        for r in read_records()
+        if not (r["case"] == case and r["seed"] == seed and r["head"] in heads)
+    ]
     records = kept + [{**r, "part_wall_seconds": wall} for run in runs for r in run]
     with OUT.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(FIELDS))
         writer.writeheader()
         writer.writerows(records)
-    print(f"{case!r} seed {seed}: {len(records) - len(kept)} runs in {wall:.0f} s wall")
+    added = len(records) - len(kept)
+    print(f"{case!r} seed {seed}, {', '.join(heads)}: {added} runs in {wall:.0f} s wall")
 
 
 def main() -> None:
     records = read_records()
     if not records:
         raise SystemExit(f"no records in {OUT}: run a part first")
-    parts = {(r["case"], r["seed"]): r["part_wall_seconds"] for r in records}
-    seeds = {case: sorted(s for c, s in parts if c == case) for case in CASES}
+    # a case and seed may come from parts of some heads each: each part's wall, and the
+    # heads whose records it holds
+    parts: dict[tuple[str, int, float], set] = {}
+    for r in records:
+        parts.setdefault((r["case"], r["seed"], r["part_wall_seconds"]), set()).add(r["head"])
+    seeds = {case: sorted({s for c, s, _ in parts if c == case}) for case in CASES}
+    walls = "; ".join(
+        f"{case} {seed}, {', '.join(h for h in HEADS if h in heads)}: {wall:.0f} s"
+        for (case, seed, wall), heads in sorted(parts.items())
+    )
     print("# The defence without an attacker\n")
     print(
-        "`python benchmarks/screening.py run CASE SEED`, one part per case and seed "
+        "`python benchmarks/screening.py run CASE SEED [HEAD ...]`, parts of a case and seed "
         f"({'; '.join(f'{c}: seeds ' + ', '.join(map(str, s)) for c, s in seeds.items())}), then "
         "`python benchmarks/screening.py report`: the real protocol in "
         'process, at the deployment\'s defaults and at `tau = "auto"`; macro accuracy (%) '
@@ -223,7 +243,8 @@ def main() -> None:
         "the largest absolute difference of the default defence to no defence in any one "
         "seed; *excluded*: honest clients the screening excluded, over all seeds; *CPU*: "
         "seconds per run, without and with the defence (one BLAS thread).  "
-        f"{sum(parts.values()) / len(parts):.0f} s wall on 2 cores a part; records in "
+        f"Wall on 2 cores, each part (case, seed, the heads whose records it holds): {walls}; "
+        "records in "
         "docs/results/screening.csv.\n"
     )
     for case in CASES:
@@ -280,8 +301,8 @@ def report(records: list[dict], case: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["run"] and len(sys.argv) == 4:
-        run_part(sys.argv[2], int(sys.argv[3]))
+    if sys.argv[1:2] == ["run"] and len(sys.argv) >= 4:
+        run_part(sys.argv[2], int(sys.argv[3]), tuple(sys.argv[4:]) or None)
     elif sys.argv[1:] == ["report"]:
         main()
     else:

@@ -209,3 +209,29 @@ def test_screening_study_runs_a_part_and_reports_from_its_records(monkeypatch, t
     assert len(rows) == 2  # the defaults and tau = "auto"
     with pytest.raises(SystemExit, match="case must be one of"):
         study.run_part("every class", 0)
+    with pytest.raises(SystemExit, match="heads must be some of"):
+        study.run_part("own mix", 0, ("LDA",))
+
+
+def test_flip_harm_study_splits_the_harm_by_class_and_shows_the_screening_case(monkeypatch):
+    """One seed of one head: the accuracy change on the classes each honest client holds and
+    on the others (each a mean over clients: the macro over every class lies between their
+    extremes), and the screening's case on the attacker as the run decided it."""
+    from .conftest import shared_npz
+
+    shared_npz("digits_effnet_lite0.npz")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import flip_harm
+
+    attacked, case = flip_harm.one_run("FedCGS", 0, present=True)
+    alone, none = flip_harm.one_run("FedCGS", 0, present=False)
+    assert none is None  # without the attacker: nothing screened on it
+    assert set(attacked) == set(alone) == set(flip_harm.attacks.HONEST)
+    for client in attacked:
+        values = attacked[client]
+        assert min(values["held"], values["other"]) <= values["macro"]
+        assert values["macro"] <= max(values["held"], values["other"])
+    assert case["voters"] == 3 and case["rows"] > 0
+    assert case["better"] + case["worse"] <= case["rows"]
+    if case["excluded"]:  # the case holds only at the level and the gain asked for
+        assert case["p_value"] < case["threshold"] and case["gain"] >= 0.02
