@@ -216,13 +216,13 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
             run.roster.reject(stage, c, why)
             continue
         received[c] = [u.scaled(run.weight_factor(c)) for u in updates]
-    order = list(received)
-    norms = [max(u.norm() for u in received[c]) for c in order]
-    for k, why in run.defence.implausible_updates(norms).items():
+    norms = {c: max(u.norm() for u in heads) for c, heads in received.items()}
+    order = list(norms)
+    for k, why in run.defence.implausible_updates(list(norms.values())).items():
         run.roster.reject(stage, order[k], f"implausible: {why}")
         del received[order[k]]
     kept = list(received)
-    factors = run.defence.clipped_updates([max(u.norm() for u in received[c]) for c in kept])
+    factors = run.defence.clipped_updates([norms[c] for c in kept])
     for c, factor in zip(kept, factors, strict=True):
         if factor < 1.0:
             received[c] = [u.clipped(factor) for u in received[c]]
