@@ -55,9 +55,9 @@ from skslot._linalg import symmetric_from_upper
 from skslot.bench import CASE_TITLES, CASES, own_mix_rows
 from skslot.consistency import OWN_MEANS_AGREEMENT
 from skslot.datasets import digits_projection, dirichlet_partition, load_npz
-from skslot.flower import DeploymentConfig, run_one_shot
+from skslot.flower import DeploymentConfig, load_client_data, run_one_shot
 from skslot.flower import client_app as client_module
-from skslot.protocol import ProtocolRunError
+from skslot.protocol import ClientParty, ProtocolRunError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from skslot.flower import messages
@@ -832,6 +832,44 @@ def poison(folder: Path, attack: Attack, seed: int, setup: Setup, genuine: dict)
     path = folder / "attacker-poisoned.npz"
     np.savez(path, **{**arrays, "X_train": X, "y_train": y})
     return {**genuine, "data": str(path)}
+
+
+def in_process(
+    folder: Path,
+    attack: Attack,
+    head: str,
+    seed: int,
+    *,
+    present: bool = True,
+    screen: str = "on",
+    party: Callable[[int], type[ClientParty]] = lambda node: ClientParty,
+) -> tuple[DeploymentConfig, dict[int, ClientParty], Setup]:
+    """The federation of one seed in process (the protocol's one driver, the same messages
+    as over Flower), in the paper's case: the honest clients of :func:`write_clients` (their
+    files in ``folder``) and the fourth client with ``attack``'s rows (``present=False``:
+    without it), the deployment's configuration otherwise.
+
+    Each node's party is of the class ``party(node)``, with its training and test rows.
+    Returns the configuration, the parties by node and what the attacker knows.
+    """
+    configs, setup = write_clients(folder, seed, attack.own_class)
+    configs[ATTACKER] = poison(folder, attack, seed, setup, configs[ATTACKER])
+    if not present:
+        del configs[ATTACKER]
+    config = DeploymentConfig(
+        head=head, **SLOT["domain"], alpha=ALPHA, seed=seed, screen=screen,
+        num_clients=len(configs),
+    )  # fmt: skip
+    head_object = config.make_head()
+    parties = {}
+    for node, node_config in configs.items():
+        data = load_client_data(node_config, config, node)
+        parties[node] = party(node)(
+            data.X_train, data.y_train, head=head_object, classes=config.class_set,
+            label=data.client, summary_estimator=config.summary_estimator(),
+            X_test=data.X_test, y_test=data.y_test,
+        )  # fmt: skip
+    return config, parties, setup
 
 
 def one_run(attack: Attack, head: str, mode: str, seed: int, case: str = "domain") -> dict:

@@ -67,7 +67,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import attacks  # the attacks' set-up, written once
 
 from skslot.defence import DefenceBounds
-from skslot.flower import DeploymentConfig, load_client_data
 from skslot.protocol import ClientParty, InProcessTransport
 from skslot.screening import screening_evidence
 
@@ -125,28 +124,15 @@ def first_round_votes(attack: str, head: str, seed: int) -> Votes:
     poisoned = ATTACKS[attack]
     if head not in poisoned.heads:
         return {}
+    hostile = attack.startswith("local heads scoring")
+
+    def party(node: int) -> type[ClientParty]:
+        return OneClassHeads if hostile and node == attacks.ATTACKER else ClientParty
+
     with threadpool_limits(1), tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        configs, setup = attacks.write_clients(folder, seed, poisoned.own_class)
-        configs[attacks.ATTACKER] = attacks.poison(
-            folder, poisoned, seed, setup, configs[attacks.ATTACKER]
-        )
-        config = DeploymentConfig(
-            head=head, **attacks.SLOT["domain"], alpha=attacks.ALPHA, seed=seed,
-            screen="on", num_clients=len(configs),
-        )  # fmt: skip
-        head_object = config.make_head()
-        parties = {}
-        for node, node_config in configs.items():
-            data = load_client_data(node_config, config, node)
-            hostile = node == attacks.ATTACKER and attack.startswith("local heads scoring")
-            party = OneClassHeads if hostile else ClientParty
-            parties[node] = party(
-                data.X_train, data.y_train, head=head_object, classes=config.class_set,
-                label=data.client, summary_estimator=config.summary_estimator(),
-            )  # fmt: skip
-            if hostile:
-                parties[node].target = setup.own_class
+        config, parties, setup = attacks.in_process(Path(tmp), poisoned, head, seed, party=party)
+        if hostile:
+            parties[attacks.ATTACKER].target = setup.own_class
         protocol = config.protocol()
         protocol.defence = recorder = RecordingBounds(**_fields(config.defence_bounds()))
         protocol.run(InProcessTransport(parties), config.class_set)

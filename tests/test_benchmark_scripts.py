@@ -215,23 +215,49 @@ def test_screening_study_runs_a_part_and_reports_from_its_records(monkeypatch, t
 
 def test_flip_harm_study_splits_the_harm_by_class_and_shows_the_screening_case(monkeypatch):
     """One seed of one head: the accuracy change on the classes each honest client holds and
-    on the others (each a mean over clients: the macro over every class lies between their
-    extremes), and the screening's case on the attacker as the run decided it."""
+    on the others (each a mean over classes: the macro over every class lies between them),
+    the screening's case on the attacker as the run decided it, and the rule on test rows."""
     from .conftest import shared_npz
 
     shared_npz("digits_effnet_lite0.npz")
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import flip_harm
+    import numpy as np
 
-    attacked, case = flip_harm.one_run("FedCGS", 0, present=True)
-    alone, none = flip_harm.one_run("FedCGS", 0, present=False)
+    attacked, case = flip_harm.one_run("FedCGS", 0, "flipped", screen="on")
+    alone, none = flip_harm.one_run("FedCGS", 0, "absent")
     assert none is None  # without the attacker: nothing screened on it
     assert set(attacked) == set(alone) == set(flip_harm.attacks.HONEST)
-    for client in attacked:
-        values = attacked[client]
-        assert min(values["held"], values["other"]) <= values["macro"]
-        assert values["macro"] <= max(values["held"], values["other"])
+    for held, other, macro in flip_harm.harm(attacked, alone, flip_harm.CLASSES):
+        assert min(held, other) <= macro <= max(held, other)
     assert case["voters"] == 3 and case["rows"] > 0
     assert case["better"] + case["worse"] <= case["rows"]
     if case["excluded"]:  # the case holds only at the level and the gain asked for
         assert case["p_value"] < case["threshold"] and case["gain"] >= 0.02
+    rng = np.random.default_rng(0)
+    # the same heads' rows: no discordant row, no case at any budget
+    assert flip_harm.trusted_cases(alone, alone, None, rng) == 0.0
+    assert flip_harm.trusted_cases(alone, alone, 50, rng) == 0.0
+    # every row right without it and wrong with it: the case holds in every draw
+    wrong = {n: (y_test, ~right, y) for n, (y_test, right, y) in alone.items()}
+    everything = {n: (y_test, np.ones_like(right), y) for n, (y_test, right, y) in alone.items()}
+    nothing = {n: (y_test, np.zeros_like(right), y) for n, (y_test, right, y) in alone.items()}
+    assert flip_harm.trusted_cases(nothing, everything, 50, rng) == 1.0
+    assert 0.0 <= flip_harm.trusted_cases(wrong, alone, 100, rng) <= 1.0
+
+
+def test_screening_rules_study_records_the_first_round_counts(monkeypatch):
+    """The rule study's first screening round: every client's counts from each of the three
+    others, each consistent (discordant rows within the rows scored)."""
+    from .conftest import shared_npz
+
+    shared_npz("digits_effnet_lite0.npz")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import screening_rules as study
+
+    votes = study.first_round_votes("none (genuine rows)", "FedCGS", 0)
+    nodes = {*study.attacks.HONEST, study.attacks.ATTACKER}
+    assert set(votes) == nodes
+    for target, found in votes.items():
+        assert set(found) == nodes - {target}
+        assert all(0 <= b + w <= n and n > 0 for b, w, n in found.values())
