@@ -261,3 +261,24 @@ def test_screening_rules_study_records_the_first_round_counts(monkeypatch):
     for target, found in votes.items():
         assert set(found) == nodes - {target}
         assert all(0 <= b + w <= n and n > 0 for b, w, n in found.values())
+
+
+def test_weight_caps_study_caps_the_attacker_and_reports_against_the_baselines(monkeypatch):
+    """At a cap of twice the median count, a fourth client declaring nine times its rows is
+    capped (or rejected), never accepted with its full weight; a cell reads the gap to the
+    lower baseline of the same cap."""
+    from .conftest import shared_npz
+
+    shared_npz("digits_effnet_lite0.npz")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import weight_caps as study
+
+    genuine, absent, _, flips = study.chosen()[:4]
+    record = study.one_run(flips, "FedCGS", "domain", 0, 2.0)
+    assert record["cap"] == 2.0 and record["fate"] in {"capped", "rejected at screening"}
+    records = [
+        {**record, "attack": a.name, "macro": macro, "fate": "accepted", "honest_out": 0}
+        for a, macro in ((genuine, 0.6), (absent, 0.5), (flips, 0.4))
+    ]
+    assert study.cell(records, flips.name, "FedCGS", "domain", 2.0) == "40.0 (**-10.0**)"
+    assert study.cell(records, genuine.name, "FedCGS", "domain", 2.0) == "60.0"
