@@ -843,21 +843,22 @@ def in_process(
     present: bool = True,
     screen: str = "on",
     party: Callable[[int], type[ClientParty]] = lambda node: ClientParty,
+    case: str = "domain",
 ) -> tuple[DeploymentConfig, dict[int, ClientParty], Setup]:
     """The federation of one seed in process (the protocol's one driver, the same messages
-    as over Flower), in the paper's case: the honest clients of :func:`write_clients` (their
-    files in ``folder``) and the fourth client with ``attack``'s rows (``present=False``:
-    without it), the deployment's configuration otherwise.
+    as over Flower) in ``case``: the honest clients of :func:`write_clients` (their files in
+    ``folder``) and the fourth client with ``attack``'s rows (``present=False``: without
+    it), the deployment's configuration otherwise.
 
     Each node's party is of the class ``party(node)``, with its training and test rows.
     Returns the configuration, the parties by node and what the attacker knows.
     """
-    configs, setup = write_clients(folder, seed, attack.own_class)
+    configs, setup = write_clients(folder, seed, attack.own_class, case)
     configs[ATTACKER] = poison(folder, attack, seed, setup, configs[ATTACKER])
     if not present:
         del configs[ATTACKER]
     config = DeploymentConfig(
-        head=head, **SLOT["domain"], alpha=ALPHA, seed=seed, screen=screen,
+        head=head, **SLOT[case], alpha=ALPHA, seed=seed, screen=screen,
         num_clients=len(configs),
     )  # fmt: skip
     head_object = config.make_head()

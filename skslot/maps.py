@@ -68,7 +68,7 @@ from ._linalg import SymmetricEigh, cholesky_factor, sym_eigh, trace_sqrt
 from ._moments import ShiftedMoments
 from .gaussian import GaussianSummary
 
-__all__ = ["GaussianMap", "bures_wasserstein_distance", "with_mean_image"]
+__all__ = ["GaussianMap", "bures_wasserstein_distance", "rebased_scores", "with_mean_image"]
 
 
 def bures_wasserstein_distance(source: GaussianSummary, target: GaussianSummary) -> float:
@@ -454,3 +454,53 @@ def with_mean_image(ot_map: Any, mean: np.ndarray, image: np.ndarray) -> Any:
     """
     current = ot_map.apply(np.asarray(mean, dtype=np.float64)[None, :])[0]
     return dataclasses.replace(ot_map, offset=ot_map.offset + (image - current))
+
+
+def rebased_scores(
+    coef: np.ndarray, intercept: np.ndarray, source: Any, target: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """Linear scores of rows mapped by ``source``, as scores of the same rows mapped by ``target``.
+
+    A score ``W z + b`` of ``z = A x + c`` is, as a function of the unmapped
+    row ``x``, the score ``W' z' + b'`` of ``z' = A' x + c'`` with
+
+    ``W' = W A A'^{-1}``,  ``b' = b + W c - W' c'``:
+
+    every row scores the same under either form.  Where the two maps differ
+    by a translation alone (``A = A'``), ``W' = W`` and the intercept takes up
+    the shift, which is what a head with an unpenalised intercept trained on
+    the translated rows becomes (its loss is the same function of ``W`` and
+    of the shifted intercept).
+
+    Parameters
+    ----------
+    coef : ndarray of shape (C, m)
+        ``W``.
+    intercept : ndarray of shape (C,)
+        ``b``.
+    source, target : GaussianMap or LowRankMap
+        The map the rows were scored after, and the one they will be (its
+        linear part invertible: an optimal-transport map's, or a fraction of
+        it, is symmetric positive definite).
+
+    Returns
+    -------
+    coef, intercept : ndarray
+        ``W'`` and ``b'``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skslot.maps import GaussianMap, rebased_scores
+    >>> source = GaussianMap(np.diag([2.0, 1.0]), np.array([1.0, 0.0]))
+    >>> target = GaussianMap(np.eye(2), np.array([0.0, 3.0]))
+    >>> W, b = np.array([[1.0, -1.0]]), np.array([0.5])
+    >>> W2, b2 = rebased_scores(W, b, source, target)
+    >>> x = np.array([[1.0, 2.0]])
+    >>> source.apply(x) @ W.T + b, target.apply(x) @ W2.T + b2
+    (array([[1.5]]), array([[1.5]]))
+    """
+    source, target = source.dense(), target.dense()
+    # W' = W A A'^{-1}, solved as A'^T W'^T = (W A)^T
+    moved = np.linalg.solve(target.linear.T, (coef @ source.linear).T).T
+    return moved, intercept + coef @ source.offset - moved @ target.offset

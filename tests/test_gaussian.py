@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from skslot import GaussianMap, GaussianSummary, InvalidSummaryError, SummaryFormatError
-from skslot.maps import bures_wasserstein_distance
+from skslot.maps import bures_wasserstein_distance, rebased_scores
 from skslot.wire import WireFormatError, decode_summary, encode_summary
 from skslot.wire.summary_codec import SummaryFields
 
@@ -233,6 +233,32 @@ def test_ot_map_pushes_gaussian_exactly(rng, m):
     np.testing.assert_allclose(pushed.covariance, tgt.covariance, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(T.linear, T.linear.T, atol=1e-12)
     assert np.linalg.eigvalsh(T.linear).min() > 0
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.4, 1.0])
+def test_rebased_scores_score_every_row_the_same(rng, tau):
+    """Linear scores of rows after one map, carried to another: the same score for every
+    row; a low-rank map is carried as its dense form, and a translation moves the
+    intercept alone."""
+    from skslot.low_rank import LowRankGaussianSummary, optimal_transport_map
+
+    m = 6
+    src, tgt, other = (make_summary(rng, m, condition=30.0) for _ in range(3))
+    source = GaussianMap.optimal_transport(src, tgt).geodesic(tau)
+    target = GaussianMap.optimal_transport(src, other).geodesic(0.5)
+    W, b = rng.normal(size=(4, m)), rng.normal(size=4)
+    X = rng.normal(size=(50, m))
+    W2, b2 = rebased_scores(W, b, source, target)
+    np.testing.assert_allclose(target.apply(X) @ W2.T + b2, source.apply(X) @ W.T + b, atol=1e-9)
+    few = [LowRankGaussianSummary.from_rows(rng.normal(size=(4, m)) * s) for s in (1.0, 2.0)]
+    low = optimal_transport_map(*few).geodesic(0.3)
+    assert type(low).__name__ == "LowRankMap"
+    W3, b3 = rebased_scores(W, b, source, low)
+    np.testing.assert_allclose(low.apply(X) @ W3.T + b3, source.apply(X) @ W.T + b, atol=1e-8)
+    shift = GaussianMap(np.eye(m), rng.normal(size=m))
+    W4, b4 = rebased_scores(W, b, GaussianMap.identity(m), shift)
+    np.testing.assert_allclose(W4, W, atol=1e-12)
+    np.testing.assert_allclose(b4, b - W @ shift.offset, atol=1e-12)
 
 
 @pytest.mark.parametrize("tau", [0.0, 0.2, 0.4, 0.7, 1.0])

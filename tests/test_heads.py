@@ -197,6 +197,28 @@ def test_fedavg_single_client_is_logistic_regression():
     )
 
 
+@pytest.mark.parametrize("local_classes", ["held", "all"])
+def test_a_local_head_carried_by_a_translation_is_the_head_trained_on_the_moved_rows(
+    local_classes,
+):
+    """The intercept is not penalised, so a local head trained on rows moved by ``d`` and
+    carried to rows moved by ``d'`` (:meth:`LinearHeadUpdate.rebased`) is the head trained
+    on the rows moved by ``d'``: the same coefficients, the intercepts up to a common
+    constant (which no prediction sees)."""
+    data = make_federated_classification(n_clients=1, alpha=None, random_state=0)
+    rng = np.random.default_rng(0)
+    m = data.X.shape[1]
+    first, second = (GaussianMap(np.eye(m), rng.normal(scale=3.0, size=m)) for _ in range(2))
+    head = OneShotFedAvgClassifier(C=0.5, max_iter=5000, tol=1e-10, local_classes=local_classes)
+    classes = np.unique(data.y)
+    trained = [head.client_statistics(t.apply(data.X), data.y, classes) for t in (first, second)]
+    carried = trained[0].rebased(first, second)
+    np.testing.assert_allclose(carried.coef, trained[1].coef, atol=5e-5)
+    centred = [u.intercept - u.intercept.mean() for u in (carried, trained[1])]
+    np.testing.assert_allclose(*centred, atol=5e-4)
+    assert carried.n == trained[0].n
+
+
 @short_local_training
 @pytest.mark.parametrize("weighting", ["samples", "uniform"])
 def test_fedavg_is_the_weighted_average_of_local_heads(weighting, skewed):

@@ -294,13 +294,8 @@ def test_an_attacker_is_excluded_and_the_others_recover(clients, name):
     final = screened.report.final_head
     assert final.startswith("the screened contributions") and "3 clients left" in final
     assert stages.count("updates") == (name == "O-FedAvg")  # no local head trained again
-    if name == "O-FedAvg":
-        assert "with the excluded client's summary" in final
-        assert screened.report.reference_clients == [0, 1, 2, ATTACKER]
-        # the candidates: the screened local heads of the clients left, averaged
-        kept = OneShotProtocol(head, tau="auto", taus=(0.0, 1.0), random_state=0)
-        assert screened.tau in kept.taus
-        return
+    if name == "O-FedAvg":  # the screened local heads, carried onto the new reference
+        assert "carried onto the reference built without the excluded client" in final
     assert screened.report.reference_clients == [0, 1, 2]
     without = OneShotProtocol(head, tau="auto", taus=(0.0, 1.0), random_state=0).run(
         InProcessTransport(
@@ -311,6 +306,8 @@ def test_an_attacker_is_excluded_and_the_others_recover(clients, name):
     np.testing.assert_allclose(
         screened.reference.covariance, without.reference.covariance, rtol=1e-10, atol=0
     )
+    if name == "O-FedAvg":  # the local heads carried, not trained again on it (their
+        return  # test: test_o_fedavg_s_head_without_a_client_is_the_federation_s_without_it)
     # and the clients were sent it: their heads are those of the run without it
     assert screened.tau == without.tau
     for a, b in zip(screened.candidate_heads, without.candidate_heads, strict=True):
@@ -667,9 +664,9 @@ def test_a_request_whose_full_head_classes_are_malformed_is_refused(full_mask, m
 def test_the_head_without_a_client_is_compared_on_the_reference_built_without_it(
     clients, screening_requests
 ):
-    """A statistics head without client j is aligned on the barycenter of the others'
-    summaries alone, and each voter aligns its rows for that comparison with its own map
-    onto it; O-FedAvg's local heads were trained on the run's reference and keep it."""
+    """A head without client j is on the barycenter of the others' summaries alone (a
+    statistics head's statistics aligned onto it, O-FedAvg's local heads carried onto it),
+    and each voter aligns its rows for that comparison with its own map onto it."""
     from skslot import BuresBarycenter
     from skslot.label_shift import label_shift_distances
 
@@ -692,7 +689,41 @@ def test_the_head_without_a_client_is_compared_on_the_reference_built_without_it
     seen.clear()
     fedavg = make_head("O-FedAvg")
     run(clients, fedavg, attack=False, tau=1.0, screen="on")
-    assert seen[0].references == ()  # the local heads' reference: the run's
+    assert len(seen[0].references) == 3
+    for j, reference in zip((1, 2, 3), seen[0].references, strict=True):
+        want = BuresBarycenter().fit([summaries[c] for c in summaries if c != j]).reference_
+        np.testing.assert_allclose(reference.covariance, want.covariance, atol=1e-6)
+
+
+def test_o_fedavg_s_head_without_a_client_is_the_federation_s_without_it(
+    clients, screening_requests
+):
+    """Where each client's map moves its mean alone (``tau = 0``, its mean moved by its
+    domain offset measured within classes, which every client's class sums shape), a local
+    head carried onto the reference built without client j is the head trained on its rows
+    mapped onto it: the head without j each voter compares is the final head of the
+    federation without j, every client's rows and head as in that run."""
+    seen = screening_requests
+    head = make_head("O-FedAvg", seed=0).set_params(tol=1e-10, max_iter=5000)
+    settings = {
+        "tau": "auto", "taus": (0.0,), "mean_tau": 1.0, "refit": False, "random_state": 0,
+        "defence": DefenceBounds(clip_norm_ratio=None),  # the clip's median: all four clients
+    }  # fmt: skip
+    OneShotProtocol(head, screen="on", **settings).run(
+        InProcessTransport(parties(clients, head, attack=False)), CLASSES
+    )
+    # the last client out: the others keep their positions, hence their validation splits,
+    # and the final head is fitted on their fitting rows as the compared heads are
+    others = {k: p for k, p in parties(clients, head, attack=False).items() if k != 3}
+    without = OneShotProtocol(head, screen="off", **settings).run(
+        InProcessTransport(others), CLASSES
+    )
+    assert without.report.final_head == "every accepted client's fitting rows"
+    left_out = seen[0].left_out[2]  # voter 0's head without client 3
+    final = without.head.linear_scores()
+    np.testing.assert_allclose(left_out.coef, final.coef, atol=1e-4)
+    centred = [h.intercept - h.intercept.mean() for h in (left_out, final)]
+    np.testing.assert_allclose(*centred, atol=1e-3)
 
 
 def test_a_left_out_heads_reference_travels_and_is_checked():

@@ -120,8 +120,9 @@ class HeadStrategy:
         """Server: the head at ``candidate`` on the fitting rows of all clients but the k-th.
 
         ``maps``: each client's map onto the reference built without the k-th
-        (the k-th ``None``), where the head aligns uploaded statistics; a head
-        whose clients trained on the run's reference ignores them.
+        (the k-th ``None``): the head aligns the others' statistics with them,
+        or carries their local heads, trained on the run's reference, onto it
+        (:meth:`~skslot.heads.fedavg.LinearHeadUpdate.rebased`).
         """
         raise NotImplementedError
 
@@ -208,9 +209,16 @@ class LocalTrainingStrategy(HeadStrategy):
         )
 
     def leave_one_out(self, head, candidate, server, k, *, maps=None):
-        # the local heads were trained on the run's reference: the maps are not used
-        updates = {candidate.tau: server.local_heads("fit", candidate.tau)}
-        return head_without(head, candidate, updates, server.classes, k)
+        updates = server.local_heads("fit", candidate.tau)
+        if maps is not None:  # each local head carried onto the reference built without k
+            tau, trained = candidate.tau, server.maps()
+            updates = [
+                update if i == k else update.rebased(
+                    trained[i].geodesic(tau), maps[i].geodesic(tau)
+                )
+                for i, update in enumerate(updates)
+            ]  # fmt: skip
+        return head_without(head, candidate, {candidate.tau: updates}, server.classes, k)
 
     def fit_final(self, head, candidate, server):
         updates = server.local_heads("all", candidate.tau)

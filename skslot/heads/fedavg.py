@@ -14,6 +14,8 @@ from .._validation import client_weights
 from ..accounting import PrivacyBudget, PrivacyLedger
 from ..defaults import LABEL_MIX
 from ..label_mix import LABEL_MIXES, averaged_log_prior
+from ..low_rank import TransportMap
+from ..maps import rebased_scores
 from ..wire import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, read_array, read_count, read_sample_count
 from ._base import LinearHeadMixin, OneShotHead
@@ -90,6 +92,26 @@ class LinearHeadUpdate:
             A new update of norm ``factor`` times this one's.
         """
         return replace(self, coef=factor * self.coef, intercept=factor * self.intercept)
+
+    def rebased(self, source: TransportMap, target: TransportMap) -> LinearHeadUpdate:
+        """The update as a head of rows mapped by ``target`` instead of ``source``.
+
+        Every row of its client scores the same (:func:`~skslot.maps.rebased_scores`):
+        the head a client trained on its rows mapped onto one reference, carried to
+        another one (the screening's reference built without one client).
+
+        Parameters
+        ----------
+        source, target : GaussianMap or LowRankMap
+            The client's map the head was trained after, and the one it is carried to.
+
+        Returns
+        -------
+        update : LinearHeadUpdate
+            A new update with the same weight.
+        """
+        coef, intercept = rebased_scores(self.coef, self.intercept, source, target)
+        return replace(self, coef=coef, intercept=intercept)
 
     def scaled(self, factor: float) -> LinearHeadUpdate:
         """The update with its averaging weight ``n`` multiplied by ``factor``.

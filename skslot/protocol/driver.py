@@ -353,7 +353,7 @@ class OneShotProtocol:
                     run.ever_screened |= run.screened
                 # a client excluded, or missing since the reference was built: the
                 # reference, the candidates, the choice and the screening again without it
-                if not _refresh_reference(run, run.report.stages[-1]):
+                if not _refresh_reference(run, run.report.stages[-1], taus):
                     break
             if run.ever_screened or not self.refit:
                 # what enters the final head is what the screening judged (or chose)
@@ -405,14 +405,14 @@ class OneShotProtocol:
                 return
 
 
-def _refresh_reference(run: RunState, stage: str) -> bool:
-    """Whether the run goes round again: its reference rebuilt or kept without a client that
-    left it (:meth:`RunState.stale_reference`)."""
+def _refresh_reference(run: RunState, stage: str, taus: Sequence[float] = ()) -> bool:
+    """Whether the run goes round again: its reference rebuilt without a client that left it,
+    or the screened local heads (at ``taus``) carried onto it (:meth:`RunState.stale_reference`)."""
     action = run.stale_reference(stage)
     if action is None and run.account.private and run.roster.order != run.report.reference_clients:
         logger.info("skslot: a private run keeps its reference: the local heads are released once")
-    if action == "keep":
-        run.keep_reference()
+    if action == "carry":
+        run.carry_heads(stage, taus)
     elif action == "rebuild":
         run.rebuild_reference(stage)
     return action is not None
@@ -495,11 +495,11 @@ def _final_fitting(run: RunState, trains_locally: bool) -> str:
     if not run.ever_screened:
         return "every accepted client's fitting rows"
     left = f"{len(run.roster.order)} clients left cannot be screened again"
-    if trains_locally and run.reference_kept is not None:  # the heads the screening judged
+    if trains_locally and run.heads_carried is not None:  # the heads the screening judged
         return (
             "the screened contributions: every accepted client's local heads on its fitting "
-            "rows, on the reference built before the exclusion (with the excluded client's "
-            f"summary: {left} heads trained on another)"
+            "rows, carried onto the reference built without the excluded client, as the "
+            f"screening compared them ({left} heads trained on it)"
         )
     if trains_locally:  # a client missing since: new local heads on a new reference
         return (

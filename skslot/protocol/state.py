@@ -90,9 +90,10 @@ class RunState:
         self.screened = False
         #: Whether any screening round could.
         self.ever_screened = False
-        #: The clients whose screened local heads were kept on the reference built before
-        #: an exclusion (too few left to screen heads trained on another), or ``None``.
-        self.reference_kept: list | None = None
+        #: The clients whose screened local heads were carried onto the reference built
+        #: without a client the screening excluded (too few left to screen heads trained
+        #: on it), or ``None``.
+        self.heads_carried: list | None = None
 
     @property
     def checks_local_heads(self) -> bool:
@@ -384,10 +385,11 @@ class RunState:
         map, so the reference stays as the released heads were trained on it
         (``None``).  Nor after a screening leaves too few clients to screen
         again, for a head that trains locally: heads trained on a new
-        reference would enter the final head unjudged, so the reference stays
-        and the screened heads of the clients left are used (``"keep"``,
-        :meth:`keep_reference`, once: the candidates and the choice are made
-        again without the excluded client).  Changes nothing.
+        reference would enter the final head unjudged, so the screened heads of
+        the clients left are carried onto the reference built without the
+        excluded client, as the screening compared them (``"carry"``,
+        :meth:`carry_heads`: the candidates and the choice are made again
+        without it).  Changes nothing.
 
         Parameters
         ----------
@@ -396,10 +398,10 @@ class RunState:
 
         Returns
         -------
-        {"rebuild", "keep"} or None
-            ``None`` where the reference stands (current, kept, or released on).
+        {"rebuild", "carry"} or None
+            ``None`` where the reference stands (current, or released on).
         """
-        if self.roster.order in (self.report.reference_clients, self.reference_kept):
+        if self.roster.order == self.report.reference_clients:
             return None
         if self.account.private and self._local_heads:
             return None
@@ -409,15 +411,51 @@ class RunState:
             and len(self.roster.order) <= MIN_VOTERS
             and self.settings.head.strategy.trains_locally
         ):
-            return "keep"
+            return "carry"
         return "rebuild"
 
-    def keep_reference(self) -> None:
-        """Keep the reference the screened local heads were trained on (see
-        :meth:`stale_reference`), for the clients still in."""
-        self.reference_kept = list(self.roster.order)
+    def carry_heads(self, stage: str, taus: Sequence[float]) -> None:
+        """Build the reference again without the clients gone and carry the local heads of
+        the clients left onto it (see :meth:`stale_reference`).
+
+        Each head, trained on its client's rows mapped onto the old reference,
+        becomes the head that scores the same rows mapped onto the new one the
+        same (:meth:`~skslot.heads.fedavg.LinearHeadUpdate.rebased`): the heads
+        the screening compared without the excluded client, no new training.
+
+        Parameters
+        ----------
+        stage : str
+            The stage at which the clients that break the new reference are rejected.
+        taus : sequence of float
+            The run's fractions the heads were trained at.
+        """
+        maps = zip(self.roster.order, self.maps(), strict=True)
+        before = {c: (m, self.client_taus(c, taus)) for c, m in maps}
+        previous = self.reference
+        self.build_reference(stage)
+        self.heads_carried = list(self.roster.order)
+        if self.reference is previous:  # a fixed reference stays the same: nothing to carry
+            return
+        self.has_reference.clear()
+        after = dict(zip(self.roster.order, self.maps(), strict=True))
+        for cache in self._local_heads.values():
+            for c in list(cache):
+                if c not in after:
+                    del cache[c]
+                    continue
+                old_map, fractions = before[c]
+                carried = {}
+                for t, fraction in zip(taus, fractions, strict=True):
+                    if fraction in cache[c]:
+                        (new_fraction,) = self.client_taus(c, [t])
+                        carried[new_fraction] = cache[c][fraction].rebased(
+                            old_map.geodesic(t), after[c].geodesic(t)
+                        )
+                cache[c] = carried
         logger.info(
-            "skslot: the reference is kept: %d clients could not screen heads trained on another",
+            "skslot: the screened local heads of %d clients carried onto the reference built "
+            "without the excluded client",
             len(self.roster.order),
         )
 

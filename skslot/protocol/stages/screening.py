@@ -61,11 +61,12 @@ class ScreeningRequest:
     federation holds, as the final head does, so that a row it sends to a
     class only the left-out client holds counts against that client.
     ``tau`` is this client's fraction of its map.  A head without client
-    ``k`` fitted on statistics the server aligned comes with the reference
-    built without ``k`` (``references``, about this client's destination)
-    and this client's fraction of its map onto it (``fractions``): the client
-    aligns its rows for that comparison with its own map onto it.  A client
-    is never sent the head without itself.
+    ``k`` comes with the reference built without ``k`` (``references``, about
+    this client's destination; the server aligned the others' statistics
+    with their maps onto it, or carried their local heads onto it) and this
+    client's fraction of its map onto it (``fractions``): the client aligns
+    its rows for that comparison with its own map onto it.  A client is never
+    sent the head without itself.
 
     Parameters
     ----------
@@ -79,8 +80,8 @@ class ScreeningRequest:
         The classes the full head predicts among (``None``: every class).
     references : tuple of (GaussianSummary, LowRankGaussianSummary or None), optional
         Per left-out head, the reference built without its client; ``None``
-        (or an empty tuple: for every head) where the head was fitted on the
-        run's reference.
+        (or an empty tuple: for every head) where the head is on the run's
+        reference (one fixed before the run).
     fractions : tuple of float, optional
         Per left-out head with a reference, this client's fraction of its map
         onto it.
@@ -335,8 +336,8 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
     sizes = {c: validation_sizes(n, fraction) for c, n in zip(order, counts, strict=True)}
     head = settings.head
     without: dict[int, LinearScores] = {}
-    #: per left-out client, the alignment built without it (heads fitted on aligned
-    #: statistics); its maps are dropped once the head without it is fitted
+    #: per left-out client, the alignment built without it (the others' statistics aligned
+    #: or their local heads carried onto it); its maps are dropped once the head is fitted
     rebuilt: dict[int, Alignment] = {}
     unfit: dict[Hashable, str] = {}
     for k, c in enumerate(order):  # only where some voter has something to compare
@@ -344,7 +345,7 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
             continue
         try:
             maps = None
-            if head.strategy.uploads_statistics and run.alignment is not None:
+            if run.alignment is not None:
                 alignment = run.alignment_without(c)
                 # a reference fixed before the run is the same without it: nothing to send
                 if alignment.reference is not run.reference:
