@@ -15,7 +15,7 @@ together), and the macro accuracy the clients report.  At eight clients only
 the deployment's fixed ``tau`` runs.
 
 Run: python benchmarks/protocol_cost.py > docs/results/protocol_cost.md
-(about 12 minutes on 2 cores).
+(about 4 minutes on 2 cores).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ excluded, and the CPU time the default costs (its bytes:
 docs/results/protocol_cost.md).  The per-run records
 are written to docs/results/screening.csv.
 
-Run one part at a time, one case and one seed (about 25 minutes on 2 cores
+Run one part at a time, one case and one seed (about 30 minutes on 2 cores
 each; naming heads, those heads alone), then the report from every part
 recorded so far::
 

@@ -44,7 +44,7 @@ classes, so the updates stage refuses them before any screening
 (:func:`skslot.consistency.misplaced_class_means`): the table says so.
 
 Run: python benchmarks/screening_rules.py [n_seeds] > docs/results/screening_rules.md
-(about 3 minutes on 2 cores for 10 seeds; needs ../shared/data).
+(about 4 minutes on 2 cores for 10 seeds; needs ../shared/data).
 """
 
 from __future__ import annotations

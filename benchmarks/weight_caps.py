@@ -17,7 +17,7 @@ and without it, at that cap (the defence's target: within 5 points, or the
 attacker rejected in every seed, which the cell then says).
 
 Run: python benchmarks/weight_caps.py [n_seeds] > docs/results/weight_caps.md
-(about 6 minutes on 2 cores for 3 seeds; needs ../shared/data).
+(about 8 minutes on 2 cores for 3 seeds; needs ../shared/data).
 """
 
 from __future__ import annotations
