@@ -401,11 +401,11 @@ class OneShotProtocol:
             return
         while True:
             updates.collect(run, stage, taus, part)
-            if not _refresh_reference(run, stage):
+            if not _refresh_reference(run, stage, taus):
                 return
 
 
-def _refresh_reference(run: RunState, stage: str, taus: Sequence[float] = ()) -> bool:
+def _refresh_reference(run: RunState, stage: str, taus: Sequence[float]) -> bool:
     """Whether the run goes round again: its reference rebuilt without a client that left it,
     or the screened local heads (at ``taus``) carried onto it (:meth:`RunState.stale_reference`)."""
     action = run.stale_reference(stage)
