@@ -840,27 +840,19 @@ def in_process(
     head: str,
     seed: int,
     *,
-    present: bool = True,
     screen: str = "on",
     party: Callable[[int], type[ClientParty]] = lambda node: ClientParty,
     case: str = "domain",
 ) -> tuple[DeploymentConfig, dict[int, ClientParty], Setup]:
     """The federation of one seed in process (the protocol's one driver, the same messages
-    as over Flower) in ``case``: the honest clients of :func:`write_clients` (their files in
-    ``folder``) and the fourth client with ``attack``'s rows (``present=False``: without
-    it), the deployment's configuration otherwise.
+    as over Flower) in ``case``: the nodes of :func:`federation` (their files in ``folder``),
+    the run's configuration of :func:`run_settings` with ``screen``.
 
     Each node's party is of the class ``party(node)``, with its training and test rows.
     Returns the configuration, the parties by node and what the attacker knows.
     """
-    configs, setup = write_clients(folder, seed, attack.own_class, case)
-    configs[ATTACKER] = poison(folder, attack, seed, setup, configs[ATTACKER])
-    if not present:
-        del configs[ATTACKER]
-    config = DeploymentConfig(
-        head=head, **SLOT[case], alpha=ALPHA, seed=seed, screen=screen,
-        num_clients=len(configs),
-    )  # fmt: skip
+    configs, setup = federation(folder, attack, seed, case)
+    config = DeploymentConfig(**run_settings(attack, head, case, seed, len(configs), screen=screen))
     head_object = config.make_head()
     parties = {}
     for node, node_config in configs.items():
@@ -885,23 +877,40 @@ def one_run(attack: Attack, head: str, mode: str, seed: int, case: str = "domain
         flwr_logger.setLevel(level)
 
 
+def federation(folder: Path, attack: Attack, seed: int, case: str) -> tuple[dict, Setup]:
+    """The node configs of one run of ``attack`` (files in ``folder``): its honest nodes
+    and the attacker's, its rows poisoned, unless the attack runs without it; and what the
+    attacker knows."""
+    configs, setup = write_clients(folder, seed, attack.own_class, case, attack.per_domain)
+    configs[ATTACKER] = poison(folder, attack, seed, setup, configs[ATTACKER])
+    absent = set(attack.honest) - set(configs)
+    if absent:
+        raise ValueError(f"seed {seed}: too few clients of {FEWEST_ROWS} rows or more")
+    configs = {n: c for n, c in configs.items() if n in attack.honest or n == ATTACKER}
+    if not attack.present:
+        del configs[ATTACKER]
+    return configs, setup
+
+
+def run_settings(
+    attack: Attack, head: str, case: str, seed: int, num_clients: int, **extra
+) -> dict:
+    """The run configuration (:class:`DeploymentConfig`'s arguments) of one run of
+    ``attack``: the case's alignment, the study's alpha, ``extra``, the attack's own."""
+    return {
+        "head": head, **SLOT[case], "alpha": ALPHA, "seed": seed, "num_clients": num_clients,
+        **extra, **dict(attack.settings),
+    }  # fmt: skip
+
+
 def _one_run(attack: Attack, head: str, mode: str, seed: int, case: str) -> dict:
     with threadpool_limits(1), tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        configs, setup = write_clients(folder, seed, attack.own_class, case, attack.per_domain)
-        configs[ATTACKER] = poison(folder, attack, seed, setup, configs[ATTACKER])
-        absent = set(attack.honest) - set(configs)
-        if absent:
-            raise ValueError(f"seed {seed}: too few clients of {FEWEST_ROWS} rows or more")
-        configs = {n: c for n, c in configs.items() if n in attack.honest or n == ATTACKER}
-        if not attack.present:
-            del configs[ATTACKER]
-        settings = {
-            "head": head, **SLOT[case], "alpha": ALPHA, "seed": seed,
-            "num_clients": len(configs), "connect_timeout": 0.0,
-            "reply_timeout": 1.0,  # LocalGrid answers at once: a missing reply never comes
-            **MODES[mode], **dict(attack.settings),
-        }  # fmt: skip
+        configs, setup = federation(Path(tmp), attack, seed, case)
+        settings = run_settings(
+            attack, head, case, seed, len(configs), connect_timeout=0.0,
+            reply_timeout=1.0,  # LocalGrid answers at once: a missing reply never comes
+            **MODES[mode],
+        )  # fmt: skip
         config = DeploymentConfig(**settings)
         faults = {ATTACKER: attack.fault(setup)} if attack.fault else {}
         grid = LocalGrid(client_module.app, configs, config.to_run_config(), faults)

@@ -27,6 +27,7 @@ Run: python benchmarks/flip_harm.py [n_seeds] > docs/results/flip_harm.md
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import tempfile
@@ -76,11 +77,12 @@ def one_run(head: str, seed: int, fourth: str, screen: str = "off") -> tuple[dic
     logging.getLogger("skslot").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
     attack = FLIPS if fourth == "flipped" else GENUINE
+    if fourth == "absent":
+        attack = dataclasses.replace(attack, present=False)
     with threadpool_limits(1), tempfile.TemporaryDirectory() as tmp:
         config, parties, _ = attacks.in_process(
-            Path(tmp), attack, head, seed, present=fourth != "absent", screen=screen,
-            party=lambda node: Recorded,
-        )  # fmt: skip
+            Path(tmp), attack, head, seed, screen=screen, party=lambda node: Recorded
+        )
         result = config.protocol().run(InProcessTransport(parties), config.class_set)
     recorded = {n: (parties[n].y_test, parties[n].right, parties[n].y) for n in attacks.HONEST}
     screening = result.report.screening or {}
