@@ -40,13 +40,13 @@ from skslot.flower import (  # noqa: E402
 from skslot.flower.client_app import app as client_app  # noqa: E402
 from skslot.flower.client_app import (  # noqa: E402
     node_lifetime,
-    null_rows_outside,
     reply_seconds,
 )
 from skslot.heads import HEADS, OneShotFedAvgClassifier, make_head, message_bytes  # noqa: E402
 from skslot.lifetime import LifetimeBudget  # noqa: E402
 from skslot.low_rank import summary_from_bytes  # noqa: E402
 from skslot.protocol import ClientParty, ProtocolRunError, UploadRequest  # noqa: E402
+from skslot.protocol.plan import refusal  # noqa: E402
 from skslot.protocol.stages import upload as upload_stage  # noqa: E402
 from skslot.wire import MessageFormatError  # noqa: E402
 
@@ -479,12 +479,15 @@ def test_a_private_node_names_no_label_outside_the_class_set(node_configs):
     # what enters each release: the node's rows with label 3 replaced by the null row
     config = DeploymentConfig(classes="0,1,2", epsilon=8.0, clip_norm=20.0, tau=0.4)
     data = load_client_data(node_configs[11], config)
-    nulled = null_rows_outside(data, config.class_set)
-    outside = data.y_train == 3
-    assert outside.any() and not np.isin(nulled.y_train, [3]).any()
-    np.testing.assert_array_equal(nulled.X_train[outside], 0.0)
-    np.testing.assert_array_equal(nulled.X_train[~outside], data.X_train[~outside])
-    assert (data.y_train == 3).any()  # the node's own data are not modified
+    party = ClientParty(
+        data.X_train, data.y_train, head=config.make_head(), classes=config.class_set,
+        privacy=config.privacy_budget(),
+    )  # fmt: skip
+    outside = ~np.isin(data.y_train, config.class_set)
+    assert outside.any() and np.isin(party.y, config.class_set).all()
+    np.testing.assert_array_equal(party.X[outside], 0.0)
+    np.testing.assert_array_equal(party.X[~outside], data.X_train[~outside])
+    assert outside.any()  # the node's own data are not modified
 
 
 def test_a_private_node_s_release_is_the_in_process_client_s_bytes(node_configs):
@@ -577,7 +580,9 @@ def test_a_nodes_lifetime_budget_refuses_the_run_past_it(node_configs, tmp_path)
         deploy(own, summary_dtype="float64", epsilon=8.0, clip_norm=20.0)
     rejected = refused.value.report.rejected["upload"]
     assert sorted(rejected) == [11, 12, 13, 14]
-    assert all("lifetime budget" in why for why in rejected.values())
+    # the one refusal, naming neither the record nor what is left in it
+    assert all(why.endswith(str(refusal("upload"))) for why in rejected.values())
+    assert not any(str(tmp_path) in why for why in rejected.values())
     for node in own:  # charged once each, and nothing for the refused run
         assert LifetimeBudget(tmp_path / f"{node}.json", epsilon=12.0).spent()[0] == 8.0
     lone = {**own[11]}
@@ -1635,7 +1640,7 @@ def test_a_node_enforces_its_own_budget(node_configs):
     pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
     strict = {**node_configs, 11: {**node_configs[11], "epsilon": 1.0, "clip-norm": 20.0}}
     report, _, _, _ = deploy(strict, epsilon=8.0, clip_norm=20.0, tau=0.4)
-    assert "takes part only under its own budget" in report.rejected["upload"][11]
+    assert report.rejected["upload"][11].endswith(str(refusal("upload")))
     assert 11 not in report.accuracy and len(report.accuracy) == N_CLIENTS - 1
 
 
@@ -1656,3 +1661,103 @@ def test_a_private_node_splits_its_own_table_by_position_alone(tmp_path):
         splits.append(data.X_test)
     np.testing.assert_array_equal(splits[0], splits[1])
     assert splits[0].shape[0] == round(0.3 * 60)
+
+
+# -- a deviating server against a private node ----------------------------------------------
+
+
+def _neighbouring_nodes(node_configs, folder):
+    """Node 11's rows and a neighbouring copy (its first training row beyond the clip bound
+    and relabelled), each a private node of its own."""
+    own = dict(np.load(node_configs[11]["data"]))
+    other = {k: v.copy() for k, v in own.items()}
+    other["X_train"][0] = 100.0 * np.eye(M)[1]
+    other["y_train"][0] = (other["y_train"][0] + 1) % 4
+    nodes = {}
+    for node, arrays in ((11, own), (12, other)):
+        path = folder / f"private{node}.npz"
+        np.savez(path, **arrays)
+        nodes[node] = {"data": str(path), "client-id": 0, "epsilon": 8.0, "clip-norm": 20.0}
+    return nodes
+
+
+def _message(stage, request, node, config):
+    from skslot.flower import messages
+    from skslot.protocol import ServerWire
+
+    wire = ServerWire(config.make_head(), config.class_set, summary_dtype="float64")
+    payload = stage.encode_request(request, wire)
+    return Message(messages.content(payload), dst_node_id=node, message_type=stage.message_type)
+
+
+def test_a_private_node_answers_a_deviating_server_only_with_its_plan(node_configs, tmp_path):
+    """Each request kind the protocol defines, crafted, to two private nodes whose rows differ
+    in one row: a release of the plan, or the same refusal from both, over Flower."""
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    from skslot.flower.client_app import STATE
+    from skslot.heads import LinearScores
+    from skslot.protocol import (
+        ClientState,
+        EvaluationRequest,
+        ScreeningRequest,
+        UpdatesRequest,
+        ValidationRequest,
+    )
+    from skslot.protocol.stages import STAGES
+
+    config = DeploymentConfig(classes=CLASSES, epsilon=8.0, clip_norm=20.0, tau=0.4)
+    nodes = _neighbouring_nodes(node_configs, tmp_path)
+    grid = LocalGrid(client_app, nodes, config.to_run_config())
+    budget, releases = config.privacy_budget(), config.protocol().releases
+    split = budget.split(releases)
+    honest = {"privacy": (8.0, 1e-5, 20.0), "releases": releases}
+    honest["shares"] = tuple(split[r] for r in releases)
+    C = config.class_set.shape[0]
+    zero = LinearScores(config.class_set, np.zeros((C, M)), np.zeros(C))
+
+    def replies(stage, make):
+        out = []
+        for node in nodes:
+            state = grid.contexts[node].state.config_records.get(STATE)
+            summary = None if state is None else ClientState.from_config(dict(state)).summary
+            reply = grid._deliver(_message(STAGES[stage], make(summary), node, config))
+            out.append(reply.error.reason if reply.has_error() else reply)
+        return out
+
+    refused = f"RequestRefused: {refusal('upload')}"
+    for crafted in (
+        {"class_sums": True},
+        {"split_seed": 1},
+        {"summary_covariance": "within"},
+        {"privacy": (8.0, 1e-5, 40.0)},
+        {"releases": ("summary", "statistics", "evaluation"), "shares": (0.4, 0.5, 0.1)},
+    ):
+        request = UploadRequest(0, **{**honest, **crafted})
+        assert replies("upload", lambda _, r=request: r) == [refused, refused], crafted
+    first = replies("upload", lambda _: UploadRequest(0, **honest))
+    assert not any(isinstance(r, str) for r in first)  # the plan's release
+    # the exact class sums attack once the plan is announced reads nothing either
+    sums = UploadRequest(0, **{**honest, "class_sums": True})
+    assert replies("upload", lambda _: sums) == [refused, refused]
+    crafted_requests = {
+        "updates": lambda s: UpdatesRequest(s, (0.4,), "all"),
+        "refit": lambda s: UpdatesRequest(s, (0.4,), "all"),
+        "validation": lambda s: ValidationRequest(s, (zero,), (0.4,)),
+        "screening": lambda s: ScreeningRequest(
+            s, zero, (zero,), np.ones((1, C), bool), 0.4, full_mask=np.ones(C, bool)
+        ),
+    }
+    for stage, make in crafted_requests.items():
+        # a refit travels as an updates message: the node answers it by the updates rules
+        answered = "updates" if STAGES[stage].message_type == "train.updates" else stage
+        expected = f"RequestRefused: {refusal(answered)}"
+        assert replies(stage, make) == [expected, expected], stage
+    # one test count per run: the same head again repeats it, another head is refused
+    once = replies("evaluation", lambda s: EvaluationRequest(s, zero, 0.4))
+    again = replies("evaluation", lambda s: EvaluationRequest(s, zero, 0.4))
+    count = messages.received  # the released counts, equal on a retry
+    for a, b in zip(once, again, strict=True):
+        assert count(a).metrics == count(b).metrics
+    other = LinearScores(config.class_set, np.zeros((C, M)), np.arange(C, dtype=float))
+    expected = f"RequestRefused: {refusal('evaluation')}"
+    assert replies("evaluation", lambda s: EvaluationRequest(s, other, 0.4)) == [expected] * 2

@@ -12,9 +12,13 @@ lower bound on the epsilon the releases actually spend (``dp-accounting``'s
 exact Gaussian conversion).
 Every release is made by the code the protocol runs: a private client's own
 answer to the stage that carries it (:meth:`skslot.protocol.ClientParty.answer`).
-Each audit must stay below the claimed epsilon, and must exceed it when the
-sensitivity is halved where the protocol's code reads it (a mutation of each
-call site): the audit can catch a bug there.
+The neighbouring data sets replace a row at the clip bound by one beyond it
+(and, for class statistics, its label).  Each audit must stay below the
+claimed epsilon, and must exceed it when the sensitivity is halved where the
+protocol's code reads it (a mutation of each call site) or when rows are
+clipped at twice the bound: the audit can catch a bug there.  The requests a
+private client refuses, and the crafted evaluation prior, are audited in
+``test_deviating_server.py``.
 """
 
 import ast
@@ -108,18 +112,30 @@ def _spread_rows(n: int, m: int, seed: int) -> np.ndarray:
     return X / np.linalg.norm(X, axis=1, keepdims=True)
 
 
+#: How far beyond the clip bound (1) the replaced row of each pair lies: the worst case is
+#: a row at the bound against one beyond it, which the release must clip back.
+BEYOND = 3.0
+
+
+def clipped(X):
+    """Rows scaled to norm at most 1, as the protocol clips them (the exact values' input)."""
+    return X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
+
+
 def summary_pair():
-    """Data sets whose summaries differ by the sensitivity: unit rows at 120 degrees."""
+    """Data sets whose summaries differ by the sensitivity: a unit row against a row beyond
+    the bound, at 120 degrees."""
     u, v = (np.array([np.cos(a), np.sin(a)]) for a in np.radians([-15.0, 105.0]))
     X = _spread_rows(300, 2, 0)
     D0, D1 = X.copy(), X.copy()
-    D0[0], D1[0] = u, v
+    D0[0], D1[0] = u, BEYOND * v
     return D0, D1
 
 
 def summary_release(X, seed):
     """(s1, upper(G)) of the rows about zero, recovered from the summary O-FedAvg uploads."""
     if seed is None:
+        X = clipped(X)
         return np.concatenate([X.sum(0), (X.T @ X)[np.triu_indices(2)]])
     head = OneShotFedAvgClassifier(C=LOCAL_C)
     y = np.arange(X.shape[0]) % 2
@@ -136,12 +152,13 @@ CLASSES = np.array([0, 1])
 
 
 def statistics_pair():
-    """Data sets whose class statistics differ by the sensitivity: e1 in class 0, e2 in 1."""
+    """Data sets whose class statistics differ by the sensitivity: e1 in class 0, a row
+    beyond the bound along e2 in class 1 (the label replaced too)."""
     X = _spread_rows(300, 2, 1)
     y = np.arange(300) % 2
     D0, D1 = (X.copy(), y.copy()), (X.copy(), y.copy())
     D0[0][0], D0[1][0] = [1.0, 0.0], 0
-    D1[0][0], D1[1][0] = [0.0, 1.0], 1
+    D1[0][0], D1[1][0] = [0.0, BEYOND], 1
     return D0, D1
 
 
@@ -149,6 +166,7 @@ def statistics_release(D, seed):
     """(class sums, class counts, upper(G)) as FedCGS uploads them."""
     X, y = D
     if seed is None:
+        X = clipped(X)
         onehot = (y[:, None] == CLASSES).astype(float)
         return np.concatenate(
             [(onehot.T @ X).ravel(), onehot.sum(0), (X.T @ X)[np.triu_indices(2)]]
@@ -164,6 +182,7 @@ def moments_release(D, seed):
     X, y = D
     iu = np.triu_indices(2)
     if seed is None:
+        X = clipped(X)
         onehot = (y[:, None] == CLASSES).astype(float)
         grams = [(X[y == c].T @ X[y == c])[iu] for c in CLASSES]
         return np.concatenate([(onehot.T @ X).ravel(), onehot.sum(0), *grams])
@@ -193,7 +212,7 @@ def local_head_pair():
     y = np.zeros(300, dtype=int)
     y[-1] = 1
     D0, D1 = (X.copy(), y), (X.copy(), y)
-    D0[0][-1], D1[0][-1] = [1.0, 0.0], [-1.0, 0.0]
+    D0[0][-1], D1[0][-1] = [1.0, 0.0], [-BEYOND, 0.0]  # at the bound, and beyond it
     return D0, D1
 
 
@@ -314,6 +333,29 @@ def test_the_audited_privacy_loss_stays_below_the_claim(mechanism):
 def test_the_audit_catches_half_the_sensitivity_where_the_protocol_reads_it(mechanism, monkeypatch):
     pair, release, module, name = MECHANISMS[mechanism]
     monkeypatch.setattr(module, name, getattr(module, name) / 2)  # a wrong sensitivity
+    assert audit(release, *pair()) > _claimed(mechanism)
+
+
+#: The releases of clipped moments, audited with the clip at twice the bound as well (the
+#: local head reads the same clip; its audit's margin is too small to show the factor two).
+CLIPPED = ("summary", "statistics", "moments")
+
+
+@pytest.mark.parametrize("mechanism", CLIPPED)
+def test_the_audit_catches_rows_clipped_at_twice_the_bound(mechanism, monkeypatch):
+    """A mutation of the one clip every release reads (skslot._moments.clip_factors): the
+    row beyond the bound then moves the release twice as far."""
+    import skslot._moments
+    import skslot.heads._private
+
+    exact = skslot._moments.clip_factors
+
+    def loose(norms, clip_norm):
+        return exact(norms, 2.0 * clip_norm)
+
+    for module in (skslot._moments, skslot.heads._private):
+        monkeypatch.setattr(module, "clip_factors", loose)
+    pair, release, _, _ = MECHANISMS[mechanism]
     assert audit(release, *pair()) > _claimed(mechanism)
 
 

@@ -18,6 +18,7 @@ from skslot.heads import (
     private_class_statistics,
 )
 from skslot.protocol import ClientParty, ClientState, InProcessTransport, OneShotProtocol
+from skslot.protocol.plan import RequestRefused, refusal
 from skslot.protocol.stages.upload import UploadRequest
 
 from ._clients import train_test_by_client
@@ -55,6 +56,16 @@ def parties(clients, head, budget=BUDGET, **kwargs):
         )
         for k, (X, y, Xt, yt) in clients.items()
     }
+
+
+def refused(party, stage, request, caplog, reason):
+    """The party's reply to ``request`` is the stage's one refusal, the reason in its own log."""
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="skslot.protocol.client"):
+        with pytest.raises(RequestRefused) as info:
+            party.answer(stage, request)
+    assert str(info.value) == str(refusal(stage))
+    assert reason in caplog.text
 
 
 class RecordingTransport(InProcessTransport):
@@ -164,7 +175,7 @@ def test_every_message_of_a_private_fedavg_run_is_a_charged_release(clients, cli
     np.testing.assert_allclose(result.head.coef_, mean, rtol=1e-5)  # factors of six digits
 
 
-def test_a_private_fedavg_client_releases_one_local_head(clients):
+def test_a_private_fedavg_client_releases_one_local_head(clients, caplog):
     head = OneShotFedAvgClassifier(C=0.1)
     protocol = OneShotProtocol(head, tau=0.4, client_tau="uniform", privacy=BUDGET)
     own = parties(clients, head)
@@ -175,8 +186,8 @@ def test_a_private_fedavg_client_releases_one_local_head(clients):
     first = party.ledger().result("local_head")
     same = UpdatesRequest(party.state.reference, (0.4,), "all")  # the reference it received
     assert party.answer("updates", same)[0] is first  # asked again: the same release
-    with pytest.raises(PrivacyBudgetExceeded, match="one local head per run"):
-        party.answer("updates", UpdatesRequest(result.reference, (0.2, 0.4), "all"))
+    two = UpdatesRequest(result.reference, (0.2, 0.4), "all")
+    refused(party, "updates", two, caplog, "2 local heads, of one release")
     # in a new process: the same request gets the same head, another map is refused
     # (the same noise on rows aligned otherwise would give away the exact difference)
     restored = ClientParty(
@@ -190,11 +201,10 @@ def test_a_private_fedavg_client_releases_one_local_head(clients):
         UpdatesRequest(party.state.reference, (0.2,), "all"),
         UpdatesRequest(result.summaries[1], (0.4,), "all"),
     ):
-        with pytest.raises(PrivacyBudgetExceeded, match="on another map"):
-            restored.answer("updates", other)
+        refused(restored, "updates", other, caplog, "a local head on another map")
 
 
-def test_a_private_fedavg_client_releases_the_total_covariance_only(clients):
+def test_a_private_fedavg_client_releases_the_total_covariance_only(clients, caplog):
     head = OneShotFedAvgClassifier(C=0.1)
     party = parties(clients, head)[0]
     releases = ("summary", "local_head")
@@ -206,9 +216,8 @@ def test_a_private_fedavg_client_releases_the_total_covariance_only(clients):
         shares=tuple(split[r] for r in releases),
         summary_covariance="within",
     )
-    with pytest.raises(ValueError, match="summary of its total covariance"):
-        party.answer("upload", request)
-    assert party.ledger().released == ()  # refused before any release
+    refused(party, "upload", request, caplog, "a summary of the 'within' covariance")
+    assert party.state.releases == () and party.state.noise_seed is None  # nothing released
 
 
 def test_a_private_fedavg_run_keeps_its_reference_after_a_rejection(clients):
@@ -234,8 +243,8 @@ def test_a_private_fedavg_run_keeps_its_reference_after_a_rejection(clients):
 def test_a_private_client_repeats_a_release_in_a_new_process(clients):
     head = FedCGSClassifier()
     X, y, _, _ = clients[0]
-    request = UploadRequest(0, privacy=(8.0, 1e-5, 12.0), releases=("statistics", "evaluation"))
     party = ClientParty(X, y, head=head, classes=CLASSES, label=0, privacy=BUDGET)
+    request = PRIVATE_UPLOAD
     first = party.answer("upload", request)
     # the ClientApp keeps its state between messages as scalars, and a new process restores it
     restored = ClientState.from_config(party.state.to_config())
@@ -248,40 +257,34 @@ def test_a_private_client_repeats_a_release_in_a_new_process(clients):
     assert again.shrinkage == first.shrinkage
 
 
+PLAN = {"privacy": (8.0, 1e-5, 12.0), "releases": ("statistics",), "shares": (1.0,)}
+
+
 @pytest.mark.parametrize(
-    "request_kwargs, party_budget, match",
+    "request_kwargs, reason",
     [
-        ({"privacy": (4.0, 1e-5, 12.0), "releases": ("statistics",)}, BUDGET, "only under its own"),
-        ({}, BUDGET, None),  # an exact run: refused below
-        (
-            {"privacy": (8.0, 1e-5, 12.0), "releases": ("statistics",)},
-            None,
-            "has no privacy budget of its own",
-        ),
-        (
-            {"privacy": (8.0, 1e-5, 12.0), "releases": ("statistics",), "split_seed": 3},
-            BUDGET,
-            "holds out no validation rows",
-        ),
-        (
-            {"privacy": (8.0, 1e-5, 12.0), "releases": ("evaluation",)},
-            BUDGET,
-            "no private release among",
-        ),
+        ({**PLAN, "privacy": (4.0, 1e-5, 12.0)}, "the client releases under (8.0, 1e-05, 12.0)"),
+        ({}, "the run asks for exact values"),
+        ({**PLAN, "split_seed": 3}, "a validation split"),
+        ({**PLAN, "class_sums": True}, "class sums"),
+        ({**PLAN, "releases": ("evaluation",)}, "FedCGSClassifier's client makes"),
+        ({**PLAN, "releases": ("statistics", "summary"), "shares": (0.5, 0.5)}, "client makes"),
+        ({**PLAN, "shares": ()}, "shares ()"),
+        ({**PLAN, "summary_covariance": "within"}, "would map its rows with another summary"),
     ],
 )
-def test_a_private_client_refuses_a_run_outside_its_budget(
-    clients, request_kwargs, party_budget, match
-):
+def test_a_private_client_refuses_a_run_outside_its_plan(clients, caplog, request_kwargs, reason):
     X, y, _, _ = clients[0]
-    party = ClientParty(
-        X, y, head=FedCGSClassifier(), classes=CLASSES, label=0, privacy=party_budget
-    )
-    request = UploadRequest(0, **request_kwargs)
-    if match is None:  # a client with a budget never sends exact statistics
-        match = "this client releases only under its privacy budget"
-    with pytest.raises(ValueError, match=match):
-        party.answer("upload", request)
+    party = ClientParty(X, y, head=FedCGSClassifier(), classes=CLASSES, label=0, privacy=BUDGET)
+    refused(party, "upload", UploadRequest(0, **request_kwargs), caplog, reason)
+    assert party.state.releases == () and party.state.noise_seed is None  # nothing charged
+
+
+def test_a_client_without_a_budget_refuses_private_releases(clients):
+    X, y, _, _ = clients[0]
+    party = ClientParty(X, y, head=FedCGSClassifier(), classes=CLASSES, label=0)
+    with pytest.raises(ValueError, match="has no privacy budget of its own"):
+        party.answer("upload", UploadRequest(0, **PLAN))
 
 
 def test_a_release_outside_the_plan_is_refused(clients):
@@ -296,7 +299,7 @@ def test_a_release_outside_the_plan_is_refused(clients):
         y_test=yt,
         privacy=BUDGET,
     )
-    party.answer("upload", UploadRequest(0, privacy=(8.0, 1e-5, 12.0), releases=("statistics",)))
+    party.answer("upload", UploadRequest(0, **PLAN))
     with pytest.raises(PrivacyBudgetExceeded, match="'evaluation' is not covered"):
         party.ledger().release("evaluation", lambda s, r: 0, n=10, sensitivity=1.0)
 
@@ -357,32 +360,32 @@ PRIVATE_UPLOAD = UploadRequest(
 )
 
 
-def test_a_private_client_keeps_the_plan_it_was_first_given(clients):
+def test_a_private_client_keeps_the_plan_it_was_first_given(clients, caplog):
     """The same noise at another split of the budget would give the exact statistics away."""
     party = _private_party(clients)
     party.answer("upload", PRIVATE_UPLOAD)
     other = UploadRequest(0, privacy=(8.0, 1e-5, 12.0), releases=("statistics",), shares=(1.0,))
-    with pytest.raises(PrivacyBudgetExceeded, match="releases were announced as"):
-        party.answer("upload", other)
+    refused(party, "upload", other, caplog, "but the run announced")
     restored = _private_party(clients, state=ClientState.from_config(party.state.to_config()))
-    with pytest.raises(PrivacyBudgetExceeded, match="releases were announced as"):
-        restored.answer("upload", other)
+    refused(restored, "upload", other, caplog, "but the run announced")
     wrong_split = UploadRequest(
         0, privacy=(8.0, 1e-5, 12.0), releases=("statistics", "evaluation"), shares=(0.5, 0.5)
     )
-    with pytest.raises(ValueError, match="splits its budget"):
-        _private_party(clients).answer("upload", wrong_split)
+    refused(_private_party(clients), "upload", wrong_split, caplog, "splits its budget")
 
 
 @pytest.mark.parametrize("stage", ["updates", "refit", "validation", "screening"])
-def test_a_private_client_answers_no_stage_outside_its_releases(clients, stage):
+def test_a_private_client_answers_no_stage_outside_its_releases(clients, caplog, stage):
     party = _private_party(clients)
     party.answer("upload", PRIVATE_UPLOAD)
-    with pytest.raises(PrivacyBudgetExceeded, match=f"the '{stage}' stage would release"):
-        party.answer(stage, None)
+    reason = {
+        "updates": "FedCGSClassifier trains no local head",
+        "refit": "a refit",
+    }.get(stage, f"the {stage!r} stage's reply is a release of no privacy plan")
+    refused(party, stage, None, caplog, reason)
 
 
-def test_a_private_client_counts_its_test_rows_once_for_one_head(clients):
+def test_a_private_client_counts_its_test_rows_once_for_one_head(clients, caplog):
     """Another head under the same noise would tell the difference of the exact counts."""
     head = FedCGSClassifier()
     result = OneShotProtocol(head, tau=0.4, privacy=BUDGET).run(
@@ -400,8 +403,7 @@ def test_a_private_client_counts_its_test_rows_once_for_one_head(clients):
     other = EvaluationRequest(
         None, type(scores)(scores.classes, scores.coef, -scores.intercept), 0.4
     )
-    with pytest.raises(PrivacyBudgetExceeded, match="for another head or tau"):
-        restored.answer("evaluation", other)
+    refused(restored, "evaluation", other, caplog, "for another head or tau")
 
 
 def test_a_head_s_own_budget_is_refused_in_a_run(clients):
@@ -429,17 +431,10 @@ def test_a_failed_private_run_still_reports_what_each_client_spent(clients):
     assert sorted(spent) == [0, 1, 2, 3] and all(0 < e < BUDGET.epsilon for e in spent.values())
 
 
-def test_a_refused_request_leaves_the_private_client_as_it_was(clients):
+def test_a_refused_request_leaves_the_private_client_as_it_was(clients, caplog):
     party = _private_party(clients)
-    within = UploadRequest(
-        0,
-        summary_covariance="within",
-        privacy=(8.0, 1e-5, 12.0),
-        releases=("statistics",),
-        shares=(1.0,),
-    )
-    with pytest.raises(ValueError, match="would map its rows with another summary"):
-        party.answer("upload", within)
+    within = UploadRequest(0, **{**PLAN, "summary_covariance": "within"})
+    refused(party, "upload", within, caplog, "would map its rows with another summary")
     assert party.state.releases == () and party.state.noise_seed is None
     party.answer("upload", PRIVATE_UPLOAD)  # the run's own plan is still open to it
 
@@ -457,7 +452,9 @@ def test_released_statistics_pass_the_server_s_checks_at_small_sizes():
 
 
 @pytest.mark.filterwarnings("ignore::skslot.privacy.PrivacyWarning")
-def test_a_lifetime_budget_charges_each_run_once_and_refuses_the_run_past_it(clients, tmp_path):
+def test_a_lifetime_budget_charges_each_run_once_and_refuses_the_run_past_it(
+    clients, tmp_path, caplog
+):
     from skslot.lifetime import LifetimeBudget
 
     budget = PrivacyBudget(8.0, clip_norm=12.0)  # fresh noise each run, as in a deployment
@@ -490,9 +487,12 @@ def test_a_lifetime_budget_charges_each_run_once_and_refuses_the_run_past_it(cli
             )
             again.answer("upload", request)
             assert LifetimeBudget(records[k], epsilon=20.0).spent()[0] == pytest.approx(8.0 * runs)
-    # the third run would take every node past 20: refused before anything is released
-    with pytest.raises(Exception, match="lifetime budget"):
-        run_once()
+    # the third run would take every node past 20: refused before anything is released, with
+    # the one refusal (the node's record named in its own log only)
+    with caplog.at_level("WARNING", logger="skslot.protocol.client"):
+        with pytest.raises(Exception, match="answers only the releases of its privacy plan") as no:
+            run_once()
+    assert "lifetime budget" in caplog.text and str(tmp_path) not in str(no.value)
     for k in clients:
         assert LifetimeBudget(records[k], epsilon=20.0).spent()[0] == pytest.approx(16.0)
     with pytest.raises(ValueError, match="give the client privacy"):

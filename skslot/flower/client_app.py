@@ -25,7 +25,8 @@ A node's data comes from its *node config* (``flower-supernode --node-config``):
   held out with the run's ``seed``).  Labels must be in the run's class set
   (:attr:`~skslot.flower.DeploymentConfig.classes`: class names, or integer
   labels); a private node names none of its labels outside it to the server
-  (its rows with one enter as null rows, :func:`null_rows_outside`).
+  (its rows with one enter as null rows,
+  :func:`~skslot.protocol.plan.null_rows`).
   ``client-id`` (an int or a string) names this client; default: the Flower
   node id.
 """
@@ -201,52 +202,13 @@ def _data(context: Context) -> tuple[DeploymentConfig, ClientData, PrivacyBudget
     config = DeploymentConfig.from_run_config(context.run_config)
     privacy = node_privacy(context.node_config, config)
     data = load_client_data(context.node_config, config, context.node_id)
-    unknown = np.setdiff1d(np.concatenate([data.y_train, data.y_test]), config.class_set)
-    if not unknown.size:
-        return config, data, privacy
-    if privacy is None:
-        raise ValueError(
-            f"labels {unknown.tolist()} are not in the run's class set {config.classes!r}"
-        )
-    return config, null_rows_outside(data, config.class_set), privacy
-
-
-def null_rows_outside(data: ClientData, classes: np.ndarray) -> ClientData:
-    """A private node's rows with every label outside the class set made a null row.
-
-    An error naming such a label, or any reply that differs for it, would tell
-    the server something exact about the node's rows, outside its budget.
-    Instead each such row becomes the null row (zero features, the first
-    class): replacing one row by another is what the budget covers, so the
-    node's releases stay private, and it says so in its own log only.
-
-    Parameters
-    ----------
-    data : ClientData
-    classes : ndarray
-        The run's class set.
-
-    Returns
-    -------
-    ClientData
-        A copy; ``data`` is not modified.
-    """
-    parts = []
-    for X, y in ((data.X_train, data.y_train), (data.X_test, data.y_test)):
-        outside = ~np.isin(y, classes)
-        X, y = X.copy(), y.copy()
-        X[outside], y[outside] = 0.0, classes[0]
-        parts.append((X, y, int(outside.sum())))
-    logger.warning(  # the node's own log: never sent to the server
-        "skslot: %d training and %d test row(s) of this node have labels outside the run's "
-        "class set; a private node does not tell the server, so they enter as null rows "
-        "(zero features, class %r): set the node's labels or the run's classes right",
-        parts[0][2],
-        parts[1][2],
-        classes[0],
-    )
-    (X_train, y_train, _), (X_test, y_test, _) = parts
-    return ClientData(data.client, X_train, y_train, X_test, y_test)
+    if privacy is None:  # a private node's party makes such rows null rows, naming none
+        unknown = np.setdiff1d(np.concatenate([data.y_train, data.y_test]), config.class_set)
+        if unknown.size:
+            raise ValueError(
+                f"labels {unknown.tolist()} are not in the run's class set {config.classes!r}"
+            )
+    return config, data, privacy
 
 
 def _party(

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..accounting import PrivacyBudget, PrivacyBudgetExceeded, PrivacyLedger
+from ..accounting import PrivacyBudget, PrivacyLedger
 from ..defaults import FORM, VALIDATION_FRACTION
 from ..heads import OneShotHead
 from ..label_shift import class_counts
@@ -20,6 +20,7 @@ from ..low_rank import (
 )
 from ..selection import validation_split
 from ..summary import GaussianSummaryEstimator
+from .plan import null_rows, private_answer
 from .stages import STAGES
 
 __all__ = ["ClientParty", "ClientState"]
@@ -66,6 +67,11 @@ class ClientState:
         and rows its local head was released for: the same request gets the
         same head, another is refused (the same noise on rows aligned by
         another map would release the difference of two exact heads).
+    released_counts : tuple of int or None, default=None
+        Under a privacy budget, the class counts its upload released (those of
+        its released statistics, or the release ``"class_counts"``): the
+        prior it predicts with where its evaluation count is a release
+        (``None``: none released, no prior).
     """
 
     summary: Summary | None = None
@@ -78,6 +84,7 @@ class ClientState:
     noise_seed: int | None = None
     evaluation: tuple[str, int] | None = None
     local_head: str | None = None
+    released_counts: tuple[int, ...] | None = None
 
     def to_config(self) -> dict[str, int | float | bytes]:
         """The state as scalar settings, to keep between a transport's calls.
@@ -105,6 +112,8 @@ class ClientState:
             values["evaluation-count"] = self.evaluation[1]
         if self.local_head is not None:
             values["local-head-digest"] = self.local_head.encode()
+        if self.released_counts is not None:
+            values["released-counts"] = ",".join(map(str, self.released_counts)).encode()
         for name in ("summary", "reference"):
             summary = getattr(self, name)
             if summary is not None:
@@ -135,6 +144,7 @@ class ClientState:
             digest = bytes(values["evaluation-digest"]).decode()
             evaluation = (digest, int(values["evaluation-count"]))
         local_head = values.get("local-head-digest")
+        counts = values.get("released-counts")
         return cls(
             **summaries,
             client_index=None if index < 0 else index,
@@ -144,6 +154,9 @@ class ClientState:
             noise_seed=None if noise_seed < 0 else int(noise_seed),
             evaluation=evaluation,
             local_head=None if local_head is None else bytes(local_head).decode(),
+            released_counts=None
+            if counts is None
+            else tuple(int(c) for c in bytes(counts).decode().split(",")),
         )
 
 
@@ -177,11 +190,13 @@ class ClientParty:
         A run's state restored between stages (the Flower ``ClientApp``).
     privacy : PrivacyBudget, optional
         The client's own differential-privacy budget for a run
-        (:class:`~skslot.accounting.PrivacyBudget`): every value it sends is
-        then a release charged to it, and it refuses a run that asks for
-        another budget or for a release the budget does not cover.  A party
-        (its state) is one run's: a new run needs a new party, and spends a
-        new budget.
+        (:class:`~skslot.accounting.PrivacyBudget`): the party then answers
+        only the releases of its plan, each charged to the budget, and
+        refuses every other request with one reply, before reading its rows
+        (:mod:`skslot.protocol.plan`); its rows with a non-finite value or a
+        label outside ``classes`` enter as null rows
+        (:func:`~skslot.protocol.plan.null_rows`).  A party (its state) is one
+        run's: a new run needs a new party, and spends a new budget.
     lifetime : LifetimeBudget, optional
         What all the client's runs release together
         (:class:`~skslot.lifetime.LifetimeBudget`, on the client's disk): each
@@ -211,10 +226,14 @@ class ClientParty:
                 f"{type(head).__name__}'s privacy budget covers its own fit in process; a "
                 "client's budget for a run is ClientParty's privacy"
             )
-        self.X, self.y = X, y
         self.head = head
         self.classes = np.asarray(classes)
         self.label = label
+        if privacy is not None:  # never an error naming a row: it would be exact
+            X, y = null_rows(X, y, self.classes)
+            if X_test is not None and y_test is not None:
+                X_test, y_test = null_rows(X_test, y_test, self.classes, part="test")
+        self.X, self.y = X, y
         self.X_test, self.y_test = X_test, y_test
         self.summary_estimator = summary_estimator
         self.validation_fraction = validation_fraction
@@ -273,6 +292,21 @@ class ClientParty:
         """The client's training rows of each class of the run: its own label mix, with
         which it predicts where the head serves each client's own (nothing is sent)."""
         return class_counts(self.y, self.classes)
+
+    @property
+    def prior_counts(self) -> np.ndarray | None:
+        """The class counts the client predicts with where the server reads the result: its
+        own counts, or under a privacy budget the counts it released (``None``: none).
+
+        Where the head serves each client's own label mix its predictions
+        shift by these counts, so a count of correct predictions sent to the
+        server depends on them; a private client's must be a release already
+        charged, never its exact counts.
+        """
+        if self.privacy is None:
+            return self.class_counts
+        counts = self.state.released_counts
+        return None if counts is None else np.asarray(counts, dtype=np.int64)
 
     def summarise(self) -> Summary:
         """The summary of this client's fitting rows (all its training rows without a split).
@@ -365,7 +399,8 @@ class ClientParty:
         return full.with_mean_fraction(state.mean_tau, own.mean)
 
     def answer(self, stage: str, request: Any) -> Any:
-        """The reply to ``request`` at ``stage``: the stage's client step on this party.
+        """The reply to ``request`` at ``stage``: the stage's client step on this party
+        (under a privacy budget, wrapped by :func:`~skslot.protocol.plan.private_answer`).
 
         Parameters
         ----------
@@ -381,10 +416,6 @@ class ClientParty:
         """
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; the stages are {list(STAGES)}")
-        if self.privacy is not None and not STAGES[stage].answers_privately:
-            raise PrivacyBudgetExceeded(
-                f"client {self.label!r} releases under its privacy budget and answers only "
-                f"the {[n for n, st in STAGES.items() if st.answers_privately]} stages; the "
-                f"{stage!r} stage would release values the budget does not cover"
-            )
+        if self.privacy is not None:
+            return private_answer(self, stage, request)
         return STAGES[stage].answer(self, request)

@@ -13,7 +13,7 @@ import numpy as np
 from .._backend import as_host_rows
 from .._param_validation import InstanceOf, Interval, Options, validate_parameter_constraints
 from .._validation import check_client_labels, check_open_fraction, check_row_labels
-from ..accounting import RELEASES, PrivacyBudget
+from ..accounting import PrivacyBudget
 from ..defaults import (
     CLIENT_TAU,
     COVARIANCE_FLOOR,
@@ -41,6 +41,7 @@ from .roster import order_key, split_seeds
 from .settings import StageSettings
 from .stages import evaluation, screening, updates, upload, validation
 from .stages.reference import ReferenceStep
+from .stages.upload import head_releases
 from .state import RunState
 from .transport import Transport
 
@@ -292,10 +293,11 @@ class OneShotProtocol:
         """What each client releases under the run's privacy budget (none without one)."""
         if self.privacy is None:
             return ()
-        made = {self.head.private_release, "evaluation" if self.evaluate else None}
-        if self.head.strategy.trains_locally:  # its summary and counts are releases of their own
-            made |= {"summary", "class_counts" if self.client_tau == "label-shift" else None}
-        return tuple(r for r in RELEASES if r in made)
+        left_out = {
+            "evaluation": not self.evaluate,
+            "class_counts": self.client_tau != "label-shift",  # the label-shift rule's input
+        }
+        return tuple(r for r in head_releases(self.head) if not left_out.get(r, False))
 
     def run(self, transport: Transport, classes: Sequence) -> ProtocolResult:
         """Run every stage over ``transport``; the clients agree on the class set ``classes``.

@@ -158,9 +158,29 @@ class Stage(Generic[Request, Reply]):
     reply: ClassVar[type]
     #: The server's check of a decoded reply against what the client sent before.
     check: ClassVar[Callable[..., str | None]]
-    #: Whether a client under a privacy budget answers it (its reply a charged release):
-    #: a private client refuses every other stage.
-    answers_privately: ClassVar[bool] = False
+
+    def private_problem(self, party: ClientParty, request: Request) -> str | None:
+        """Why a client under a privacy budget refuses ``request``, or ``None`` where its reply
+        is a release its plan declares (:mod:`skslot.protocol.plan`).
+
+        Reads the request, the client's budget and its state of the run, never
+        its rows, and changes nothing.  By default a stage's reply is a
+        release of no plan: only the stages that carry one
+        (:data:`~skslot.accounting.RELEASE_PLAN`) say when they answer.
+
+        Parameters
+        ----------
+        party : ClientParty
+            A client with a privacy budget.
+        request : object
+            The stage's request, as received.
+
+        Returns
+        -------
+        str or None
+            The reason, for the client's own log.
+        """
+        return f"the {self.name!r} stage's reply is a release of no privacy plan"
 
     def answer(self, party: ClientParty, request: Request) -> Reply:
         """The client's step: its reply to ``request``.

@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...accounting import PrivacyBudgetExceeded
 from ...heads import LinearScores
-from ...low_rank import Summary
+from ...low_rank import Summary, TransportMap
 from ...wire.payload import Payload, ReceivedPayload
 from ._stage import ClientWire, ServerWire, Stage
 
@@ -31,6 +30,7 @@ __all__ = [
     "EvaluationStage",
     "check",
     "evaluate",
+    "n_correct",
     "private_count",
 ]
 
@@ -72,36 +72,35 @@ class Evaluation:
 COUNT_SENSITIVITY = 1.0
 
 
-def _private_evaluation(party: ClientParty, request: EvaluationRequest, n_correct: int) -> int:
-    """A private client's released count: once per run, for one request only.
-
-    The count's input (the head, ``tau``) is the server's choice, so the same
-    noise on another input would tell the difference of the two exact counts:
-    the client keeps the request's digest with the count it released (in its
-    state, across processes), repeats it for the same request and refuses
-    another.
-    """
-    digest = hashlib.sha256(
+def _request_digest(request: EvaluationRequest) -> str:
+    """The digest of an evaluation request's input: its head and ``tau``."""
+    return hashlib.sha256(
         b"".join(np.ascontiguousarray(a).tobytes() for a in request.head.to_arrays().values())
         + repr(float(request.tau)).encode()
     ).hexdigest()
-    state = party.state
-    if state.evaluation is not None:
-        if state.evaluation[0] != digest:
-            raise PrivacyBudgetExceeded(
-                f"client {party.label!r} released its evaluation count of this run for "
-                "another head or tau: a second count would release the difference"
-            )
-        return state.evaluation[1]
-    n_test = party.n_test
-    count = party.ledger().release(
-        "evaluation",
-        lambda sigma, rng: private_count(n_correct, n_test, sigma, rng),
-        n=n_test,
-        sensitivity=COUNT_SENSITIVITY,
-    )
-    state.evaluation = (digest, int(count))
-    return int(count)
+
+
+def n_correct(party: ClientParty, request: EvaluationRequest, full_map: TransportMap) -> int:
+    """The client's test rows the request's head predicts right, aligned at its ``tau``.
+
+    Where the head serves each client's own label mix, it predicts with the
+    client's :attr:`~skslot.protocol.ClientParty.prior_counts`: its own
+    counts, or under a privacy budget those it released.
+
+    Parameters
+    ----------
+    party : ClientParty
+    request : EvaluationRequest
+    full_map : GaussianMap or LowRankMap
+        The client's full map.
+
+    Returns
+    -------
+    int
+    """
+    aligned = full_map.geodesic(request.tau).apply(party.X_test)
+    predictions = request.head.predict(aligned, class_counts=party.prior_counts)
+    return int(np.sum(predictions == party.y_test))
 
 
 def private_count(count: int, total: int, sigma: float, rng: np.random.Generator) -> int:
@@ -196,8 +195,14 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
 
     The client aligns its test rows with its map at ``tau`` and counts the
     global head's correct predictions, under its own label mix where the head
-    carries the federation's prior (``label_mix="client"``); the counts travel
-    as metrics.
+    carries the federation's prior (``label_mix="client"``; under a privacy
+    budget, the class counts it released: :attr:`ClientParty.prior_counts
+    <skslot.protocol.ClientParty.prior_counts>`); the counts travel as metrics.
+    A private client releases one count per run, for one request only: the
+    count's input (the head, ``tau``) is the server's choice, so the same noise
+    on another input would tell the difference of the two exact counts; the
+    same request again gets the same count, another is refused
+    (:meth:`private_problem`).  A client without test rows releases nothing.
     """
 
     name = "evaluation"
@@ -205,19 +210,38 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
     request = EvaluationRequest
     reply = Evaluation
     check = staticmethod(check)
-    answers_privately = True
+
+    def private_problem(self, party: ClientParty, request: EvaluationRequest) -> str | None:
+        state = party.state
+        if not state.releases:
+            return "no upload of this run announced its plan"
+        if party.n_test == 0:
+            return None
+        if "evaluation" not in state.releases:
+            return "a test count the plan does not declare"
+        if state.evaluation is not None and state.evaluation[0] != _request_digest(request):
+            return "a second test count, for another head or tau"
+        return None
 
     def answer(self, party: ClientParty, request: EvaluationRequest) -> Evaluation:
         full_map = party.full_map(request.reference)
-        if party.X_test is None or party.n_test == 0:
+        n_test = party.n_test
+        if party.X_test is None or n_test == 0:
             return Evaluation(0, 0)
-        # a head serving each client's own label mix predicts with this client's counts
-        aligned = full_map.geodesic(request.tau).apply(party.X_test)
-        predictions = request.head.predict(aligned, class_counts=party.class_counts)
-        n_correct, n_test = int(np.sum(predictions == party.y_test)), party.n_test
-        if party.privacy is not None:
-            n_correct = _private_evaluation(party, request, n_correct)
-        return Evaluation(n_correct, n_test)
+        if party.privacy is None:
+            return Evaluation(n_correct(party, request, full_map), n_test)
+        state = party.state  # admitted by private_problem: this request's count, or the first
+        if state.evaluation is None:
+            count = party.ledger().release(
+                "evaluation",
+                lambda sigma, rng: private_count(
+                    n_correct(party, request, full_map), n_test, sigma, rng
+                ),
+                n=n_test,
+                sensitivity=COUNT_SENSITIVITY,
+            )
+            state.evaluation = (_request_digest(request), int(count))
+        return Evaluation(state.evaluation[1], n_test)
 
     def encode_request(self, request: EvaluationRequest, wire: ServerWire) -> Payload:
         values = wire.with_reference({"tau": float(request.tau)}, request.reference)

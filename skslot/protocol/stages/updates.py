@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...accounting import PrivacyBudgetExceeded
 from ...consistency import misplaced_class_means
 from ...heads._fitting import local_heads
 from ...low_rank import Summary, TransportMap
@@ -232,26 +231,10 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
     run.roster.keep(stage, [c for c in run.roster.order if c in received or c not in requests])
 
 
-def _check_private_request(party: ClientParty, aligned: TransportMap, part: str) -> None:
-    """A private client's local head is released for one map and part of its rows only.
-
-    Its input (the map, made from the server's reference and fractions) is
-    the server's choice, so the same noise on rows aligned by another map
-    would release the difference of two exact heads: the client keeps the
-    digest of the first request's map and part (in its state, across
-    processes), answers the same request again with the same release and
-    refuses another.
-    """
+def _map_digest(aligned: TransportMap, part: str) -> str:
+    """The digest of the map and part of the rows a private local head is released for."""
     parts = (aligned.linear, aligned.offset, np.asarray(part.encode()))
-    digest = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in parts))
-    state = party.state
-    if state.local_head is None:
-        state.local_head = digest.hexdigest()
-    elif state.local_head != digest.hexdigest():
-        raise PrivacyBudgetExceeded(
-            f"client {party.label!r} released its local head of this run on another map "
-            "(reference, tau or mean fraction): a second head would release the difference"
-        )
+    return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in parts)).hexdigest()
 
 
 class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
@@ -259,7 +242,12 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
 
     The client trains on its rows aligned at each fraction of its map
     (:func:`skslot.heads._fitting.local_heads`); the heads travel as one group of
-    arrays, decoded and checked by the run's head.
+    arrays, decoded and checked by the run's head.  A private client releases
+    one local head per run, for one map and part of its rows: the map (made
+    from the server's reference and fractions) is the server's choice, so the
+    same noise on rows aligned by another map would release the difference of
+    two exact heads; the same request again gets the same release, another is
+    refused (:meth:`private_problem`).
     """
 
     name = "updates"
@@ -268,28 +256,31 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
     reply = LocalHeads
     check = staticmethod(check)
 
-    answers_privately = True
+    def private_problem(self, party: ClientParty, request: UpdatesRequest) -> str | None:
+        if party.head.private_release != "local_head":
+            return f"{type(party.head).__name__} trains no local head"
+        state = party.state
+        if "local_head" not in state.releases or state.summary is None:
+            return "no upload of this run announced a local head"
+        if len(request.taus) != 1:
+            return f"{len(request.taus)} local heads, of one release"
+        reference = request.reference if request.reference is not None else state.reference
+        if state.fixed_map is None and reference is None:
+            return "no reference"
+        full_map = state.fixed_map or party.map_onto(reference)
+        digest = _map_digest(full_map.geodesic(request.taus[0]), request.part)
+        if state.local_head is not None and state.local_head != digest:
+            return "a local head on another map (reference, tau or mean fraction) or part"
+        return None
 
     def answer(self, party: ClientParty, request: UpdatesRequest) -> LocalHeads:
-        ledger = None
-        if party.privacy is not None:
-            if party.head.private_release != "local_head":
-                raise PrivacyBudgetExceeded(
-                    f"client {party.label!r} releases under its privacy budget and its "
-                    f"head, {type(party.head).__name__}, trains no local head: the "
-                    f"{self.name!r} stage would release values the budget does not cover"
-                )
-            if len(request.taus) != 1:
-                raise PrivacyBudgetExceeded(
-                    f"client {party.label!r} releases one local head per run under its "
-                    f"privacy budget; the request asks for {len(request.taus)}"
-                )
-            ledger = party.ledger()
         full_map = party.full_map(request.reference)
         split = party.split
         rows = split[0] if request.part == "fit" and split is not None else slice(None)
-        if ledger is not None:
-            _check_private_request(party, full_map.geodesic(request.taus[0]), request.part)
+        ledger = None
+        if party.privacy is not None:  # admitted by private_problem: one map, one release
+            ledger = party.ledger()
+            party.state.local_head = _map_digest(full_map.geodesic(request.taus[0]), request.part)
         heads = local_heads(
             party.head,
             party.X[rows],
@@ -336,7 +327,9 @@ class RefitStage(UpdatesStage):
     """
 
     name = "refit"
-    answers_privately = False
+
+    def private_problem(self, party: ClientParty, request: UpdatesRequest) -> str | None:
+        return "a refit: a private run makes its one local head at the updates stage"
 
 
 STAGE = UpdatesStage()

@@ -13,7 +13,8 @@ determine it, its shrinkage) and its row counts.
 * what the client releases: :class:`ExactRelease` without a budget,
   :class:`PrivateRelease` wrapping its ledger (:func:`upload_release`), so
   the client's step has no privacy branch; a private client's part:
-  :func:`private_run`, :func:`released_summary`,
+  :func:`private_upload_problem` (the requests its plan answers),
+  :func:`head_releases`, :func:`private_run`, :func:`released_summary`,
   :func:`released_class_counts`, and the server's
   :func:`private_shrinkage_problem`.
 
@@ -29,9 +30,12 @@ from ._messages import (
     UploadRequest,
 )
 from ._privacy import (
+    derived_settings_problem,
+    head_releases,
     private_run,
     private_shrinkage_problem,
     private_summary_problem,
+    private_upload_problem,
     released_class_counts,
     released_summary,
 )
@@ -53,10 +57,13 @@ __all__ = [
     "as_decoded",
     "check",
     "collect",
+    "derived_settings_problem",
     "form_problem",
+    "head_releases",
     "private_run",
     "private_shrinkage_problem",
     "private_summary_problem",
+    "private_upload_problem",
     "released_class_counts",
     "released_summary",
     "run_dimension",

@@ -1,6 +1,7 @@
 """The upload's privacy: a private client's checks of the run, and its released summary.
 
-A client with a privacy budget takes part only in a run under that budget
+A client with a privacy budget answers only an upload request of its plan
+(:func:`private_upload_problem`), is charged once per run
 (:func:`private_run`), releases its summary and class counts through its
 ledger (:func:`released_summary`, :func:`released_class_counts`); the server
 recomputes a private client's shrinkage from its released statistics
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...._moments import ShiftedMoments
-from ....accounting import PrivacyBudgetExceeded
+from ....accounting import RELEASES, PrivacyBudgetExceeded
 from ....heads import CLASS_COUNTS_SENSITIVITY, private_class_counts
 from ....lifetime import run_key
 from ....low_rank import Summary
@@ -27,9 +28,12 @@ if TYPE_CHECKING:
     from ._messages import Upload, UploadRequest
 
 __all__ = [
+    "derived_settings_problem",
+    "head_releases",
     "private_run",
     "private_shrinkage_problem",
     "private_summary_problem",
+    "private_upload_problem",
     "released_class_counts",
     "released_summary",
 ]
@@ -70,12 +74,123 @@ def private_summary_problem(head: OneShotHead, epsilon: float | None) -> str | N
     )
 
 
-def private_run(party: ClientParty, request: UploadRequest) -> PrivacyLedger | None:
-    """The client's ledger for a private run, after checking the run against its budget.
+def private_upload_problem(party: ClientParty, request: UploadRequest) -> str | None:
+    """Why a private client refuses an upload request, or ``None`` where the request asks for
+    the releases of its plan alone.
 
     A client with a privacy budget takes part only in a run under that same
-    budget, whose releases its head can make, and without a validation split
-    (whose counts it would release outside the plan).
+    budget and split, whose releases are those its head makes; it holds out
+    no validation rows (their counts would be releases outside the plan),
+    sends no class sums (exact sums of its rows), summarises the total
+    covariance where it releases its own summary (the within-class
+    summary's sensitivity is not derived), releases its class counts where,
+    and only where, the plan declares them, and keeps the plan the run's
+    first request announced.  Reads the request, the budget and the run's
+    state, never the rows; changes nothing.
+
+    Parameters
+    ----------
+    party : ClientParty
+        A client with a privacy budget.
+    request : UploadRequest
+
+    Returns
+    -------
+    str or None
+        The reason, for the client's own log.
+    """
+    own = party.privacy
+    if request.privacy is None:
+        return "the run asks for exact values"
+    settings = (float(own.epsilon), float(own.delta), float(own.clip_norm))
+    if request.privacy != settings:
+        return (
+            f"the run asks for (epsilon, delta, clip_norm) = {request.privacy}, the client "
+            f"releases under {settings} only"
+        )
+    if request.split_seed is not None:
+        return "a validation split: its counts are releases outside the plan"
+    if request.class_sums:
+        return "class sums: exact sums of its rows, outside the plan"
+    head = party.head
+    releases = tuple(request.releases)
+    possible = head_releases(head)
+    if head.private_release not in releases or not set(releases) <= set(possible):
+        return f"releases {list(releases)}; {type(head).__name__}'s client makes {list(possible)}"
+    if len(set(releases)) != len(releases):
+        return f"releases {list(releases)} name one twice"
+    state = party.state
+    if state.releases and releases != state.releases:
+        return f"releases {list(releases)}, but the run announced {list(state.releases)}"
+    shares = own.split(releases)
+    ours = [shares[r] for r in releases]
+    if len(request.shares) != len(ours) or not np.allclose(
+        ours, request.shares, rtol=1e-9, atol=0.0
+    ):
+        return f"shares {request.shares}, but the client splits its budget {shares}"
+    why = derived_settings_problem(party, request)
+    if why:
+        return why
+    if not head.strategy.uploads_statistics:
+        if request.summary_covariance != "total":
+            return f"a summary of the {request.summary_covariance!r} covariance"
+        if request.class_counts != ("class_counts" in releases):
+            return "class counts the plan does not declare, or a plan's counts not asked for"
+    return None
+
+
+def derived_settings_problem(party: ClientParty, request: UploadRequest) -> str | None:
+    """Why a client of a head whose statistics determine its summary (FedCGS) refuses the
+    run's summary settings: they must be its own, or it would map its rows with another
+    summary than the server's.
+
+    Parameters
+    ----------
+    party : ClientParty
+    request : UploadRequest
+
+    Returns
+    -------
+    str or None
+    """
+    if not party.head.strategy.derives_summary:
+        return None
+    estimator = party.estimator
+    own = (estimator.covariance, estimator.covariance_floor)
+    if own == (request.summary_covariance, request.covariance_floor):
+        return None
+    return (
+        f"this client summarises with covariance={own[0]!r}, covariance_floor={own[1]!r}, but "
+        f"the run derives summaries with covariance={request.summary_covariance!r}, "
+        f"covariance_floor={request.covariance_floor!r}: the client would map its rows with "
+        "another summary than the server's"
+    )
+
+
+def head_releases(head: OneShotHead) -> tuple[str, ...]:
+    """The releases a private client of ``head`` can make in a run, in the plan's order.
+
+    Its head's release (statistics, or a local head with its summary and
+    class counts), and its test count.
+
+    Parameters
+    ----------
+    head : OneShotHead
+
+    Returns
+    -------
+    tuple of str
+    """
+    made = {head.private_release, "evaluation"}
+    if head.strategy.trains_locally:
+        made |= {"summary", "class_counts"}
+    return tuple(r for r in RELEASES if r in made)
+
+
+def private_run(party: ClientParty, request: UploadRequest) -> PrivacyLedger | None:
+    """The client's ledger for a private run, its lifetime budget charged once per run.
+
+    The request was admitted (:func:`private_upload_problem`) before.
 
     Parameters
     ----------
@@ -90,57 +205,29 @@ def private_run(party: ClientParty, request: UploadRequest) -> PrivacyLedger | N
     Raises
     ------
     ValueError
-        If the run and the client disagree on privacy.
+        If the run asks a client without a budget for private releases.
     PrivacyBudgetExceeded
-        If the run announces another plan than the one it announced first.
+        If the client's lifetime budget does not cover the run (nothing is
+        charged then).
     """
     own = party.privacy
-    if own is None and request.privacy is None:
-        return None
     if own is None:
-        raise ValueError(
-            "the run asks for private releases, but this client has no privacy budget of its own"
-        )
-    if request.privacy is None:
-        raise ValueError(
-            "this client releases only under its privacy budget, and the run asks for exact "
-            "values (set the run's privacy to the client's budget)"
-        )
-    settings = (float(own.epsilon), float(own.delta), float(own.clip_norm))
-    if request.privacy != settings:
-        raise ValueError(
-            f"this client releases under (epsilon, delta, clip_norm) = {settings}, but the run "
-            f"asks for {request.privacy}: it takes part only under its own budget"
-        )
-    if request.split_seed is not None:
-        raise ValueError(
-            "a private client holds out no validation rows: their counts are releases outside "
-            "its budget (a private run has a fixed tau and no screening)"
-        )
-    release = party.head.private_release
-    if release is None or release not in request.releases:
-        raise ValueError(
-            f"{type(party.head).__name__} has no private release among the run's "
-            f"{list(request.releases)}"
-        )
+        if request.privacy is not None:
+            raise ValueError(
+                "the run asks for private releases, but this client has no privacy budget of "
+                "its own"
+            )
+        return None
     state = party.state
-    if state.releases and tuple(request.releases) != state.releases:
-        raise PrivacyBudgetExceeded(
-            f"this run's releases were announced as {list(state.releases)}; a request for "
-            f"{list(request.releases)} would release again under another plan"
-        )
-    shares = own.split(request.releases)
-    if request.shares and not np.allclose(
-        [shares[r] for r in request.releases], request.shares, rtol=1e-9, atol=0.0
-    ):
-        raise ValueError(
-            f"this client splits its budget {shares}, but the run accounts for "
-            f"{dict(zip(request.releases, request.shares, strict=False))}"
-        )
+    before = (state.releases, state.noise_seed)
     state.releases = tuple(request.releases)
     ledger = party.ledger()
     if party.lifetime is not None:  # charged once per run, before anything is released
-        party.lifetime.charge(run_key(ledger.seed), float(own.epsilon), float(own.delta))
+        try:
+            party.lifetime.charge(run_key(ledger.seed), float(own.epsilon), float(own.delta))
+        except PrivacyBudgetExceeded:
+            state.releases, state.noise_seed = before  # refused: nothing changed
+            raise
     return ledger
 
 

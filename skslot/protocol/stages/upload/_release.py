@@ -4,7 +4,8 @@ The upload's client step (:meth:`UploadStage.answer`) asks one release object
 for the summary, the shrinkage the server derives it with and the class
 counts; it has no privacy branch of its own.  :class:`ExactRelease` is a
 client without a budget; :class:`PrivateRelease` wraps the client's ledger
-(:func:`~skslot.protocol.stages.upload.private_run` checks the run first),
+(:func:`~skslot.protocol.stages.upload.private_upload_problem` admitted the
+request first),
 so every value it returns is a release of the plan or post-processing of one.
 """
 
@@ -96,6 +97,22 @@ class UploadRelease:
         """
         raise NotImplementedError
 
+    def released_counts(self, party: ClientParty, fitting: Any) -> np.ndarray | None:
+        """The class counts this upload releases, which a private client predicts with where
+        its evaluation count is a release (``None``: exact values, or no counts released).
+
+        Parameters
+        ----------
+        party : ClientParty
+        fitting : object or None
+            The head's statistics of the fitting rows, as sent.
+
+        Returns
+        -------
+        ndarray of int64 or None
+        """
+        return None
+
 
 class ExactRelease(UploadRelease):
     """A client without a privacy budget: its exact summary, shrinkage and counts.
@@ -165,6 +182,11 @@ class PrivateRelease(UploadRelease):
             return fitting.class_counts()
         return released_class_counts(party, self.ledger)
 
+    def released_counts(self, party: ClientParty, fitting: Any) -> np.ndarray | None:
+        if fitting is not None or "class_counts" in self.ledger.shares:
+            return self.class_counts(party, fitting)
+        return None
+
 
 def upload_release(party: ClientParty, request: UploadRequest) -> UploadRelease:
     """How this client releases its upload in this run, the run checked against its budget.
@@ -181,18 +203,9 @@ def upload_release(party: ClientParty, request: UploadRequest) -> UploadRelease:
     Raises
     ------
     ValueError
-        If the run and the client disagree on privacy, or a private client is
-        asked for a summary of another covariance than its total one.
+        If the run asks a client without a budget for private releases.
     PrivacyBudgetExceeded
-        If the run announces another plan than the one it announced first.
+        If the client's lifetime budget does not cover the run.
     """
     ledger = private_run(party, request)
-    if ledger is None:
-        return ExactRelease()
-    strategy = party.head.strategy
-    if not strategy.uploads_statistics and request.summary_covariance != "total":
-        raise ValueError(
-            "this client releases the summary of its total covariance; the run asks "
-            f"for {request.summary_covariance!r}, whose sensitivity is not derived"
-        )
-    return PrivateRelease(ledger)
+    return ExactRelease() if ledger is None else PrivateRelease(ledger)

@@ -16,7 +16,12 @@ from ....consistency import (
 from ....label_shift import class_sums
 from ._codec import UploadCodec
 from ._messages import Upload, UploadRequest
-from ._privacy import private_shrinkage_problem, private_summary_problem
+from ._privacy import (
+    derived_settings_problem,
+    private_shrinkage_problem,
+    private_summary_problem,
+    private_upload_problem,
+)
 from ._release import upload_release
 
 if TYPE_CHECKING:
@@ -313,7 +318,9 @@ class UploadStage(UploadCodec):
     request = UploadRequest
     reply = Upload
     check = staticmethod(check)
-    answers_privately = True
+
+    def private_problem(self, party: ClientParty, request: UploadRequest) -> str | None:
+        return private_upload_problem(party, request)
 
     def answer(self, party: ClientParty, request: UploadRequest) -> Upload:
         state, strategy = party.state, party.head.strategy
@@ -321,16 +328,10 @@ class UploadStage(UploadCodec):
         why = private_summary_problem(party.head, estimator.epsilon)
         if why:
             raise ValueError(why)
+        why = derived_settings_problem(party, request)
+        if why:
+            raise ValueError(why)
         derived = strategy.derives_summary
-        settings = (estimator.covariance, estimator.covariance_floor)
-        if derived and settings != (request.summary_covariance, request.covariance_floor):
-            raise ValueError(
-                f"this client summarises with covariance={settings[0]!r}, "
-                f"covariance_floor={settings[1]!r}, but the run derives summaries with "
-                f"covariance={request.summary_covariance!r}, covariance_floor="
-                f"{request.covariance_floor!r}: the client would map its rows with another "
-                "summary than the server's"
-            )
         release = upload_release(party, request)  # the run checked before the state changes
         if state.summary is not None and state.split_seed != request.split_seed:
             state.summary = None  # another split: another fitting part to summarise
@@ -362,6 +363,8 @@ class UploadStage(UploadCodec):
             )
         else:
             state.summary = release.summary(party, fitting, request)
+        released = release.released_counts(party, fitting)
+        state.released_counts = None if released is None else tuple(int(c) for c in released)
         return Upload(
             None if derived else state.summary,
             n_fit=y_fit.shape[0],
@@ -372,7 +375,8 @@ class UploadStage(UploadCodec):
             class_counts=release.class_counts(party, fitting) if request.class_counts else None,
             shrinkage=state.summary.shrinkage if derived else None,
             label=party.label if derived else None,
-            # exact class sums beside a private summary would give the summary away
+            # exact class sums beside a private summary would give the summary away (a client
+            # under a privacy budget refuses the request: its plan has none)
             class_sums=class_sums(X_fit, y_fit, party.classes)
             if request.class_sums and estimator.epsilon is None
             else None,
