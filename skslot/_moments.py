@@ -277,7 +277,8 @@ def _power_sums(
         if clip_norm is not None:
             scale = clip_factors(r**0.5, clip_norm)
             Z *= scale[:, None]
-            r *= scale * scale
+            # r * scale^2, also where r overflowed to inf (a huge finite row: its scale is 0)
+            r[...] = r.clip(max=clip_norm * clip_norm)
         total += matmul_into(B.T, B, product)  # NumPy runs A^T A as a symmetric rank-k update
     largest_r = float(as_host(stack(peaks)).max()) if magnitude else None  # NaN propagates
     return (as_host(total) if is_tensor(total) else total), shift, largest_r

@@ -131,6 +131,45 @@ def check_row_labels(y: Any, n_samples: int) -> np.ndarray:
     return y
 
 
+def check_client_size(n: int, client: Any) -> int:
+    """``n``, a client's row count, where it can be summarised: at least 2 rows.
+
+    Parameters
+    ----------
+    n : int
+    client : object
+        The client's label, named in the error.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ValueError
+        If ``n < 2``.
+    """
+    if n < 2:
+        raise ValueError(
+            f"client {client!r} has {n} sample{'s' if n != 1 else ''}; at least 2 "
+            "are needed to estimate a covariance"
+        )
+    return n
+
+
+def check_client_sizes(client: np.ndarray) -> None:
+    """Every client of ``client`` (each row's label) has at least 2 rows
+    (:func:`check_client_size`, for the first that has fewer).
+
+    Parameters
+    ----------
+    client : ndarray of shape (n_samples,)
+    """
+    labels, counts = np.unique(client, return_counts=True)
+    for label, n in zip(labels.tolist(), counts.tolist(), strict=True):
+        check_client_size(n, label)
+
+
 def check_client_labels(client: Any, n_samples: int) -> tuple[list, np.ndarray]:
     """Validate per-row client labels.
 

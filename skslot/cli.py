@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from . import __version__
+from ._validation import check_client_sizes
 from .bench import (
     CASE_TITLES,
     DEFAULT_HEADS,
@@ -30,7 +31,7 @@ from .bench import (
 )
 from .bench._run import CLIENT_TABLE_TITLE
 from .datasets import EMBEDDED_DATASETS, FeatureTable, load_dataset, load_table
-from .datasets._tables import table_kind
+from .datasets._tables import DEFAULT_SPLIT_COLUMN, table_columns, table_kind
 from .flower.app_files import write_flower_app
 from .flower.config import DeploymentConfig
 from .flower.settings import Setting
@@ -44,7 +45,6 @@ __all__ = ["main"]
 DEFAULT_ALPHAS = BenchmarkConfig.alphas
 DEFAULT_TAUS = BenchmarkConfig.taus
 DEFAULT_SEEDS = len(BenchmarkConfig.seeds)
-DEFAULT_SPLIT_COLUMN = "split"
 SPLIT_CHOICES = ("random", "given")
 
 
@@ -394,7 +394,9 @@ class _UsageError(Exception):
 
 
 def _resolve(args: argparse.Namespace) -> None:
-    """Check the bench options together and fill in what they imply (``args`` in place)."""
+    """Check the bench options together and fill in what they imply (``args`` in place;
+    ``args.notes``: what the user should hear of it)."""
+    args.notes = []
     if 0.0 not in args.taus:
         raise _UsageError("--taus must include 0 (the head without SLOT)")
     if not 0.0 <= args.main_tau <= 1.0:
@@ -425,9 +427,23 @@ def _resolve(args: argparse.Namespace) -> None:
         args.split = "given"
     elif args.split == "given":
         args.split_column = DEFAULT_SPLIT_COLUMN
-    args.split = args.split or "random"
     if args.data in EMBEDDED_DATASETS:
+        args.split = args.split or "random"
         return
+    has_split = DEFAULT_SPLIT_COLUMN in table_columns(args.data)
+    if args.split is None and has_split:  # the table's own split, said so
+        args.split, args.split_column = "given", DEFAULT_SPLIT_COLUMN
+        args.notes.append(
+            f"--data {args.data} has a {DEFAULT_SPLIT_COLUMN!r} column: its test rows are "
+            "tested, the others trained on (--split random draws the paper's 70/30 split "
+            "instead)"
+        )
+    elif args.split == "random" and has_split:
+        args.notes.append(
+            f"--split random: the {DEFAULT_SPLIT_COLUMN!r} column of --data {args.data} is "
+            "not used (the paper's 70/30 split is drawn per client)"
+        )
+    args.split = args.split or "random"
     kind = table_kind(args.data)
     if kind is None:
         names = ", ".join(EMBEDDED_DATASETS)
@@ -545,8 +561,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         print(f"skslot bench: {exc}", file=sys.stderr)
         return 2
+    for note in args.notes:
+        print(f"skslot bench: {note}", file=sys.stderr)
     try:
         data = _load(args)
+        if isinstance(data, FeatureTable):
+            check_client_sizes(data.clients[data.client])
     except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
         print(f"skslot bench: cannot read --data {args.data}: {exc}", file=sys.stderr)
         return 2

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from ._moments import ShiftedMoments
+from ._validation import check_client_size
 from .defaults import COVARIANCE_FLOOR
 from .gaussian import GaussianSummary
 
@@ -76,7 +76,7 @@ def ledoit_wolf_summary(
     .. [1] Ledoit and Wolf, "A well-conditioned estimator for large-dimensional
        covariance matrices", Journal of Multivariate Analysis, 2004.
     """
-    n = _check_sample_count(moments.n, client)
+    n = check_client_size(moments.n, client)
     centred = moments.centred()
     S = centred.gram / n
     S = 0.5 * (S + S.T)
@@ -187,7 +187,7 @@ def within_class_summary(
     total = class_moments[0]
     for part in class_moments[1:]:
         total = total.merge(part)
-    n = _check_sample_count(total.n, client)
+    n = check_client_size(total.n, client)
     centred = [part.centred() for part in class_moments]
     S = sum(c.gram for c in centred) / n
     S = 0.5 * (S + S.T)
@@ -195,15 +195,6 @@ def within_class_summary(
     return shrunk_summary(
         n, total.mean, S, shrinkage, covariance_floor=covariance_floor, client=client
     )
-
-
-def _check_sample_count(n: int, client: Any) -> int:
-    if n < 2:
-        raise ValueError(
-            f"client {client!r} has {n} sample{'s' if n != 1 else ''}; at least 2 "
-            "are needed to estimate a covariance"
-        )
-    return n
 
 
 def shrunk_summary(

@@ -24,6 +24,7 @@ from ._param_validation import (
 from ._validation import (
     FEATURE_RANGE,
     check_client_labels,
+    check_client_size,
     check_feature_scale,
     check_finite_rows,
     check_row_labels,
@@ -33,7 +34,6 @@ from ._validation import (
 from .defaults import COVARIANCE_FLOOR, DELTA
 from .exceptions import SmallClientWarning, shown_labels
 from .ledoit_wolf import (
-    _check_sample_count,
     floor_shift,
     ledoit_wolf_shrinkage,
     ledoit_wolf_summary,
@@ -325,7 +325,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
                     moments, covariance_floor=self.covariance_floor, client=label
                 )
                 continue
-            n = _check_sample_count(moments.n, label)
+            n = check_client_size(moments.n, label)
             rng = noise_generator(self.random_state, self.delta, n, label)
             self.releases_[label] = self.releases_.get(label, 0) + 1
             self.summaries_[label] = private_summary(
@@ -415,7 +415,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         labels, codes = check_client_labels(client, X.shape[0])
         groups = [np.flatnonzero(codes == i) for i in range(len(labels))]
         for label, rows in zip(labels, groups, strict=True):
-            _check_sample_count(rows.size, label)
+            check_client_size(rows.size, label)
 
         def summarise(label: Any, rows: np.ndarray) -> LowRankGaussianSummary:
             return LowRankGaussianSummary.from_rows(

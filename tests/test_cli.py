@@ -411,3 +411,86 @@ def test_a_resumed_bench_runs_only_what_is_missing_and_tables_all_of_it(
     other = ["--alphas", "none", "--out", str(parts), "--resume", "--client-tau", "uniform"]
     assert main([*args, *other]) == 2
     assert "other settings" in capsys.readouterr().err
+
+
+def test_a_text_cell_in_a_feature_column_is_refused_naming_column_and_row(tmp_path, capsys):
+    """Without --features a column of numbers with one typo is a feature with a bad cell, not
+    a column to drop silently."""
+    frame = clinic_frame()
+    frame["f5"] = frame["f5"].astype(object)
+    frame.loc[17, "f5"] = "abc"
+    path = tmp_path / "clinic.csv"
+    frame.to_csv(path, index=False)
+    args = ["bench", "--data", str(path), "--label", "animal", "--client", "site"]
+    assert main([*args, "--alphas", "none", "--seeds", "1", *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "feature column 'f5' is not numeric" in err and "row 17 holds 'abc'" in err
+    with pytest.raises(ValueError, match="feature column 'f5' is not numeric"):
+        load_table(path, label="animal", client="site")
+    # a text column (most cells not numbers) is still no feature
+    assert "note" not in load_table(clinic_frame(), label="animal", client="site").feature_names
+
+
+def test_a_split_column_is_used_by_default_and_said_so(tmp_path, capsys):
+    frame = clinic_frame().rename(columns={"part": "split"})
+    path = tmp_path / "clinic.csv"
+    frame.to_csv(path, index=False)
+    args = ["bench", "--data", str(path), "--label", "animal", "--client", "site"]
+    args += ["--skew", "none", "--seeds", "1", "--no-auto", *FAST]
+    assert main([*args, "--out", str(tmp_path / "given")]) == 0
+    err = capsys.readouterr().err
+    assert "has a 'split' column: its test rows are tested" in err
+    n_test = int((frame["split"] == "test").sum())
+    assert f"given split ({n_test} test rows)" in err
+    assert main([*args, "--split", "random", "--out", str(tmp_path / "random")]) == 0
+    err = capsys.readouterr().err
+    assert "--split random: the 'split' column" in err and "is not used" in err
+
+
+def test_a_client_of_one_row_is_refused_with_the_estimators_message(tmp_path, capsys):
+    frame = clinic_frame()
+    frame.loc[0, "site"] = "toys"
+    path = tmp_path / "clinic.csv"
+    frame.to_csv(path, index=False)
+    args = ["bench", "--data", str(path), "--label", "animal", "--client", "site"]
+    assert main([*args, "--alphas", "none", "--seeds", "1", *FAST]) == 2
+    message = "client 'toys' has 1 sample; at least 2 are needed to estimate a covariance"
+    assert message in capsys.readouterr().err
+    from skslot import SLOTTransformer
+
+    X = frame[[f"f{j}" for j in range(8)]].to_numpy()
+    with pytest.raises(ValueError, match=message):
+        SLOTTransformer().fit(X, frame["animal"], client=frame["site"])
+
+
+@pytest.mark.filterwarnings("ignore::skslot.exceptions.UnknownClientWarning")
+def test_a_client_the_skew_leaves_without_rows_is_named():
+    """A Dirichlet draw may leave a client no training rows: the run says which."""
+    from skslot.bench import BenchmarkConfig
+    from skslot.bench._run import evaluate_run
+
+    data = make_federated_classification(
+        n_clients=4, n_samples_per_client=30, n_features=4, n_classes=4, alpha=None,
+        random_state=0,
+    )  # fmt: skip
+    from skslot.datasets import DomainDataset
+
+    dataset = DomainDataset(
+        data.X, data.y, data.client, np.array(["a", "b", "c", "toys"]),
+        np.array(["w", "x", "y", "z"]), "shops",
+    )  # fmt: skip
+    config = BenchmarkConfig(alphas=(0.001,), taus=(0.0,), seeds=(0,), heads=("FedCGS",))
+    named = set()
+    for seed in range(20):
+        part = dirichlet_partition(data.y, data.client, alpha=0.001, random_state=seed)
+        if not part.empty_clients:
+            continue
+        with pytest.warns(UserWarning, match="training row\\(s\\) after the skew") as caught:
+            evaluate_run(dataset, data.X, 0.001, seed, config)
+        named |= {
+            str(w.message).split("'")[1] for w in caught if "after the skew" in str(w.message)
+        }
+        expected = {dataset.domains[part.client_domain[k]] for k in part.empty_clients}
+        assert expected <= named
+        break
+    assert named, "no seed left a client empty"

@@ -334,3 +334,72 @@ def test_a_non_finite_row_enters_as_the_null_row(head, bad, caplog):
     if reply.statistics is not None:
         for name, value in reply.statistics.to_arrays().items():
             np.testing.assert_array_equal(value, twin.statistics.to_arrays()[name])
+
+
+# -- a row no step fails on, and a run's rows fixed ------------------------------------------
+
+
+@pytest.mark.parametrize("row", [[1.7e308] * M, [3.0, 0.0, 0.0]])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_local_head_is_released_whatever_one_row_and_the_reference(row, dtype):
+    """A huge but finite row, aligned by a reference that stretches it, would overflow: each
+    row is clipped before the map and any aligned row that is not finite is the null row, so
+    both neighbouring data sets get their release (never a refusal that tells them apart)."""
+    from skslot import GaussianSummary
+
+    D0, _ = neighbours()
+    X = D0[0].astype(dtype)
+    X[0] = np.asarray(row, dtype=dtype) if np.isfinite(dtype(row[0])) else np.finfo(dtype).max
+    for k, D in enumerate(((D0[0].astype(dtype), D0[1]), (X, D0[1]))):
+        party = private(D, "O-FedAvg", seed=k)
+        party.answer("upload", plan("O-FedAvg"))
+        own = party.state.summary
+        stretched = GaussianSummary(n=own.n, mean=own.mean, covariance=1e90 * own.covariance)
+        (head,) = party.answer("updates", UpdatesRequest(stretched, (1.0,), "all"))
+        assert np.isfinite(head.coef).all() and "local_head" in party.ledger().released
+
+
+def test_a_client_whose_rows_changed_refuses_the_rest_of_its_run(caplog):
+    """The same noise on other rows would give the difference away: a client restored with
+    other rows than its run's first release refuses, with the one refusal."""
+    D0, D1 = neighbours()
+    party = private(D0, "FedCGS", seed=3)
+    party.answer("upload", plan("FedCGS"))
+    state = ClientState.from_config(party.state.to_config())
+    same = private(D0, "FedCGS", seed=3)
+    same.state = ClientState.from_config(party.state.to_config())
+    assert same.answer("upload", plan("FedCGS")).statistics is not None  # a retry: the release
+    other = private(D1, "FedCGS", seed=3)
+    other.state = state
+    with caplog.at_level("WARNING", logger="skslot.protocol.client"):
+        with pytest.raises(RequestRefused, match="privacy plan"):
+            other.answer("upload", plan("FedCGS"))
+    assert "its rows changed" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("head", "changes"),
+    [
+        ("FedPFT", {"covariance_floor": float("inf")}),
+        ("O-FedAvg", {"covariance_floor": float("nan")}),
+        ("O-FedAvg", {"covariance_floor": -1.0}),
+        (
+            "O-FedAvg",
+            {
+                "releases": ("class_counts", "local_head", "evaluation"),
+                "shares": (0.1, 0.8, 0.1),
+            },
+        ),
+    ],
+)
+def test_an_upload_the_step_cannot_make_is_refused_before_the_lifetime_charge(
+    head, changes, tmp_path
+):
+    """A floor no summary can take, or an O-FedAvg plan without its summary, is refused by
+    the plan, so the lifetime budget is never charged for it."""
+    lifetime = LifetimeBudget(tmp_path / "budget.json", epsilon=10.0)
+    D0, _ = neighbours()
+    party = private(D0, head, seed=0, lifetime=lifetime)
+    with pytest.raises(RequestRefused):
+        party.answer("upload", plan(head, **changes))
+    assert lifetime.spent()[0] == 0.0 and party.state.releases == ()

@@ -1192,6 +1192,12 @@ def test_the_launcher_reads_the_outcome_from_flower_and_the_report(tmp_path):
     outcome = _outcome(5, "finished:completed", "", tmp_path)
     assert outcome.exit_code == COMPLETED and outcome.report == report
     assert outcome.line == f"skslot: run 5 completed: macro accuracy 0.7500; outputs in {folder}"
+    (folder / "report.json").write_text(json.dumps({**report, "config": {"label-mix": "client"}}))
+    outcome = _outcome(5, "finished:completed", "", tmp_path)
+    assert outcome.line == (  # the case its accuracy is of
+        "skslot: run 5 completed: macro accuracy 0.7500 (label-mix 'client': each node's whole "
+        f"test rows); outputs in {folder}"
+    )
     # a node rejected or missing: a partial run, named, unless the run config accepts it
     nodes = {"nodes": [11, 12, 13], "rejected": {"upload": {"12": "array 'counts': bad"}},
              "missing": {"evaluation": [13]}}  # fmt: skip
@@ -1761,3 +1767,90 @@ def test_a_private_node_answers_a_deviating_server_only_with_its_plan(node_confi
     other = LinearScores(config.class_set, np.zeros((C, M)), np.arange(C, dtype=float))
     expected = f"RequestRefused: {refusal('evaluation')}"
     assert replies("evaluation", lambda s: EvaluationRequest(s, other, 0.4)) == [expected] * 2
+
+
+def test_a_node_reads_its_table_s_split_column_and_refuses_a_text_cell(tmp_path):
+    """A node's own table: its 'split' column splits it without a node-config 'split', and a
+    feature column with one text cell is refused, naming the column and the row."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(40, 3)), columns=["f0", "f1", "f2"])
+    frame["label"] = np.arange(40) % 4
+    frame["split"] = np.where(np.arange(40) < 10, "test", "train")
+    path = tmp_path / "shop.csv"
+    frame.to_csv(path, index=False)
+    config = DeploymentConfig(classes=CLASSES)
+    data = load_client_data({"data": str(path)}, config)
+    assert data.X_test.shape == (10, 3) and data.X_train.shape == (30, 3)
+    np.testing.assert_array_equal(data.X_test, frame[["f0", "f1", "f2"]].to_numpy()[:10])
+    frame["f1"] = frame["f1"].astype(object)
+    frame.loc[7, "f1"] = "abc"
+    frame.to_csv(path, index=False)
+    with pytest.raises(ValueError, match=r"feature column 'f1' is not numeric .*row 7 holds 'abc'"):
+        load_client_data({"data": str(path)}, config)
+
+
+def _private_table_node(tmp_path, name, cell):
+    """A private node's own CSV with ``cell`` in feature f1 of row 7."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(60, M)), columns=[f"f{j}" for j in range(M)])
+    frame["label"] = np.arange(60) % 4
+    frame["f1"] = frame["f1"].astype(object)
+    frame.loc[7, "f1"] = cell
+    path = tmp_path / f"{name}.csv"
+    frame.to_csv(path, index=False)
+    return {"data": str(path), "client-id": 0, "epsilon": 8.0, "clip-norm": 20.0}
+
+
+def test_a_private_node_s_own_table_names_no_cell_to_the_server(tmp_path):
+    """A missing or infinite value is the node's null row; a text cell (which no table reader
+    can take) gets the one refusal, naming neither the file, the column nor the row."""
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    config = DeploymentConfig(classes=CLASSES, epsilon=8.0, clip_norm=20.0, tau=0.4)
+    nodes = {
+        11: _private_table_node(tmp_path, "nan", "nan"),
+        12: _private_table_node(tmp_path, "inf", "inf"),
+        13: _private_table_node(tmp_path, "text", "secret-note"),
+        14: _private_table_node(tmp_path, "other", "another-note"),
+    }
+    grid = LocalGrid(client_app, nodes, config.to_run_config())
+    releases = config.protocol().releases
+    split = config.privacy_budget().split(releases)
+    request = {"privacy": (8.0, 1e-5, 20.0), "releases": releases}
+    request["shares"] = tuple(split[r] for r in releases)
+    replies = {node: grid._deliver(upload_request(node, **request)) for node in nodes}
+    assert not replies[11].has_error() and not replies[12].has_error()
+    refused = f"RequestRefused: {refusal('upload')}"
+    assert replies[13].error.reason == replies[14].error.reason == refused
+
+
+def test_a_private_node_keeps_its_run_when_a_step_fails(node_configs, tmp_path, monkeypatch):
+    """A step that fails after the plan was admitted answers with the refusal; the node keeps
+    its run's seed, so a retry is the same run to its lifetime budget (charged once)."""
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    import skslot.protocol.stages.upload._steps as steps
+
+    def failing(party, request):
+        steps_release(party, request)  # admitted and charged, then the step fails
+        raise RuntimeError("a failure after the charge")
+
+    steps_release = steps.upload_release
+    monkeypatch.setattr(steps, "upload_release", failing)
+    budget_file = tmp_path / "budget.json"
+    node = {
+        **node_configs[11], "epsilon": 8.0, "clip-norm": 20.0,
+        "lifetime-epsilon": 40.0, "budget-file": str(budget_file),
+    }  # fmt: skip
+    config = DeploymentConfig(classes=CLASSES, epsilon=8.0, clip_norm=20.0, tau=0.4)
+    grid = LocalGrid(client_app, {11: node}, config.to_run_config())
+    releases = config.protocol().releases
+    split = config.privacy_budget().split(releases)
+    request = upload_request(
+        11, privacy=(8.0, 1e-5, 20.0), releases=releases,
+        shares=tuple(split[r] for r in releases),
+    )  # fmt: skip
+    for _ in range(3):
+        reply = grid._deliver(request)
+        assert reply.error.reason == f"RequestRefused: {refusal('upload')}"
+    assert LifetimeBudget(budget_file, epsilon=40.0).spent()[0] == 8.0

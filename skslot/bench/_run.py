@@ -217,6 +217,16 @@ def evaluate_run(
         test_mask=test_mask,
         random_state=seed,
     )
+    for k in part.empty_clients:  # said, not dropped silently
+        shown = "none" if alpha is None else f"{alpha:g}"
+        warnings.warn(
+            f"client {str(data.domains[part.client_domain[k]])!r} keeps "
+            f"{int(np.sum(part.train_client == k))} training row(s) after the skew (alpha "
+            f"{shown}, seed {seed}): it takes no part in training, its test rows are scored "
+            "unaligned",
+            UserWarning,
+            stacklevel=2,
+        )
     keep = ~np.isin(part.train_client, part.empty_clients)
     train_rows, train_client = part.train_index[keep], part.train_client[keep]
     X_train, y_train = X[train_rows], data.y[train_rows]

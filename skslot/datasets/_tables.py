@@ -12,11 +12,13 @@ import numpy as np
 
 from ._loaders import DomainDataset, first_line, load_npz, open_npz, read_array
 
-__all__ = ["FeatureTable", "load_table"]
+__all__ = ["FeatureTable", "load_table", "table_columns"]
 
 TABLE_EXTENSIONS = (".npz", ".csv", ".parquet")
 _COMPRESSED_CSV = (".gz", ".bz2", ".xz", ".zip", ".zst")
 _SPLIT_WORDS = {"train": False, "test": True}
+#: The column a table's own train/test split is read from where none is named.
+DEFAULT_SPLIT_COLUMN = "split"
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,6 +84,45 @@ def table_kind(source: str | os.PathLike) -> str | None:
     return None
 
 
+def table_columns(source: str | os.PathLike) -> list[str]:
+    """The column names of a ``.csv`` or ``.parquet`` file (the arrays of an ``.npz``), read
+    from its header alone.
+
+    Parameters
+    ----------
+    source : str or path-like
+
+    Returns
+    -------
+    list of str
+        Empty for a file it cannot read (:func:`load_table` then says why).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from skslot.datasets._tables import table_columns
+    >>> path = os.path.join(tempfile.mkdtemp(), "shop.csv")
+    >>> with open(path, "w") as f:
+    ...     _ = f.write("f0,f1,label,split" + chr(10) + "0.5,1.0,a,train" + chr(10))
+    >>> table_columns(path)
+    ['f0', 'f1', 'label', 'split']
+    """
+    path = os.fspath(source)
+    kind = table_kind(path)
+    try:
+        if kind == "npz":
+            with open_npz(path) as archive:
+                return list(archive.files)
+        if kind == "csv":
+            return [str(c) for c in _import("pandas", path, "tables").read_csv(path, nrows=0)]
+        if kind == "parquet":
+            pyarrow_parquet = __import__("pyarrow.parquet", fromlist=["read_schema"])
+            return [str(c) for c in pyarrow_parquet.read_schema(path).names]
+    except (OSError, ValueError, ImportError):
+        return []
+    return []
+
+
 def _stem(path: str) -> str:
     base = os.path.basename(path)
     return base.split(".")[0] or base
@@ -104,8 +145,8 @@ def _read_csv(path: str) -> Any:
         if version and (int(version[1]), int(version[2])) >= (3, 1)
         else {"float_precision": "round_trip"}
     )
-    try:
-        return pd.read_csv(path, **exact)
+    try:  # read whole, so a column's type is the whole column's (no chunked guesses)
+        return pd.read_csv(path, low_memory=False, **exact)
     except pd.errors.EmptyDataError:
         raise ValueError(f"{path}: empty file (no header, no rows)") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as exc:
@@ -134,6 +175,7 @@ def load_table(
     features: str | list | None = None,
     split: Any = None,
     name: str | None = None,
+    finite: bool = True,
 ) -> FeatureTable:
     """Read one's own feature table: an ``.npz``, ``.csv`` or ``.parquet`` file, or a DataFrame.
 
@@ -158,8 +200,9 @@ def load_table(
         selecting the columns ``f0, f1, ...`` (the prefix followed by digits)
         in numeric order; or ``None``, every numeric column (booleans
         excluded) other than the label, client and split columns, in table
-        order.  Features must be numeric or boolean, with no missing or
-        infinite values.
+        order, and every text column most of whose cells are numbers (one
+        cell that is not is refused, naming its column and row).  Features
+        must be numeric or boolean, with no missing or infinite values.
     split : column name, optional
         A column saying which rows are test rows: the strings ``"train"`` /
         ``"test"`` (any case, surrounding spaces ignored), or booleans or
@@ -167,6 +210,10 @@ def load_table(
         column).  For an ``.npz``, the name of a 1-D array of such values.
     name : str, optional
         Default: the file name without extensions, or ``"table"``.
+    finite : bool, default=True
+        Refuse a missing or infinite feature value (naming its column and
+        row); ``False`` keeps it (NaN or infinite) for the caller, as a
+        private client does (its null rows), which no error may name.
 
     Returns
     -------
@@ -203,7 +250,9 @@ def load_table(
     (['north', 'north', 'south', 'south'], [False, True, False, True])
     """
     if _is_dataframe(source):
-        return _from_frame(source, "DataFrame", label, client, features, split, name or "table")
+        return _from_frame(
+            source, "DataFrame", label, client, features, split, name or "table", finite
+        )
     try:
         path = os.fspath(source)
     except TypeError:
@@ -220,7 +269,7 @@ def load_table(
     if kind == "npz":
         return _from_npz(path, label, client, features, split, name)
     frame = _read_csv(path) if kind == "csv" else _read_parquet(path)
-    return _from_frame(frame, path, label, client, features, split, name or _stem(path))
+    return _from_frame(frame, path, label, client, features, split, name or _stem(path), finite)
 
 
 def _from_npz(path, label, client, features, split, name) -> FeatureTable:
@@ -257,7 +306,7 @@ def _shown(columns: list, limit: int = 8) -> str:
     return names + (f", ... ({len(columns)} in all)" if len(columns) > limit else "")
 
 
-def _from_frame(frame, where, label, client, features, split, name) -> FeatureTable:
+def _from_frame(frame, where, label, client, features, split, name, finite) -> FeatureTable:
     if label is None:
         raise ValueError(f"{where}: label= must name the label column")
     columns = list(frame.columns)
@@ -274,7 +323,7 @@ def _from_frame(frame, where, label, client, features, split, name) -> FeatureTa
     if len(frame) == 0:
         raise ValueError(f"{where}: no rows")
     names = _feature_columns(frame, where, features, roles)
-    X = _feature_matrix(frame, where, names)
+    X = _feature_matrix(frame, where, names, finite)
     y, classes = _codes(frame[label], where, "label", label)
     if client is None:  # one client's own table
         codes, clients = np.zeros(len(frame), dtype=np.int64), np.array([name])
@@ -291,7 +340,7 @@ def _from_frame(frame, where, label, client, features, split, name) -> FeatureTa
 def _feature_columns(frame, where, features, roles: dict) -> list:
     reserved = {column: role for role, column in roles.items()}
     if features is None:
-        names = [c for c in frame.select_dtypes("number").columns if c not in reserved]
+        names = [c for c in frame.columns if c not in reserved and _numeric_looking(frame[c])]
         if not names:
             raise ValueError(
                 f"{where}: no numeric feature columns besides the label, client and split "
@@ -331,7 +380,24 @@ def _feature_columns(frame, where, features, roles: dict) -> list:
     return names
 
 
-def _feature_matrix(frame, where, names: list) -> np.ndarray:
+def _numeric_looking(column) -> bool:
+    """Whether a column is a feature without ``features=``: numeric (booleans excluded), or
+    text of which most cells read as numbers (a feature column with a typo, which
+    :func:`_feature_matrix` then refuses, naming the cell)."""
+    import pandas as pd
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    if is_bool_dtype(column):
+        return False
+    if is_numeric_dtype(column):
+        return True
+    filled = column.dropna()
+    if filled.empty or not all(isinstance(v, str) for v in filled.iloc[:1000]):
+        return False
+    return bool(pd.to_numeric(filled, errors="coerce").notna().mean() > 0.5)
+
+
+def _feature_matrix(frame, where, names: list, finite: bool = True) -> np.ndarray:
     import pandas as pd
     from pandas.api.types import is_bool_dtype, is_complex_dtype, is_numeric_dtype
 
@@ -348,7 +414,7 @@ def _feature_matrix(frame, where, names: list) -> np.ndarray:
             )
     X = frame[names].to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
     bad = ~np.isfinite(X)
-    if bad.any():
+    if finite and bad.any():
         row, col = np.argwhere(bad)[0]
         raise ValueError(
             f"{where}: feature column {names[col]!r} has missing or infinite values "

@@ -21,8 +21,9 @@ A node's data comes from its *node config* (``flower-supernode --node-config``):
   :func:`skslot.datasets.load_table` with the node config's ``label`` (the
   label column, default ``"label"``), ``features`` (comma-separated columns or
   a prefix; default: every other numeric column) and ``split`` (a train/test
-  column; without one, a stratified ``test-size`` share of each class is
-  held out with the run's ``seed``).  Labels must be in the run's class set
+  column; default: the table's ``split`` column if it has one; without one,
+  a stratified ``test-size`` share of each class is held out with the run's
+  ``seed``).  Labels must be in the run's class set
   (:attr:`~skslot.flower.DeploymentConfig.classes`: class names, or integer
   labels); a private node names none of its labels outside it to the server
   (its rows with one enter as null rows,
@@ -46,9 +47,11 @@ from flwr.clientapp import ClientApp
 from ..accounting import PrivacyBudget
 from ..datasets import dirichlet_partition, load_dataset, load_table
 from ..datasets._loaders import open_npz
+from ..datasets._tables import DEFAULT_SPLIT_COLUMN, table_columns
 from ..defaults import DELTA, LIFETIME_DELTA
 from ..lifetime import LifetimeBudget
 from ..protocol import ClientParty, ClientState
+from ..protocol.plan import refusal
 from ..protocol.stages import STAGES, ClientWire, Stage
 from ..selection import validation_split
 from . import messages
@@ -172,13 +175,18 @@ def _own_table(
     features = node_config.get("features")
     if isinstance(features, str) and "," in features:
         features = [name.strip() for name in features.split(",")]
-    table = load_table(
+    split = node_config.get("split")
+    if split is None and DEFAULT_SPLIT_COLUMN in table_columns(path):
+        split = DEFAULT_SPLIT_COLUMN  # the table's own split, said in the node's log
+        logger.info("skslot: %s: its %r column splits train and test", path, split)
+    private = node_privacy(node_config, config) is not None
+    table = load_table(  # a private node's values that are not finite: its null rows
         path,
         label=node_config.get("label", "label"),
         features=features,
-        split=node_config.get("split"),
+        split=split,
+        finite=not private,
     )
-    private = node_privacy(node_config, config) is not None
     # a private node's labels outside the class set are not named to anyone (see _data)
     y = config.label_codes(table.classes[table.y], where=path, outside=-1 if private else None)
     if table.is_test is not None:
@@ -197,18 +205,23 @@ def _own_table(
     return ClientData(client, table.X[~test], y[~test], table.X[test], y[test])
 
 
-def _data(context: Context) -> tuple[DeploymentConfig, ClientData, PrivacyBudget | None]:
-    """The run's configuration, this node's rows and the budget it releases under."""
+def _settings(context: Context) -> tuple[DeploymentConfig, PrivacyBudget | None]:
+    """The run's configuration and the budget this node releases under."""
     config = DeploymentConfig.from_run_config(context.run_config)
-    privacy = node_privacy(context.node_config, config)
+    return config, node_privacy(context.node_config, config)
+
+
+def _data(context: Context, config: DeploymentConfig, private: bool) -> ClientData:
+    """This node's rows (a private node's rows with a label outside the class set, or a value
+    that is not finite, are its party's null rows: nothing names them)."""
     data = load_client_data(context.node_config, config, context.node_id)
-    if privacy is None:  # a private node's party makes such rows null rows, naming none
+    if not private:
         unknown = np.setdiff1d(np.concatenate([data.y_train, data.y_test]), config.class_set)
         if unknown.size:
             raise ValueError(
                 f"labels {unknown.tolist()} are not in the run's class set {config.classes!r}"
             )
-    return config, data, privacy
+    return data
 
 
 def _party(
@@ -341,12 +354,25 @@ def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
 
     def handle(message: Message, context: Context) -> Message:
         start = time.monotonic()
+        party = None
         try:
-            config, data, privacy = _data(context)
-            wire = ClientWire(config.class_set, int(data.X_train.shape[1]))
-            request = stage.decode_request(messages.received(message), wire)
-            party = _party(context, config, data, privacy)
-            reply = party.answer(stage.name, request)
+            config, privacy = _settings(context)
+            try:
+                data = _data(context, config, privacy is not None)
+                wire = ClientWire(config.class_set, int(data.X_train.shape[1]))
+                request = stage.decode_request(messages.received(message), wire)
+                party = _party(context, config, data, privacy)
+                reply = party.answer(stage.name, request)
+            except Exception:
+                if privacy is None:
+                    raise
+                # a private node's error could depend on its rows: its own log says what
+                # failed, the server gets the one refusal
+                logger.exception("skslot: this private node failed a %r request", stage.name)
+                raise refusal(stage.name) from None
+            finally:  # a private node keeps its run's seed and plan even when it refuses
+                if party is not None and privacy is not None:
+                    context.state[STATE] = ConfigRecord(party.state.to_config())
             context.state[STATE] = ConfigRecord(party.state.to_config())
             return Message(messages.content(stage.encode_reply(reply, request)), reply_to=message)
         finally:  # a reply, or an error, no sooner than the node's reply-seconds

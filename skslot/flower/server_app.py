@@ -199,10 +199,11 @@ def main(grid: Grid, context: Context) -> None:
     )
     log(
         logging.INFO,
-        "skslot: %s %s: macro accuracy %.4f over %d clients, as each "
+        "skslot: %s %s, label-mix %r: macro accuracy %.4f over %d clients, as each "
         "reports its own test rows (unchecked): %s",
         config.head,
         alignment(config, report.tau),
+        config.label_mix,
         report.macro_accuracy,
         len(report.accuracy),
         "; ".join(f"{report.name(node)} {value:.4f}" for node, value in report.accuracy.items()),

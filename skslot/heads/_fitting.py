@@ -8,7 +8,7 @@ clients' steps make those messages.  The strategies
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -211,6 +211,8 @@ def local_heads(
     *,
     client_index: int = 0,
     ledger: PrivacyLedger | None = None,
+    aligned_rows: Callable[[np.ndarray, np.ndarray, Any], tuple[np.ndarray, np.ndarray]]
+    | None = None,
 ) -> list:
     """Client step of a head trained on aligned rows (O-FedAvg): one local head per ``tau``.
 
@@ -231,19 +233,29 @@ def local_heads(
     ledger : PrivacyLedger, optional
         A private client's ledger: each head is its release ``"local_head"``
         (so one ``tau``; asked again, the head first released).
+    aligned_rows : callable, optional
+        ``aligned_rows(X, y, aligned_map)``: the rows and labels the head is
+        trained on, given the map at one ``tau`` (a private client's clipped
+        rows and null rows); default: ``aligned_map.apply(X), y``.
 
     Returns
     -------
     list of LinearHeadUpdate
         One local head per ``tau``, in order.
     """
+    if aligned_rows is None:
+
+        def aligned_rows(X: np.ndarray, y: np.ndarray, aligned: Any) -> tuple:
+            return aligned.apply(X), y
+
     head = clone(head)  # training records n_features_in_ on the head
-    return [
-        head.client_statistics(
-            full_map.geodesic(tau).apply(X), y, classes, client_index=client_index, ledger=ledger
+    heads = []
+    for tau in taus:
+        Z, labels = aligned_rows(X, y, full_map.geodesic(tau))
+        heads.append(
+            head.client_statistics(Z, labels, classes, client_index=client_index, ledger=ledger)
         )
-        for tau in taus
-    ]
+    return heads
 
 
 def _at(maps: Sequence[GaussianMap] | None, tau: float) -> list[GaussianMap] | None:

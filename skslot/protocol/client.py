@@ -72,6 +72,10 @@ class ClientState:
         its released statistics, or the release ``"class_counts"``): the
         prior it predicts with where its evaluation count is a release
         (``None``: none released, no prior).
+    rows_digest : str or None, default=None
+        Under a privacy budget, the digest of the rows the run's releases are
+        made of (:func:`~skslot.protocol.plan.rows_digest`; kept, never sent):
+        a client whose rows changed refuses the rest of the run.
     """
 
     summary: Summary | None = None
@@ -85,6 +89,7 @@ class ClientState:
     evaluation: tuple[str, int] | None = None
     local_head: str | None = None
     released_counts: tuple[int, ...] | None = None
+    rows_digest: str | None = None
 
     def to_config(self) -> dict[str, int | float | bytes]:
         """The state as scalar settings, to keep between a transport's calls.
@@ -112,6 +117,8 @@ class ClientState:
             values["evaluation-count"] = self.evaluation[1]
         if self.local_head is not None:
             values["local-head-digest"] = self.local_head.encode()
+        if self.rows_digest is not None:
+            values["rows-digest"] = self.rows_digest.encode()
         if self.released_counts is not None:
             values["released-counts"] = ",".join(map(str, self.released_counts)).encode()
         for name in ("summary", "reference"):
@@ -145,6 +152,7 @@ class ClientState:
             evaluation = (digest, int(values["evaluation-count"]))
         local_head = values.get("local-head-digest")
         counts = values.get("released-counts")
+        rows = values.get("rows-digest")
         return cls(
             **summaries,
             client_index=None if index < 0 else index,
@@ -157,6 +165,7 @@ class ClientState:
             released_counts=None
             if counts is None
             else tuple(int(c) for c in bytes(counts).decode().split(",")),
+            rows_digest=None if rows is None else bytes(rows).decode(),
         )
 
 

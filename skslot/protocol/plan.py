@@ -23,6 +23,7 @@ would tell the server something exact.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,15 @@ from ..accounting import PrivacyBudgetExceeded
 if TYPE_CHECKING:
     from .client import ClientParty
 
-__all__ = ["RequestRefused", "logger", "null_rows", "private_answer", "refusal"]
+__all__ = [
+    "RequestRefused",
+    "changed_rows_problem",
+    "logger",
+    "null_rows",
+    "private_answer",
+    "refusal",
+    "rows_digest",
+]
 
 #: The client's own log: nothing logged here reaches the server.
 logger = logging.getLogger("skslot.protocol.client")
@@ -101,7 +110,7 @@ def private_answer(party: ClientParty, stage: str, request: Any) -> Any:
     from .stages import STAGES
 
     step = STAGES[stage]
-    why = step.private_problem(party, request)
+    why = changed_rows_problem(party) or step.private_problem(party, request)
     if why is not None:
         logger.warning("client %r refuses the %r request: %s", party.label, stage, why)
         raise refusal(stage)
@@ -110,6 +119,53 @@ def private_answer(party: ClientParty, stage: str, request: Any) -> Any:
     except Exception:
         logger.exception("client %r failed to answer the %r request", party.label, stage)
         raise refusal(stage) from None
+
+
+def rows_digest(party: ClientParty) -> str:
+    """The digest of a client's training rows and labels (kept, never sent).
+
+    Its test count is kept with the request it answered, so a restart
+    repeats it whatever its test rows; every other release is made of its
+    training rows.
+
+    Parameters
+    ----------
+    party : ClientParty
+
+    Returns
+    -------
+    str
+    """
+    digest = hashlib.sha256()
+    for part in (party.X, party.y):
+        array = np.asarray(part)
+        array = np.ascontiguousarray(array.astype(str) if array.dtype == object else array)
+        digest.update(repr((array.dtype.str, array.shape)).encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def changed_rows_problem(party: ClientParty) -> str | None:
+    """Why a private client refuses every request of a run whose rows changed since its first
+    release, or ``None``.
+
+    Each release's noise is drawn from the run's secret seed and the
+    release's name, so a release made again on other rows (a node's file
+    replaced, a client restored in a new process) would reuse the noise and
+    tell the server the exact difference.
+
+    Parameters
+    ----------
+    party : ClientParty
+
+    Returns
+    -------
+    str or None
+    """
+    kept = party.state.rows_digest
+    if kept is None or kept == rows_digest(party):
+        return None
+    return "its rows changed since this run's first release (the same noise on other rows)"
 
 
 def null_rows(

@@ -10,16 +10,19 @@ recomputes a private client's shrinkage from its released statistics
 
 from __future__ import annotations
 
+import math
+from numbers import Real
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...._moments import ShiftedMoments
-from ....accounting import RELEASES, PrivacyBudgetExceeded
+from ....accounting import RELEASES
 from ....heads import CLASS_COUNTS_SENSITIVITY, private_class_counts
 from ....lifetime import run_key
 from ....low_rank import Summary
 from ....privacy import SUMMARY_SENSITIVITY, private_summary
+from ...plan import rows_digest
 
 if TYPE_CHECKING:
     from ....accounting import PrivacyLedger
@@ -115,8 +118,15 @@ def private_upload_problem(party: ClientParty, request: UploadRequest) -> str | 
     head = party.head
     releases = tuple(request.releases)
     possible = head_releases(head)
-    if head.private_release not in releases or not set(releases) <= set(possible):
-        return f"releases {list(releases)}; {type(head).__name__}'s client makes {list(possible)}"
+    needed = {head.private_release, "summary" if head.strategy.trains_locally else None} - {None}
+    if not needed <= set(releases) or not set(releases) <= set(possible):
+        return (
+            f"releases {list(releases)}; {type(head).__name__}'s client makes {list(possible)}, "
+            f"among them {sorted(needed)}"
+        )
+    floor = request.covariance_floor
+    if isinstance(floor, bool) or not (isinstance(floor, Real) and 0.0 <= floor < math.inf):
+        return f"a covariance floor of {floor!r}"
     if len(set(releases)) != len(releases):
         return f"releases {list(releases)} name one twice"
     state = party.state
@@ -219,14 +229,15 @@ def private_run(party: ClientParty, request: UploadRequest) -> PrivacyLedger | N
             )
         return None
     state = party.state
-    before = (state.releases, state.noise_seed)
+    before = (state.releases, state.noise_seed, state.rows_digest)
     state.releases = tuple(request.releases)
+    state.rows_digest = rows_digest(party)  # the rows every release of the run is made of
     ledger = party.ledger()
     if party.lifetime is not None:  # charged once per run, before anything is released
         try:
             party.lifetime.charge(run_key(ledger.seed), float(own.epsilon), float(own.delta))
-        except PrivacyBudgetExceeded:
-            state.releases, state.noise_seed = before  # refused: nothing changed
+        except Exception:
+            state.releases, state.noise_seed, state.rows_digest = before  # nothing changed
             raise
     return ledger
 
