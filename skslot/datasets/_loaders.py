@@ -91,7 +91,9 @@ def _provenance(archive: np.lib.npyio.NpzFile, path: str | os.PathLike) -> dict:
     return provenance
 
 
-def load_npz(path: str | os.PathLike, *, name: str | None = None) -> DomainDataset:
+def load_npz(
+    path: str | os.PathLike, *, name: str | None = None, finite: bool = True
+) -> DomainDataset:
     """Load an ``.npz`` with keys ``X``, ``y``, ``domain`` (and optionally
     ``domains``, ``classes`` naming them, and ``provenance``, a JSON object
     as a 0-d string), without unpickling anything.
@@ -101,6 +103,9 @@ def load_npz(path: str | os.PathLike, *, name: str | None = None) -> DomainDatas
     path : str or path-like
     name : str, optional
         The data set's name; default: the file name without its extension.
+    finite : bool, default=True
+        Refuse NaN or infinite values of ``X``; ``False`` keeps them (a private
+        client's null rows, which no error may name).
 
     Returns
     -------
@@ -147,7 +152,7 @@ def load_npz(path: str | os.PathLike, *, name: str | None = None) -> DomainDatas
             raise ValueError(f"{path}: {key} must hold non-negative integer indices")
     if not np.issubdtype(X.dtype, np.number) or np.issubdtype(X.dtype, np.complexfloating):
         raise ValueError(f"{path}: X must be real numbers, got {X.dtype}")
-    if np.issubdtype(X.dtype, np.inexact) and not np.isfinite(X).all():
+    if finite and np.issubdtype(X.dtype, np.inexact) and not np.isfinite(X).all():
         row, col = np.argwhere(~np.isfinite(X))[0]
         raise ValueError(
             f"{path}: X holds NaN or infinite values (first at row {row}, column {col})"

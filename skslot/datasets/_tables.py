@@ -267,18 +267,18 @@ def load_table(
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such file")
     if kind == "npz":
-        return _from_npz(path, label, client, features, split, name)
+        return _from_npz(path, label, client, features, split, name, finite)
     frame = _read_csv(path) if kind == "csv" else _read_parquet(path)
     return _from_frame(frame, path, label, client, features, split, name or _stem(path), finite)
 
 
-def _from_npz(path, label, client, features, split, name) -> FeatureTable:
+def _from_npz(path, label, client, features, split, name, finite) -> FeatureTable:
     if label not in (None, "y") or client not in (None, "domain") or features not in (None, "X"):
         raise ValueError(
             f"{path}: an .npz holds arrays X, y and domain; label=, client= and features= "
             "name the columns of a table"
         )
-    data = load_npz(path, name=name)
+    data = load_npz(path, name=name, finite=finite)
     is_test = None
     if split is not None:
         with open_npz(path) as archive:
