@@ -85,8 +85,10 @@ def main() -> None:
     start = time.perf_counter()
     blas = ", ".join(f"{i['internal_api']} {i['num_threads']} threads" for i in threadpool_info())
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"torch {torch.__version__} on {name}; NumPy {np.__version__} with {blas}; "
-          f"{os.cpu_count()} CPU cores")
+    print(
+        f"torch {torch.__version__} on {name}; NumPy {np.__version__} with {blas}; "
+        f"{os.cpu_count()} CPU cores"
+    )
     # warm-up: CUDA context, cuSOLVER and cuBLAS handles
     bures_wasserstein_barycenter(covariances_on(device, 64, 2, 0), np.full(2, 0.5), max_iter=2)
 
@@ -105,8 +107,12 @@ def main() -> None:
             weights = np.full(K, 1.0 / K)
 
             def iterations(covariances, n_iter: int, on: torch.device, w=weights, m=m) -> float:
+                # float64 iterations on both sides (NumPy's default mixed precision runs
+                # float32 decompositions first: not the same work per iteration)
                 return timed(
-                    lambda: bures_wasserstein_barycenter(covariances, w, tol=0.0, max_iter=n_iter),
+                    lambda: bures_wasserstein_barycenter(
+                        covariances, w, tol=0.0, max_iter=n_iter, precision="float64"
+                    ),
                     on,
                     repeat=3 if on.type == "cuda" or m <= 256 else 1,
                 )
@@ -142,8 +148,12 @@ def main() -> None:
                 estimate = 2e-11 * n * m * m  # about 50 GFLOP/s on the CPU
                 if numpy_allowed(estimate):
                     host = X.cpu().numpy()
-                    t_cpu = timed(lambda host=host, client=client: GaussianSummaryEstimator().fit(
-                        host, client=client), torch.device("cpu"))
+                    t_cpu = timed(
+                        lambda host=host, client=client: GaussianSummaryEstimator().fit(
+                            host, client=client
+                        ),
+                        torch.device("cpu"),
+                    )
                     cells = f"{t_cpu:.3f} | {t_gpu:.4f} | {t_cpu / t_gpu:.1f}x"
                 else:
                     cells = f"skipped | {t_gpu:.4f} | -"
@@ -172,8 +182,10 @@ def main() -> None:
 
     n = args.low_rank_rows
     print(f"\n## Low-rank path: K clients x {n} rows, seconds (transform: rows per second)\n")
-    print("| m | K | d | summary, NumPy | server step: NumPy CPU | torch GPU | CPU / GPU "
-          "| transform float32: NumPy CPU | torch GPU | GPU / CPU |")
+    print(
+        "| m | K | d | summary, NumPy | server step: NumPy CPU | torch GPU | CPU / GPU "
+        "| transform float32: NumPy CPU | torch GPU | GPU / CPU |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for m in dims:
         for K in clients:

@@ -31,7 +31,8 @@ __all__ = ["AndersonMixing"]
 
 
 def _inner(a: Any, b: Any) -> float:
-    return float((a * b).sum())
+    """The Frobenius inner product, as one dot product of the flattened arrays (no temporary)."""
+    return float(a.reshape(-1) @ b.reshape(-1))
 
 
 class AndersonMixing:
@@ -39,6 +40,8 @@ class AndersonMixing:
 
     Call it with the current iterate and its image to get the next iterate;
     :meth:`reset` forgets the history (the next call returns the plain image).
+    The Gram matrix of the residuals' differences is kept between calls, so
+    that a call costs ``2 memory`` inner products, not ``memory^2``.
     """
 
     def __init__(self, memory: int) -> None:
@@ -50,25 +53,36 @@ class AndersonMixing:
         self._last: tuple[Any, Any] | None = None  # (f, g) of the previous call
         self._df: list[Any] = []
         self._dg: list[Any] = []
+        self._gram = np.zeros((0, 0))  # inner products of the _df
 
     def __call__(self, x: Any, gx: Any) -> Any:
         """The next iterate from the iterate ``x`` and its image ``gx = g(x)``."""
         f = gx - x
         if self._last is not None:
             f_prev, g_prev = self._last
-            self._df.append(f - f_prev)
-            self._dg.append(gx - g_prev)
-            if len(self._df) > self.memory:
-                del self._df[0], self._dg[0]
+            self._remember(f - f_prev, gx - g_prev)
         self._last = (f, gx)
         if not self._df:
             return gx
         # normal equations of the memory x memory least-squares problem; the
         # pseudo-inverse drops directions that have become linearly dependent
-        gram = np.array([[_inner(a, b) for b in self._df] for a in self._df])
         rhs = np.array([_inner(a, f) for a in self._df])
-        gamma = np.linalg.lstsq(gram, rhs, rcond=1e-12)[0]
-        mixed = gx
-        for coefficient, dg in zip(gamma, self._dg, strict=True):
-            mixed = mixed - float(coefficient) * dg
+        gamma = np.linalg.lstsq(self._gram, rhs, rcond=1e-12)[0]
+        mixed = gx - float(gamma[0]) * self._dg[0]
+        for coefficient, dg in zip(gamma[1:], self._dg[1:], strict=True):
+            mixed -= float(coefficient) * dg
         return mixed
+
+    def _remember(self, df: Any, dg: Any) -> None:
+        """Add a difference pair (dropping the oldest beyond ``memory``) and its Gram row."""
+        row = [_inner(a, df) for a in self._df] + [_inner(df, df)]
+        n = len(row)
+        gram = np.empty((n, n))
+        gram[:-1, :-1] = self._gram
+        gram[-1, :] = gram[:, -1] = row
+        self._df.append(df)
+        self._dg.append(dg)
+        if n > self.memory:
+            del self._df[0], self._dg[0]
+            gram = gram[1:, 1:]
+        self._gram = gram

@@ -1,21 +1,28 @@
 """The Bures-Wasserstein barycenter's fixed-point iteration, and its per-block kernels.
 
 The estimator is :class:`skslot.BuresBarycenter`; the names here are
-importable from :mod:`skslot.barycenter`.  The iteration visits the clients'
-covariances in blocks through :class:`skslot._client_blocks._ClientBlocks`.
+importable from :mod:`skslot.barycenter`.  Each iteration evaluates
+``N(F) = sum_k w_k (F^T Sigma_k F)^{1/2}`` in one of two ways: in float64,
+visiting the clients' covariances in blocks through
+:class:`skslot._client_blocks._ClientBlocks` (:class:`_Float64Roots`), or in
+mixed precision with state carried between iterations
+(:class:`skslot._barycenter_mixed.MixedRoots`, NumPy's default).
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ._anderson import AndersonMixing
-from ._backend import as_host, as_kind_of, linalg
+from ._backend import as_host, as_kind_of, is_tensor, linalg
+from ._barycenter_mixed import MixedRoots, scipy_blas_single_threaded
 from ._client_blocks import _ClientBlocks
 from ._linalg import (
+    RootInBasis,
     SymmetricEigh,
     cholesky_factor,
     is_positive_definite,
@@ -28,6 +35,7 @@ from ._validation import check_non_negative_int, check_option, check_positive_in
 __all__ = ["BarycenterResult", "attainable_residual", "bures_wasserstein_barycenter"]
 
 SOLVERS = ("fixed-point", "picard")
+PRECISIONS = ("mixed", "float64")
 #: Iterations without progress, below the attainable residual, that count as converged.
 STALL = 3
 INITS = ("mean", "sqrt-mean")
@@ -48,11 +56,14 @@ class BarycenterResult:
     factor : ndarray of shape (m, m)
         A factor ``F`` of ``S = F F^T`` (Cholesky for ``"fixed-point"``, the
         square root for ``"picard"``).
-    inner : list of SymmetricEigh or None
-        Eigendecompositions of ``F^T Sigma_k F``: with ``F`` they give every
-        client's transport map ``F (F^T Sigma_k F)^{-1/2} F^T`` without a new
-        factorisation.  ``None`` when the iteration streamed over blocks of
-        clients (``client_batch`` set), which keeps none of them.
+    inner : list of SymmetricEigh or RootInBasis, or None
+        Each ``F^T Sigma_k F`` as the iteration left it: its
+        eigendecomposition, or (mixed precision) its square root ``Y_k`` in an
+        earlier iterate's eigenbasis ``V_k``.  Either has ``sqrt()`` and
+        ``inv_sqrt()``: with ``F`` they give every client's transport map
+        ``F (F^T Sigma_k F)^{-1/2} F^T`` without a new factorisation.
+        ``None`` when the iteration streamed over blocks of clients
+        (``client_batch`` set), which keeps none of them.
     n_iter : int
         Fixed-point evaluations made (at least 1).
     residual : float
@@ -67,7 +78,7 @@ class BarycenterResult:
 
     covariance: np.ndarray
     factor: np.ndarray
-    inner: list[SymmetricEigh] | None
+    inner: list[SymmetricEigh | RootInBasis] | None
     n_iter: int
     residual: float
     converged: bool
@@ -117,6 +128,7 @@ def bures_wasserstein_barycenter(
     device: Any = None,
     client_batch: int | None = None,
     n_jobs: int | None = None,
+    precision: str = "mixed",
 ) -> BarycenterResult:
     """Bures-Wasserstein barycenter of positive definite matrices.
 
@@ -137,14 +149,26 @@ def bures_wasserstein_barycenter(
     Either is accelerated by Anderson mixing [3]_ of the last ``anderson``
     iterates (:mod:`skslot._anderson`): a mixed iterate that is not positive
     definite, or whose residual is ten times the best one so far, restarts the
-    mixing from the plain step.  Each iteration costs ``K`` symmetric
-    eigendecompositions (of each ``F^T Sigma_k F``, batched over a block of
-    clients) plus one Cholesky factorisation (fixed point) or one
-    eigendecomposition (Picard) of ``S``, and one Cholesky factorisation to
-    check a mixed iterate.  With torch covariances, or ``device`` set, the
-    iteration runs in torch on that device (float64); the result comes back
-    in the covariances' kind (NumPy, or tensors of their dtype on their
-    device).
+    mixing from the plain step.  An iteration in float64 costs ``K``
+    symmetric eigendecompositions (of each ``F^T Sigma_k F``, batched over a
+    block of clients) plus one Cholesky factorisation (fixed point) or one
+    eigendecomposition (Picard) of ``S``; the Cholesky factorisation that
+    checks an accelerated iterate is the next iteration's factor.  With torch
+    covariances, or ``device`` set, the iteration runs in torch on that
+    device (float64); the result comes back in the covariances' kind (NumPy,
+    or tensors of their dtype on their device).
+
+    On NumPy covariances (``precision="mixed"``, one block of clients, ``m``
+    at least ``MIN_DIMENSION = 32``) most evaluations are cheaper
+    (:mod:`skslot._barycenter_mixed`): float32 eigendecompositions and
+    float32 corrections of the roots in their eigenbases while the residual
+    is far above float32's reach, then one float64 eigendecomposition, then
+    float32 increments of the roots on it, accumulated in float64, while the
+    clients' conditioning allows them to stay exact; a correction that does
+    not converge is redone as an eigendecomposition.  The result is that of
+    the float64 iteration to about ``tol`` (within ``1e-9`` relative at the
+    default ``tol``), and ill-conditioned covariances fall back to float64
+    eigendecompositions by the same rules.
 
     The per-client work of an iteration (``F^T Sigma_k F``, its
     eigendecomposition and square root) is the sum over blocks of clients,
@@ -195,6 +219,12 @@ def bures_wasserstein_barycenter(
         is 1 unless in a :func:`joblib.parallel_config` context, ``-1`` all
         cores).  While the jobs run, each gets ``cores // n_jobs`` BLAS
         threads, so that jobs times threads fits the machine.
+    precision : {"mixed", "float64"}, default="mixed"
+        ``"mixed"``: float32 work where its rules allow (above), on two or
+        more NumPy covariances held in one block (``client_batch=None``, one
+        job) of ``m >= 32``, each positive definite; the float64 iteration
+        otherwise.
+        ``"float64"``: every evaluation by float64 eigendecompositions.
 
     Returns
     -------
@@ -213,6 +243,7 @@ def bures_wasserstein_barycenter(
        SIAM Journal on Numerical Analysis, 2011.
     """
     check_option("solver", solver, SOLVERS)
+    check_option("precision", precision, PRECISIONS)
     anderson = check_non_negative_int("anderson", anderson)
     weights = np.asarray(weights, dtype=np.float64)
     if client_batch is not None:
@@ -228,48 +259,131 @@ def bures_wasserstein_barycenter(
         else:
             S = clients.to_backend(init)
         S = symmetrize(S)
-        mixer = AndersonMixing(anderson) if anderson > 0 else None
-        best = lowest = np.inf
-        n_iter = stalled = 0
-        while True:
-            n_iter += 1
-            F = cholesky_factor(S) if solver == "fixed-point" else sym_eigh(S).sqrt()
-            N, inner = clients.decomposed_sum(_inner_sqrt_sum, F)  # K eigendecompositions
-            N = symmetrize(N)
-            FtF = F.T @ F
-            residual = float(linalg(N).norm(N - FtF) / linalg(N).norm(FtF))
-            floor = attainable_residual(inner.eigenvalues)
-            # no 10 % progress on the best residual so far: a stall, at the floor or not
-            stalled = stalled + 1 if residual > 0.9 * lowest else 0
-            lowest = min(lowest, residual)
-            converged = residual <= tol or (residual <= floor and stalled >= STALL)
-            if converged or n_iter >= max_iter:
-                break
-            if solver == "fixed-point":
-                X = solve_lower_transposed(F, N)
-                image = symmetrize(X @ X.T)
-            else:
-                image = N
-            if mixer is None:
-                S = image
-                continue
-            if residual > 10.0 * best:
-                mixer.reset()
-            best = min(best, residual)
-            S = mixer(S, image)
-            if S is not image and not is_positive_definite(S):
-                mixer.reset()
-                S = image
+        roots = _roots_of(clients, precision, tol)
+        with scipy_blas_single_threaded() if isinstance(roots, MixedRoots) else nullcontext():
+            result = _iterate(roots, S, solver, anderson, tol, max_iter)
+    S, F, n_iter, residual, converged, floor = result
     kind = clients.kind
-    kept = None
-    if inner.eigenvectors is not None:
-        inner = SymmetricEigh(
-            as_kind_of(inner.eigenvalues, kind), as_kind_of(inner.eigenvectors, kind)
-        )
-        kept = [inner.select(k) for k in range(len(weights))]
     return BarycenterResult(
-        as_kind_of(S, kind), as_kind_of(F, kind), kept, n_iter, residual, converged, floor
+        as_kind_of(S, kind),
+        as_kind_of(F, kind),
+        roots.roots(kind),
+        n_iter,
+        residual,
+        converged,
+        floor,
     )
+
+
+def _iterate(
+    roots: Any, S: Any, solver: str, anderson: int, tol: float, max_iter: int
+) -> tuple[Any, Any, int, float, bool, float]:
+    """The accelerated fixed point from ``S``; ``roots`` evaluates ``N(F)``.
+
+    Returns the last iterate, its factor, the iterations, the residual,
+    whether it converged and the floor.
+    """
+    mixer = AndersonMixing(anderson) if anderson > 0 else None
+    best = lowest = np.inf
+    n_iter = stalled = 0
+    F = None  # the factor of S, where the positive definiteness check made it
+    while True:
+        n_iter += 1
+        if F is None:
+            F = cholesky_factor(S) if solver == "fixed-point" else sym_eigh(S).sqrt()
+        N = roots.evaluate(F)  # symmetric
+        FtF = F.T @ F
+        residual = float(linalg(N).norm(N - FtF) / linalg(N).norm(FtF))
+        roots.observe(residual)
+        eigenvalues = roots.floor_eigenvalues
+        floor = attainable_residual(eigenvalues) if eigenvalues is not None else 0.0
+        # no 10 % progress on the best residual so far: a stall, at the floor or not
+        stalled = stalled + 1 if residual > 0.9 * lowest else 0
+        lowest = min(lowest, residual)
+        # the residual of N as evaluated, plus what its rounding may hide (mixed precision)
+        converged = residual + roots.error <= tol or (residual <= floor and stalled >= STALL)
+        if converged or n_iter >= max_iter:
+            return S, F, n_iter, residual, converged, floor
+        if solver == "fixed-point":
+            X = roots.solve(F, N)
+            image = symmetrize(X @ X.T)
+        else:
+            image = N
+        F = None
+        if mixer is None:
+            S = image
+            continue
+        if residual > 10.0 * best:
+            mixer.reset()
+        best = min(best, residual)
+        S = mixer(S, image)
+        if S is not image:
+            positive, F = _checked_factor(S, solver)
+            if not positive:  # the plain step instead
+                mixer.reset()
+                S = image
+
+
+def _checked_factor(S: Any, solver: str) -> tuple[bool, Any]:
+    """Whether a mixed iterate is positive definite, and its factor where the check made it.
+
+    The fixed point's check is the Cholesky factorisation it needs next;
+    Picard's factor (the square root) is not made here (``None``).
+    """
+    if solver != "fixed-point":
+        return is_positive_definite(S), None
+    module = linalg(S)
+    try:
+        return True, module.cholesky(S)
+    except module.LinAlgError:
+        return False, None
+
+
+def _roots_of(clients: _ClientBlocks, precision: str, tol: float) -> Any:
+    """The evaluator of ``N(F)``: mixed precision where it applies, float64 otherwise."""
+    source = clients.source
+    if precision == "mixed" and clients.keep and len(clients.blocks) == 1 and not is_tensor(source):
+        roots = MixedRoots.start(source, clients.weights, tol)
+        if roots is not None:
+            return roots
+    return _Float64Roots(clients)
+
+
+class _Float64Roots:
+    """``N(F)`` by ``K`` float64 eigendecompositions per iteration, over blocks of clients.
+
+    The interface :func:`_iterate` uses, as :class:`MixedRoots` has it.
+    """
+
+    solve = staticmethod(solve_lower_transposed)
+    #: What the residual of an evaluation does not see: nothing, in float64.
+    error = 0.0
+
+    def __init__(self, clients: _ClientBlocks) -> None:
+        self._clients = clients
+        self._inner: SymmetricEigh | None = None
+
+    def evaluate(self, F: Any) -> Any:
+        """``N(F)``, symmetric, and each ``F^T Sigma_k F`` decomposed (kept for the maps)."""
+        N, self._inner = self._clients.decomposed_sum(_inner_sqrt_sum, F)
+        return symmetrize(N)
+
+    def observe(self, residual: float) -> None:
+        """Nothing to learn from the residual."""
+
+    @property
+    def floor_eigenvalues(self) -> Any:
+        """The eigenvalues of the last evaluation's ``F^T Sigma_k F`` (the floor's)."""
+        return self._inner.eigenvalues
+
+    def roots(self, kind: Any) -> list[SymmetricEigh] | None:
+        """The last decompositions in ``kind``'s kind; ``None`` where streamed (none kept)."""
+        if self._inner.eigenvectors is None:
+            return None
+        inner = SymmetricEigh(
+            as_kind_of(self._inner.eigenvalues, kind), as_kind_of(self._inner.eigenvectors, kind)
+        )
+        return [inner.select(k) for k in range(len(inner.eigenvalues))]
 
 
 def _weighted_sum(covariances: Any, weights: Any, F: Any = None) -> tuple[Any, None]:

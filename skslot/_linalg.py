@@ -9,11 +9,13 @@ Every function takes NumPy arrays or torch tensors (see :mod:`skslot._backend`)
 and works on stacks of matrices (leading batch axes) as well as on one
 matrix; the formulas use only operators and methods both share.
 
-For NumPy, all factorisations use NumPy's LAPACK, the library NumPy's matrix
-products use too.  NumPy and SciPy wheels each ship their own OpenBLAS;
+For NumPy, the factorisations here use NumPy's LAPACK, the library NumPy's
+matrix products use too.  NumPy and SciPy wheels each ship their own OpenBLAS;
 alternating calls between the two makes their idle worker threads compete for
 the cores, which made the barycenter 2 to 4 times slower at the default thread
-count (``benchmarks/bench_barycenter.py``).
+count.  (The mixed-precision barycenter, :mod:`skslot._barycenter_mixed`,
+calls SciPy's float32 ``ssyevd`` and triangular solve with SciPy's OpenBLAS
+held at one thread.)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 from ._backend import is_tensor, linalg
 
 __all__ = [
+    "RootInBasis",
     "SymmetricEigh",
     "cholesky_factor",
     "is_positive_definite",
@@ -80,6 +83,35 @@ class SymmetricEigh(NamedTuple):
     def select(self, index: int) -> SymmetricEigh:
         """The decomposition of matrix ``index`` of a stack."""
         return SymmetricEigh(self.eigenvalues[index], self.eigenvectors[index])
+
+
+class RootInBasis(NamedTuple):
+    """A positive definite matrix's square root held in a basis: ``A^{1/2} = V Y V^T``.
+
+    ``V`` is orthogonal and ``Y`` symmetric positive definite, nearly
+    diagonal: the state the mixed-precision barycenter ends in
+    (:mod:`skslot._barycenter_mixed`), where ``V`` is the eigenbasis of an
+    earlier iterate and ``Y`` the root corrected since.  It serves the
+    transport maps as :class:`SymmetricEigh` does, without a new
+    eigendecomposition.
+    """
+
+    basis: Any
+    root: Any
+
+    def sqrt(self) -> Any:
+        """``A^{1/2} = V Y V^T``."""
+        V = self.basis
+        return symmetrize(V @ self.root @ V.swapaxes(-1, -2))
+
+    def inv_sqrt(self) -> Any:
+        """``A^{-1/2} = V Y^{-1} V^T``, by one solve with ``Y`` (no decomposition of ``A``)."""
+        V = self.basis
+        return symmetrize(V @ linalg(V).solve(self.root, V.swapaxes(-1, -2)))
+
+    def select(self, index: int) -> RootInBasis:
+        """The root of matrix ``index`` of a stack."""
+        return RootInBasis(self.basis[index], self.root[index])
 
 
 def symmetrize(A: Any) -> Any:

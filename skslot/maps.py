@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from ._backend import empty_like_rows, matmul_into, to_backend
-from ._linalg import SymmetricEigh, cholesky_factor, sym_eigh, trace_sqrt
+from ._linalg import RootInBasis, SymmetricEigh, cholesky_factor, sym_eigh, trace_sqrt
 from ._moments import ShiftedMoments
 from .gaussian import GaussianSummary
 
@@ -198,7 +198,7 @@ class GaussianMap:
     def from_factors(
         cls,
         target_factor: np.ndarray,
-        inner_eigh: SymmetricEigh,
+        inner_eigh: SymmetricEigh | RootInBasis,
         source_mean: np.ndarray,
         target_mean: np.ndarray,
     ) -> GaussianMap:
@@ -208,8 +208,10 @@ class GaussianMap:
         ----------
         target_factor : ndarray of shape (m, m)
             ``F``, with ``F F^T = S_t``.
-        inner_eigh : SymmetricEigh
-            The eigendecomposition of ``F^T S_s F``.
+        inner_eigh : SymmetricEigh or RootInBasis
+            The eigendecomposition of ``F^T S_s F``, or its square root in a
+            basis (what the mixed-precision barycenter ends with): anything
+            whose ``inv_sqrt()`` is ``(F^T S_s F)^{-1/2}``.
         source_mean, target_mean : ndarray of shape (m,)
             ``mu_s`` and ``mu_t``.
 

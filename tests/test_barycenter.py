@@ -1,12 +1,21 @@
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from skslot import BuresBarycenter, GaussianMap, GaussianSummary, SingleClientWarning
+from skslot import (
+    BuresBarycenter,
+    GaussianMap,
+    GaussianSummary,
+    GaussianSummaryEstimator,
+    SingleClientWarning,
+    _barycenter_mixed,
+)
 from skslot._anderson import AndersonMixing
-from skslot._linalg import sym_eigh
+from skslot._barycenter_mixed import MixedRoots
+from skslot._linalg import RootInBasis, SymmetricEigh, sym_eigh, symmetrize
 from skslot.barycenter import bures_wasserstein_barycenter
 
 from .conftest import assert_close_in_norm, random_spd
@@ -329,9 +338,7 @@ def test_streamed_maps_equal_maps_from_the_kept_decompositions(rng):
     streamed = BuresBarycenter(client_batch=2, n_jobs=2).fit(items)
     assert streamed._result.inner is None
     assert list(streamed.maps()) == list(kept.maps()) == list(range(5))
-    for a, b in zip(
-        kept.maps().values(), streamed.maps().values(), strict=True
-    ):
+    for a, b in zip(kept.maps().values(), streamed.maps().values(), strict=True):
         np.testing.assert_allclose(b.linear, a.linear, rtol=1e-10)
         np.testing.assert_allclose(b.offset, a.offset, rtol=1e-10, atol=1e-12)
 
@@ -371,3 +378,216 @@ def test_a_ray_backend_spreads_the_blocks_and_changes_nothing(rng):
     assert spread.n_iter == threads.n_iter
     assert_close_in_norm(spread.covariance, threads.covariance, rtol=1e-12)
     assert sorted(maps) == [0, 1, 2]
+
+
+# -- the mixed-precision evaluation (skslot/_barycenter_mixed.py) ----------------------
+
+DIGITS = Path(__file__).resolve().parents[2] / "shared" / "data" / "digits_effnet_lite0.npz"
+
+
+def conditioned(condition: float, m: int = 96, K: int = 4, seed: int = 0):
+    """Covariances of condition about ``condition``, with related eigenbases."""
+    rng = np.random.default_rng(seed)
+    Q0 = np.linalg.qr(rng.normal(size=(m, m)))[0]
+    covs = []
+    for _ in range(K):
+        U, _, Vt = np.linalg.svd(Q0 + 0.3 * rng.normal(size=(m, m)) / np.sqrt(m))
+        d = np.geomspace(1.0, 1.0 / condition, m) * np.exp(rng.uniform(-0.3, 0.3, m))
+        covs.append(symmetrize(((U @ Vt) * d) @ (U @ Vt).T))
+    return np.array(covs), np.full(K, 1.0 / K)
+
+
+def low_rank_plus_ridge(m: int = 96, K: int = 6, seed: int = 0):
+    """``B B^T + c I`` with a rank-``m / 4`` ``B`` in a random subspace per client (slow)."""
+    rng = np.random.default_rng(seed)
+    rank = m // 4
+    covs = []
+    for _ in range(K):
+        B = rng.normal(size=(m, rank)) * np.geomspace(1, 0.05, rank)
+        covs.append(B @ B.T + rng.uniform(0.05, 0.2) * np.eye(m))
+    w = rng.uniform(1, 3, size=K)
+    return np.array(covs), w / w.sum()
+
+
+def sampled(m: int = 96, K: int = 4, seed: int = 0):
+    """Ledoit-Wolf estimates of differently mixed anisotropic Gaussian rows."""
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=(m, m)) / np.sqrt(m)
+    rows, client = [], []
+    for k in range(K):
+        A = base + 0.5 * rng.normal(size=(m, m)) / np.sqrt(m)
+        rows.append(rng.normal(size=(4 * m, m)) * np.exp(rng.uniform(-1.5, 0.5, m)) @ A.T)
+        client += [k] * (4 * m)
+    est = GaussianSummaryEstimator().fit(np.vstack(rows), client=np.array(client))
+    return np.array([s.covariance for s in est.summaries_.values()]), np.full(K, 1.0 / K)
+
+
+def digits(m: int = 128):
+    """Ledoit-Wolf covariances of the three digit domains, on a random ``m``-d projection."""
+    if not DIGITS.exists():
+        pytest.skip(f"{DIGITS} is absent: the digits' covariances come from the shared data")
+    data = np.load(DIGITS, allow_pickle=False)
+    basis = np.linalg.qr(np.random.default_rng(0).normal(size=(data["X"].shape[1], m)))[0]
+    est = GaussianSummaryEstimator().fit(data["X"] @ basis, client=data["domain"])
+    covs = [s.covariance for s in est.summaries_.values()]
+    counts = np.array([s.n for s in est.summaries_.values()], dtype=float)
+    return np.array(covs), counts / counts.sum()
+
+
+MIXED_SETS = {
+    "condition 1e4": lambda: conditioned(1e4),
+    "condition 1e6": lambda: conditioned(1e6),
+    "condition 1e8": lambda: conditioned(1e8),
+    "low rank + ridge": low_rank_plus_ridge,
+    "sampled": sampled,
+    "digits": digits,
+}
+
+
+@pytest.fixture
+def mixed_runs(monkeypatch):
+    """Every MixedRoots the kernel starts, in order (their ``counts`` tell the schedule)."""
+    started = []
+    start = MixedRoots.start.__func__
+
+    def recording(cls, *args, **kwargs):
+        roots = start(cls, *args, **kwargs)
+        started.append(roots)
+        return roots
+
+    monkeypatch.setattr(MixedRoots, "start", classmethod(recording))
+    return started
+
+
+@pytest.mark.parametrize("name", list(MIXED_SETS))
+def test_mixed_precision_matches_a_float64_reference_iteration(name, mixed_runs):
+    covs, w = MIXED_SETS[name]()
+    mixed = bures_wasserstein_barycenter(covs, w)
+    float64 = bures_wasserstein_barycenter(covs, w, precision="float64")
+    reference = bures_wasserstein_barycenter(covs, w, precision="float64", tol=1e-14)
+    assert len(mixed_runs) == 1 and mixed_runs[0] is not None  # the mixed path ran
+    assert mixed.converged and float64.converged
+    true_mixed = fixed_point_residual(mixed.covariance, covs, w)
+    true_float64 = fixed_point_residual(float64.covariance, covs, w)
+    # never a worse residual than the float64 path: at the tolerance, or (condition 1e8)
+    # at the floor where the measurement itself stalls (2.5e-9 to 3.1e-9 from other starts)
+    assert true_mixed <= max(1e-10, 1.25 * true_float64)
+    if reference.floor <= 0.5e-10:  # where float64 reaches the fixed point
+        assert_close_in_norm(mixed.covariance, reference.covariance, rtol=1e-9)
+    else:  # float64's floor is above tol: its own result moves by 2.4e-9 with the start
+        assert reference.floor > 1e-10
+        assert_close_in_norm(mixed.covariance, reference.covariance, rtol=1e-8)
+
+
+def test_mixed_precision_switches_by_its_rules(mixed_runs):
+    covs, w = sampled(m=128, K=6)
+    bures_wasserstein_barycenter(covs, w)
+    counts = mixed_runs[-1].counts
+    # float32 decompositions from the mean, one float64 base, then float32 increments
+    assert counts["eigh32"] >= 1 and counts["eigh64"] == 1 and counts["step32"] >= 2
+    assert counts["fallback"] == 0
+    # condition 1e8: rho keeps float32 off after the first decomposition
+    covs, w = conditioned(1e8)
+    bures_wasserstein_barycenter(covs, w)
+    counts = mixed_runs[-1].counts
+    assert counts["eigh32"] <= 1 and counts["warm32"] == 0
+    assert counts["eigh64"] >= counts.total() - 2
+
+
+@pytest.mark.parametrize("failing", ["_chord_root", "_chord_increment"])
+def test_a_failed_chord_iteration_falls_back_to_an_eigendecomposition(
+    failing, mixed_runs, monkeypatch
+):
+    covs, w = sampled(m=128, K=6)
+    reference = bures_wasserstein_barycenter(covs, w, precision="float64", tol=1e-14)
+    original = getattr(_barycenter_mixed, failing)
+    calls = []
+
+    def fails_once(*args):  # the first root's chord iteration diverges
+        calls.append(args)
+        if len(calls) == 1:
+            raise _barycenter_mixed.ChordFailure
+        return original(*args)
+
+    monkeypatch.setattr(_barycenter_mixed, failing, fails_once)
+    mixed = bures_wasserstein_barycenter(covs, w)
+    counts = mixed_runs[-1].counts
+    assert calls and counts["fallback"] == 1
+    assert mixed.converged and mixed.residual <= 1e-10
+    assert_close_in_norm(mixed.covariance, reference.covariance, rtol=1e-9)
+
+
+def test_a_chord_step_that_stops_contracting_is_a_failure(monkeypatch, mixed_runs):
+    covs, w = sampled(m=128, K=6)
+    monkeypatch.setattr(_barycenter_mixed, "CHORD_SLOWDOWN", 0.0)  # any second step fails
+    monkeypatch.setattr(_barycenter_mixed, "CHORD_FRACTION", 0.0)  # there is always a second
+    mixed = bures_wasserstein_barycenter(covs, w)
+    counts = mixed_runs[-1].counts
+    assert counts["warm32"] == counts["step32"] == 0 and counts["fallback"] >= 2
+    float64 = bures_wasserstein_barycenter(covs, w, precision="float64")
+    assert mixed.converged and mixed.residual <= 1e-10
+    assert_close_in_norm(mixed.covariance, float64.covariance, rtol=1e-9)
+
+
+def test_maps_from_the_mixed_state_equal_maps_from_a_new_decomposition(mixed_runs):
+    covs, w = sampled(m=128, K=6)
+    items = [GaussianSummary(100, np.zeros(128), C, client=k) for k, C in enumerate(covs)]
+    bary = BuresBarycenter(weights=w).fit(items)
+    assert mixed_runs[-1]._kind == "step32"  # the maps come from (V_k, Y_k)
+    assert all(isinstance(root, RootInBasis) for root in bary._result.inner)
+    F, zero = bary._result.factor, np.zeros(128)
+    for k, T in bary.maps().items():
+        exact = sym_eigh(F.T @ covs[k] @ F)  # a new decomposition at the same factor
+        assert_close_in_norm(T.linear, GaussianMap.from_factors(F, exact, zero, zero).linear, 1e-9)
+        assert_close_in_norm(bary._result.inner[k].sqrt(), exact.sqrt(), rtol=1e-9)
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e30])
+def test_mixed_precision_works_at_any_scale_of_the_covariances(scale, mixed_runs):
+    covs, w = sampled(m=64, K=3)  # float32 alone would overflow (or lose M_k) at these scales
+    expected = bures_wasserstein_barycenter(covs, w, precision="float64")
+    mixed = bures_wasserstein_barycenter(scale * covs, w)
+    assert mixed_runs[-1].counts["step32"] > 0 and mixed.converged
+    assert_close_in_norm(mixed.covariance / scale, expected.covariance, rtol=1e-9)
+    zero = np.zeros(64)
+    for got, want in zip(mixed.inner, expected.inner, strict=True):  # maps do not scale
+        assert_close_in_norm(
+            GaussianMap.from_factors(mixed.factor, got, zero, zero).linear,
+            GaussianMap.from_factors(expected.factor, want, zero, zero).linear,
+            rtol=1e-8,
+        )
+
+
+def test_the_float64_path_runs_where_mixed_precision_does_not_apply(mixed_runs):
+    covs, w = sampled(m=40, K=3)
+    float64 = bures_wasserstein_barycenter(covs, w, precision="float64")
+    for options in ({"client_batch": 2}, {"n_jobs": 2}):  # (torch: tests/test_torch.py)
+        other = bures_wasserstein_barycenter(covs, w, **options)
+        assert all(isinstance(r, SymmetricEigh) for r in other.inner or [])
+        assert_close_in_norm(other.covariance, float64.covariance, rtol=1e-12)
+    assert mixed_runs == []  # none of them started the mixed path
+    small = bures_wasserstein_barycenter(covs[:, :20, :20], w)  # below MIN_DIMENSION
+    assert mixed_runs == [None]
+    assert isinstance(small.inner[0], SymmetricEigh)
+    singular = covs.copy()
+    singular[0] = singular[0][:, :1] @ singular[0][:1, :]  # rank one: no Cholesky factor
+    bures_wasserstein_barycenter(singular, w, max_iter=3)
+    assert mixed_runs[-1] is None
+    with pytest.raises(ValueError, match="precision must be one of"):
+        bures_wasserstein_barycenter(covs, w, precision="float32")
+
+
+def test_scipy_blas_is_single_threaded_only_inside_the_mixed_path():
+    from threadpoolctl import threadpool_info
+
+    def threads():
+        return {i["filepath"]: i["num_threads"] for i in threadpool_info()}
+
+    before = threads()
+    with _barycenter_mixed.scipy_blas_single_threaded():
+        inside = threads()
+    assert threads() == before
+    own = _barycenter_mixed._scipy_own_blas()
+    for path, n in inside.items():
+        selected = own is not None and path in [c.filepath for c in own.lib_controllers]
+        assert n == (1 if selected else before[path])

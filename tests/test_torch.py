@@ -14,7 +14,7 @@ from skslot import (  # noqa: E402
 )
 from skslot.barycenter import bures_wasserstein_barycenter  # noqa: E402
 
-from .conftest import PAPER, random_spd  # noqa: E402
+from .conftest import PAPER, assert_close_in_norm, random_spd  # noqa: E402
 
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5}
 
@@ -54,6 +54,20 @@ def test_barycenter_in_torch_equals_numpy():
         assert got.n_iter == expected.n_iter
         for a, b in zip(got.inner, expected.inner, strict=True):
             np.testing.assert_allclose(np.asarray(a.sqrt()), b.sqrt(), rtol=1e-9, atol=1e-12)
+
+
+def test_torch_runs_the_float64_iteration_where_numpy_runs_mixed_precision():
+    rng = np.random.default_rng(2)
+    covariances = np.stack([random_spd(rng, 36, 20.0) for _ in range(3)])  # m >= 32: mixed
+    weights = rng.dirichlet(np.ones(3))
+    float64 = bures_wasserstein_barycenter(covariances, weights, precision="float64")
+    mixed = bures_wasserstein_barycenter(covariances, weights)
+    on_device = bures_wasserstein_barycenter(torch.tensor(covariances), weights, device="cpu")
+    np.testing.assert_allclose(on_device.covariance.numpy(), float64.covariance, rtol=1e-10)
+    assert on_device.n_iter == float64.n_iter
+    assert_close_in_norm(on_device.covariance.numpy(), mixed.covariance, rtol=1e-9)
+    for got, want in zip(on_device.inner, mixed.inner, strict=True):  # maps' roots agree
+        assert_close_in_norm(got.inv_sqrt().numpy(), want.inv_sqrt(), rtol=1e-8)
 
 
 def test_barycenter_of_float32_tensors_is_computed_in_float64_and_returned_in_float32():
