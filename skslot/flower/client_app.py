@@ -354,7 +354,7 @@ def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
 
     def handle(message: Message, context: Context) -> Message:
         start = time.monotonic()
-        party = None
+        party, answered = None, False
         try:
             config, privacy = _settings(context)
             try:
@@ -363,6 +363,7 @@ def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
                 request = stage.decode_request(messages.received(message), wire)
                 party = _party(context, config, data, privacy)
                 reply = party.answer(stage.name, request)
+                answered = True
             except Exception:
                 if privacy is None:
                     raise
@@ -370,10 +371,9 @@ def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
                 # failed, the server gets the one refusal
                 logger.exception("skslot: this private node failed a %r request", stage.name)
                 raise refusal(stage.name) from None
-            finally:  # a private node keeps its run's seed and plan even when it refuses
-                if party is not None and privacy is not None:
+            finally:  # kept once answered; a private node keeps its seed and plan regardless
+                if party is not None and (answered or privacy is not None):
                     context.state[STATE] = ConfigRecord(party.state.to_config())
-            context.state[STATE] = ConfigRecord(party.state.to_config())
             return Message(messages.content(stage.encode_reply(reply, request)), reply_to=message)
         finally:  # a reply, or an error, no sooner than the node's reply-seconds
             _wait_until(start + reply_seconds(context.node_config))

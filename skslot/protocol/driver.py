@@ -293,11 +293,11 @@ class OneShotProtocol:
         """What each client releases under the run's privacy budget (none without one)."""
         if self.privacy is None:
             return ()
-        left_out = {
-            "evaluation": not self.evaluate,
-            "class_counts": self.client_tau != "label-shift",  # the label-shift rule's input
+        made = {  # the releases a run may leave out (upload.OPTIONAL_RELEASES), when it does
+            "evaluation": self.evaluate,
+            "class_counts": self.client_tau == "label-shift",  # the label-shift rule's input
         }
-        return tuple(r for r in head_releases(self.head) if not left_out.get(r, False))
+        return tuple(r for r in head_releases(self.head) if made.get(r, True))
 
     def run(self, transport: Transport, classes: Sequence) -> ProtocolResult:
         """Run every stage over ``transport``; the clients agree on the class set ``classes``.

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ._messages import Upload, UploadRequest
 
 __all__ = [
+    "OPTIONAL_RELEASES",
     "derived_settings_problem",
     "head_releases",
     "private_run",
@@ -118,7 +119,7 @@ def private_upload_problem(party: ClientParty, request: UploadRequest) -> str | 
     head = party.head
     releases = tuple(request.releases)
     possible = head_releases(head)
-    needed = {head.private_release, "summary" if head.strategy.trains_locally else None} - {None}
+    needed = set(possible) - set(OPTIONAL_RELEASES)
     if not needed <= set(releases) or not set(releases) <= set(possible):
         return (
             f"releases {list(releases)}; {type(head).__name__}'s client makes {list(possible)}, "
@@ -175,6 +176,12 @@ def derived_settings_problem(party: ClientParty, request: UploadRequest) -> str 
         f"covariance_floor={request.covariance_floor!r}: the client would map its rows with "
         "another summary than the server's"
     )
+
+
+#: The releases a run of a private client may leave out (:attr:`OneShotProtocol.releases
+#: <skslot.protocol.OneShotProtocol.releases>`): the label-shift rule's class counts and the
+#: test count; every other release its head makes, the plan must declare.
+OPTIONAL_RELEASES = ("class_counts", "evaluation")
 
 
 def head_releases(head: OneShotHead) -> tuple[str, ...]:
