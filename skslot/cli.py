@@ -653,6 +653,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"{data.name}: macro accuracy over domains (%), mean over {n_seeds} seeds")
     print("centre, z-score: each client alone")
+    if args.skew == "none":  # "none" is the skew drawn, not the clients' own mixes
+        print(f"alpha none: no skew drawn; each client's label mix is the one {args.data} holds")
     print(f"\n{CASE_TITLES['own mix']}")
     print("SLOT = each client's domain offset, measured within classes, removed")
     print(format_short_table(own_mix))

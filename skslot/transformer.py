@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from difflib import get_close_matches
 from numbers import Real
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -504,9 +505,9 @@ class SLOTTransformer(
                 return GaussianMap.identity(X.shape[1])
             if self.unknown_client == "error":
                 raise ValueError(
-                    f"client {label!r} was not seen during fit (fitted clients: "
-                    f"{self.clients_}); set unknown_client='fit' to estimate a new "
-                    "client's map from its rows, or 'identity' to leave them unchanged"
+                    f"client {label!r} was not seen during fit{self._near_miss([label])} "
+                    f"(fitted clients: {self.clients_}); set unknown_client='fit' to estimate "
+                    "a new client's map from its rows, or 'identity' to leave them unchanged"
                 )
             if X.shape[0] < 2:
                 raise ValueError(
@@ -611,10 +612,24 @@ class SLOTTransformer(
         }[self.unknown_client]
         warnings.warn(
             f"{type(self).__name__}.transform: client(s) {shown_labels(unknown)} were not "
-            f"seen during fit: {what} (unknown_client={self.unknown_client!r})",
+            f"seen during fit{self._near_miss(unknown)}: {what} "
+            f"(unknown_client={self.unknown_client!r})",
             UnknownClientWarning,
             stacklevel=3,
         )
+
+    def _near_miss(self, unknown: list) -> str:
+        """``" (did you mean 'a'?)"``: the fitted labels an unseen text label nearly spells."""
+        fitted = [str(label) for label in self.clients_]
+        meant = {
+            close: label
+            for label in unknown
+            if isinstance(label, str)
+            for close in get_close_matches(label.strip(), fitted, n=1, cutoff=0.8)
+        }
+        if not meant:
+            return ""
+        return " (" + ", ".join(f"{v!r}: did you mean {k!r}?" for k, v in meant.items()) + ")"
 
     def fit_transform(
         self, X: Any, y: Any = None, *, client: Any = None

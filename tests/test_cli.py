@@ -108,6 +108,10 @@ def test_given_split_and_no_skew_use_exactly_the_users_rows(tmp_path, capsys, co
     is_test = (frame[column] == "test").to_numpy()
     assert f"given split ({is_test.sum()} test rows)" in printed.err
     assert "Accuracy per client" in printed.out  # one alpha: the client table is printed too
+    # "none" is the skew drawn, not the clients' mixes (the user's own, skewed or not)
+    assert f"alpha none: no skew drawn; each client's label mix is the one {path} holds" in (
+        printed.out
+    )
     rows = results(out)
     assert {r["alpha"] for r in rows} == {"none"}
     assert {int(r["n_train"]) for r in rows} == {int((~is_test).sum())}

@@ -468,6 +468,28 @@ def test_labels_outside_the_configured_class_set_fail_that_client(node_configs):
     assert all("labels [3] are not in the run's class set" in why for why in rejected.values())
 
 
+@pytest.mark.parametrize("n_train", [0, 1])
+def test_a_node_of_fewer_than_two_training_rows_fails_with_the_estimators_message(
+    node_configs, tmp_path, n_train
+):
+    with np.load(node_configs[12]["data"]) as a:
+        arrays = {key: a[key] for key in a.files}
+    path = tmp_path / "toys.npz"
+    np.savez(
+        path,
+        X_train=arrays["X_train"][:n_train],
+        y_train=arrays["y_train"][:n_train],
+        X_test=arrays["X_test"],
+        y_test=arrays["y_test"],
+    )
+    report = deploy({**node_configs, 12: {"data": str(path), "client-id": "toys"}})[0]
+    s = "" if n_train == 1 else "s"
+    assert report.status == "completed" and report.rejected["upload"] == {
+        12: f"client error: ValueError: client 'toys' has {n_train} sample{s}; at least 2 are "
+        "needed to estimate a covariance"
+    }
+
+
 def test_a_private_node_names_no_label_outside_the_class_set(node_configs):
     """The error naming a label would tell the server something exact about a private
     node's rows: its rows with such a label enter as null rows and it answers as usual."""
@@ -1115,6 +1137,64 @@ def serve(node_configs, config: DeploymentConfig, run_id: int, faults=None, run_
         run_id=run_id, node_id=1, node_config={}, state=RecordDict(), run_config=run_config
     )
     server_app.main(grid, context)
+
+
+def test_the_report_says_what_each_node_read_and_the_classes_no_node_holds(
+    node_configs, tmp_path, caplog
+):
+    """Nodes reading their own files: the report names what each read, not the partition
+    settings it did not use, and the classes of the run's set no node trained on."""
+    from flwr.common.logger import FLOWER_LOGGER
+
+    from skslot.protocol.report import logger as protocol_logger
+
+    out = tmp_path / "out"
+    config = DeploymentConfig(
+        classes="0,1,2,3,4,5", num_clients=N_CLIENTS, connect_timeout=0.0, output_dir=str(out)
+    )
+    FLOWER_LOGGER.addHandler(caplog.handler)  # the ServerApp's own lines
+    try:
+        serve(node_configs, config, 3)
+    finally:  # the ServerApp forwards the protocol's log to Flower's handlers
+        FLOWER_LOGGER.removeHandler(caplog.handler)
+        protocol_logger.removeHandler(caplog.handler)
+    report = json.loads((out / "run-3" / "report.json").read_text())
+    assert report["status"] == "completed"
+    assert report["untrained_classes"] == [4, 5]
+    assert set(report["data"].values()) == {"its own .npz of train and test rows"}
+    assert not {"dataset", "alpha", "clients-per-domain"} & set(report["config"])
+    assert "skslot: data read: every node: its own .npz of train and test rows" in caplog.text
+    assert "no node trained on class(es) [4, 5] of the run's class set" in caplog.text
+    assert "no accepted client trained on class(es) 4, 5" in caplog.text  # the protocol's log
+
+    # nodes reading partitions of the run's data set: its settings stay, each node says so
+    rng = np.random.default_rng(0)
+    path = tmp_path / "two_domains.npz"
+    np.savez(
+        path,
+        X=rng.normal(size=(240, 3)) + np.repeat([0.0, 1.0], 120)[:, None],
+        y=np.tile(np.arange(4), 60),
+        domain=np.repeat([0, 1], 120),
+        domains=np.array(["a", "b"]),
+        classes=np.array(["c0", "c1", "c2", "c3"]),
+    )
+    partitions = {11 + k: {"partition-id": k} for k in range(2)}
+    config = DeploymentConfig(
+        classes=CLASSES,
+        num_clients=2,
+        connect_timeout=0.0,
+        alpha=None,
+        dataset=str(path),
+        min_clients=2,
+        output_dir=str(out),
+    )
+    serve(partitions, config, 4)
+    report = json.loads((out / "run-4" / "report.json").read_text())
+    assert report["untrained_classes"] == []
+    assert report["data"] == {
+        str(11 + k): f"partition {k} of two_domains (no label skew, seed 0)" for k in range(2)
+    }
+    assert report["config"]["dataset"] == str(path) and report["config"]["alpha"] == "none"
 
 
 def test_a_failed_run_says_so_and_leaves_no_stale_outputs(node_configs, tmp_path):

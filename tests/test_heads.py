@@ -13,12 +13,12 @@ from skslot import GaussianMap, SLOTTransformer
 from skslot.accounting import PrivacyBudget
 from skslot.datasets import make_federated_classification
 from skslot.heads import (
+    UNSCORED,
     FedCGSClassifier,
     FedPFTClassifier,
     OneShotFedAvgClassifier,
     StatisticsFormatError,
 )
-from skslot.heads.fedavg import UNSCORED
 from skslot.heads.fedpft import _message_seed
 
 from .conftest import PAPER, short_local_training

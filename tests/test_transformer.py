@@ -1,3 +1,4 @@
+import re
 import warnings
 
 import numpy as np
@@ -86,6 +87,20 @@ def test_unknown_client_policies(federated):
         Z = slot.transform(new_rows, client=3)
     assert slot.maps_ == maps_before and 3 not in slot.summaries_  # not mutated
     np.testing.assert_allclose(Z.mean(0), slot.reference_.mean, atol=1e-9)
+
+
+def test_a_misspelt_client_label_is_named_with_the_label_it_nearly_spells(federated):
+    names = np.array(["Kitchen", "Garden", "Toys", "Books"])
+    X, client = federated.X, names[federated.client % 4]
+    slot = SLOTTransformer(**PAPER).fit(X, client=client)
+    meant = "'Kitchen ': did you mean 'Kitchen'?"
+    with pytest.warns(UnknownClientWarning, match=re.escape(meant)):
+        slot.transform(X[:5], client="Kitchen ")
+    with pytest.raises(ValueError, match=re.escape(meant)):
+        slot.set_params(unknown_client="error").transform(X[:5], client="Kitchen ")
+    with pytest.warns(UnknownClientWarning) as record:  # nothing near: no guess
+        slot.set_params(unknown_client="fit").transform(X[:5], client="Hospital")
+    assert "did you mean" not in str(record[0].message)
 
 
 def test_a_new_client_is_fitted_by_default_and_needs_two_rows(federated):

@@ -78,6 +78,9 @@ class ClientData:
         The training rows and their labels.
     X_test, y_test : ndarray
         The test rows and their labels.
+    source : str, default="its own rows"
+        What the node read, as its upload reply tells the server (no path,
+        nothing that depends on the rows).
     """
 
     client: int | str
@@ -85,6 +88,7 @@ class ClientData:
     y_train: np.ndarray
     X_test: np.ndarray
     y_test: np.ndarray
+    source: str = "its own rows"
 
 
 def _node_value(node_config: Mapping[str, Any], key: str, kind: type) -> Any:
@@ -137,7 +141,12 @@ def load_client_data(
                     archive[key] for key in ("X_train", "y_train", "X_test", "y_test")
                 )
             return ClientData(
-                client, X_train.astype(np.float64), y_train, X_test.astype(np.float64), y_test
+                client,
+                X_train.astype(np.float64),
+                y_train,
+                X_test.astype(np.float64),
+                y_test,
+                "its own .npz of train and test rows",
             )
         return _own_table(path, node_config, config, client)
     pid = _node_value(node_config, "partition-id", int)
@@ -157,7 +166,9 @@ def load_client_data(
     train = part.train_index[part.train_client == pid]
     test = part.test_index[part.test_client == pid]
     X = data.X.astype(np.float64)
-    return ClientData(pid, X[train], data.y[train], X[test], data.y[test])
+    skew = "no label skew" if config.alpha is None else f"Dirichlet alpha {config.alpha:g}"
+    source = f"{messages.PARTITION} {pid} of {data.name} ({skew}, seed {config.seed})"
+    return ClientData(pid, X[train], data.y[train], X[test], data.y[test], source)
 
 
 def _is_split_archive(path: str) -> bool:
@@ -202,7 +213,14 @@ def _own_table(
         test = np.zeros(y.shape[0], dtype=bool)
         _, held_out = validation_split(y, config.test_size, config.seed)
         test[held_out] = True
-    return ClientData(client, table.X[~test], y[~test], table.X[test], y[test])
+    kind = path.rsplit(".", 1)[-1].lower()
+    held = (
+        f"test rows from its {split!r} column"
+        if table.is_test is not None
+        else f"test rows drawn ({config.test_size:g} of them, seed {config.seed})"
+    )
+    source = f"its own .{kind} table, {held}"
+    return ClientData(client, table.X[~test], y[~test], table.X[test], y[test], source)
 
 
 def _settings(context: Context) -> tuple[DeploymentConfig, PrivacyBudget | None]:
@@ -374,7 +392,10 @@ def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
             finally:  # kept once answered; a private node keeps its seed and plan regardless
                 if party is not None and (answered or privacy is not None):
                     context.state[STATE] = ConfigRecord(party.state.to_config())
-            return Message(messages.content(stage.encode_reply(reply, request)), reply_to=message)
+            content = messages.content(stage.encode_reply(reply, request))
+            if stage.name == "upload":  # what this node read, for the run's report
+                content[messages.SOURCE] = ConfigRecord({"source": data.source})
+            return Message(content, reply_to=message)
         finally:  # a reply, or an error, no sooner than the node's reply-seconds
             _wait_until(start + reply_seconds(context.node_config))
 

@@ -24,14 +24,46 @@ from ..wire.payload import Payload, ReceivedPayload
 
 __all__ = [
     "CONFIG",
+    "SOURCE",
     "arrays_to_record",
     "content",
     "payload_bytes",
     "received",
+    "source_of",
 ]
 
 #: The name of the record that holds a message's settings.
 CONFIG = "skslot"
+
+#: The name of the record in which a node's upload reply says what data it read
+#: (``{"source": text}``), for the run's report only: the protocol never reads it.
+SOURCE = "skslot-source"
+
+#: How the description of a partition of the run's ``dataset`` begins.
+PARTITION = "partition"
+
+#: The longest description of a node's data the server records.
+MAX_SOURCE_LENGTH = 200
+
+
+def source_of(message: Message) -> str | None:
+    """What a node's reply says it read (:data:`SOURCE`), or ``None``.
+
+    Untrusted: anything but a short printable string is ``None``.
+
+    Parameters
+    ----------
+    message : Message
+
+    Returns
+    -------
+    str or None
+    """
+    record = message.content.config_records.get(SOURCE)
+    text = None if record is None else record.get("source")
+    if not isinstance(text, str) or len(text) > MAX_SOURCE_LENGTH or not text.isprintable():
+        return None
+    return text
 
 
 def arrays_to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:

@@ -30,6 +30,7 @@ from ..heads import LinearScores
 from ..low_rank import summary_to_bytes
 from ..protocol import ProtocolReport, ProtocolRunError
 from ..protocol.report import logger as protocol_logger
+from . import messages
 from .config import DeploymentConfig
 from .groups import RunSettings
 from .outputs import RunOutputs, utc_now
@@ -105,8 +106,10 @@ def run_one_shot(
         result = protocol.run(transport, config.class_set)
     except ProtocolRunError as exc:
         exc.report.waits = transport.waits
+        _report_data(exc.report, transport.sources)
         raise
     result.report.waits = transport.waits
+    _report_data(result.report, transport.sources)
     if config.epsilon is not None and not private:
         result.report.privacy = PRIVACY_SCOPE
     elif private:
@@ -123,6 +126,35 @@ def run_one_shot(
         result.head.linear_scores(),
         summary_to_bytes(result.reference, config.summary_dtype),
     )
+
+
+#: The run-config settings only a node that reads a partition of ``dataset`` uses.
+PARTITION_SETTINGS = ("dataset", "alpha", "clients_per_domain")
+
+
+def _report_data(report: ProtocolReport, sources: dict) -> None:
+    """The report says what each node read; without a partition, not the partition settings."""
+    report.data = dict(sources)
+    if sources and not any(text.startswith(messages.PARTITION) for text in sources.values()):
+        for name in PARTITION_SETTINGS:
+            report.config.pop(DeploymentConfig.setting(name).key, None)
+
+
+def read_data(report: ProtocolReport) -> str:
+    """What the nodes read, in a few words, for the run's last log line.
+
+    Examples
+    --------
+    >>> from skslot.protocol import ProtocolReport
+    >>> report = ProtocolReport(config={})
+    >>> report.data = {1: "its own .csv table, test rows from its 'split' column"}
+    >>> read_data(report)
+    "node 1: its own .csv table, test rows from its 'split' column"
+    """
+    sources = sorted({text for text in report.data.values()})
+    if len(sources) == 1 and len(report.data) > 1:
+        return f"every node: {sources[0]}"
+    return "; ".join(f"{report.name(node)}: {text}" for node, text in report.data.items())
 
 
 def alignment(config: DeploymentConfig, tau: float) -> str:
@@ -197,6 +229,15 @@ def main(grid: Grid, context: Context) -> None:
         started.started_at,
         utc_now(),
     )
+    log(logging.INFO, "skslot: data read: %s", read_data(report))
+    if report.untrained_classes:
+        log(
+            logging.WARNING,
+            "skslot: no node trained on class(es) %s of the run's class set %s: the head never "
+            "predicts them (set the run config's classes to the labels the nodes hold)",
+            report.untrained_classes,
+            report.classes,
+        )
     log(
         logging.INFO,
         "skslot: %s %s, label-mix %r: macro accuracy %.4f over %d clients, as each "

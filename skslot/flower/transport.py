@@ -80,6 +80,9 @@ class FlowerTransport:
         Per stage: seconds waited, nodes asked and answered, messages re-sent
         per node, and why each missing node is missing; ``"connect"``: the
         seconds waited for the nodes, and how many there were.
+    sources : dict
+        Per node that answered the upload, what it says it read (unchecked:
+        for the report only), or ``"not said"``.
     """
 
     def __init__(
@@ -103,6 +106,7 @@ class FlowerTransport:
         self.connect_timeout, self.reply_timeout = connect_timeout, reply_timeout
         self.progress_interval, self.retry_interval = progress_interval, retry_interval
         self.waits: dict[str, dict] = {}
+        self.sources: dict[Hashable, str] = {}
         self._labels: dict[int, Any] = {}  # the label each node's summary declared
 
     def open(self, head: OneShotHead, classes: np.ndarray) -> None:
@@ -178,6 +182,8 @@ class FlowerTransport:
                 del received[node]
                 continue
             result.bytes_received[node] = messages.payload_bytes(reply.content)
+            if stage == "upload":
+                self.sources[node] = messages.source_of(reply) or "not said"
         result.missing = {
             node: why_missing.get(node, "did not answer in time")
             for node in requests

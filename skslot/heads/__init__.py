@@ -9,7 +9,7 @@ from ._fitting import (
     refit_head,
     statistics_of_parts,
 )
-from ._linear_scores import LinearScores
+from ._linear_scores import UNSCORED, LinearScores
 from ._mixtures import ClassMixture, ClassMixtures
 from ._private import (
     CLASS_COUNTS_SENSITIVITY,
@@ -34,6 +34,7 @@ __all__ = [
     "CLASS_STATISTICS_SENSITIVITY",
     "HEADS",
     "LOCAL_HEAD_SENSITIVITY",
+    "UNSCORED",
     "ClassMixture",
     "ClassMixtures",
     "ClassMoments",

@@ -31,7 +31,7 @@ from ..label_mix import client_counts_of, prior_shifts, row_clients
 from ..low_rank import LowRankMap
 from ..maps import GaussianMap
 from ..wire import message_bytes
-from ._linear_scores import LinearScores
+from ._linear_scores import UNSCORED, LinearScores
 from ._strategy import LOCAL_TRAINING, HeadStrategy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -388,6 +388,27 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         if embedded is None:
             embedded = np.log(np.where(pi > 0, pi, 1.0))
         return LinearScores(self.classes_, coef, intercept, pi, np.where(pi > 0, embedded, 0.0))
+
+    def untrained_classes(self) -> np.ndarray:
+        """The classes of ``classes_`` no client's rows trained: the head never predicts them.
+
+        A linear head scores them :data:`~skslot.heads.UNSCORED`; another
+        knows them by the federation's class counts.
+
+        Returns
+        -------
+        classes : ndarray
+            A subset of ``classes_``, empty when every class was trained.
+        """
+        check_is_fitted(self, "classes_")
+        try:
+            _, intercept = self._linear_parts()
+        except TypeError:
+            counts = getattr(self, "class_counts_", None)
+            if counts is None:
+                return self.classes_[:0]
+            return self.classes_[np.asarray(counts) <= 0]
+        return self.classes_[intercept <= UNSCORED]
 
     def _linear_parts(self) -> tuple[np.ndarray, np.ndarray]:
         raise TypeError(f"{type(self).__name__} has no linear decision function")

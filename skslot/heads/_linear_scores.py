@@ -12,7 +12,11 @@ from ..label_mix import prior_shift
 from ..wire._errors import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, read_array
 
-__all__ = ["LinearScores"]
+__all__ = ["UNSCORED", "LinearScores"]
+
+#: The score of a class no client's rows trained: finite (it travels in a head's message)
+#: and far below any score, so the class is never predicted.
+UNSCORED = -1e30
 
 
 @dataclass(frozen=True, eq=False)

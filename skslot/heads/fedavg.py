@@ -19,14 +19,11 @@ from ..maps import rebased_scores
 from ..wire import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, read_array, read_count, read_sample_count
 from ._base import LinearHeadMixin, OneShotHead
+from ._linear_scores import UNSCORED
 from ._private import LOCAL_HEAD_SENSITIVITY, private_local_head
 from ._softmax import fit_softmax_regression
 
-__all__ = ["UNSCORED", "LinearHeadUpdate", "OneShotFedAvgClassifier"]
-
-#: The intercept of a class no local head discriminates: finite (it travels in a head's
-#: message) and far below any score, so the class is never predicted.
-UNSCORED = -1e30
+__all__ = ["LinearHeadUpdate", "OneShotFedAvgClassifier"]
 
 
 @dataclass(frozen=True, eq=False)

@@ -13,6 +13,7 @@ from ..accounting import PrivacyBudget, PrivacyLedger
 from ..defaults import LABEL_MIX
 from ..label_mix import LABEL_MIXES
 from ._base import LinearHeadMixin, OneShotHead
+from ._linear_scores import UNSCORED
 from ._private import CLASS_STATISTICS_SENSITIVITY, private_class_statistics
 from ._statistics import ClassStatistics, pooled_covariances
 from ._strategy import GRAM
@@ -173,7 +174,7 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
             log_prior = np.where(stats.counts > 0, 0.0, -np.inf)
         intercept = -0.5 * np.einsum("cm,cm->c", means, coef) + log_prior
         # a class no client has is never predicted (finite, very low score)
-        intercept = np.where(np.isfinite(intercept), intercept, np.finfo(np.float64).min / 4)
+        intercept = np.where(np.isfinite(intercept), intercept, UNSCORED)
         self.classes_ = classes
         self.means_ = means
         self.covariance_ = S

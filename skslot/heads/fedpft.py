@@ -20,6 +20,7 @@ from ..defaults import LABEL_MIX
 from ..label_mix import LABEL_MIXES
 from ._base import OneShotHead
 from ._covariance_forms import low_rank_of_covariance, low_rank_plus_diagonal
+from ._linear_scores import UNSCORED
 from ._mixtures import ClassMixture, ClassMixtures, _as_python, _as_transmitted
 from ._private import CLASS_MOMENTS_SENSITIVITY, ClassMoments, private_class_moments
 from ._strategy import STATISTICS
@@ -454,7 +455,7 @@ class FedPFTClassifier(OneShotHead):
             coef = np.vstack([np.zeros_like(coef), coef])
             intercept = np.concatenate([[0.0], intercept])
         full_coef = np.zeros((self.classes_.shape[0], coef.shape[1]))
-        full_intercept = np.full(self.classes_.shape[0], np.finfo(np.float64).min / 4)
+        full_intercept = np.full(self.classes_.shape[0], UNSCORED)
         full_coef[self._columns] = coef
         full_intercept[self._columns] = intercept
         return full_coef, full_intercept
@@ -468,7 +469,7 @@ class FedPFTClassifier(OneShotHead):
         else:
             with np.errstate(divide="ignore"):
                 d = np.log(est.predict_proba(X))
-        scores = np.full((X.shape[0], self.classes_.shape[0]), np.finfo(np.float64).min / 4)
+        scores = np.full((X.shape[0], self.classes_.shape[0]), UNSCORED)
         scores[:, self._columns] = d
         return scores
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import check_client_size
 from ..accounting import PrivacyBudget, PrivacyLedger
 from ..defaults import FORM, VALIDATION_FRACTION
 from ..heads import OneShotHead
@@ -238,6 +239,7 @@ class ClientParty:
         self.head = head
         self.classes = np.asarray(classes)
         self.label = label
+        check_client_size(np.shape(y)[0], label)  # the estimators' rule and message
         if privacy is not None:  # never an error naming a row: it would be exact
             X, y = null_rows(X, y, self.classes)
             if X_test is not None and y_test is not None:

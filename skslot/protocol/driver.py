@@ -23,6 +23,7 @@ from ..defaults import (
     default_tau,
 )
 from ..defence import DefenceBounds, NoDefence
+from ..exceptions import shown_labels
 from ..heads import OneShotHead
 from ..label_shift import CLIENT_TAU_RULES
 from ..low_rank import Summary
@@ -371,6 +372,14 @@ class OneShotProtocol:
             final = strategy.fit_final(head, chosen, run)
             run.report.final_head = "every accepted client's rows"
         run.report.tau = float(chosen.tau)
+        untrained = final.untrained_classes()
+        run.report.untrained_classes = untrained.tolist()
+        if untrained.size:
+            logger.warning(
+                "skslot: no accepted client trained on class(es) %s of the run's class set: "
+                "the head never predicts them",
+                shown_labels(untrained.tolist()),
+            )
         clients = run.roster.clients
         counts = {c: getattr(clients[c].upload, "class_counts", None) for c in run.roster.order}
         if self.label_mix == "client" and all(n is not None for n in counts.values()):

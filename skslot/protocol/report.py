@@ -131,6 +131,12 @@ class ProtocolReport:
     final_head : str or None
         What the final head was fitted on: with a screening, the screened
         contributions only (the clients' fitting rows).
+    untrained_classes : list
+        The classes of the run's class set no accepted client's rows trained:
+        the final head never predicts them.
+    data : dict
+        Per client, where the transport hears it, what data it says it read
+        (its own word, unchecked).
     accuracy : dict
         Per client, the accuracy it reports on its local test split: its
         own count, which the server cannot check (the screening's evidence is
@@ -170,6 +176,8 @@ class ProtocolReport:
     privacy_spent: dict = field(default_factory=dict)
     screening: dict | None = None
     final_head: str | None = None
+    untrained_classes: list = field(default_factory=list)
+    data: dict = field(default_factory=dict)
     accuracy: dict = field(default_factory=dict)
     n_test: dict = field(default_factory=dict)
     macro_accuracy: float | None = None
