@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from ._validation import check_in_range
 from .defaults import DELTA
 from .privacy import noise_seed, warn_large_delta
 
@@ -50,12 +51,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "DEFAULT_SHARES",
+    "MAX_EPSILON",
     "RELEASES",
     "RELEASE_PLAN",
     "PrivacyBudget",
     "PrivacyBudgetExceeded",
     "PrivacyLedger",
     "Release",
+    "gaussian_noise_scale",
     "release_key",
     "releases_at",
 ]
@@ -80,6 +83,10 @@ class Release:
     stage: str
     share: float
 
+
+#: The largest epsilon a budget may have: the accountant calibrates up to it (beyond, its
+#: arithmetic overflows, and no guarantee is left to calibrate anyway).
+MAX_EPSILON = 1e6
 
 #: The release plan: every release a client can make in a run, in the order of the
 #: protocol, the stage that carries it and its default weight in a split: nine for those
@@ -207,6 +214,40 @@ def _calibrated_multiplier(epsilon: float, delta: float, shares: tuple[float, ..
     )
 
 
+def gaussian_noise_scale(epsilon: float, delta: float, sensitivity: float) -> float:
+    """The noise of one Gaussian release that is ``(epsilon, delta)``-DP on its own.
+
+    The budget's one calibrator (a plan of this single release, as
+    :meth:`PrivacyLedger.noise_scale` calibrates a plan of several): for one
+    Gaussian the accountant meets the exact condition of Balle and Wang [2]_
+    to a relative ``1e-7`` of the noise.
+
+    Parameters
+    ----------
+    epsilon : float
+        Privacy loss bound, ``> 0``.
+    delta : float
+        Failure probability, in ``(0, 1)``.
+    sensitivity : float
+        The release's replace-one L2 sensitivity, ``> 0``.
+
+    Returns
+    -------
+    sigma : float
+        The standard deviation of the noise on each entry.
+
+    Examples
+    --------
+    >>> from skslot.accounting import gaussian_noise_scale
+    >>> round(gaussian_noise_scale(1.0, 1e-5, 1.0), 4)
+    3.7306
+    """
+    check_in_range("epsilon", epsilon, np.finfo(float).tiny, MAX_EPSILON)
+    check_in_range("delta", delta, np.finfo(float).tiny, 1.0 - np.finfo(float).eps)
+    check_in_range("sensitivity", sensitivity, np.finfo(float).tiny, None)
+    return _calibrated_multiplier(float(epsilon), float(delta), (1.0,)) * sensitivity / 2.0
+
+
 @dataclass(frozen=True)
 class PrivacyBudget:
     """A client's differential-privacy budget for one run, and how it is split.
@@ -250,10 +291,14 @@ class PrivacyBudget:
     random_state: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        for name, lo, hi in (("epsilon", 0.0, math.inf), ("delta", 0.0, 1.0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, Real) or not lo < value < hi:
-                raise ValueError(f"{name} must be a number in ({lo:g}, {hi:g}), got {value!r}")
+        epsilon = self.epsilon
+        if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
+            raise ValueError(f"epsilon must be a number in (0, {MAX_EPSILON:g}], got {epsilon!r}")
+        if not 0.0 < epsilon <= MAX_EPSILON:
+            raise ValueError(f"epsilon must be a number in (0, {MAX_EPSILON:g}], got {epsilon!r}")
+        delta = self.delta
+        if isinstance(delta, bool) or not isinstance(delta, Real) or not 0.0 < delta < 1.0:
+            raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
         clip = self.clip_norm
         if isinstance(clip, bool) or not isinstance(clip, Real) or not 0.0 < clip < math.inf:
             raise ValueError(f"clip_norm must be a positive finite number, got {clip!r}")

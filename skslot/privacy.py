@@ -30,10 +30,11 @@ at 120 degrees.  Working in units of
 ``C`` makes the mechanism equivariant: scaling the features and ``C``
 together scales the summary and leaves its relative noise unchanged.
 ``sigma`` is the smallest
-noise scale for which the Gaussian mechanism is ``(epsilon, delta)``-DP,
-computed exactly by the analytic calibration of Balle and Wang (valid for
-every ``epsilon > 0``, unlike the classical ``sqrt(2 ln(1.25 / delta)) /
-epsilon`` bound, which needs ``epsilon < 1``).
+noise scale for which the Gaussian mechanism is ``(epsilon, delta)``-DP, from
+the one calibrator of every release (:func:`skslot.accounting.gaussian_noise_scale`,
+which meets the exact condition of Balle and Wang [1]_ for every ``epsilon > 0``,
+unlike the classical ``sqrt(2 ln(1.25 / delta)) / epsilon`` bound, which needs
+``epsilon < 1``).
 
 References
 ----------
@@ -53,13 +54,10 @@ import warnings
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.special import log_ndtr, ndtr
 from sklearn.utils import check_random_state
 
 from ._linalg import sym_eigh, symmetric_from_upper, symmetrize
 from ._moments import ShiftedMoments
-from ._validation import check_in_range
 from .defaults import COVARIANCE_FLOOR
 from .gaussian import GaussianSummary
 from .ledoit_wolf import shrunk_summary
@@ -67,13 +65,12 @@ from .ledoit_wolf import shrunk_summary
 __all__ = [
     "SUMMARY_SENSITIVITY",
     "PrivacyWarning",
-    "gaussian_mechanism_delta",
-    "gaussian_mechanism_sigma",
     "noise_generator",
     "noise_seed",
     "noisy_mean_and_covariance",
     "noisy_moments",
     "oas_shrinkage",
+    "private_covariance_problem",
     "private_summary",
     "psd_projection",
     "symmetric_noise",
@@ -83,6 +80,36 @@ __all__ = [
 
 #: L2 sensitivity of ``(s1, upper(G))`` of rows in the unit ball, under replace-one.
 SUMMARY_SENSITIVITY = 3.0 / math.sqrt(2.0)
+
+
+def private_covariance_problem(covariance: str) -> str | None:
+    """Why a summary of ``covariance`` has no private release, or ``None``.
+
+    The one rule, at every boundary that releases a summary (the estimator,
+    the protocol's settings and a private client): only the total
+    covariance's sensitivity is derived (:data:`SUMMARY_SENSITIVITY`).
+
+    Parameters
+    ----------
+    covariance : {"total", "within"}
+
+    Returns
+    -------
+    str or None
+
+    Examples
+    --------
+    >>> private_covariance_problem("total") is None
+    True
+    >>> print(private_covariance_problem("within"))  # doctest: +ELLIPSIS
+    a summary of the 'within' covariance has no calibrated ... release (its sensitivity is not ...
+    """
+    if covariance == "total":
+        return None
+    return (
+        f"a summary of the {covariance!r} covariance has no calibrated differentially private "
+        "release (its sensitivity is not derived; a summary of the total covariance has one)"
+    )
 
 
 class PrivacyWarning(UserWarning):
@@ -169,73 +196,6 @@ def noise_seed(random_state: Any, *, stacklevel: int = 3) -> int:
         stacklevel=stacklevel,
     )
     return int(check_random_state(random_state).randint(2**31 - 1))
-
-
-def gaussian_mechanism_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
-    """The smallest ``delta`` for which ``N(0, sigma^2)`` noise is ``(epsilon, delta)``-DP.
-
-    ``delta(sigma) = Phi(D / (2 sigma) - epsilon sigma / D)
-    - exp(epsilon) Phi(-D / (2 sigma) - epsilon sigma / D)`` with ``D`` the L2
-    sensitivity (Balle and Wang 2018, Theorem 8); it decreases in ``sigma``.
-
-    Parameters
-    ----------
-    sigma : float
-        Standard deviation of the noise, ``> 0``.
-    epsilon : float
-        Privacy loss bound, ``> 0``.
-    sensitivity : float
-        L2 sensitivity ``D`` of the released vector.
-
-    Returns
-    -------
-    delta : float
-    """
-    a = sensitivity / (2.0 * sigma)
-    b = epsilon * sigma / sensitivity
-    return float(ndtr(a - b) - math.exp(epsilon + log_ndtr(-a - b)))
-
-
-def gaussian_mechanism_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
-    """Noise scale of the analytic Gaussian mechanism: ``delta(sigma) = delta``.
-
-    Parameters
-    ----------
-    epsilon : float
-        Privacy loss bound, ``> 0``.
-    delta : float
-        Failure probability, in ``(0, 1)``.
-    sensitivity : float
-        L2 sensitivity of the released vector.
-
-    Returns
-    -------
-    sigma : float
-
-    Examples
-    --------
-    >>> from skslot.privacy import gaussian_mechanism_delta, gaussian_mechanism_sigma
-    >>> sigma = gaussian_mechanism_sigma(1.0, 1e-5, 1.0)
-    >>> round(sigma, 4)
-    3.7306
-    >>> round(gaussian_mechanism_delta(sigma, 1.0, 1.0) / 1e-5, 8)
-    1.0
-    """
-    check_in_range("epsilon", epsilon, np.finfo(float).tiny, None)
-    check_in_range("delta", delta, np.finfo(float).tiny, 1.0)
-    check_in_range("sensitivity", sensitivity, np.finfo(float).tiny, None)
-    if delta >= 1.0:
-        raise ValueError("delta must be < 1")
-
-    def excess(log_sigma: float) -> float:
-        return gaussian_mechanism_delta(math.exp(log_sigma), epsilon, sensitivity) - delta
-
-    lo = hi = math.log(sensitivity)
-    while excess(lo) <= 0:
-        lo -= 2.0
-    while excess(hi) > 0:
-        hi += 2.0
-    return math.exp(brentq(excess, lo, hi, xtol=1e-14, rtol=1e-14))
 
 
 def noisy_moments(

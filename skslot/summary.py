@@ -31,6 +31,7 @@ from ._validation import (
     check_rows,
     unchanged_on_error,
 )
+from .accounting import MAX_EPSILON, gaussian_noise_scale
 from .defaults import COVARIANCE_FLOOR, DELTA
 from .exceptions import SmallClientWarning, shown_labels
 from .ledoit_wolf import (
@@ -44,8 +45,8 @@ from .ledoit_wolf import (
 from .low_rank import LowRankGaussianSummary
 from .privacy import (
     SUMMARY_SENSITIVITY,
-    gaussian_mechanism_sigma,
     noise_generator,
+    private_covariance_problem,
     private_summary,
 )
 
@@ -184,7 +185,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         "covariance_floor": [Interval(Real, 0.0, None, closed="left")],
         "chunk_size": [Interval(Integral, 1, None, closed="left")],
         "n_jobs": [Interval(Integral, None, None, closed="neither"), None],
-        "epsilon": [Interval(Real, 0.0, None, closed="neither"), None],
+        "epsilon": [Interval(Real, 0.0, MAX_EPSILON, closed="right"), None],
         "delta": [Interval(Real, 0.0, 1.0, closed="both")],
         "clip_norm": [Interval(Real, 0.0, None, closed="neither"), None],
         "random_state": ["random_state"],
@@ -233,11 +234,9 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
                     f"{name}: clip_norm is only used with epsilon (differential privacy)"
                 )
             return
-        if self.covariance == "within":
-            raise InvalidParameterError(
-                f"{name}: covariance='within' has no calibrated differentially private release "
-                "yet (its sensitivity is not derived): use covariance='total' with epsilon"
-            )
+        why = private_covariance_problem(self.covariance)
+        if why:
+            raise InvalidParameterError(f"{name}: with epsilon, {why}")
         if self.clip_norm is None:
             raise InvalidParameterError(
                 f"{name}: epsilon needs clip_norm, the bound on each row's norm"
@@ -251,7 +250,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         """``noise_scale_`` for the validated parameters (0 without ``epsilon``)."""
         if self.epsilon is None:
             return 0.0
-        return gaussian_mechanism_sigma(self.epsilon, self.delta, SUMMARY_SENSITIVITY)
+        return gaussian_noise_scale(self.epsilon, self.delta, SUMMARY_SENSITIVITY)
 
     def _client_moments(
         self, X: Any, client: Any, *, reset: bool, ensure_min_samples: int = 1

@@ -285,3 +285,23 @@ def test_weight_caps_study_caps_the_attacker_and_reports_against_the_baselines(m
     ]
     assert study.cell(records, flips.name, "FedCGS", "domain", 2.0) == "40.0 (**-10.0**)"
     assert study.cell(records, genuine.name, "FedCGS", "domain", 2.0) == "60.0"
+
+
+def test_code_lines_counts_code_alone(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "a.py").write_text(
+        '"""Module docstring,\n\nover three lines."""\n\n# a comment\nx = (\n    1,\n)\n'
+    )
+    (package / "sub" / "b.py").write_text(
+        'def f():\n    """One line."""\n    return """a string\nthat is code"""  # trailing\n'
+    )
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "code_lines.py"), str(package)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "| a | 3 |" in result.stdout and "| sub | 3 |" in result.stdout
+    assert result.stdout.rstrip().endswith("total: 6")

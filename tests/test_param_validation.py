@@ -181,7 +181,7 @@ def test_fit_rejects_an_invalid_value_of_each_parameter_before_any_work(rows, es
         (
             GaussianSummaryEstimator(),
             {"epsilon": 1.0, "clip_norm": 1.0, "covariance": "within"},
-            "covariance='within' has no calibrated differentially private release",
+            "a summary of the 'within' covariance has no calibrated differentially private release",
         ),
         (
             GaussianSummaryEstimator(),

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..accounting import MAX_EPSILON
 from ..defaults import (
     CLIENT_MIX_TAU,
     CLIENT_TAU,
@@ -532,6 +533,7 @@ class PrivacySettings(SettingsGroup):
         "enforces, and it refuses a run under another.  With a head of no private release "
         "of its own, only the summary is private.",
         low=0.0,
+        high=MAX_EPSILON,
         low_open=True,
     )
     delta: float = declare(

@@ -27,6 +27,7 @@ from ..exceptions import shown_labels
 from ..heads import OneShotHead
 from ..label_shift import CLIENT_TAU_RULES
 from ..low_rank import Summary
+from ..privacy import private_covariance_problem
 from ..screening import SCREENING
 from ..selection import (
     SELECTION_RULES,
@@ -466,11 +467,11 @@ def private_run_problem(
             "a private run does not screen: the screening releases validation counts the "
             "budget does not cover"
         )
-    if head.strategy.trains_locally and summary_covariance != "total":
+    why = private_covariance_problem(summary_covariance)
+    if head.strategy.trains_locally and why:
         return (
-            f"a private run of {type(head).__name__} releases each client's summary of the "
-            "total covariance (the within-class summary's sensitivity is not derived): set "
-            "summary_covariance to 'total'"
+            f"a private run of {type(head).__name__} releases each client's summary, and {why}: "
+            "set summary_covariance to 'total'"
         )
     return None
 

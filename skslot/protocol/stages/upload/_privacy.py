@@ -21,7 +21,7 @@ from ....accounting import RELEASES
 from ....heads import CLASS_COUNTS_SENSITIVITY, private_class_counts
 from ....lifetime import run_key
 from ....low_rank import Summary
-from ....privacy import SUMMARY_SENSITIVITY, private_summary
+from ....privacy import SUMMARY_SENSITIVITY, private_covariance_problem, private_summary
 from ...plan import rows_digest
 
 if TYPE_CHECKING:
@@ -143,8 +143,9 @@ def private_upload_problem(party: ClientParty, request: UploadRequest) -> str | 
     if why:
         return why
     if not head.strategy.uploads_statistics:
-        if request.summary_covariance != "total":
-            return f"a summary of the {request.summary_covariance!r} covariance"
+        why = private_covariance_problem(request.summary_covariance)
+        if why:
+            return why
         if request.class_counts != ("class_counts" in releases):
             return "class counts the plan does not declare, or a plan's counts not asked for"
     return None
