@@ -219,7 +219,7 @@ def gaussian_noise_scale(epsilon: float, delta: float, sensitivity: float) -> fl
 
     The budget's one calibrator (a plan of this single release, as
     :meth:`PrivacyLedger.noise_scale` calibrates a plan of several): for one
-    Gaussian the accountant meets the exact condition of Balle and Wang [2]_
+    Gaussian the accountant meets the exact condition of Balle and Wang [1]_
     to a relative ``1e-7`` of the noise.
 
     Parameters
@@ -235,6 +235,12 @@ def gaussian_noise_scale(epsilon: float, delta: float, sensitivity: float) -> fl
     -------
     sigma : float
         The standard deviation of the noise on each entry.
+
+    References
+    ----------
+    .. [1] Balle and Wang, "Improving the Gaussian mechanism for differential
+       privacy: analytical calibration and optimal denoising", ICML 2018,
+       Theorem 8.
 
     Examples
     --------

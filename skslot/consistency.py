@@ -3,9 +3,9 @@
 The defence (:mod:`skslot.defence`) compares clients with each other; these
 checks compare what one client sent: its head's statistics with its summary
 (:func:`inconsistent_statistics`, :func:`collapsed_spread`), its validation
-part's with its fitting part's (:func:`inconsistent_parts`), its class
-counts with its rows and statistics (:func:`class_counts_problem`).  The
-upload stage's :func:`~skslot.protocol.stages.upload.check` runs them; the
+part's with its fitting part's (:func:`inconsistent_parts`).  The upload
+stage's :func:`~skslot.protocol.stages.upload.check` runs them, with its own
+checks of an upload's class counts and sums; the
 updates stage's :func:`~skslot.protocol.stages.updates.collect` ties a local
 head to the class sums of its client's upload (:func:`misplaced_class_means`).
 """
@@ -17,129 +17,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .low_rank import Summary
-from .selection import validation_sizes
 
 if TYPE_CHECKING:
     from .defence import DefenceBounds
-    from .protocol.stages.upload import Upload
 
 __all__ = [
     "OWN_MEANS_AGREEMENT",
     "SPREAD_RTOL",
-    "class_counts_problem",
-    "class_sums_problem",
     "collapsed_spread",
     "inconsistent_parts",
     "inconsistent_statistics",
     "inconsistent_statistics_parts",
     "misplaced_class_means",
 ]
-
-
-def class_counts_problem(
-    upload: Upload, n_classes: int | None, validation_fraction: float | None = None
-) -> str | None:
-    """Why an upload's class counts are not the ones asked for, or disagree with the rest.
-
-    Parameters
-    ----------
-    upload : Upload
-        A decoded upload: its class counts are ``n_classes`` non-negative
-        integers (the codec's check).
-    n_classes : int or None
-        The number of class counts asked for (``None``: not asked for).
-    validation_fraction : float, optional
-        With it, the validation part must be the one
-        :func:`~skslot.selection.validation_split` holds out of those counts.
-
-    Returns
-    -------
-    str or None
-    """
-    counts = upload.class_counts
-    if n_classes is None:
-        return None if counts is None else "class counts were not asked for"
-    if counts is None:
-        return "the upload lacks the class counts the run asked for"
-    rows = upload.n_rows
-    if np.any(counts > rows):
-        return f"a class count exceeds the client's {rows} training rows"
-    total = sum(int(c) for c in counts)  # Python integers: no wrap-around
-    if total != rows:
-        return (
-            f"class counts add up to {total} rows but the client announced {rows} "
-            f"({upload.n_fit} fitting, {upload.n_validation} held out)"
-        )
-    if validation_fraction is not None:
-        held = sum(int(k) for k in validation_sizes(counts, validation_fraction))
-        if held != upload.n_validation:
-            return (
-                f"a validation part of {upload.n_validation} rows, but its class counts make "
-                f"{held} at validation_fraction = {validation_fraction}"
-            )
-    if upload.statistics is not None:
-        described = upload.statistics.class_counts()
-        if upload.validation is not None:
-            described = described + upload.validation.class_counts()
-        elif validation_fraction is not None:  # its validation part sent no statistics
-            described = described + validation_sizes(counts, validation_fraction)
-        if not np.array_equal(described, counts):
-            return "class counts differ from those of the client's statistics"
-    return None
-
-
-def class_sums_problem(
-    upload: Upload, asked: bool, *, covariance: str = "total", rtol: float = 1e-2
-) -> str | None:
-    """Why an upload's class sums are not the ones asked for, or disagree with its summary.
-
-    A client may send none (one whose summary is private: exact class sums
-    would give it away); those it sends describe the fitting rows, as the
-    summary does: their
-    counts add up to ``n_fit``, no class holds more fitting rows than its
-    class count (where sent), their mean is the summary's (up to ``rtol``
-    of the summary's scale, its transmit rounding), and the summary's
-    covariance holds the scatter of their class means
-    (:func:`collapsed_spread`, for a summary of the total covariance).
-
-    Parameters
-    ----------
-    upload : Upload
-        A decoded upload: its class sums are finite, their counts
-        non-negative integers (the codec's checks).
-    asked : bool
-        Whether the run asked for them.
-    covariance : {"total", "within"}, default="total"
-        What the summary describes.
-    rtol : float, default=1e-2
-
-    Returns
-    -------
-    str or None
-    """
-    if upload.class_sums is None:  # a client whose summary is private sends none
-        return None
-    if not asked:
-        return "class sums were not asked for"
-    counts, sums = upload.class_sums
-    total = sum(int(c) for c in counts)  # Python integers: no wrap-around
-    if total != upload.n_fit:
-        return f"its class sums count {total} rows, but its fitting part {upload.n_fit}"
-    if upload.class_counts is not None and np.any(counts > upload.class_counts):
-        return "its class sums count more rows of a class than its class counts"
-    summary = upload.summary
-    trace = summary.trace
-    offset = float(np.linalg.norm(sums.sum(axis=0) / total - summary.mean))
-    if not offset <= rtol * (np.sqrt(trace) + float(np.linalg.norm(summary.mean))):
-        return (
-            f"its class sums' mean lies {offset / np.sqrt(trace):.3g} standard deviations "
-            "from its summary's"
-        )
-    if covariance != "total":  # the within-class spread does not bound the means
-        return None
-    held = counts > 0
-    why = collapsed_spread(summary, counts[held], sums[held] / counts[held][:, None])
-    return None if why is None else f"inconsistent with its class sums: {why}"
 
 
 def inconsistent_statistics(

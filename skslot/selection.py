@@ -12,22 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
 from ._validation import check_in_range, check_open_fraction, check_option
 from .defaults import TAUS
-
-if TYPE_CHECKING:
-    from .heads import OneShotHead
-    from .protocol.stages.validation import ValidationCounts
 
 __all__ = [
     "DEFAULT_TAUS",
     "Candidate",
     "NoValidationRowsError",
     "Selection",
+    "ValidationScores",
     "candidate_grid",
     "check_tau_grid",
     "select_candidate",
@@ -37,6 +35,23 @@ __all__ = [
 
 #: The paper's sweep, and the default grid of the federated search.
 DEFAULT_TAUS = TAUS
+
+
+class ValidationScores(Protocol):
+    """What the choice reads of a client's validation counts
+    (:class:`~skslot.protocol.ValidationCounts`, the ``validation`` stage's reply)."""
+
+    correct: np.ndarray
+
+    @property
+    def n_samples(self) -> int:
+        """The client's validation rows."""
+
+    def balanced_accuracy(self) -> np.ndarray:
+        """Per candidate, the mean over the client's classes of the recall."""
+
+    def balanced_accuracy_variance(self) -> np.ndarray:
+        """Per candidate, the binomial sampling variance of :meth:`balanced_accuracy`."""
 
 
 class NoValidationRowsError(ValueError):
@@ -103,7 +118,7 @@ class Candidate:
 
 
 def candidate_grid(
-    head: OneShotHead, taus: Any, head_grid: Mapping[str, Sequence] | None = None
+    head: BaseEstimator, taus: Any, head_grid: Mapping[str, Sequence] | None = None
 ) -> list[Candidate]:
     """Every combination of ``tau`` and of the server-side parameters in ``head_grid``.
 
@@ -292,7 +307,7 @@ SELECTION_RULES = ("one-standard-error", "best")
 
 def select_candidate(
     candidates: Sequence[Candidate],
-    counts: Mapping[Any, ValidationCounts],
+    counts: Mapping[Any, ValidationScores],
     selection_rule: str = "one-standard-error",
 ) -> Selection:
     """Server step: choose a candidate from the clients' validation counts.

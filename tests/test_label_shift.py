@@ -18,11 +18,11 @@ from skslot import (
     SLOTTransformer,
     UnknownClientWarning,
 )
-from skslot.consistency import class_counts_problem
 from skslot.heads import FedCGSClassifier, OneShotFedAvgClassifier
 from skslot.label_shift import class_counts, label_shift_distances
 from skslot.protocol import Upload
 from skslot.protocol.stages import upload as upload_stage
+from skslot.protocol.stages.upload import class_counts_problem
 
 from .conftest import PAPER, ignoring, short_local_training
 

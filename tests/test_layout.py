@@ -44,51 +44,32 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _runtime_imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """The skslot modules ``name`` imports when it is imported (not under TYPE_CHECKING,
-    not inside functions)."""
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The skslot modules ``name`` imports anywhere: at import time, under TYPE_CHECKING
+    (a type is a dependency too) and inside functions (a deferred import is one)."""
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-
-    def resolve(level: int, module: str | None) -> str:
-        base = package.split(".")
-        if level > 1:
-            base = base[: len(base) - (level - 1)]
-        return ".".join([*base, module] if module else base)
-
-    def visit(nodes: list[ast.stmt]) -> None:
-        for node in nodes:
-            if isinstance(node, ast.If):
-                test = node.test
-                if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-                    isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-                ):
-                    visit(node.orelse)
-                    continue
-                visit(node.body)
-                visit(node.orelse)
-            elif isinstance(node, ast.Try):
-                visit(node.body)
-                for handler in node.handlers:
-                    visit(handler.body)
-            elif isinstance(node, ast.Import):
-                found.update(a.name for a in node.names if a.name.startswith("skslot"))
-            elif isinstance(node, ast.ImportFrom):
-                target = resolve(node.level, node.module) if node.level else node.module or ""
-                if not target.startswith("skslot"):
-                    continue
-                for alias in node.names:  # "from . import upload": the submodule
-                    sub = f"{target}.{alias.name}"
-                    found.add(sub if sub in known else target)
-
-    visit(tree.body)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("skslot"))
+        elif isinstance(node, ast.ImportFrom):
+            target = node.module or ""
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            if not target.startswith("skslot"):
+                continue
+            for alias in node.names:  # "from . import upload": the submodule
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in known else target)
     return found & known - {name}
 
 
 def test_no_module_of_skslot_imports_itself_back():
     modules = _modules()
-    graph = {name: _runtime_imports(name, path, set(modules)) for name, path in modules.items()}
+    graph = {name: _imports(name, path, set(modules)) for name, path in modules.items()}
     cycles = []
     state: dict[str, int] = {}
     stack: list[str] = []

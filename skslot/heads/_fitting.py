@@ -9,7 +9,7 @@ clients' steps make those messages.  The strategies
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 from sklearn.base import clone
@@ -19,18 +19,50 @@ from ..maps import GaussianMap
 if TYPE_CHECKING:
     from ..accounting import PrivacyLedger
     from ..selection import Candidate
-    from ._base import OneShotHead
 
-__all__ = ["candidate_heads", "head_without", "local_heads", "refit_head", "statistics_of_parts"]
+__all__ = [
+    "Head",
+    "candidate_heads",
+    "head_without",
+    "local_heads",
+    "refit_head",
+    "statistics_of_parts",
+]
+
+
+class Head(Protocol):
+    """What the fitting steps and the strategies ask of a head
+    (:class:`~skslot.heads.OneShotHead` is one): its clients' statistics, a fit from
+    them, and scikit-learn's parameters (a template is cloned, never fitted)."""
+
+    def client_statistics(
+        self, X: Any, y: Any, classes: Sequence, *, client_index: int = 0, ledger: Any = None
+    ) -> Any:
+        """One client's statistics of its rows (a private client's: its release)."""
+
+    def fit_from_statistics(
+        self, statistics: Sequence, classes: Sequence, *, maps: Sequence | None = None
+    ) -> Any:
+        """The head fitted from the clients' statistics (aligned by ``maps``)."""
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The head's parameters."""
+
+    def set_params(self, **params: Any) -> Any:
+        """The head with ``params`` set."""
+
+
+#: A head, typed as given: each step returns heads of its template's class.
+HeadT = TypeVar("HeadT", bound=Head)
 
 
 def candidate_heads(
-    head: OneShotHead,
+    head: HeadT,
     candidates: Sequence[Candidate],
     statistics: Sequence | Mapping[float, Sequence],
     classes: np.ndarray,
     maps: Sequence[GaussianMap] | None = None,
-) -> list[OneShotHead]:
+) -> list[HeadT]:
     """Server step: one fitted head per candidate.
 
     Parameters
@@ -65,13 +97,13 @@ def candidate_heads(
 
 
 def head_without(
-    head: OneShotHead,
+    head: HeadT,
     candidate: Candidate,
     statistics: Sequence | Mapping[float, Sequence],
     classes: np.ndarray,
     k: int,
     maps: Sequence[GaussianMap] | None = None,
-) -> OneShotHead:
+) -> HeadT:
     """Server step: the head at ``candidate`` on every client's statistics but the ``k``-th.
 
     The screening's heads (:mod:`skslot.screening`).
@@ -108,13 +140,13 @@ def _without(values: Sequence, k: int) -> list:
 
 
 def refit_head(
-    head: OneShotHead,
+    head: HeadT,
     candidate: Candidate,
     classes: np.ndarray,
     statistics: Sequence,
     validation_statistics: Sequence | None = None,
     maps: Sequence[GaussianMap] | None = None,
-) -> OneShotHead:
+) -> HeadT:
     """Server step: the final head at the chosen candidate, on all rows.
 
     Parameters
@@ -148,7 +180,7 @@ def refit_head(
 
 
 def statistics_of_parts(
-    head: OneShotHead,
+    head: HeadT,
     X: np.ndarray,
     y: np.ndarray,
     classes: np.ndarray,
@@ -202,7 +234,7 @@ def statistics_of_parts(
 
 
 def local_heads(
-    head: OneShotHead,
+    head: HeadT,
     X: np.ndarray,
     y: np.ndarray,
     classes: np.ndarray,

@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ._fitting import candidate_heads, head_without, refit_head, statistics_of_parts
+from ._fitting import Head, candidate_heads, head_without, refit_head, statistics_of_parts
 
 if TYPE_CHECKING:
     from ..accounting import PrivacyLedger
     from ..gaussian import GaussianSummary
     from ..maps import GaussianMap
     from ..selection import Candidate
-    from ._base import OneShotHead
 
 __all__ = [
     "GramStrategy",
@@ -87,7 +86,7 @@ class HeadStrategy:
 
     def client_upload(
         self,
-        head: OneShotHead,
+        head: Head,
         X: np.ndarray,
         y: np.ndarray,
         classes: np.ndarray,
@@ -103,20 +102,20 @@ class HeadStrategy:
         return None, None
 
     def fit_candidates(
-        self, head: OneShotHead, candidates: Sequence[Candidate], server: ServerSide
-    ) -> list[OneShotHead]:
+        self, head: Head, candidates: Sequence[Candidate], server: ServerSide
+    ) -> list[Head]:
         """Server: one fitted head per candidate, on the clients' fitting rows."""
         raise NotImplementedError
 
     def leave_one_out(
         self,
-        head: OneShotHead,
+        head: Head,
         candidate: Candidate,
         server: ServerSide,
         k: int,
         *,
         maps: Sequence[GaussianMap | None] | None = None,
-    ) -> OneShotHead:
+    ) -> Head:
         """Server: the head at ``candidate`` on the fitting rows of all clients but the k-th.
 
         ``maps``: each client's map onto the reference built without the k-th
@@ -126,15 +125,15 @@ class HeadStrategy:
         """
         raise NotImplementedError
 
-    def fit_final(self, head: OneShotHead, candidate: Candidate, server: ServerSide) -> OneShotHead:
+    def fit_final(self, head: Head, candidate: Candidate, server: ServerSide) -> Head:
         """Server: the head at ``candidate`` on all the clients' rows."""
         raise NotImplementedError
 
-    def max_upload_bytes(self, head: OneShotHead, n_classes: int, n_features: int) -> int:
+    def max_upload_bytes(self, head: Head, n_classes: int, n_features: int) -> int:
         """Most bytes one part of a client's statistics may take on the wire."""
         return 0
 
-    def max_update_bytes(self, head: OneShotHead, n_classes: int, n_features: int) -> int:
+    def max_update_bytes(self, head: Head, n_classes: int, n_features: int) -> int:
         """Most bytes one local head may take on the wire."""
         return 0
 

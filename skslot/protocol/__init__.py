@@ -21,12 +21,13 @@ Examples
 """
 
 from .account import RunAccount
-from .client import ClientParty, ClientState
-from .driver import OneShotProtocol, ProtocolResult, held_out_rows, private_run_problem
+from .client import ClientParty
+from .driver import OneShotProtocol, ProtocolResult, held_out_rows
 from .in_process import InProcessTransport
+from .parameters import private_run_problem
+from .party import ClientState
 from .report import ProtocolReport, ProtocolRunError
 from .roster import Member, Roster
-from .settings import StageSettings
 from .stages import STAGES, ClientWire, ServerWire, Stage
 from .stages.evaluation import Evaluation, EvaluationRequest
 from .stages.reference import FixedReference, Reference, ReferenceStep
@@ -61,7 +62,6 @@ __all__ = [
     "ScreeningRequest",
     "ServerWire",
     "Stage",
-    "StageSettings",
     "Transport",
     "UpdatesRequest",
     "Upload",

@@ -3,47 +3,28 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from numbers import Integral, Real
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from .._backend import as_host_rows
-from .._param_validation import InstanceOf, Interval, Options, validate_parameter_constraints
 from .._validation import check_client_labels, check_open_fraction, check_row_labels
-from ..accounting import PrivacyBudget
 from ..defaults import (
-    CLIENT_TAU,
-    COVARIANCE_FLOOR,
-    MEAN_TAU,
-    TAUS,
     VALIDATION_FRACTION,
-    default_tau,
 )
-from ..defence import DefenceBounds, NoDefence
 from ..exceptions import shown_labels
 from ..heads import OneShotHead
-from ..label_shift import CLIENT_TAU_RULES
 from ..low_rank import Summary
-from ..privacy import private_covariance_problem
-from ..screening import SCREENING
 from ..selection import (
-    SELECTION_RULES,
-    Candidate,
     Selection,
-    candidate_grid,
-    check_tau_grid,
     validation_split,
 )
-from ..summary import COVARIANCES
+from .parameters import ProtocolParameters
 from .report import ProtocolReport, ProtocolRunError, logger
 from .roster import order_key, split_seeds
-from .settings import StageSettings
 from .stages import evaluation, screening, updates, upload, validation
-from .stages.reference import ReferenceStep
-from .stages.upload import head_releases
 from .state import RunState
 from .transport import Transport
 
@@ -91,7 +72,7 @@ class ProtocolResult:
         return self.report.stages
 
 
-class OneShotProtocol:
+class OneShotProtocol(ProtocolParameters):
     """SLOT-Align and a one-shot head, over any transport: the stage order, once.
 
     Parameters
@@ -173,134 +154,6 @@ class OneShotProtocol:
         Shown in the report.
     """
 
-    _parameter_constraints: ClassVar[dict[str, list]] = {
-        "head": [InstanceOf(OneShotHead, "a skslot one-shot head (skslot.heads)")],
-        "tau": [Interval(Real, 0.0, 1.0, closed="both"), Options(("auto",)), None],
-        "taus": ["array-like"],
-        "head_grid": [Mapping, None],
-        "validation_fraction": [Interval(Real, 0.0, 1.0, closed="neither")],
-        "selection_rule": [Options(SELECTION_RULES)],
-        "refit": ["boolean"],
-        "reference": [ReferenceStep],
-        "defence": [DefenceBounds, None],
-        "min_clients": [Interval(Integral, 1, None, closed="left")],
-        "random_state": ["random_state"],
-        "evaluate": ["boolean"],
-        "client_tau": [Options(CLIENT_TAU_RULES)],
-        "summary_covariance": [Options(COVARIANCES)],
-        "covariance_floor": [Interval(Real, 0.0, None, closed="left")],
-        "mean_tau": [Interval(Real, 0.0, 1.0, closed="both"), None],
-        "screen": [Options(SCREENING)],
-        "privacy": [PrivacyBudget, None],
-    }
-
-    def __init__(
-        self,
-        head: OneShotHead,
-        *,
-        tau: float | str | None = None,
-        taus: Sequence[float] = TAUS,
-        head_grid: Mapping[str, Sequence] | None = None,
-        validation_fraction: float = VALIDATION_FRACTION,
-        selection_rule: str = "one-standard-error",
-        refit: bool = True,
-        reference: ReferenceStep | None = None,
-        defence: DefenceBounds | None = None,
-        min_clients: int = 1,
-        random_state: int | np.random.RandomState | None = None,
-        evaluate: bool = True,
-        client_tau: str = CLIENT_TAU,
-        summary_covariance: str = "total",
-        covariance_floor: float = COVARIANCE_FLOOR,
-        mean_tau: float | None = MEAN_TAU,
-        screen: str = "auto",
-        privacy: PrivacyBudget | None = None,
-        config: dict | None = None,
-    ) -> None:
-        self.head = head
-        self.tau = default_tau(getattr(head, "label_mix", "federation")) if tau is None else tau
-        self.taus = taus
-        self.head_grid = head_grid
-        self.validation_fraction = validation_fraction
-        self.selection_rule = selection_rule
-        self.refit = refit
-        self.reference = reference if reference is not None else ReferenceStep()
-        self.defence = defence
-        self.min_clients = min_clients
-        self.random_state = random_state
-        self.evaluate = evaluate
-        self.client_tau = client_tau
-        self.summary_covariance = summary_covariance
-        self.covariance_floor = covariance_floor
-        self.mean_tau = mean_tau
-        self.screen = screen
-        self.privacy = privacy
-        validate_parameter_constraints(self._parameter_constraints, vars(self), type(self).__name__)
-        head._validate_params()
-        if getattr(head, "privacy", None) is not None:
-            raise ValueError(
-                f"{type(head).__name__}'s privacy budget covers its own fit in process, one "
-                "release per call; a run's budget is OneShotProtocol's privacy (and each "
-                "ClientParty's), under which every release of the run is composed"
-            )
-        if privacy is not None:
-            _check_private_run(self)
-        if screen == "on" and not (defence or NoDefence()).screens:
-            raise ValueError(
-                "screen='on' needs a defence: its thresholds are the DefenceBounds' "
-                "screen_significance and screen_min_gain"
-            )
-        #: The candidates ``(tau, server parameters)``: the grid, or the fixed ``tau``.
-        grid = check_tau_grid(taus)
-        self.candidates = (
-            candidate_grid(head, grid, head_grid)
-            if self.tau == "auto"
-            else [Candidate(float(self.tau))]
-        )
-        self.config = dict(config or {})
-
-    @property
-    def label_mix(self) -> str:
-        """Whose label mix the run serves: the head's ``label_mix`` (:mod:`skslot.label_mix`).
-
-        ``"client"``: each client's mean moves by its domain offset measured
-        within classes, from the class sums of the head's statistics
-        (FedCGS, FedPFT; with a head that uploads none, O-FedAvg, each mean
-        stays where it is), and each client predicts with its own class
-        counts at the evaluation (nothing sent for it).  ``"federation"``:
-        each mean moves to the reference mean (the paper's) and the head
-        serves the federation's mix.  A head without the parameter serves
-        the federation's.
-        """
-        return getattr(self.head, "label_mix", "federation")
-
-    @property
-    def auto(self) -> bool:
-        """Whether ``tau`` is chosen by the federation."""
-        return self.tau == "auto"
-
-    @property
-    def screening(self) -> bool:
-        """Whether the clients' contributions are screened by the others' validation.
-
-        A run screens where it also reaches more than
-        :data:`~skslot.screening.MIN_VOTERS` clients (``RunState.screens``).
-        """
-        return (
-            self.screen != "off" and (self.defence or NoDefence()).screens and self.privacy is None
-        )
-
-    @property
-    def releases(self) -> tuple[str, ...]:
-        """What each client releases under the run's privacy budget (none without one)."""
-        if self.privacy is None:
-            return ()
-        made = {  # the releases a run may leave out (upload.OPTIONAL_RELEASES), when it does
-            "evaluation": self.evaluate,
-            "class_counts": self.client_tau == "label-shift",  # the label-shift rule's input
-        }
-        return tuple(r for r in head_releases(self.head) if made.get(r, True))
-
     def run(self, transport: Transport, classes: Sequence) -> ProtocolResult:
         """Run every stage over ``transport``; the clients agree on the class set ``classes``.
 
@@ -329,7 +182,7 @@ class OneShotProtocol:
             When fewer than ``min_clients`` clients complete a stage, or a
             server step fails on the clients' values; its ``report`` says why.
         """
-        run = RunState(StageSettings.of(self), transport, np.asarray(classes))
+        run = RunState(self, transport, np.asarray(classes))
         try:
             return self._stages(run)
         except ProtocolRunError:
@@ -428,64 +281,6 @@ def _refresh_reference(run: RunState, stage: str, taus: Sequence[float]) -> bool
     elif action == "rebuild":
         run.rebuild_reference(stage)
     return action is not None
-
-
-def private_run_problem(
-    head: OneShotHead, *, auto: bool, screen: str, summary_covariance: str
-) -> str | None:
-    """Why a run under a privacy budget cannot be made with these settings, or ``None``.
-
-    The one check of a private run's settings, for the protocol and the
-    deployment's configuration: a head with a private release, a fixed tau,
-    no screening required, and the total covariance's summary where the
-    summary is a release of its own.
-
-    Parameters
-    ----------
-    head : OneShotHead
-    auto : bool
-        Whether ``tau`` is chosen by the federation.
-    screen : str
-        The ``screen`` setting.
-    summary_covariance : str
-        The summaries' covariance.
-
-    Returns
-    -------
-    str or None
-    """
-    why = head.private_problem()
-    if why:
-        return why
-    if auto:
-        return (
-            'a private run needs a fixed tau: tau="auto" releases every client\'s validation '
-            "counts, which the budget does not cover"
-        )
-    if screen == "on":
-        return (
-            "a private run does not screen: the screening releases validation counts the "
-            "budget does not cover"
-        )
-    why = private_covariance_problem(summary_covariance)
-    if head.strategy.trains_locally and why:
-        return (
-            f"a private run of {type(head).__name__} releases each client's summary, and {why}: "
-            "set summary_covariance to 'total'"
-        )
-    return None
-
-
-def _check_private_run(protocol: OneShotProtocol) -> None:
-    """A private run's settings (:func:`private_run_problem`)."""
-    why = private_run_problem(
-        protocol.head,
-        auto=protocol.auto,
-        screen=protocol.screen,
-        summary_covariance=protocol.summary_covariance,
-    )
-    if why:
-        raise ValueError(f"privacy: {why}")
 
 
 def _final_fitting(run: RunState, trains_locally: bool) -> str:

@@ -2,7 +2,7 @@
 
 A client under a privacy budget (:class:`~skslot.protocol.ClientParty`'s
 ``privacy``) is a wrapper around its stages' client steps
-(:func:`private_answer`): every request is first matched against the plan
+(:func:`~skslot.protocol.client.private_answer`): every request is first matched against the plan
 (:meth:`~skslot.protocol.stages.Stage.private_problem`, which reads the
 request, the client's budget and its state of the run, never its rows).  A
 request outside the plan (class sums, a within-class summary, a validation
@@ -25,21 +25,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..accounting import PrivacyBudgetExceeded
 
-if TYPE_CHECKING:
-    from .client import ClientParty
-
 __all__ = [
     "RequestRefused",
-    "changed_rows_problem",
     "logger",
     "null_rows",
-    "private_answer",
     "refusal",
     "rows_digest",
 ]
@@ -79,49 +73,7 @@ def refusal(stage: str) -> RequestRefused:
     )
 
 
-def private_answer(party: ClientParty, stage: str, request: Any) -> Any:
-    """A private client's reply to ``request`` at ``stage``: a release of its plan, or the
-    refusal.
-
-    The stage's :meth:`~skslot.protocol.stages.Stage.private_problem` is read
-    first, before any of the client's rows; a request it refuses charges
-    nothing.  A step that fails after the request was admitted answers with
-    the same refusal (its error in the client's own log).
-
-    Parameters
-    ----------
-    party : ClientParty
-        A client with a privacy budget.
-    stage : str
-        A stage of :data:`~skslot.protocol.stages.STAGES`.
-    request : object
-        The stage's request, as received.
-
-    Returns
-    -------
-    object
-        The stage's reply.
-
-    Raises
-    ------
-    RequestRefused
-        If the request is outside the plan, or its step failed.
-    """
-    from .stages import STAGES
-
-    step = STAGES[stage]
-    why = changed_rows_problem(party) or step.private_problem(party, request)
-    if why is not None:
-        logger.warning("client %r refuses the %r request: %s", party.label, stage, why)
-        raise refusal(stage)
-    try:
-        return step.answer(party, request)
-    except Exception:
-        logger.exception("client %r failed to answer the %r request", party.label, stage)
-        raise refusal(stage) from None
-
-
-def rows_digest(party: ClientParty) -> str:
+def rows_digest(X: np.ndarray, y: np.ndarray) -> str:
     """The digest of a client's training rows and labels (kept, never sent).
 
     Its test count is kept with the request it answered, so a restart
@@ -130,42 +82,20 @@ def rows_digest(party: ClientParty) -> str:
 
     Parameters
     ----------
-    party : ClientParty
+    X : ndarray of shape (n, m)
+    y : ndarray of shape (n,)
 
     Returns
     -------
     str
     """
     digest = hashlib.sha256()
-    for part in (party.X, party.y):
+    for part in (X, y):
         array = np.asarray(part)
         array = np.ascontiguousarray(array.astype(str) if array.dtype == object else array)
         digest.update(repr((array.dtype.str, array.shape)).encode())
         digest.update(array.tobytes())
     return digest.hexdigest()
-
-
-def changed_rows_problem(party: ClientParty) -> str | None:
-    """Why a private client refuses every request of a run whose rows changed since its first
-    release, or ``None``.
-
-    Each release's noise is drawn from the run's secret seed and the
-    release's name, so a release made again on other rows (a node's file
-    replaced, a client restored in a new process) would reuse the noise and
-    tell the server the exact difference.
-
-    Parameters
-    ----------
-    party : ClientParty
-
-    Returns
-    -------
-    str or None
-    """
-    kept = party.state.rows_digest
-    if kept is None or kept == rows_digest(party):
-        return None
-    return "its rows changed since this run's first release (the same noise on other rows)"
 
 
 def null_rows(

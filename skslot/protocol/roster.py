@@ -11,7 +11,7 @@ from ..low_rank import Summary
 from .report import ProtocolReport, ProtocolRunError
 
 if TYPE_CHECKING:
-    from .stages.upload import Upload
+    from .stages.upload._messages import Upload
 
 __all__ = ["Member", "Roster", "order_key", "split_seeds"]
 

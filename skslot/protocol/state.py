@@ -29,7 +29,7 @@ from .transport import Exchange, Transport
 if TYPE_CHECKING:
     from ..defence import DefenceBounds
     from ..selection import Selection
-    from .settings import StageSettings
+    from .parameters import ProtocolParameters
 
 __all__ = ["SERVER_STEP_ERRORS", "RunState"]
 
@@ -46,14 +46,14 @@ class RunState:
 
     Parameters
     ----------
-    settings : StageSettings
-        The run's settings, frozen (:meth:`StageSettings.of` the protocol).
+    settings : ProtocolParameters
+        The protocol whose run this is: the stages read its parameters.
     transport : Transport
     classes : ndarray
         The run's class set.
     """
 
-    def __init__(self, settings: StageSettings, transport: Transport, classes: np.ndarray):
+    def __init__(self, settings: ProtocolParameters, transport: Transport, classes: np.ndarray):
         self.settings, self.transport, self.classes = settings, transport, classes
         transport.open(settings.head, classes)
         self.defence: DefenceBounds | NoDefence = settings.defence or NoDefence()

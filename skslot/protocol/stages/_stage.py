@@ -15,7 +15,7 @@ from ...wire.payload import ConfigValue, Payload, ReceivedPayload
 
 if TYPE_CHECKING:
     from ...heads import OneShotHead
-    from ..client import ClientParty
+    from ..party import Party
 
 __all__ = ["ClientWire", "ServerWire", "Stage"]
 
@@ -159,7 +159,7 @@ class Stage(Generic[Request, Reply]):
     #: The server's check of a decoded reply against what the client sent before.
     check: ClassVar[Callable[..., str | None]]
 
-    def private_problem(self, party: ClientParty, request: Request) -> str | None:
+    def private_problem(self, party: Party, request: Request) -> str | None:
         """Why a client under a privacy budget refuses ``request``, or ``None`` where its reply
         is a release its plan declares (:mod:`skslot.protocol.plan`).
 
@@ -170,7 +170,7 @@ class Stage(Generic[Request, Reply]):
 
         Parameters
         ----------
-        party : ClientParty
+        party : Party
             A client with a privacy budget.
         request : object
             The stage's request, as received.
@@ -182,12 +182,12 @@ class Stage(Generic[Request, Reply]):
         """
         return f"the {self.name!r} stage's reply is a release of no privacy plan"
 
-    def answer(self, party: ClientParty, request: Request) -> Reply:
+    def answer(self, party: Party, request: Request) -> Reply:
         """The client's step: its reply to ``request``.
 
         Parameters
         ----------
-        party : ClientParty
+        party : Party
             The client: its rows and its state of the run (updated in place).
         request : object
             The stage's request, as received.

@@ -20,7 +20,7 @@ from ._stage import ClientWire, ServerWire, Stage
 
 if TYPE_CHECKING:
     from ...heads import OneShotHead
-    from ..client import ClientParty
+    from ..party import Party
     from ..state import RunState
 
 __all__ = [
@@ -80,7 +80,7 @@ def _request_digest(request: EvaluationRequest) -> str:
     ).hexdigest()
 
 
-def n_correct(party: ClientParty, request: EvaluationRequest, full_map: TransportMap) -> int:
+def n_correct(party: Party, request: EvaluationRequest, full_map: TransportMap) -> int:
     """The client's test rows the request's head predicts right, aligned at its ``tau``.
 
     Where the head serves each client's own label mix, it predicts with the
@@ -89,7 +89,7 @@ def n_correct(party: ClientParty, request: EvaluationRequest, full_map: Transpor
 
     Parameters
     ----------
-    party : ClientParty
+    party : Party
     request : EvaluationRequest
     full_map : GaussianMap or LowRankMap
         The client's full map.
@@ -211,7 +211,7 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
     reply = Evaluation
     check = staticmethod(check)
 
-    def private_problem(self, party: ClientParty, request: EvaluationRequest) -> str | None:
+    def private_problem(self, party: Party, request: EvaluationRequest) -> str | None:
         state = party.state
         if not state.releases:
             return "no upload of this run announced its plan"
@@ -223,7 +223,7 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
             return "a second test count, for another head or tau"
         return None
 
-    def answer(self, party: ClientParty, request: EvaluationRequest) -> Evaluation:
+    def answer(self, party: Party, request: EvaluationRequest) -> Evaluation:
         full_map = party.full_map(request.reference)
         n_test = party.n_test
         if party.X_test is None or n_test == 0:

@@ -34,7 +34,7 @@ from ._stage import ClientWire, ServerWire, Stage
 if TYPE_CHECKING:
     from ...heads import OneShotHead
     from ..alignment import Alignment
-    from ..client import ClientParty
+    from ..party import Party
     from ..state import RunState
 
 __all__ = [
@@ -452,7 +452,7 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
     reply = PairedCounts
     check = staticmethod(check)
 
-    def answer(self, party: ClientParty, request: ScreeningRequest) -> PairedCounts:
+    def answer(self, party: Party, request: ScreeningRequest) -> PairedCounts:
         full_map = party.full_map(request.reference)
         X, y = party.held_out("screening")
         own = [

@@ -32,7 +32,7 @@ from ..plan import null_rows
 from ._stage import ClientWire, ServerWire, Stage
 
 if TYPE_CHECKING:
-    from ..client import ClientParty
+    from ..party import Party
     from ..state import RunState
     from .upload import Upload
 
@@ -291,7 +291,7 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
     reply = LocalHeads
     check = staticmethod(check)
 
-    def private_problem(self, party: ClientParty, request: UpdatesRequest) -> str | None:
+    def private_problem(self, party: Party, request: UpdatesRequest) -> str | None:
         if party.head.private_release != "local_head":
             return f"{type(party.head).__name__} trains no local head"
         state = party.state
@@ -308,7 +308,7 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
             return "a local head on another map (reference, tau or mean fraction) or part"
         return None
 
-    def answer(self, party: ClientParty, request: UpdatesRequest) -> LocalHeads:
+    def answer(self, party: Party, request: UpdatesRequest) -> LocalHeads:
         full_map = party.full_map(request.reference)
         split = party.split
         rows = split[0] if request.part == "fit" and split is not None else slice(None)
@@ -370,7 +370,7 @@ class RefitStage(UpdatesStage):
 
     name = "refit"
 
-    def private_problem(self, party: ClientParty, request: UpdatesRequest) -> str | None:
+    def private_problem(self, party: Party, request: UpdatesRequest) -> str | None:
         return "a refit: a private run makes its one local head at the updates stage"
 
 

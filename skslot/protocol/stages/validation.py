@@ -24,7 +24,7 @@ from ._stage import ClientWire, ServerWire, Stage
 
 if TYPE_CHECKING:
     from ...heads import OneShotHead
-    from ..client import ClientParty
+    from ..party import Party
     from ..state import RunState
 
 __all__ = [
@@ -306,7 +306,7 @@ class ValidationStage(Stage[ValidationRequest, ValidationCounts]):
     reply = ValidationCounts
     check = staticmethod(check)
 
-    def answer(self, party: ClientParty, request: ValidationRequest) -> ValidationCounts:
+    def answer(self, party: Party, request: ValidationRequest) -> ValidationCounts:
         full_map = party.full_map(request.reference)
         X, y = party.held_out("validation")
         return score_candidates(

@@ -40,7 +40,16 @@ from ._privacy import (
     released_summary,
 )
 from ._release import ExactRelease, PrivateRelease, UploadRelease, upload_release
-from ._steps import STAGE, UploadStage, check, collect, form_problem, run_dimension
+from ._steps import (
+    STAGE,
+    UploadStage,
+    check,
+    class_counts_problem,
+    class_sums_problem,
+    collect,
+    form_problem,
+    run_dimension,
+)
 
 __all__ = [
     "CLASS_SUMS",
@@ -56,6 +65,8 @@ __all__ = [
     "UploadStage",
     "as_decoded",
     "check",
+    "class_counts_problem",
+    "class_sums_problem",
     "collect",
     "derived_settings_problem",
     "form_problem",

@@ -27,7 +27,7 @@ from ...plan import rows_digest
 if TYPE_CHECKING:
     from ....accounting import PrivacyLedger
     from ....heads import OneShotHead
-    from ...client import ClientParty
+    from ...party import Party
     from ._messages import Upload, UploadRequest
 
 __all__ = [
@@ -78,7 +78,7 @@ def private_summary_problem(head: OneShotHead, epsilon: float | None) -> str | N
     )
 
 
-def private_upload_problem(party: ClientParty, request: UploadRequest) -> str | None:
+def private_upload_problem(party: Party, request: UploadRequest) -> str | None:
     """Why a private client refuses an upload request, or ``None`` where the request asks for
     the releases of its plan alone.
 
@@ -94,7 +94,7 @@ def private_upload_problem(party: ClientParty, request: UploadRequest) -> str | 
 
     Parameters
     ----------
-    party : ClientParty
+    party : Party
         A client with a privacy budget.
     request : UploadRequest
 
@@ -151,14 +151,14 @@ def private_upload_problem(party: ClientParty, request: UploadRequest) -> str | 
     return None
 
 
-def derived_settings_problem(party: ClientParty, request: UploadRequest) -> str | None:
+def derived_settings_problem(party: Party, request: UploadRequest) -> str | None:
     """Why a client of a head whose statistics determine its summary (FedCGS) refuses the
     run's summary settings: they must be its own, or it would map its rows with another
     summary than the server's.
 
     Parameters
     ----------
-    party : ClientParty
+    party : Party
     request : UploadRequest
 
     Returns
@@ -205,14 +205,14 @@ def head_releases(head: OneShotHead) -> tuple[str, ...]:
     return tuple(r for r in RELEASES if r in made)
 
 
-def private_run(party: ClientParty, request: UploadRequest) -> PrivacyLedger | None:
+def private_run(party: Party, request: UploadRequest) -> PrivacyLedger | None:
     """The client's ledger for a private run, its lifetime budget charged once per run.
 
     The request was admitted (:func:`private_upload_problem`) before.
 
     Parameters
     ----------
-    party : ClientParty
+    party : Party
     request : UploadRequest
 
     Returns
@@ -239,7 +239,7 @@ def private_run(party: ClientParty, request: UploadRequest) -> PrivacyLedger | N
     state = party.state
     before = (state.releases, state.noise_seed, state.rows_digest)
     state.releases = tuple(request.releases)
-    state.rows_digest = rows_digest(party)  # the rows every release of the run is made of
+    state.rows_digest = rows_digest(party.X, party.y)  # the rows every release is made of
     ledger = party.ledger()
     if party.lifetime is not None:  # charged once per run, before anything is released
         try:
@@ -275,7 +275,7 @@ def private_shrinkage_problem(upload: Upload, covariance: str) -> str | None:
     return None
 
 
-def released_summary(party: ClientParty, ledger: PrivacyLedger, covariance_floor: float) -> Summary:
+def released_summary(party: Party, ledger: PrivacyLedger, covariance_floor: float) -> Summary:
     """A private client's summary of its rows, the release ``"summary"`` of its ledger.
 
     The rows are clipped to the budget's norm and summed about zero; the mean
@@ -284,7 +284,7 @@ def released_summary(party: ClientParty, ledger: PrivacyLedger, covariance_floor
 
     Parameters
     ----------
-    party : ClientParty
+    party : Party
     ledger : PrivacyLedger
         The client's ledger for the run.
     covariance_floor : float
@@ -311,12 +311,12 @@ def released_summary(party: ClientParty, ledger: PrivacyLedger, covariance_floor
     return ledger.release("summary", release, n=X.shape[0], sensitivity=SUMMARY_SENSITIVITY)
 
 
-def released_class_counts(party: ClientParty, ledger: PrivacyLedger) -> np.ndarray:
+def released_class_counts(party: Party, ledger: PrivacyLedger) -> np.ndarray:
     """A private client's class counts, the release ``"class_counts"`` of its ledger.
 
     Parameters
     ----------
-    party : ClientParty
+    party : Party
     ledger : PrivacyLedger
         The client's ledger for the run.
 

@@ -23,7 +23,7 @@ from ._privacy import private_run, released_class_counts, released_summary
 
 if TYPE_CHECKING:
     from ....accounting import PrivacyLedger
-    from ...client import ClientParty
+    from ...party import Party
     from ._messages import UploadRequest
 
 __all__ = ["ExactRelease", "PrivateRelease", "UploadRelease", "upload_release"]
@@ -47,13 +47,13 @@ class UploadRelease:
         raise NotImplementedError
 
     def shrinkage(
-        self, party: ClientParty, fitting: Any, X: np.ndarray, y: np.ndarray, covariance: str
+        self, party: Party, fitting: Any, X: np.ndarray, y: np.ndarray, covariance: str
     ) -> float:
         """The shrinkage the server derives the client's summary with (FedCGS).
 
         Parameters
         ----------
-        party : ClientParty
+        party : Party
         fitting : object
             The head's statistics of the fitting rows, as sent.
         X, y : ndarray
@@ -66,12 +66,12 @@ class UploadRelease:
         """
         raise NotImplementedError
 
-    def summary(self, party: ClientParty, fitting: Any, request: UploadRequest) -> Summary:
+    def summary(self, party: Party, fitting: Any, request: UploadRequest) -> Summary:
         """The summary the client sends, kept as the server decodes it.
 
         Parameters
         ----------
-        party : ClientParty
+        party : Party
         fitting : object or None
             The head's statistics of the fitting rows, as sent.
         request : UploadRequest
@@ -82,12 +82,12 @@ class UploadRelease:
         """
         raise NotImplementedError
 
-    def class_counts(self, party: ClientParty, fitting: Any) -> np.ndarray:
+    def class_counts(self, party: Party, fitting: Any) -> np.ndarray:
         """The rows of each of the run's classes among the client's training rows.
 
         Parameters
         ----------
-        party : ClientParty
+        party : Party
         fitting : object or None
             The head's statistics of the fitting rows, as sent.
 
@@ -97,13 +97,13 @@ class UploadRelease:
         """
         raise NotImplementedError
 
-    def released_counts(self, party: ClientParty, fitting: Any) -> np.ndarray | None:
+    def released_counts(self, party: Party, fitting: Any) -> np.ndarray | None:
         """The class counts this upload releases, which a private client predicts with where
         its evaluation count is a release (``None``: exact values, or no counts released).
 
         Parameters
         ----------
-        party : ClientParty
+        party : Party
         fitting : object or None
             The head's statistics of the fitting rows, as sent.
 
@@ -126,16 +126,16 @@ class ExactRelease(UploadRelease):
         check_feature_scale(X)
 
     def shrinkage(
-        self, party: ClientParty, fitting: Any, X: np.ndarray, y: np.ndarray, covariance: str
+        self, party: Party, fitting: Any, X: np.ndarray, y: np.ndarray, covariance: str
     ) -> float:
         strategy = party.head.strategy
         return strategy.derived_shrinkage(fitting, X, y, covariance=covariance)
 
-    def summary(self, party: ClientParty, fitting: Any, request: UploadRequest) -> Summary:
+    def summary(self, party: Party, fitting: Any, request: UploadRequest) -> Summary:
         kept = party.state.summary
         return kept if kept is not None else as_decoded(party.summarise(), request.summary_dtype)
 
-    def class_counts(self, party: ClientParty, fitting: Any) -> np.ndarray:
+    def class_counts(self, party: Party, fitting: Any) -> np.ndarray:
         return class_counts(party.y, party.classes)
 
 
@@ -162,11 +162,11 @@ class PrivateRelease(UploadRelease):
         pass
 
     def shrinkage(
-        self, party: ClientParty, fitting: Any, X: np.ndarray, y: np.ndarray, covariance: str
+        self, party: Party, fitting: Any, X: np.ndarray, y: np.ndarray, covariance: str
     ) -> float:
         return fitting.oas_shrinkage(covariance)
 
-    def summary(self, party: ClientParty, fitting: Any, request: UploadRequest) -> Summary:
+    def summary(self, party: Party, fitting: Any, request: UploadRequest) -> Summary:
         if party.head.strategy.uploads_statistics:
             summary = self.ledger.result(party.head.private_release).summary(
                 covariance=request.summary_covariance,
@@ -177,23 +177,23 @@ class PrivateRelease(UploadRelease):
             summary = released_summary(party, self.ledger, request.covariance_floor)
         return as_decoded(summary, request.summary_dtype)
 
-    def class_counts(self, party: ClientParty, fitting: Any) -> np.ndarray:
+    def class_counts(self, party: Party, fitting: Any) -> np.ndarray:
         if fitting is not None:
             return fitting.class_counts()
         return released_class_counts(party, self.ledger)
 
-    def released_counts(self, party: ClientParty, fitting: Any) -> np.ndarray | None:
+    def released_counts(self, party: Party, fitting: Any) -> np.ndarray | None:
         if fitting is not None or "class_counts" in self.ledger.shares:
             return self.class_counts(party, fitting)
         return None
 
 
-def upload_release(party: ClientParty, request: UploadRequest) -> UploadRelease:
+def upload_release(party: Party, request: UploadRequest) -> UploadRelease:
     """How this client releases its upload in this run, the run checked against its budget.
 
     Parameters
     ----------
-    party : ClientParty
+    party : Party
     request : UploadRequest
 
     Returns

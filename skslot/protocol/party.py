@@ -1,0 +1,372 @@
+"""A client of the protocol: its rows, its settings and what it keeps between stages,
+as the stages read them (:class:`~skslot.protocol.ClientParty` answers with them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._validation import check_client_size
+from ..accounting import PrivacyBudget, PrivacyLedger
+from ..defaults import FORM, VALIDATION_FRACTION
+from ..heads import OneShotHead
+from ..label_shift import class_counts
+from ..lifetime import LifetimeBudget
+from ..low_rank import (
+    Summary,
+    TransportMap,
+    optimal_transport_map,
+    summary_from_bytes,
+)
+from ..selection import validation_split
+from ..summary import GaussianSummaryEstimator
+from .plan import null_rows
+
+__all__ = ["ClientState"]  # and Party, the base of ClientParty (documented there)
+
+
+@dataclass
+class ClientState:
+    """What a client keeps between the stages of one run.
+
+    Every stage uses the same summary and reference, so the same map.
+
+    Parameters
+    ----------
+    summary : GaussianSummary, LowRankGaussianSummary or None, default=None
+        The client's summary, exactly as the server received it.
+    reference : GaussianSummary, LowRankGaussianSummary or None, default=None
+        The server's reference, once received.
+    client_index : int or None, default=None
+        The client's position in the run's order, received with the upload
+        request.
+    split_seed : int or None, default=None
+        The seed of its validation split, received with the upload request
+        (``None``: no split).
+    fixed_map : GaussianMap, LowRankMap or None, default=None
+        Where the run's maps were fitted before it
+        (:class:`~skslot.protocol.stages.reference.FixedReference`), this
+        client's map among them, used in place of the one its summary would
+        make.  Kept in process only.
+    mean_tau : float or None, default=None
+        The run's fraction of the mean's transport, received with the upload
+        request (``None``: the mean follows ``tau``).
+    releases : tuple of str, default=()
+        Under a privacy budget, the releases of the run (received with the
+        upload request), which its ledger is planned for.
+    noise_seed : int or None, default=None
+        Under a privacy budget, the run's secret noise seed (drawn by the
+        client, never sent): a release made again is the same release.
+    evaluation : tuple of (str, int) or None, default=None
+        Under a privacy budget, the digest of the evaluation request answered
+        and the count released for it: the same request gets the same count,
+        another is refused (its input is the server's choice).
+    local_head : str or None, default=None
+        Under a privacy budget, the digest of the map (reference, fractions)
+        and rows its local head was released for: the same request gets the
+        same head, another is refused (the same noise on rows aligned by
+        another map would release the difference of two exact heads).
+    released_counts : tuple of int or None, default=None
+        Under a privacy budget, the class counts its upload released (those of
+        its released statistics, or the release ``"class_counts"``): the
+        prior it predicts with where its evaluation count is a release
+        (``None``: none released, no prior).
+    rows_digest : str or None, default=None
+        Under a privacy budget, the digest of the rows the run's releases are
+        made of (:func:`~skslot.protocol.plan.rows_digest`; kept, never sent):
+        a client whose rows changed refuses the rest of the run.
+    """
+
+    summary: Summary | None = None
+    reference: Summary | None = None
+    client_index: int | None = None
+    split_seed: int | None = None
+    fixed_map: TransportMap | None = None
+    mean_tau: float | None = None
+    releases: tuple[str, ...] = ()
+    noise_seed: int | None = None
+    evaluation: tuple[str, int] | None = None
+    local_head: str | None = None
+    released_counts: tuple[int, ...] | None = None
+    rows_digest: str | None = None
+
+    def to_config(self) -> dict[str, int | float | bytes]:
+        """The state as scalar settings, to keep between a transport's calls.
+
+        Summaries are kept in float64: the values received or derived (a factor
+        form's basis is made orthonormal again when read back, a change at
+        rounding level).
+
+        Returns
+        -------
+        dict of str to int, float or bytes
+            What :meth:`from_config` reads back.
+        """
+        if self.fixed_map is not None:
+            raise ValueError("a state with a fixed map is kept in process only")
+        values: dict[str, int | float | bytes] = {
+            "client-index": -1 if self.client_index is None else self.client_index,
+            "split-seed": -1 if self.split_seed is None else self.split_seed,
+            "mean-tau": -1.0 if self.mean_tau is None else float(self.mean_tau),
+            "releases": ",".join(self.releases).encode(),
+            "noise-seed": -1 if self.noise_seed is None else self.noise_seed,
+        }
+        if self.evaluation is not None:
+            values["evaluation-digest"] = self.evaluation[0].encode()
+            values["evaluation-count"] = self.evaluation[1]
+        if self.local_head is not None:
+            values["local-head-digest"] = self.local_head.encode()
+        if self.rows_digest is not None:
+            values["rows-digest"] = self.rows_digest.encode()
+        if self.released_counts is not None:
+            values["released-counts"] = ",".join(map(str, self.released_counts)).encode()
+        for name in ("summary", "reference"):
+            summary = getattr(self, name)
+            if summary is not None:
+                values[name] = summary.to_bytes("float64")
+        return values
+
+    @classmethod
+    def from_config(cls, values: dict[str, Any]) -> ClientState:
+        """The state :meth:`to_config` wrote.
+
+        Parameters
+        ----------
+        values : mapping of str to int, float or bytes
+
+        Returns
+        -------
+        ClientState
+        """
+        summaries = {
+            name: summary_from_bytes(values[name]) if name in values else None
+            for name in ("summary", "reference")
+        }
+        index, seed, mean_tau = values["client-index"], values["split-seed"], values["mean-tau"]
+        releases = bytes(values.get("releases", b"")).decode()
+        noise_seed = values.get("noise-seed", -1)
+        evaluation = None
+        if "evaluation-digest" in values:
+            digest = bytes(values["evaluation-digest"]).decode()
+            evaluation = (digest, int(values["evaluation-count"]))
+        local_head = values.get("local-head-digest")
+        counts = values.get("released-counts")
+        rows = values.get("rows-digest")
+        return cls(
+            **summaries,
+            client_index=None if index < 0 else index,
+            split_seed=None if seed < 0 else seed,
+            mean_tau=None if mean_tau < 0 else mean_tau,
+            releases=tuple(releases.split(",")) if releases else (),
+            noise_seed=None if noise_seed < 0 else int(noise_seed),
+            evaluation=evaluation,
+            local_head=None if local_head is None else bytes(local_head).decode(),
+            released_counts=None
+            if counts is None
+            else tuple(int(c) for c in bytes(counts).decode().split(",")),
+            rows_digest=None if rows is None else bytes(rows).decode(),
+        )
+
+
+class Party:
+    """One client of a run, as its stages read and update it: its rows, settings and state.
+
+    The parameters are :class:`~skslot.protocol.ClientParty`'s, which answers the
+    stages' requests with it.
+    """
+
+    def __init__(
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        *,
+        head: OneShotHead,
+        classes: np.ndarray,
+        label: int | str | None = None,
+        X_test: np.ndarray | None = None,
+        y_test: np.ndarray | None = None,
+        summary_estimator: GaussianSummaryEstimator | None = None,
+        validation_fraction: float = VALIDATION_FRACTION,
+        state: ClientState | None = None,
+        privacy: PrivacyBudget | None = None,
+        lifetime: LifetimeBudget | None = None,
+    ) -> None:
+        if getattr(head, "privacy", None) is not None:
+            raise ValueError(
+                f"{type(head).__name__}'s privacy budget covers its own fit in process; a "
+                "client's budget for a run is ClientParty's privacy"
+            )
+        self.head = head
+        self.classes = np.asarray(classes)
+        self.label = label
+        check_client_size(np.shape(y)[0], label)  # the estimators' rule and message
+        if privacy is not None:  # never an error naming a row: it would be exact
+            X, y = null_rows(X, y, self.classes)
+            if X_test is not None and y_test is not None:
+                X_test, y_test = null_rows(X_test, y_test, self.classes, part="test")
+        self.X, self.y = X, y
+        self.X_test, self.y_test = X_test, y_test
+        self.summary_estimator = summary_estimator
+        self.validation_fraction = validation_fraction
+        self.state = state if state is not None else ClientState()
+        if lifetime is not None and privacy is None:
+            raise ValueError("a lifetime budget bounds private runs: give the client privacy too")
+        self.privacy = privacy
+        self.lifetime = lifetime
+        self._ledger: PrivacyLedger | None = None
+
+    def ledger(self) -> PrivacyLedger:
+        """This run's ledger of the client's releases, under its privacy budget.
+
+        Planned for the releases the upload request announced
+        (``state.releases``) and seeded with the run's secret noise seed
+        (drawn on first use, kept in the state), so that a client restored in
+        a new process repeats, never redraws, a release.
+
+        Returns
+        -------
+        PrivacyLedger
+
+        Raises
+        ------
+        RuntimeError
+            If the client has no privacy budget, or no run announced its releases.
+        """
+        if self.privacy is None:
+            raise RuntimeError("this client has no privacy budget")
+        state = self.state
+        if not state.releases:
+            raise RuntimeError("no upload request of this run announced its releases")
+        ledger = self._ledger
+        if (
+            ledger is None
+            or ledger.seed != state.noise_seed
+            or tuple(ledger.shares) != tuple(state.releases)
+        ):
+            ledger = self.privacy.ledger(state.releases, client=self.label, seed=state.noise_seed)
+            state.noise_seed = ledger.seed
+            self._ledger = ledger
+        return ledger
+
+    @property
+    def estimator(self) -> GaussianSummaryEstimator:
+        """The summary's estimator (exact Ledoit-Wolf unless one was given)."""
+        return self.summary_estimator or GaussianSummaryEstimator(form=FORM)
+
+    @property
+    def n_test(self) -> int:
+        """The client's test rows."""
+        return 0 if self.y_test is None else int(self.y_test.shape[0])
+
+    @property
+    def class_counts(self) -> np.ndarray:
+        """The client's training rows of each class of the run: its own label mix, with
+        which it predicts where the head serves each client's own (nothing is sent)."""
+        return class_counts(self.y, self.classes)
+
+    @property
+    def prior_counts(self) -> np.ndarray | None:
+        """The class counts the client predicts with where the server reads the result: its
+        own counts, or under a privacy budget the counts it released (``None``: none).
+
+        Where the head serves each client's own label mix its predictions
+        shift by these counts, so a count of correct predictions sent to the
+        server depends on them; a private client's must be a release already
+        charged, never its exact counts.
+        """
+        if self.privacy is None:
+            return self.class_counts
+        counts = self.state.released_counts
+        return None if counts is None else np.asarray(counts, dtype=np.int64)
+
+    def summarise(self) -> Summary:
+        """The summary of this client's fitting rows (all its training rows without a split).
+
+        Returns
+        -------
+        GaussianSummary or LowRankGaussianSummary
+            In the estimator's form: by default the factor form where the
+            client holds no more fitting rows than features.
+        """
+        X, y = self.fitting_rows()
+        return self.estimator.fit(X, y, client=self.label).summaries_[self.label]
+
+    def fitting_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows and labels the client fits on: those it does not hold out.
+
+        Returns
+        -------
+        X, y : ndarray
+        """
+        split = self.split
+        if split is None:
+            return self.X, self.y
+        return self.X[split[0]], self.y[split[0]]
+
+    @property
+    def split(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The (fitting, validation) positions among the rows, or ``None`` without a split."""
+        if self.state.split_seed is None:
+            return None
+        return validation_split(self.y, self.validation_fraction, self.state.split_seed)
+
+    def held_out(self, stage: str) -> tuple[np.ndarray, np.ndarray]:
+        """This client's validation rows and labels, for ``stage``.
+
+        Parameters
+        ----------
+        stage : str
+            The stage that needs them (named in the error without a split).
+
+        Returns
+        -------
+        X, y : ndarray
+        """
+        split = self.split
+        if split is None:
+            raise RuntimeError(f"{stage} was requested, but this run has no validation split")
+        return self.X[split[1]], self.y[split[1]]
+
+    def full_map(self, reference: Summary | None = None) -> TransportMap:
+        """This client's full map onto the reference (the reference stored on first receipt).
+
+        Parameters
+        ----------
+        reference : GaussianSummary or LowRankGaussianSummary, optional
+            The reference, where the request carries it.
+
+        Returns
+        -------
+        GaussianMap or LowRankMap
+            The map at ``tau = 1``, its mean moved by the run's ``mean_tau``.
+        """
+        state = self.state
+        if reference is not None:
+            state.reference = reference
+        if state.fixed_map is not None:
+            return state.fixed_map
+        if state.reference is None:
+            raise RuntimeError("this client has not received the reference of this run")
+        return self.map_onto(state.reference)
+
+    def map_onto(self, reference: Summary) -> TransportMap:
+        """This client's full map onto ``reference``, its mean moved by the run's ``mean_tau``
+        (the reference is not stored: the screening's references built without one client).
+
+        Parameters
+        ----------
+        reference : GaussianSummary or LowRankGaussianSummary
+
+        Returns
+        -------
+        GaussianMap or LowRankMap
+            In the reference's form (:func:`~skslot.low_rank.optimal_transport_map`).
+        """
+        state = self.state
+        if state.summary is None:
+            raise RuntimeError("this client has no summary of this run (no upload stage ran)")
+        own = state.summary
+        full = optimal_transport_map(own, reference)
+        return full.with_mean_fraction(state.mean_tau, own.mean)
