@@ -373,15 +373,19 @@ class _Float64Roots:
 
     @property
     def floor_eigenvalues(self) -> Any:
-        """The eigenvalues of the last evaluation's ``F^T Sigma_k F`` (the floor's)."""
-        return self._inner.eigenvalues
+        """The eigenvalues of the last evaluation's ``F^T Sigma_k F`` (the floor's).
+
+        ``None`` before the first evaluation.
+        """
+        return None if self._inner is None else self._inner.eigenvalues
 
     def roots(self, kind: Any) -> list[SymmetricEigh] | None:
         """The last decompositions in ``kind``'s kind; ``None`` where streamed (none kept)."""
-        if self._inner.eigenvectors is None:
+        last = self._inner
+        if last is None or last.eigenvectors is None:  # none evaluated, or none kept
             return None
         inner = SymmetricEigh(
-            as_kind_of(self._inner.eigenvalues, kind), as_kind_of(self._inner.eigenvectors, kind)
+            as_kind_of(last.eigenvalues, kind), as_kind_of(last.eigenvectors, kind)
         )
         return [inner.select(k) for k in range(len(inner.eigenvalues))]
 

@@ -81,6 +81,8 @@ from ._linalg import RootInBasis, SymmetricEigh, symmetrize
 __all__ = ["MIN_DIMENSION", "MixedRoots", "scipy_blas_single_threaded"]
 
 F32, F64 = np.float32, np.float64
+#: The precision of an evaluation, ``F32`` or ``F64``.
+Precision = type[np.float32] | type[np.float64]
 
 #: Below this dimension the float64 path runs: an eigendecomposition costs
 #: little more than the Python steps of a warm evaluation there (K = 8, one
@@ -130,7 +132,7 @@ SECOND_ORDER = 1e-2
 #: Eigenvalues below this fraction of the largest are raised to it in a base,
 #: so that the chord's ``1 / (d_i + d_j)`` stays finite (float32's and
 #: float64's rounding of the eigenvalues).
-EIGENVALUE_FLOOR = {F32: 1e-7, F64: 1e-16}
+EIGENVALUE_FLOOR: dict[Precision, float] = {F32: 1e-7, F64: 1e-16}
 
 WARM = ("warm32", "step32")
 
@@ -142,10 +144,10 @@ class ChordFailure(Exception):
 class _Decomposition(NamedTuple):
     """An eigendecomposition evaluation at ``F``: ``M_k = V_k diag(lambda_k) V_k^T``."""
 
-    dtype: type
+    dtype: Precision
     eigenvalues: np.ndarray  # (K, m) as computed, ascending
     eigenvectors: np.ndarray  # (K, m, m)
-    factors: np.ndarray  # Q_k = L_k^T F, (K, m, m)
+    factors: np.ndarray | None  # Q_k = L_k^T F, (K, m, m); None once the warm state holds them
 
     def as_roots(self, scale: float) -> list[SymmetricEigh]:
         """Each client's decomposition, in float64, its eigenvalues times ``scale`` (the maps)."""
@@ -175,19 +177,23 @@ class MixedRoots:
         self._half = 2.0 ** round(np.log2(largest) / 2)
         self._scale = self._half**2  # of N and the roots; of the M_k squared
         lower = lower / self._half
-        self._lower_t = {F64: lower.swapaxes(1, 2), F32: lower.astype(F32).swapaxes(1, 2)}
+        self._lower_t: dict[Precision, np.ndarray] = {
+            F64: lower.swapaxes(1, 2),
+            F32: lower.astype(F32).swapaxes(1, 2),
+        }
         self._weights = [float(w) for w in weights]
         self._sqrt_weights = np.sqrt(weights)[:, None]
         self._tol = tol
         self.counts: Counter = Counter()
         self._rho = 0.0  # max_k cond(M_k)^{1/2}, from the last eigendecomposition
         self._residual = np.inf  # at the last evaluation
-        self._base: tuple[type, float] | None = None  # (precision, residual at the base)
+        self._base: tuple[Precision, float] | None = None  # (precision, residual at the base)
         self._decomposition: _Decomposition | None = None
         self._built = False  # whether the warm state holds the last decomposition
         self._float64_eigenvalues: np.ndarray | None = None
         self._kind = ""
-        self._F = self._N = None
+        self._F: np.ndarray | None = None  # the last evaluation's F (scaled) and N
+        self._N: np.ndarray | None = None
         # the warm state, float32: the basis as one (m, K m) matrix (client k's V_k
         # in columns k m .. (k + 1) m), the roots, the residuals of their equation,
         # P_k (increments) or A_k (warm evaluations), and the products V_k Y_k w_k
@@ -243,6 +249,7 @@ class MixedRoots:
         """The relative residual of the last evaluation (it sets a new base's distance)."""
         self._residual = residual
         if self._kind.startswith("eigh"):
+            assert self._decomposition is not None  # the eigendecomposition just made
             self._base = (self._decomposition.dtype, residual)
 
     @property
@@ -251,6 +258,7 @@ class MixedRoots:
         if self._kind == "eigh64":
             return 0.0
         if self._kind == "step32":
+            assert self._base is not None  # increments run on a base
             return INCREMENT_ERROR * self._rho * self._base[1]
         return FLOAT32_ERROR * self._rho
 
@@ -261,7 +269,7 @@ class MixedRoots:
             return None
         return self._float64_eigenvalues * self._scale**2
 
-    def roots(self, kind: object = None) -> list[SymmetricEigh | RootInBasis]:
+    def roots(self, kind: object = None) -> list[SymmetricEigh] | list[RootInBasis]:
         """Each client's ``(F^T Sigma_k F)^{1/2}`` at the last iterate, for the maps.
 
         NumPy float64 (``kind``, the covariances', is NumPy on this path);
@@ -269,8 +277,10 @@ class MixedRoots:
         evaluation (a ``tol`` above about ``1e-4``).
         """
         if self._kind.startswith("eigh"):
+            assert self._decomposition is not None  # the last evaluation's
             return self._decomposition.as_roots(self._scale**2)
         if self._kind == "step32":
+            assert self._basis64 is not None  # a float64 base's state, built for the increments
             root, basis = symmetrize(self._root64), self._basis64
         else:  # a float32 base's last warm evaluation
             root, basis = self._root.astype(F64), self._basis.swapaxes(0, 1).astype(F64)
@@ -303,7 +313,7 @@ class MixedRoots:
 
     # -- the evaluations -----------------------------------------------------------
 
-    def _eigh(self, F: np.ndarray, dtype: type) -> np.ndarray:
+    def _eigh(self, F: np.ndarray, dtype: Precision) -> np.ndarray:
         """An eigendecomposition evaluation, which becomes the next base."""
         self._decomposition = self._basis64 = None  # the last base's memory serves this one
         Q = self._lower_t[dtype] @ F.astype(dtype)
@@ -328,6 +338,7 @@ class MixedRoots:
 
     def _build_state(self) -> None:
         """The warm state from the last decomposition (only when a warm evaluation follows)."""
+        assert self._decomposition is not None  # a warm evaluation follows a base
         dtype, eigenvalues, eigenvectors, Q = self._decomposition
         largest = eigenvalues[:, -1:].astype(F64)
         eigenvalues = np.maximum(eigenvalues.astype(F64), largest * EIGENVALUE_FLOOR[dtype])
@@ -341,6 +352,7 @@ class MixedRoots:
             self._carried[...] = 0.0
             self._carried[diagonal] = eigenvalues
         else:  # increments carry P_k = Q_k V_k, and the float64 root and basis
+            assert Q is not None  # dropped only below, once the state is built
             for k in range(K):
                 np.matmul(Q[k].astype(F32), self._basis[:, k, :], out=self._carried[k])
             self._basis64 = eigenvectors

@@ -87,7 +87,7 @@ class _ClientBlocks:
         self.kind = covariances[0]  # the result comes back as this kind of array
         self.device = device if device is not None or not is_tensor(self.kind) else self.kind.device
         self.keep = client_batch is None
-        if self.keep:
+        if client_batch is None:
             self.source = self.to_backend(stack(list(covariances)))
             client_batch = -(-self.K // effective_n_jobs(n_jobs))
         else:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -91,8 +91,9 @@ class ShiftedMoments:
 
     Parameters
     ----------
-    n : int
-        Number of rows.
+    n : float
+        Number of rows (a weight once scaled, as by
+        :meth:`skslot.heads.ClassStatistics.scaled`; an int from :meth:`from_rows`).
     shift : ndarray of shape (m,)
         The point ``c`` the sums are taken about.
     s1, gram : ndarray
@@ -101,7 +102,7 @@ class ShiftedMoments:
         ``sum ||z||^2 z`` and ``sum ||z||^4``; ``None`` when not tracked.
     """
 
-    n: int
+    n: float
     shift: np.ndarray
     s1: np.ndarray
     gram: np.ndarray
@@ -111,6 +112,48 @@ class ShiftedMoments:
     @property
     def fourth_order(self) -> bool:
         return self.s3 is not None
+
+    @overload
+    @classmethod
+    def from_rows(
+        cls,
+        X: Any,
+        *,
+        rows: np.ndarray | None = ...,
+        shift: np.ndarray | None = ...,
+        fourth_order: bool = ...,
+        chunk_size: int = ...,
+        clip_norm: float | None = ...,
+        return_magnitude: Literal[False] = ...,
+    ) -> ShiftedMoments: ...
+
+    @overload
+    @classmethod
+    def from_rows(
+        cls,
+        X: Any,
+        *,
+        rows: np.ndarray | None = ...,
+        shift: np.ndarray | None = ...,
+        fourth_order: bool = ...,
+        chunk_size: int = ...,
+        clip_norm: float | None = ...,
+        return_magnitude: Literal[True],
+    ) -> tuple[ShiftedMoments, RowMagnitude]: ...
+
+    @overload
+    @classmethod
+    def from_rows(
+        cls,
+        X: Any,
+        *,
+        rows: np.ndarray | None = ...,
+        shift: np.ndarray | None = ...,
+        fourth_order: bool = ...,
+        chunk_size: int = ...,
+        clip_norm: float | None = ...,
+        return_magnitude: bool,
+    ) -> ShiftedMoments | tuple[ShiftedMoments, RowMagnitude]: ...
 
     @classmethod
     def from_rows(
@@ -154,6 +197,7 @@ class ShiftedMoments:
             moments = cls(n, centre, s1, gram, total[:m, m + 1].copy(), float(total[m + 1, m + 1]))
         if not return_magnitude:
             return moments
+        assert largest_r is not None  # the pass computes it when return_magnitude is set
         return moments, RowMagnitude.of_pass(centre, largest_r, shift_is_mean=shift is None)
 
     def recentred(self, shift: np.ndarray) -> ShiftedMoments:
@@ -165,8 +209,9 @@ class ShiftedMoments:
         Gd = G @ d
         new_s1 = s1 + n * d
         new_gram = G + np.outer(s1, d) + np.outer(d, s1) + n * np.outer(d, d)
-        new_s3 = new_s4 = None
-        if self.fourth_order:
+        new_s3: np.ndarray | None = None
+        new_s4: float | None = None
+        if self.s3 is not None and self.s4 is not None:  # tracked together (fourth_order)
             trG = float(np.trace(G))
             new_s3 = self.s3 + trG * d + 2.0 * Gd + 2.0 * s1d * d + dd * s1 + n * dd * d
             new_s4 = (
@@ -198,8 +243,8 @@ class ShiftedMoments:
             self.shift,
             self.s1 + o.s1,
             self.gram + o.gram,
-            None if o.s3 is None else self.s3 + o.s3,
-            None if o.s4 is None else self.s4 + o.s4,
+            None if o.s3 is None or self.s3 is None else self.s3 + o.s3,
+            None if o.s4 is None or self.s4 is None else self.s4 + o.s4,
         )
 
     @property

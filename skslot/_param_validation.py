@@ -111,8 +111,10 @@ class Interval(_Constraint):
         if self.left is not None:
             if value < self.left or (value == self.left and self.closed in ("right", "neither")):
                 return False
-        if self.right is not None:
-            if value > self.right or (value == self.right and self.closed in ("left", "neither")):
+        if self.right is not None:  # numbers.Real orders by < and <= only: no "value > right"
+            if not value <= self.right:
+                return False
+            if value == self.right and self.closed in ("left", "neither"):
                 return False
         return True
 

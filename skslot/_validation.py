@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
@@ -131,12 +132,13 @@ def check_row_labels(y: Any, n_samples: int) -> np.ndarray:
     return y
 
 
-def check_client_size(n: int, client: Any) -> int:
+def check_client_size(n: float, client: Any) -> int:
     """``n``, a client's row count, where it can be summarised: at least 2 rows.
 
     Parameters
     ----------
-    n : int
+    n : int or float
+        The count (a float is a weight, as of moments scaled by a server: refused).
     client : object
         The client's label, named in the error.
 
@@ -147,14 +149,16 @@ def check_client_size(n: int, client: Any) -> int:
     Raises
     ------
     ValueError
-        If ``n < 2``.
+        If ``n < 2`` or ``n`` is not an integer.
     """
     if n < 2:
         raise ValueError(
             f"client {client!r} has {n} sample{'s' if n != 1 else ''}; at least 2 "
             "are needed to estimate a covariance"
         )
-    return n
+    if isinstance(n, bool) or not isinstance(n, Integral):
+        raise ValueError(f"client {client!r} has a weight of {n!r} rows, not a count of rows")
+    return int(n)
 
 
 def check_client_sizes(client: np.ndarray) -> None:
@@ -428,9 +432,9 @@ def check_in_range(name: str, value: Any, low: float, high: float | None) -> flo
         If ``value`` is not a finite real number (a bool is none) or is out
         of range.
     """
-    if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
         raise ValueError(f"{name} must be a real number, got {value!r}")
-    if value < low or (high is not None and value > high):
+    if value < low or (high is not None and not value <= high):  # numbers.Real: < and <= only
         bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
         raise ValueError(f"{name} must be in {bounds}, got {value!r}")
     return float(value)

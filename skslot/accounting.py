@@ -513,7 +513,7 @@ class PrivacyLedger:
         float
             At most the budget's epsilon; ``0.0`` before any release.
         """
-        return self.spent_on(self._released)
+        return self.spent_on(self.released)
 
     def spent_on(self, releases: Sequence[str]) -> float:
         """The accountant's epsilon, at the budget's delta, of some releases of the plan.

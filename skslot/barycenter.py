@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from numbers import Integral, Real
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 
 import numpy as np
 import scipy.sparse
@@ -257,8 +257,8 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         )
         self.form_ = "low-rank"
         self.mean_ = fitted.reference.mean
-        self.covariance_ = None
-        self.reference_ = fitted.reference
+        self.covariance_: np.ndarray | None = None
+        self.reference_: GaussianSummary | LowRankGaussianSummary = fitted.reference
         self._set_record(fitted.result)
         self._low_rank_maps = fitted.maps
 
@@ -272,9 +272,9 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         )
         self.form_ = "dense"
         self.mean_ = sum(w * s.mean for w, s in zip(self.weights_, items, strict=True))
-        self.covariance_ = result.covariance
+        self.covariance_ = covariance = result.covariance
         self.reference_ = GaussianSummary(
-            n=sum(s.n for s in items), mean=self.mean_, covariance=self.covariance_
+            n=sum(s.n for s in items), mean=self.mean_, covariance=covariance
         )
         self._set_record(result)
 
@@ -334,7 +334,9 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
             }
 
         summaries = [as_dense(s) for s in self.summaries_]  # the covariances, decomposed again
-        blocks = _client_blocks(len(summaries), self.client_batch)
+        # streamed (client_batch set at fit); one block if it was unset since by set_params
+        batch = len(summaries) if self.client_batch is None else self.client_batch
+        blocks = _client_blocks(len(summaries), batch)
         tasks = [(factor, self.mean_, summaries[rows]) for rows in blocks]
         parts = _in_parallel(_maps_onto, tasks, self.n_jobs)
         return dict(zip(self.clients_, (m for part in parts for m in part), strict=True))
@@ -354,7 +356,7 @@ def _maps_onto(factor: np.ndarray, mean: np.ndarray, summaries: list) -> list[Ga
     ]
 
 
-def _takes_low_rank_path(summaries: list) -> bool:
+def _takes_low_rank_path(summaries: list) -> TypeGuard[list[LowRankGaussianSummary]]:
     """Whether every summary is low rank and their ranks leave part of ``R^m`` to them."""
     if not all(isinstance(s, LowRankGaussianSummary) for s in summaries):
         return False

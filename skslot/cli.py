@@ -30,7 +30,7 @@ from .bench import (
     write_outputs,
 )
 from .bench._run import CLIENT_TABLE_TITLE
-from .datasets import EMBEDDED_DATASETS, FeatureTable, load_dataset, load_table
+from .datasets import EMBEDDED_DATASETS, DomainDataset, FeatureTable, load_dataset, load_table
 from .datasets._tables import DEFAULT_SPLIT_COLUMN, table_columns, table_kind
 from .flower.app_files import write_flower_app
 from .flower.config import DeploymentConfig
@@ -466,7 +466,7 @@ def _resolve(args: argparse.Namespace) -> None:
         raise _UsageError(f"--data {args.data} is a table: name its columns with {missing}")
 
 
-def _load(args: argparse.Namespace) -> object:
+def _load(args: argparse.Namespace) -> DomainDataset | FeatureTable:
     """The data set: a DomainDataset (embedded) or a FeatureTable (a file)."""
     if args.data in EMBEDDED_DATASETS:
         return load_dataset(args.data)
@@ -479,12 +479,12 @@ def _load(args: argparse.Namespace) -> object:
     )
 
 
-def _describe(data: object, config: BenchmarkConfig) -> str:
+def _describe(data: DomainDataset | FeatureTable, config: BenchmarkConfig) -> str:
     if isinstance(data, FeatureTable):
         clients, classes = len(data.clients), len(data.classes)
         split = (
             f"given split ({int(data.is_test.sum())} test rows)"
-            if config.split == "given"
+            if config.split == "given" and data.is_test is not None
             else "random 70/30 split per client"
         )
     else:
@@ -497,7 +497,7 @@ def _describe(data: object, config: BenchmarkConfig) -> str:
     )
 
 
-def _feature_names(data: object) -> list[str]:
+def _feature_names(data: DomainDataset | FeatureTable) -> list[str]:
     """The feature columns the run uses (``x0``, ``x1``, ... for arrays without names)."""
     if isinstance(data, FeatureTable):
         return [str(name) for name in data.feature_names]

@@ -63,12 +63,12 @@ SCREEN_SIGNIFICANCE, SCREEN_MIN_GAIN = 0.01, 0.02
 RATIOS = ("max_count_ratio", "max_weight_ratio", "max_norm_ratio", "max_variance_ratio")
 
 
-def ratios_to_median(values: Sequence[float]) -> np.ndarray | None:
+def ratios_to_median(values: Sequence[float] | np.ndarray) -> np.ndarray | None:
     """Each client's value over the clients' median, or None with fewer than three clients.
 
     Parameters
     ----------
-    values : sequence of float
+    values : sequence of float or ndarray of shape (n_clients,)
         One value per client.
 
     Returns
@@ -84,8 +84,8 @@ def ratios_to_median(values: Sequence[float]) -> np.ndarray | None:
     """
     if len(values) < 3:
         return None
-    values = np.asarray(values, dtype=np.float64)
-    return values / float(np.median(values))
+    array = np.asarray(values, dtype=np.float64)
+    return array / float(np.median(array))
 
 
 def summary_deviations(
@@ -276,12 +276,12 @@ def norm_ratios(norms: Sequence[float]) -> np.ndarray | None:
     >>> norm_ratios([0.0, 2.0, 0.0, 4.0, 3.0]).tolist()
     [0.0, 0.6666666666666666, 0.0, 1.3333333333333333, 1.0]
     """
-    norms = np.asarray(norms, dtype=np.float64)
-    scoring = norms > 0
-    ratios = ratios_to_median(norms[scoring])
+    array = np.asarray(norms, dtype=np.float64)
+    scoring = array > 0
+    ratios = ratios_to_median(array[scoring])
     if ratios is None:
         return None
-    out = np.zeros_like(norms)
+    out = np.zeros_like(array)
     out[scoring] = ratios
     return out
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
@@ -314,9 +314,21 @@ class GaussianSummary:
             raise _SummaryFormatError(str(exc)) from None
 
 
+_S = TypeVar("_S")
+_T = TypeVar("_T")
+
+
+@overload
+def as_summary_list(summaries: Any) -> tuple[list, list[GaussianSummary]]: ...
+@overload
+def as_summary_list(summaries: Any, kinds: tuple[type[_S]]) -> tuple[list, list[_S]]: ...
+@overload
+def as_summary_list(
+    summaries: Any, kinds: tuple[type[_S], type[_T]]
+) -> tuple[list, list[_S | _T]]: ...
 def as_summary_list(
     summaries: Any, kinds: tuple[type, ...] = (GaussianSummary,)
-) -> tuple[list, list[GaussianSummary]]:
+) -> tuple[list, list]:
     """Client labels and summaries from a summary, a list or a dict of them.
 
     Parameters
@@ -333,7 +345,7 @@ def as_summary_list(
     -------
     labels : list
         One client label per summary, all distinct.
-    items : list of GaussianSummary
+    items : list of GaussianSummary (or of the ``kinds``)
         The summaries, all of the same dimension.
 
     Raises

@@ -367,7 +367,9 @@ class ClientPriorClassifier(
         self.estimator_ = clone(self.estimator).fit(X, y_arr)
         self.classes_ = self.estimator_.classes_
         self.client_class_counts_ = client_counts_of(y_arr, codes, labels, self.classes_)
-        self.class_counts_ = sum(self.client_class_counts_.values())
+        self.class_counts_ = sum(
+            self.client_class_counts_.values(), np.zeros(len(self.classes_), dtype=np.int64)
+        )
         if hasattr(self.estimator_, "n_features_in_"):
             self.n_features_in_ = self.estimator_.n_features_in_
         return self

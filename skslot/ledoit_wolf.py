@@ -69,7 +69,7 @@ def ledoit_wolf_summary(
     Raises
     ------
     ValueError
-        If the client has fewer than 2 rows.
+        If the client has fewer than 2 rows, or the power sums lack the fourth order.
 
     References
     ----------
@@ -80,10 +80,17 @@ def ledoit_wolf_summary(
     centred = moments.centred()
     S = centred.gram / n
     S = 0.5 * (S + S.T)
-    shrinkage = ledoit_wolf_shrinkage(S, centred.s4, n)
+    shrinkage = ledoit_wolf_shrinkage(S, _fourth_order_sum(centred), n)
     return shrunk_summary(
         n, moments.mean, S, shrinkage, covariance_floor=covariance_floor, client=client
     )
+
+
+def _fourth_order_sum(moments: ShiftedMoments) -> float:
+    """``s4 = sum ||z_i||^4`` of the power sums (the shrinkage needs it)."""
+    if moments.s4 is None:
+        raise ValueError("the Ledoit-Wolf shrinkage needs power sums of the fourth order")
+    return moments.s4
 
 
 def ledoit_wolf_shrinkage(S: np.ndarray, s4: float, n: int) -> float:
@@ -182,16 +189,16 @@ def within_class_summary(
     Raises
     ------
     ValueError
-        If the client has fewer than 2 rows.
+        If the client has fewer than 2 rows, or the power sums lack the fourth order.
     """
     total = class_moments[0]
     for part in class_moments[1:]:
         total = total.merge(part)
     n = check_client_size(total.n, client)
     centred = [part.centred() for part in class_moments]
-    S = sum(c.gram for c in centred) / n
+    S = sum((c.gram for c in centred), np.zeros_like(centred[0].gram)) / n
     S = 0.5 * (S + S.T)
-    shrinkage = ledoit_wolf_shrinkage(S, float(sum(c.s4 for c in centred)), n)
+    shrinkage = ledoit_wolf_shrinkage(S, float(sum(_fourth_order_sum(c) for c in centred)), n)
     return shrunk_summary(
         n, total.mean, S, shrinkage, covariance_floor=covariance_floor, client=client
     )

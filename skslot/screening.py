@@ -282,7 +282,7 @@ def screening_evidence(
     >>> screening_evidence(votes, n_tested=4, significance=0.001, min_gain=0.02).excluded
     False
     """
-    scored = {v: tuple(int(x) for x in counts) for v, counts in votes.items() if counts[2]}
+    scored = {v: (int(b), int(w), int(n)) for v, (b, w, n) in votes.items() if n}
     threshold = significance / max(int(n_tested), 1)
     if len(scored) < MIN_VOTERS:
         return ScreeningEvidence(len(scored), None, 0, 0, 0, 0, 0.0, 1.0, threshold, False)

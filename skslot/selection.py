@@ -41,7 +41,9 @@ class ValidationScores(Protocol):
     """What the choice reads of a client's validation counts
     (:class:`~skslot.protocol.ValidationCounts`, the ``validation`` stage's reply)."""
 
-    correct: np.ndarray
+    @property
+    def correct(self) -> np.ndarray:
+        """Per candidate and class, the correct predictions."""
 
     @property
     def n_samples(self) -> int:

@@ -284,18 +284,20 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
             order = np.argsort(codes, kind="stable")
             bounds = np.searchsorted(codes[order], np.arange(len(labels) + 1))
             groups = [order[bounds[i] : bounds[i + 1]] for i in range(len(labels))]
-        private = {}
+        shift: np.ndarray | None = None  # the default: each pass's first chunk mean
+        fourth_order = True
         if self.epsilon is not None:  # clipped sums about zero, no fourth order
-            private = {"shift": np.zeros(X.shape[1]), "fourth_order": False}
+            shift, fourth_order = np.zeros(X.shape[1]), False
 
         def one_pass(rows: np.ndarray | None) -> tuple[ShiftedMoments, RowMagnitude]:
             return ShiftedMoments.from_rows(
                 X,
                 rows=rows,
+                shift=shift,
+                fourth_order=fourth_order,
                 chunk_size=self.chunk_size,
                 clip_norm=self.clip_norm,
                 return_magnitude=True,
-                **private,
             )
 
         if len(groups) == 1:  # no joblib round trip for one client
@@ -324,6 +326,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
                     moments, covariance_floor=self.covariance_floor, client=label
                 )
                 continue
+            assert self.clip_norm is not None  # _validate_params: epsilon needs clip_norm
             n = check_client_size(moments.n, label)
             rng = noise_generator(self.random_state, self.delta, n, label)
             self.releases_[label] = self.releases_.get(label, 0) + 1

@@ -235,8 +235,10 @@ class FederatedTauSearch(
                 f"the head serves label_mix={protocol.label_mix!r} but slot has "
                 f"label_mix={slot.label_mix!r}: set the same label_mix on both"
             )
-        frozen = isinstance(protocol.reference, FixedReference)  # its maps, on both sides
-        fixed_maps = protocol.reference.fixed.maps if frozen else {}  # the server's, anchored
+        reference = protocol.reference
+        frozen = isinstance(reference, FixedReference)  # its maps, on both sides
+        # the server's, anchored
+        fixed_maps = reference.fixed.maps if isinstance(reference, FixedReference) else {}
         parties = {
             label: ClientParty(
                 X[codes == k],
@@ -268,15 +270,13 @@ class FederatedTauSearch(
         }
         # with each client's own mix, the reference a client received is about its own
         # destination: its domain offset is its mean less that destination
-        offsets = (
-            {
-                label: summaries[label].mean - parties[label].state.reference.mean
-                for label in labels
-                if parties[label].state.reference is not None  # left out before it
-            }
-            if protocol.label_mix == "client" and not frozen
-            else None
-        )
+        offsets = None
+        if protocol.label_mix == "client" and not frozen:
+            offsets = {}
+            for label in labels:
+                received, summary = parties[label].state.reference, summaries[label]
+                if received is not None and summary is not None:  # left out before it
+                    offsets[label] = summary.mean - received.mean
         own = SLOTTransformer.from_reference(
             result.reference,
             summaries,
@@ -287,13 +287,18 @@ class FederatedTauSearch(
             mean_tau=self._slot().mean_tau,
             unknown_client=self.unknown_client,
         )
+        if selection is None:  # tau="auto": the federation chose
+            raise RuntimeError("the federated search returned no choice")
         self._store(selection, result.head, own, labels, classes)
         return self
 
     def _slot(self) -> SLOTTransformer:
         """The transformer whose settings make the summaries and the reference."""
         slot = self.slot if self.slot is not None else SLOTTransformer()
-        return getattr(slot, "estimator", slot)  # a FrozenEstimator's fitted transformer
+        fitted = getattr(slot, "estimator", slot)  # a FrozenEstimator's fitted transformer
+        if not isinstance(fitted, SLOTTransformer):
+            raise TypeError(f"slot must be a SLOTTransformer, got {type(fitted).__name__}")
+        return fitted
 
     def _reference_step(self) -> ReferenceStep:
         """The server's reference step: a fitted transformer's own, or built from summaries."""

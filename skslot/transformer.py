@@ -339,7 +339,7 @@ class SLOTTransformer(
         self.maps_ = bary.maps()
         self.clients_ = bary.clients_
         self._label_aware_fit(X, y, client)
-        self.barycenter_ = bary
+        self.barycenter_: BuresBarycenter | None = bary
         self.n_iter_ = bary.n_iter_
         self._reference_factor = bary._result.factor if bary.form_ == "dense" else None
         return self
@@ -390,8 +390,8 @@ class SLOTTransformer(
     @classmethod
     def from_reference(
         cls,
-        reference: GaussianSummary,
-        summaries: GaussianSummary | list | Mapping,
+        reference: GaussianSummary | LowRankGaussianSummary,
+        summaries: GaussianSummary | LowRankGaussianSummary | list | Mapping,
         *,
         tau: float | None = None,
         tau_scales: Mapping[Any, float] | None = None,
@@ -499,6 +499,7 @@ class SLOTTransformer(
     def _map_for(self, label: Any, X: np.ndarray | None) -> GaussianMap | LowRankMap:
         full = self.maps_.get(label)
         if full is None:
+            assert X is not None  # the callers pass the rows of a client not in maps_
             if self.unknown_client == "identity":
                 if isinstance(self.reference_, LowRankGaussianSummary):
                     return LowRankMap.identity(X.shape[1])

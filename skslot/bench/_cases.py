@@ -158,7 +158,7 @@ def accuracy_by_case(
     for d in np.unique(domain_of_row):
         rows = domain_of_row == d
         by_case["domain"][int(d)] = float(np.mean(predictions["domain"][rows] == y[rows]))
-        held = [own[k] for k in own if client_domain[k] == d]
+        held = [own[k] for k in range(len(client_domain)) if k in own and client_domain[k] == d]
         if held:
             by_case["own mix"][int(d)] = float(np.mean(held))
     return by_case

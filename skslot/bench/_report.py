@@ -173,7 +173,7 @@ def summarise(records: list[dict], main_tau: float, case: str = "domain") -> lis
     for alpha in alphas:
         for head in heads:
 
-            def seeds_at(tau: float, alpha: Any = alpha, head: str = head) -> np.ndarray:
+            def seeds_at(tau: float | str, alpha: Any = alpha, head: str = head) -> np.ndarray:
                 return 100 * np.array(
                     [v for (a, h, t, _), v in macro.items() if (a, h, t) == (alpha, head, tau)]
                 )
@@ -194,23 +194,23 @@ def summarise(records: list[dict], main_tau: float, case: str = "domain") -> lis
                     == (alpha, head, tau, "fixed")
                 ]
 
-            def per_domain(tau: float) -> dict[str, np.ndarray]:
+            def per_domain(tau: float | str) -> dict[str, np.ndarray]:
                 """Accuracy (%) of each domain at ``tau``, one value per seed."""
                 found: dict[str, list[float]] = {}
                 for r in fixed(tau):
                     found.setdefault(r["domain"], []).append(100 * r["accuracy"])
                 return {domain: np.array(v) for domain, v in found.items()}
 
-            def domain_spread(tau: float) -> float:
+            def domain_spread(tau: float | str) -> float:
                 return float(np.std([v.mean() for v in per_domain(tau).values()]))
 
-            def bytes_at(tau: float, key: str) -> list:
+            def bytes_at(tau: float | str, key: str) -> list:
                 return [float(r[key]) for r in fixed(tau) if r.get(key, "") != ""] or [np.nan]
 
             slot_key = main_tau if case == "domain" else LABEL_MIX_SELECTION
             base, slot = seeds_at(0.0), seeds_at(slot_key)
             sweep = {tau: float(seeds_at(tau).mean()) for tau in taus}
-            best_tau = max(sweep, key=sweep.get)
+            best_tau = max(sweep, key=lambda tau: sweep[tau])
             row = {
                 "alpha": alpha,
                 "head": head,

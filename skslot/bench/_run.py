@@ -43,9 +43,16 @@ __all__ = [
 
 #: Head factories by name (the registry's heads, :data:`skslot.heads.HEADS`); each
 #: takes the run's seed as ``random_state`` where the head has one.
-DEFAULT_HEADS: dict[str, Callable[[int], OneShotHead]] = {
-    name: (lambda seed, name=name: make_head(name, seed=seed)) for name in HEADS
-}
+def _factory(name: str) -> Callable[[int], OneShotHead]:
+    """The registry's head ``name``, seeded by the run."""
+
+    def make(seed: int) -> OneShotHead:
+        return make_head(name, seed=seed)
+
+    return make
+
+
+DEFAULT_HEADS: dict[str, Callable[[int], OneShotHead]] = {name: _factory(name) for name in HEADS}
 
 PREPROCESS = {
     "none": lambda X: X.astype(np.float64),
@@ -324,8 +331,8 @@ def evaluate_run(
             continue
         slot.set_params(tau=tau)
         fit_heads(
-            slot.transform(X_train, client=train_client),
-            slot.transform(X_test, client=part.test_client),
+            np.asarray(slot.transform(X_train, client=train_client)),
+            np.asarray(slot.transform(X_test, client=part.test_client)),
             tau,
             "fixed",
         )
@@ -334,8 +341,8 @@ def evaluate_run(
     domain_case = {"mean_tau": slot.mean_tau, "client_tau": slot.client_tau}
     slot.set_params(label_mix="client", tau=None, mean_tau=MEAN_TAU, client_tau=CLIENT_TAU)
     fit_heads(
-        slot.transform(X_train, client=train_client),
-        slot.transform(X_test, client=part.test_client),
+        np.asarray(slot.transform(X_train, client=train_client)),
+        np.asarray(slot.transform(X_test, client=part.test_client)),
         slot.tau_value,
         LABEL_MIX_SELECTION,
     )
@@ -344,8 +351,8 @@ def evaluate_run(
         for name, baseline in LOCAL_BASELINES.items():
             scaler = clone(baseline).fit(X_train, client=train_client)
             fit_heads(
-                scaler.transform(X_train, client=train_client),
-                scaler.transform(X_test, client=part.test_client),
+                np.asarray(scaler.transform(X_train, client=train_client)),
+                np.asarray(scaler.transform(X_test, client=part.test_client)),
                 0.0,
                 name,
             )
@@ -360,8 +367,8 @@ def evaluate_run(
             barycenter=BuresBarycenter(form=config.form),
         )
         fit_heads(
-            coral.transform(X_train, client=train_client),
-            coral.transform(X_test, client=part.test_client),
+            np.asarray(coral.transform(X_train, client=train_client)),
+            np.asarray(coral.transform(X_test, client=part.test_client)),
             1.0,
             "CORAL",
         )
@@ -569,11 +576,11 @@ def run_benchmark(
         worker(data, X, alpha, seed, config, chosen, **options) for alpha, seed in jobs
     )
     try:
-        for done, (run, run_warnings) in enumerate(results, 1):
+        for finished, (run, run_warnings) in enumerate(results, 1):
             records.extend(run)
             caught.extend(run_warnings)
             if shown is not None:
-                shown.update(done, run[0]["alpha"], run[0]["seed"])
+                shown.update(finished, run[0]["alpha"], run[0]["seed"])
     finally:
         if shown is not None:
             shown.close()

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Mapping
 from importlib import resources
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -173,7 +174,7 @@ def load_dataset(
     >>> load_dataset("office-caltech10").X.shape
     (2533, 800)
     """
-    options = {"label": label, "client": client, "features": features}
+    options: dict[str, Any] = {"label": label, "client": client, "features": features}
     given = [f"{key}=" for key, value in options.items() if value is not None]
     if isinstance(name_or_path, str) and name_or_path in EMBEDDED_DATASETS:
         if given:

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message
+from flwr.app.typing import ConfigRecordValues
 from flwr.clientapp import ClientApp
 
 from ..accounting import PrivacyBudget
@@ -391,7 +392,8 @@ def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
                 raise refusal(stage.name) from None
             finally:  # kept once answered; a private node keeps its seed and plan regardless
                 if party is not None and (answered or privacy is not None):
-                    context.state[STATE] = ConfigRecord(party.state.to_config())
+                    kept: dict[str, ConfigRecordValues] = dict(party.state.to_config())
+                    context.state[STATE] = ConfigRecord(kept)
             content = messages.content(stage.encode_reply(reply, request))
             if stage.name == "upload":  # what this node read, for the run's report
                 content[messages.SOURCE] = ConfigRecord({"source": data.source})

@@ -121,7 +121,7 @@ def received(message: Message) -> ReceivedPayload:
     if message.has_error():
         raise MessageFormatError(f"the other party reported an error: {message.error.reason}")
     records = message.content
-    config = records.config_records.get(CONFIG, {})
+    config: Mapping[str, object] = records.config_records.get(CONFIG, {})
     arrays = {}
     for name, record in records.array_records.items():
         arrays[name] = {key: array.data for key, array in record.items()}

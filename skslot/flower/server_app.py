@@ -238,6 +238,7 @@ def main(grid: Grid, context: Context) -> None:
             report.untrained_classes,
             report.classes,
         )
+    assert report.tau is not None  # a completed run's
     log(
         logging.INFO,
         "skslot: %s %s, label-mix %r: macro accuracy %.4f over %d clients, as each "

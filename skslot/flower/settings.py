@@ -393,6 +393,8 @@ class SettingsGroup:
     """What every part shares: checks of its settings, from their declarations."""
 
     _settings: ClassVar[tuple[Setting, ...]] = ()
+    #: Each part is a dataclass (its fields are its settings).
+    __dataclass_fields__: ClassVar[dict[str, Any]]
 
     def __post_init__(self) -> None:
         for s in self._settings:

@@ -107,7 +107,7 @@ class FlowerTransport:
         self.progress_interval, self.retry_interval = progress_interval, retry_interval
         self.waits: dict[str, dict] = {}
         self.sources: dict[Hashable, str] = {}
-        self._labels: dict[int, Any] = {}  # the label each node's summary declared
+        self._labels: dict[Hashable, Any] = {}  # the label each node's summary declared
 
     def open(self, head: OneShotHead, classes: np.ndarray) -> None:
         """Start a run: the head and class set its replies are decoded with.
@@ -138,7 +138,7 @@ class FlowerTransport:
         start = time.monotonic()
         deadline = start + self.connect_timeout
         while True:
-            nodes = sorted(self.grid.get_node_ids())
+            nodes: list[Hashable] = [*sorted(self.grid.get_node_ids())]
             if (self.num_clients and len(nodes) >= self.num_clients) or (
                 time.monotonic() > deadline
             ):
@@ -167,10 +167,12 @@ class FlowerTransport:
         -------
         Exchange
         """
-        codec = STAGES[stage]
+        codec, wire = STAGES[stage], self.wire
+        if wire is None:
+            raise RuntimeError("the transport is not open: call open(head, classes) first")
         result = Exchange()
         contents = {
-            node: messages.content(codec.encode_request(request, self.wire))
+            node: messages.content(codec.encode_request(request, wire))
             for node, request in requests.items()
         }
         received, sends, why_missing = self._wait(stage, codec.message_type, contents)
@@ -195,7 +197,7 @@ class FlowerTransport:
                 payloads[node] = messages.received(reply)
             except WireFormatError as exc:
                 result.rejected[node] = str(exc)
-        replies, rejected = codec.decode_replies(payloads, requests, self.wire)
+        replies, rejected = codec.decode_replies(payloads, requests, wire)
         result.replies.update(replies)
         result.rejected.update(rejected)
         for node, reply in replies.items():
@@ -300,7 +302,7 @@ class FlowerTransport:
             )
             for node in ready
         ]
-        ids = list(self.grid.push_messages(outgoing))
+        ids: list[str | None] = list(self.grid.push_messages(outgoing))
         ids += [None] * (len(ready) - len(ids))
         now = time.monotonic()
         for node, message_id in zip(ready, ids, strict=True):

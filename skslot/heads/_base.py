@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
@@ -31,13 +32,41 @@ from ..label_mix import client_counts_of, prior_shifts, row_clients
 from ..low_rank import LowRankMap
 from ..maps import GaussianMap
 from ..wire import message_bytes
+from ..wire.arrays import ArrayMessage
 from ._linear_scores import UNSCORED, LinearScores
 from ._strategy import LOCAL_TRAINING, HeadStrategy
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..accounting import PrivacyLedger
 
-__all__ = ["LinearHeadMixin", "OneShotHead"]
+__all__ = ["HeadStatistics", "LinearHeadMixin", "OneShotHead"]
+
+_Statistics = TypeVar("_Statistics", bound="HeadStatistics")
+
+
+class HeadStatistics(Protocol):
+    """What a client's statistics provide (:attr:`OneShotHead.statistics_type`)."""
+
+    @property
+    def n_features(self) -> int:
+        """The dimension of the rows summarised."""
+        ...
+
+    def to_arrays(self) -> ArrayMessage:
+        """The statistics as a message of named arrays."""
+        ...
+
+    @classmethod
+    def from_arrays(
+        cls: type[_Statistics],
+        arrays: Mapping[str, Any],
+        *,
+        classes: np.ndarray,
+        n_features: int,
+        n_samples: int | None = None,
+    ) -> _Statistics:
+        """Decode and check a received message (a head may pass more options)."""
+        ...
 
 
 class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseEstimator):
@@ -63,7 +92,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
 
     #: The class of what :meth:`client_statistics` returns; it has
     #: ``to_arrays()`` and ``from_arrays(arrays, classes=, n_features=, n_samples=)``.
-    statistics_type: ClassVar[type]
+    statistics_type: ClassVar[type[HeadStatistics]]
     #: The shape of the one-shot protocol this head needs (:mod:`skslot.heads._strategy`):
     #: local heads trained on aligned rows, unless the statistics are moments an affine
     #: map acts on exactly, so the server aligns them itself
@@ -75,6 +104,12 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     #: The release (:data:`skslot.accounting.RELEASES`) a private client's
     #: statistics are charged to; ``None`` for a head with no private release.
     private_release: ClassVar[str | None] = None
+
+    #: The federation's class counts (``None`` where the statistics carry none), and
+    #: each client's, by label (set by ``fit``, :meth:`fit_from_statistics` and
+    #: :meth:`with_client_counts`).
+    class_counts_: np.ndarray | None
+    client_class_counts_: dict[Any, np.ndarray]
 
     def fit(self, X: Any, y: Any, *, client: Any = None) -> OneShotHead:
         """Fit the head as one federated round over the clients in ``client``.
@@ -105,7 +140,9 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             if ledger is not None:
                 spent[labels[i]] = ledger.spent()
         self.client_class_counts_ = client_counts_of(y, codes, labels, classes)
-        self.class_counts_ = sum(self.client_class_counts_.values())
+        self.class_counts_ = sum(
+            self.client_class_counts_.values(), np.zeros(classes.shape[0], dtype=np.int64)
+        )
         self._fit_from_statistics(stats, classes, None)
         self.upload_bytes_ = _upload_bytes(stats)
         if self._privacy_budget() is not None:
@@ -153,7 +190,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         self,
         X: Any,
         y: Any,
-        classes: Sequence,
+        classes: ArrayLike,
         *,
         client_index: int = 0,
         ledger: Any = None,
@@ -191,9 +228,9 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         """
         self._validate_params()
         X = np.asarray(check_host_rows(self, X, reset=True))
-        classes = np.asarray(classes)
+        class_set = np.asarray(classes)
         y = np.asarray(as_host_rows(y))
-        missing = np.setdiff1d(y, classes)
+        missing = np.setdiff1d(y, class_set)
         if missing.size:
             raise ValueError(f"labels {missing.tolist()} are not in the global class set")
         if not isinstance(client_index, (int, np.integer)) or client_index < 0:
@@ -203,10 +240,15 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             ledger = self._new_ledger(client_index, self._noise_seeds(int(client_index) + 1)[-1])
         elif self.private_release is None:
             raise ValueError(f"{type(self).__name__} has no private release: pass no ledger")
-        return self._statistics_of(X, y, classes, seed, ledger)
+        return self._statistics_of(X, y, class_set, seed, ledger)
 
     def _statistics_of(
-        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: Any, ledger: Any
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        classes: np.ndarray,
+        seed: Any,
+        ledger: PrivacyLedger | None,
     ) -> Any:
         """The exact statistics (:meth:`_client_statistics`), or without them the head's
         release under ``ledger`` (:meth:`_private_statistics`): neither branches on the other."""
@@ -215,7 +257,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         return self._private_statistics(X, y, classes, seed, ledger)
 
     def _private_statistics(
-        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: Any, ledger: Any
+        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: Any, ledger: PrivacyLedger
     ) -> Any:
         """The head's :attr:`private_release` of a client's statistics under ``ledger``
         (a head without one is never asked: :meth:`client_statistics` refuses a ledger)."""
@@ -224,7 +266,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     def fit_from_statistics(
         self,
         statistics: Sequence,
-        classes: Sequence,
+        classes: ArrayLike,
         *,
         maps: Sequence[GaussianMap | LowRankMap] | None = None,
     ) -> OneShotHead:
@@ -254,27 +296,28 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         self._validate_params()
         if not statistics:
             raise ValueError("no client statistics received")
-        classes = np.asarray(classes)
+        class_set = np.asarray(classes)
         dims = {int(stat.n_features) for stat in statistics}
         if len(dims) != 1:
             raise ValueError(f"client statistics have different dimensions: {sorted(dims)}")
+        dense_maps = None
         if maps is not None:
             if not self.strategy.uploads_statistics:
                 raise TypeError(
                     f"{type(self).__name__} trains on aligned rows: its statistics cannot be "
                     "aligned by the server (send the reference to the clients instead)"
                 )
-            maps = [t.dense() for t in maps]
-            if len(maps) != len(statistics):
+            dense_maps = [t.dense() for t in maps]
+            if len(dense_maps) != len(statistics):
                 raise ValueError(
-                    f"{len(maps)} maps for the statistics of {len(statistics)} clients"
+                    f"{len(dense_maps)} maps for the statistics of {len(statistics)} clients"
                 )
-            if any(t.linear.shape != (*dims, *dims) for t in maps):
+            if any(t.linear.shape != (*dims, *dims) for t in dense_maps):
                 raise ValueError(f"maps must act on dimension {next(iter(dims))}")
         (self.n_features_in_,) = dims
         self.client_class_counts_ = {}
-        self.class_counts_ = _federation_counts(statistics, classes)
-        self._fit_from_statistics(list(statistics), classes, maps)
+        self.class_counts_ = _federation_counts(statistics, class_set)
+        self._fit_from_statistics(list(statistics), class_set, dense_maps)
         self.upload_bytes_ = _upload_bytes(statistics)
         return self
 
@@ -307,14 +350,16 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             checked[label] = row.astype(np.int64)
         self.client_class_counts_ = {**getattr(self, "client_class_counts_", {}), **checked}
         if getattr(self, "class_counts_", None) is None:
-            self.class_counts_ = sum(checked.values()) if checked else None
+            self.class_counts_ = (
+                sum(checked.values(), np.zeros(C, dtype=np.int64)) if checked else None
+            )
         return self
 
     def decode_statistics(
         self,
         arrays: Mapping[str, Any],
         *,
-        classes: Sequence,
+        classes: ArrayLike,
         n_features: int,
         n_samples: int | None = None,
     ) -> Any:
@@ -420,7 +465,6 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         y: np.ndarray,
         classes: np.ndarray,
         seed: int | None,
-        ledger: PrivacyLedger | None = None,
     ) -> Any: ...
 
     @abstractmethod
@@ -543,7 +587,7 @@ def _federation_counts(statistics: Sequence, classes: np.ndarray) -> np.ndarray 
     counts = [np.asarray(stat.class_counts(), dtype=np.int64) for stat in statistics]
     if any(c.shape != classes.shape for c in counts):
         return None
-    return sum(counts)
+    return sum(counts, np.zeros(classes.shape, dtype=np.int64))
 
 
 def _upload_bytes(statistics: Sequence) -> np.ndarray:

@@ -12,8 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.base import clone
 
+from ..low_rank import TransportMap
 from ..maps import GaussianMap
 
 if TYPE_CHECKING:
@@ -36,12 +38,12 @@ class Head(Protocol):
     them, and scikit-learn's parameters (a template is cloned, never fitted)."""
 
     def client_statistics(
-        self, X: Any, y: Any, classes: Sequence, *, client_index: int = 0, ledger: Any = None
+        self, X: Any, y: Any, classes: ArrayLike, *, client_index: int = 0, ledger: Any = None
     ) -> Any:
         """One client's statistics of its rows (a private client's: its release)."""
 
     def fit_from_statistics(
-        self, statistics: Sequence, classes: Sequence, *, maps: Sequence | None = None
+        self, statistics: Sequence, classes: ArrayLike, *, maps: Sequence | None = None
     ) -> Any:
         """The head fitted from the clients' statistics (aligned by ``maps``)."""
 
@@ -238,7 +240,7 @@ def local_heads(
     X: np.ndarray,
     y: np.ndarray,
     classes: np.ndarray,
-    full_map: GaussianMap,
+    full_map: TransportMap,
     taus: Sequence[float],
     *,
     client_index: int = 0,
@@ -256,8 +258,8 @@ def local_heads(
         The rows to train on and their labels.
     classes : ndarray
         The global class set.
-    full_map : GaussianMap
-        The client's full map onto the reference.
+    full_map : GaussianMap or LowRankMap
+        The client's full map onto the reference (in factor form on the low-rank path).
     taus : sequence of float
         The fractions of the map to align the rows with.
     client_index : int, default=0

@@ -104,7 +104,10 @@ class LinearScores:
         """
         arrays = {"coef": self.coef, "intercept": self.intercept}
         if self.federation is not None:
-            arrays.update(federation=self.federation, embedded=self.embedded)
+            embedded = self.embedded
+            if embedded is None:  # the scores embed the federation's prior (as prior_shift reads)
+                embedded = np.log(np.where(self.federation > 0, self.federation, 1.0))
+            arrays.update(federation=self.federation, embedded=embedded)
         return arrays
 
     @classmethod

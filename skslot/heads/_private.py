@@ -377,9 +377,9 @@ def private_class_moments(
     counts = rounded_counts(counts, n)
     means = np.zeros((n_classes, m))
     covariances = np.zeros((n_classes, m, m))
-    for c in np.flatnonzero(counts > 0):
-        means[c] = sums[c] / counts[c]
-        covariances[c] = psd_projection(grams[c] / counts[c] - np.outer(means[c], means[c]))
+    for k in np.flatnonzero(counts > 0):
+        means[k] = sums[k] / counts[k]
+        covariances[k] = psd_projection(grams[k] / counts[k] - np.outer(means[k], means[k]))
     C = clip_norm
     return ClassMoments(np.asarray(classes), counts, C * means, (C * C) * covariances)
 

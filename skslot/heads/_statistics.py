@@ -120,8 +120,8 @@ class ClassStatistics:
             moments = moments.merge(p.moments)
         return cls(
             first.classes,
-            sum(p.counts for p in parts),
-            sum(p.sums for p in parts),
+            sum((p.counts for p in parts), np.zeros_like(first.counts)),
+            sum((p.sums for p in parts), np.zeros_like(first.sums)),
             moments,
         )
 

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ._fitting import Head, candidate_heads, head_without, refit_head, statistics_of_parts
+from ._fitting import Head, HeadT, candidate_heads, head_without, refit_head, statistics_of_parts
 
 if TYPE_CHECKING:
     from ..accounting import PrivacyLedger
     from ..gaussian import GaussianSummary
-    from ..maps import GaussianMap
+    from ..low_rank import TransportMap
     from ..selection import Candidate
 
 __all__ = [
@@ -45,7 +45,7 @@ class ServerSide(Protocol):
     def validation_statistics(self) -> list:
         """Each accepted client's validation statistics (``None`` where it has none)."""
 
-    def maps(self) -> list[GaussianMap] | None:
+    def maps(self) -> list[TransportMap] | None:
         """Each accepted client's full map onto the reference (``None`` without SLOT)."""
 
     def local_heads(self, part: str, tau: float) -> list:
@@ -102,20 +102,20 @@ class HeadStrategy:
         return None, None
 
     def fit_candidates(
-        self, head: Head, candidates: Sequence[Candidate], server: ServerSide
-    ) -> list[Head]:
+        self, head: HeadT, candidates: Sequence[Candidate], server: ServerSide
+    ) -> list[HeadT]:
         """Server: one fitted head per candidate, on the clients' fitting rows."""
         raise NotImplementedError
 
     def leave_one_out(
         self,
-        head: Head,
+        head: HeadT,
         candidate: Candidate,
         server: ServerSide,
         k: int,
         *,
-        maps: Sequence[GaussianMap | None] | None = None,
-    ) -> Head:
+        maps: Sequence[TransportMap | None] | None = None,
+    ) -> HeadT:
         """Server: the head at ``candidate`` on the fitting rows of all clients but the k-th.
 
         ``maps``: each client's map onto the reference built without the k-th
@@ -125,7 +125,7 @@ class HeadStrategy:
         """
         raise NotImplementedError
 
-    def fit_final(self, head: Head, candidate: Candidate, server: ServerSide) -> Head:
+    def fit_final(self, head: HeadT, candidate: Candidate, server: ServerSide) -> HeadT:
         """Server: the head at ``candidate`` on all the clients' rows."""
         raise NotImplementedError
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from numbers import Integral, Real
@@ -36,8 +37,9 @@ class LinearHeadUpdate:
         The global class set.
     coef : ndarray of shape (C, m)
     intercept : ndarray of shape (C,)
-    n : int
-        Rows the head was trained on: its weight in the server's average.
+    n : float
+        Rows the head was trained on: its weight in the server's average
+        (:meth:`scaled` multiplies it by a factor).
     n_iter : int, default=0
         Iterations of the client's solver.
     class_rows : ndarray of shape (C,), optional
@@ -50,7 +52,7 @@ class LinearHeadUpdate:
     classes: np.ndarray
     coef: np.ndarray
     intercept: np.ndarray
-    n: int
+    n: float
     n_iter: int = 0
     class_rows: np.ndarray | None = None
 
@@ -360,9 +362,14 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         -------
         init : ndarray of shape (n_classes, n_features + 1)
             ``init_scale`` times standard normal draws seeded by
-            ``random_state`` (0 when it is ``None``), the intercepts last.
+            ``random_state`` (0 when it is ``None``; a ``RandomState``
+            instance is copied, not advanced), the intercepts last.
         """
-        rng = np.random.RandomState(self.random_state if self.random_state is not None else 0)
+        state = self.random_state
+        if isinstance(state, np.random.RandomState):  # its current state, left unconsumed
+            rng = copy.deepcopy(state)
+        else:
+            rng = np.random.RandomState(state if state is not None else 0)
         return self.init_scale * rng.normal(size=(n_classes, n_features + 1))
 
     def _client_statistics(
@@ -465,7 +472,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         self._weights = w
         self.classes_ = classes
         self.n_iter_ = max(u.n_iter for u in statistics)
-        self._held_prior = None
+        self._held_prior: np.ndarray | None = None
         if all(held):
             self._average_held_classes(statistics, w)
             return

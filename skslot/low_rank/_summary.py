@@ -19,7 +19,7 @@ from ..wire.low_rank_codec import (
     encode_low_rank_summary,
     low_rank_payload_size,
 )
-from ..wire.summary_codec import LOW_RANK_MAGIC, summary_payload_size
+from ..wire.summary_codec import DEFAULT_MAX_DIMENSION, LOW_RANK_MAGIC, summary_payload_size
 
 __all__ = [
     "LowRankGaussianSummary",
@@ -263,7 +263,7 @@ class LowRankGaussianSummary:
     @classmethod
     def from_bytes(
         cls,
-        payload: bytes,
+        payload: bytes | bytearray | memoryview,
         *,
         expected_dimension: int | None = None,
         max_dimension: int | None = None,
@@ -516,12 +516,18 @@ def summary_from_bytes(
     """
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise SummaryFormatError(f"payload must be bytes, got {type(payload).__name__}")
-    options = {"expected_dimension": expected_dimension}
-    if max_dimension is not None:
-        options["max_dimension"] = max_dimension
     if bytes(payload[:4]) == LOW_RANK_MAGIC:
-        return LowRankGaussianSummary.from_bytes(payload, max_rank=max_rank, **options)
-    return GaussianSummary.from_bytes(payload, **options)
+        return LowRankGaussianSummary.from_bytes(
+            payload,
+            expected_dimension=expected_dimension,
+            max_dimension=max_dimension,
+            max_rank=max_rank,
+        )
+    return GaussianSummary.from_bytes(
+        payload,
+        expected_dimension=expected_dimension,
+        max_dimension=DEFAULT_MAX_DIMENSION if max_dimension is None else max_dimension,
+    )
 
 
 def summary_to_bytes(summary: Summary, dtype: str = "float32") -> bytes:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._backend import as_host_rows
 from .._validation import check_client_labels, check_open_fraction, check_row_labels
@@ -154,7 +155,7 @@ class OneShotProtocol(ProtocolParameters):
         Shown in the report.
     """
 
-    def run(self, transport: Transport, classes: Sequence) -> ProtocolResult:
+    def run(self, transport: Transport, classes: ArrayLike) -> ProtocolResult:
         """Run every stage over ``transport``; the clients agree on the class set ``classes``.
 
         The stages, in order (docs/architecture.md tells the protocol):
@@ -202,9 +203,10 @@ class OneShotProtocol(ProtocolParameters):
                 run.screened = False
                 self._local_heads(run, "updates", taus, "fit")
                 heads = strategy.fit_candidates(head, self.candidates, run)
+                chosen = self.candidates[0]
                 if self.auto:
                     selection = validation.choose(run, heads)
-                chosen = selection.candidate if self.auto else self.candidates[0]
+                    chosen = selection.candidate
                 if run.screens:
                     screening.screen(run, chosen, heads)
                     run.ever_screened |= run.screened
@@ -242,17 +244,18 @@ class OneShotProtocol(ProtocolParameters):
             evaluation.evaluate(run, final, chosen.tau)
         run.report.status = "completed"
         run.account.report(run.report)
-        order = run.roster.order
+        order, alignment = run.roster.order, run.alignment
+        assert alignment is not None  # built before any head (run.build_reference)
         return ProtocolResult(
             run.report,
             final,
             float(chosen.tau),
-            run.reference,
+            alignment.reference,
             order,
             [run.roster.clients[c].summary for c in order],
             selection,
             list(heads),
-            {c: run.alignment.tau_scale(c) for c in order},
+            {c: alignment.tau_scale(c) for c in order},
         )
 
     def _local_heads(self, run: RunState, stage: str, taus: Sequence[float], part: str) -> None:

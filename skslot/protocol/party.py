@@ -140,10 +140,10 @@ class ClientState:
         -------
         ClientState
         """
-        summaries = {
-            name: summary_from_bytes(values[name]) if name in values else None
+        summary, reference = (
+            summary_from_bytes(values[name]) if name in values else None
             for name in ("summary", "reference")
-        }
+        )
         index, seed, mean_tau = values["client-index"], values["split-seed"], values["mean-tau"]
         releases = bytes(values.get("releases", b"")).decode()
         noise_seed = values.get("noise-seed", -1)
@@ -155,7 +155,8 @@ class ClientState:
         counts = values.get("released-counts")
         rows = values.get("rows-digest")
         return cls(
-            **summaries,
+            summary,
+            reference,
             client_index=None if index < 0 else index,
             split_seed=None if seed < 0 else seed,
             mean_tau=None if mean_tau < 0 else mean_tau,

@@ -6,6 +6,8 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .._validation import spawn_seeds
 from ..low_rank import Summary
 from .report import ProtocolReport, ProtocolRunError
@@ -68,7 +70,9 @@ class Member:
     @property
     def summary(self) -> Summary:
         """Its summary (sent, or derived by the server from its statistics)."""
-        return self.upload.summary
+        summary = self.upload.summary
+        assert summary is not None  # an upload enters with it (Roster.enter)
+        return summary
 
 
 class Roster:
@@ -112,9 +116,35 @@ class Roster:
         upload : Upload
             Its checked upload.
         """
+        if upload.summary is None:  # the server derives it before (the upload's check)
+            raise ValueError(f"client {c!r}'s upload enters the run without its summary")
         self.clients[c] = Member(
             upload, float(upload.summary.n), upload.statistics, upload.validation
         )
+
+    def class_counts(self, order: Sequence[Hashable]) -> dict[Hashable, np.ndarray]:
+        """The class counts of the clients in ``order``, which the run asked each for.
+
+        Parameters
+        ----------
+        order : sequence of hashable
+            Accepted clients.
+
+        Returns
+        -------
+        dict
+            Each client's class counts, in ``order``.
+
+        Raises
+        ------
+        ValueError
+            If a client's upload holds none (the upload's check refuses that).
+        """
+        counts = {c: self.clients[c].upload.class_counts for c in order}
+        missing = [c for c, n in counts.items() if n is None]
+        if missing:
+            raise ValueError(f"the uploads of clients {missing} hold no class counts")
+        return {c: n for c, n in counts.items() if n is not None}
 
     def reject(self, stage: str, c: Hashable, why: str) -> None:
         """Report why client ``c``'s message at ``stage`` was refused (:meth:`keep` drops it).

@@ -529,7 +529,7 @@ class RunState:
             c: self.weight_factor(c) * self.roster.clients[c].upload.n_rows for c in order
         }
         return label_shift_distances(
-            {c: self.roster.clients[c].upload.class_counts for c in order},
+            self.roster.class_counts(order),
             weights if capped else None,  # else pooled
         )
 
@@ -567,6 +567,7 @@ class RunState:
         GaussianMap or LowRankMap
         """
         mean = self.roster.clients[c].summary.mean
+        assert self.alignment is not None  # built before any map is asked for
         return self.alignment.full_map(c, self.settings.mean_tau, mean)
 
     def maps(self) -> list[TransportMap]:
@@ -585,6 +586,7 @@ class RunState:
         """
         order = self.roster.order
         means = [self.roster.clients[c].summary.mean for c in order]
+        assert self.alignment is not None  # built before any map is asked for
         return self.alignment.maps(order, self.settings.mean_tau, means)
 
     def local_heads_cache(self, part: str) -> dict[Hashable, dict[float, Any]]:

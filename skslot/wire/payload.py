@@ -13,8 +13,9 @@ typed accessors, so every decoder checks what it reads.
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
@@ -25,6 +26,9 @@ __all__ = ["ConfigValue", "Payload", "ReceivedPayload"]
 
 #: A scalar setting as a payload carries it (Flower's ``ConfigRecord`` values).
 ConfigValue = int | float | str | bytes | list
+
+_T = TypeVar("_T")
+_U = TypeVar("_U")
 
 
 @dataclass
@@ -43,7 +47,7 @@ class Payload:
 
     config: dict[str, ConfigValue] = field(default_factory=dict)
     arrays: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
-    metrics: dict[str, dict[str, int | float]] = field(default_factory=dict)
+    metrics: dict[str, Mapping[str, int | float]] = field(default_factory=dict)
 
     def received(self) -> ReceivedPayload:
         """This payload as a receiver sees it: its arrays as ``.npy`` bytes.
@@ -62,7 +66,7 @@ class Payload:
         >>> got.value("tau", float), got.arrays("head", max_bytes=1024)["w"].tolist()
         (0.5, [1.0, 1.0])
         """
-        arrays = {}
+        arrays: dict[str, dict[str, bytes]] = {}
         for name, group in self.arrays.items():
             arrays[name] = {}
             for key, value in group.items():
@@ -104,7 +108,11 @@ class ReceivedPayload:
         """
         return key in self.config
 
-    def value(self, key: str, kind: type | tuple[type, ...]) -> object:
+    @overload
+    def value(self, key: str, kind: type[_T]) -> _T: ...
+    @overload
+    def value(self, key: str, kind: tuple[type[_T], type[_U]]) -> _T | _U: ...
+    def value(self, key: str, kind: type | tuple[type, ...]) -> Any:
         """The setting ``key``, checked to be of type ``kind`` (never a boolean).
 
         Parameters
@@ -124,7 +132,11 @@ class ReceivedPayload:
         """
         return _typed(self.config, key, kind)
 
-    def optional(self, key: str, kind: type | tuple[type, ...]) -> object | None:
+    @overload
+    def optional(self, key: str, kind: type[_T]) -> _T | None: ...
+    @overload
+    def optional(self, key: str, kind: tuple[type[_T], type[_U]]) -> _T | _U | None: ...
+    def optional(self, key: str, kind: type | tuple[type, ...]) -> Any:
         """The setting ``key`` of type ``kind``, or ``None`` where the message lacks it.
 
         Parameters
@@ -136,7 +148,7 @@ class ReceivedPayload:
         -------
         object or None
         """
-        return self.value(key, kind) if key in self.config else None
+        return _typed(self.config, key, kind) if key in self.config else None
 
     def floats(self, key: str) -> list[float]:
         """The setting ``key`` as a non-empty list of floats.
@@ -228,7 +240,11 @@ class ReceivedPayload:
             out[int(index)][part] = value
         return out
 
-    def metric(self, name: str, key: str, kind: type | tuple[type, ...]) -> object:
+    @overload
+    def metric(self, name: str, key: str, kind: type[_T]) -> _T: ...
+    @overload
+    def metric(self, name: str, key: str, kind: tuple[type[_T], type[_U]]) -> _T | _U: ...
+    def metric(self, name: str, key: str, kind: type | tuple[type, ...]) -> Any:
         """The count ``key`` of the metrics group ``name``, of type ``kind``.
 
         Parameters
@@ -250,7 +266,7 @@ class ReceivedPayload:
         return _typed(self.metrics[name], key, kind)
 
 
-def array_list(messages: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def array_list(messages: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Several messages of named arrays as one group, keys prefixed ``<index>.``.
 
     Parameters
@@ -265,7 +281,7 @@ def array_list(messages: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray
     return {f"{i}.{name}": a for i, message in enumerate(messages) for name, a in message.items()}
 
 
-def _typed(record: Mapping[str, object], key: str, kind: type | tuple[type, ...]) -> object:
+def _typed(record: Mapping[str, object], key: str, kind: type | tuple[type, ...]) -> Any:
     if key not in record:
         raise MessageFormatError(f"message lacks {key!r}")
     value = record[key]

@@ -98,7 +98,7 @@ _MAGIC = b"SKSG"
 LOW_RANK_MAGIC = b"SKSL"
 _FORMAT_VERSION = 1
 _HEADER = struct.Struct("<4sBBBxIQd")  # magic, version, dtype, flags, m, n, shrinkage
-_DTYPES = {1: np.dtype("<f2"), 2: np.dtype("<f4"), 3: np.dtype("<f8")}
+_DTYPES: dict[int, np.dtype] = {1: np.dtype("<f2"), 2: np.dtype("<f4"), 3: np.dtype("<f8")}
 _DTYPE_CODES = {dt.name: code for code, dt in _DTYPES.items()}
 #: The precisions a summary may travel in.
 SUMMARY_DTYPES = tuple(dt.name for dt in _DTYPES.values())

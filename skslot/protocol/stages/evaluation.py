@@ -98,6 +98,8 @@ def n_correct(party: Party, request: EvaluationRequest, full_map: TransportMap) 
     -------
     int
     """
+    if party.X_test is None or party.y_test is None:  # no test rows: none right
+        return 0
     aligned = full_map.geodesic(request.tau).apply(party.X_test)
     predictions = request.head.predict(aligned, class_counts=party.prior_counts)
     return int(np.sum(predictions == party.y_test))
@@ -163,8 +165,8 @@ def evaluate(run: RunState, final: OneShotHead, tau: float) -> None:
     implausible = {
         run.roster.order[k]: why for k, why in run.defence.implausible_test_sizes(sizes).items()
     }
-    for c, why in implausible.items():
-        run.roster.reject("evaluation", c, f"implausible: {why}")
+    for c, implausible_size in implausible.items():
+        run.roster.reject("evaluation", c, f"implausible: {implausible_size}")
     requests = {
         c: EvaluationRequest(run.reference_for(c), scores, run.client_taus(c, [tau])[0])
         for c in run.roster.order

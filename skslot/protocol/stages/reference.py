@@ -92,8 +92,10 @@ class ReferenceStep:
         Reference
             The reference and each client's map, by address.
         """
-        # a client is its address: the barycenter and the maps are keyed by it
-        labelled = [replace(s, client=c) for c, s in zip(clients, summaries, strict=True)]
+        if len(clients) != len(summaries):
+            raise ValueError(f"{len(clients)} clients for {len(summaries)} summaries")
+        # the barycenter keys its maps by each summary's position, given back to its address
+        labelled = [replace(s, client=k) for k, s in enumerate(summaries)]
         barycenter = clone(self.barycenter)
         if isinstance(barycenter.weights, str) and barycenter.weights == "samples":
             barycenter.set_params(weights=list(weights))
@@ -106,8 +108,8 @@ class ReferenceStep:
             barycenter.fit(labelled)
         if self.wire_dtype is not None:
             summary_to_bytes(barycenter.reference_, self.wire_dtype)  # raises if it cannot travel
-        maps = barycenter.maps()  # by label, in the order of the summaries
-        by_address = {c: maps[label] for c, label in zip(clients, barycenter.clients_, strict=True)}
+        maps = barycenter.maps()  # by position
+        by_address = {c: maps[k] for k, c in enumerate(clients)}
         return Reference(barycenter.reference_, by_address, int(barycenter.n_iter_))
 
 

@@ -327,7 +327,7 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
             "excluded": earlier,
         }
         return []
-    counts = [run.roster.clients[c].upload.class_counts for c in order]
+    counts = list(run.roster.class_counts(order).values())
     masks = comparable_classes(counts)
     # the full head predicts among every class, as the final head does (declared counts,
     # unchecked for O-FedAvg, never narrow what is compared)

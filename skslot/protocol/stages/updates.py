@@ -27,7 +27,7 @@ from ...heads._fitting import local_heads
 from ...low_rank import Summary, TransportMap
 from ...wire import MessageFormatError
 from ...wire.arrays import sample_count_problem
-from ...wire.payload import Payload, ReceivedPayload, array_list
+from ...wire.payload import ConfigValue, Payload, ReceivedPayload, array_list
 from ..plan import null_rows
 from ._stage import ClientWire, ServerWire, Stage
 
@@ -300,9 +300,12 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
         if len(request.taus) != 1:
             return f"{len(request.taus)} local heads, of one release"
         reference = request.reference if request.reference is not None else state.reference
-        if state.fixed_map is None and reference is None:
+        if state.fixed_map is not None:
+            full_map = state.fixed_map
+        elif reference is None:
             return "no reference"
-        full_map = state.fixed_map or party.map_onto(reference)
+        else:
+            full_map = party.map_onto(reference)
         digest = _map_digest(full_map.geodesic(request.taus[0]), request.part)
         if state.local_head is not None and state.local_head != digest:
             return "a local head on another map (reference, tau or mean fraction) or part"
@@ -336,7 +339,10 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
         return LocalHeads(heads)
 
     def encode_request(self, request: UpdatesRequest, wire: ServerWire) -> Payload:
-        values = {"taus": [float(t) for t in request.taus], "part": request.part}
+        values: dict[str, ConfigValue] = {
+            "taus": [float(t) for t in request.taus],
+            "part": request.part,
+        }
         return Payload(wire.with_reference(values, request.reference))
 
     def decode_request(self, payload: ReceivedPayload, wire: ClientWire) -> UpdatesRequest:

@@ -48,15 +48,15 @@ class _Header:
     class_counts: np.ndarray | None
     shrinkage: float | None
     label: int | str | None
-    dimension: int | None
+    dimension: int
 
 
-def _read_header(payload: ReceivedPayload, n_classes: int) -> _Header:
+def _read_header(payload: ReceivedPayload, n_classes: int, max_dimension: int) -> _Header:
     summary = payload.optional("summary", bytes)
     shrinkage = payload.optional("shrinkage", float)
     label = check_wire_label(payload.config.get("label"))
-    dimension = payload.optional("dimension", int)
-    if (summary is None) == (dimension is None):  # what the statistics are decoded with
+    sent_dimension = payload.optional("dimension", int)
+    if (summary is None) == (sent_dimension is None):  # what the statistics are decoded with
         raise MessageFormatError(
             "an upload carries either a summary or the dimension of the summary derived from "
             "its statistics"
@@ -84,6 +84,12 @@ def _read_header(payload: ReceivedPayload, n_classes: int) -> _Header:
                 f"class-counts must be a list of {n_classes} integers in [0, 2**53]"
             )
         counts = np.array(values, dtype=np.int64)
+    if summary is not None:  # its header's: no summary is decoded before the run's dimension
+        dimension = summary_dimension(summary, max_dimension=max_dimension)
+    elif sent_dimension is not None and 1 <= sent_dimension <= max_dimension:
+        dimension = sent_dimension  # of the summary derived from the statistics
+    else:
+        raise StatisticsFormatError(f"dimension {sent_dimension} is out of range")
     return _Header(summary, n_fit, n_test, n_validation, counts, shrinkage, label, dimension)
 
 
@@ -168,7 +174,9 @@ class UploadCodec(Stage[UploadRequest, Upload]):
                 f"summary-dtype must be one of {SUMMARY_DTYPES}, got {dtype!r}"
             )
         epsilon = payload.optional("epsilon", (float, int))
-        privacy, releases, shares = None, (), ()
+        privacy: tuple[float, float, float] | None = None
+        releases: tuple[str, ...] = ()
+        shares: tuple[float, ...] = ()
         if epsilon is not None:
             privacy = (
                 float(epsilon),
@@ -242,24 +250,17 @@ class UploadCodec(Stage[UploadRequest, Upload]):
         headers = {}
         for node, payload in payloads.items():
             try:
-                header = _read_header(payload, C)
-                if header.summary is None:  # derived from the statistics: their dimension
-                    dimension = header.dimension
-                    if not 1 <= dimension <= wire.max_dimension:
-                        raise StatisticsFormatError(f"dimension {dimension} is out of range")
-                else:  # its header's: no summary is decoded before the run's dimension is known
-                    dimension = summary_dimension(header.summary, max_dimension=wire.max_dimension)
+                headers[node] = _read_header(payload, C, wire.max_dimension)
             except WireFormatError as exc:
                 rejected[node] = str(exc)
-                continue
-            headers[node] = (dimension, header)
-        dims = Counter(dimension for dimension, _ in headers.values())
+        dims = Counter(header.dimension for header in headers.values())
         m = wire.n_features or (max(dims, key=lambda d: (dims[d], -d)) if dims else 0)
         wire.dimension = m
         head = wire.head
         cap = head.strategy.max_upload_bytes(head, C, m)
         replies = {}
-        for node, (dimension, header) in headers.items():
+        for node, header in headers.items():
+            dimension = header.dimension
             try:
                 if dimension != m and header.summary is not None and wire.n_features:
                     raise SummaryFormatError(
@@ -279,7 +280,7 @@ class UploadCodec(Stage[UploadRequest, Upload]):
                 )
                 if header.n_fit < 1:  # the summary's count is tied to it by the check
                     raise StatisticsFormatError(f"fitting part of {header.n_fit} rows")
-                parts = []
+                parts: list[Any] = []
                 for name, n in (
                     (STATISTICS, header.n_fit),
                     (VALIDATION_STATISTICS, header.n_validation),
@@ -303,12 +304,14 @@ class UploadCodec(Stage[UploadRequest, Upload]):
             except WireFormatError as exc:
                 rejected[node] = str(exc)
                 continue
+            statistics, validation = parts
             replies[node] = Upload(
                 summary,
                 header.n_fit,
                 header.n_test,
-                *parts,
-                summary_bytes=8 if summary is None else len(header.summary),  # or its shrinkage
+                statistics,
+                validation,
+                summary_bytes=len(header.summary) if header.summary is not None else 8,  # shrinkage
                 class_counts=header.class_counts,
                 shrinkage=header.shrinkage,
                 label=header.label,

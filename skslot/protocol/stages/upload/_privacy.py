@@ -104,6 +104,8 @@ def private_upload_problem(party: Party, request: UploadRequest) -> str | None:
         The reason, for the client's own log.
     """
     own = party.privacy
+    if own is None:
+        return "the client has no privacy budget"
     if request.privacy is None:
         return "the run asks for exact values"
     settings = (float(own.epsilon), float(own.delta), float(own.clip_norm))
@@ -266,6 +268,8 @@ def private_shrinkage_problem(upload: Upload, covariance: str) -> str | None:
     -------
     str or None
     """
+    if upload.statistics is None or upload.shrinkage is None:
+        return "the upload lacks the released statistics or its shrinkage"
     expected = upload.statistics.oas_shrinkage(covariance)
     if not np.isclose(upload.shrinkage, expected, rtol=1e-12, atol=0.0):
         return (

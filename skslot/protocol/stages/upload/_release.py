@@ -155,6 +155,8 @@ class PrivateRelease(UploadRelease):
         The client's ledger for the run, planned for the run's releases.
     """
 
+    ledger: PrivacyLedger
+
     def __init__(self, ledger: PrivacyLedger) -> None:
         self.ledger = ledger
 
@@ -167,8 +169,9 @@ class PrivateRelease(UploadRelease):
         return fitting.oas_shrinkage(covariance)
 
     def summary(self, party: Party, fitting: Any, request: UploadRequest) -> Summary:
-        if party.head.strategy.uploads_statistics:
-            summary = self.ledger.result(party.head.private_release).summary(
+        release = party.head.private_release
+        if release is not None and party.head.strategy.uploads_statistics:
+            summary = self.ledger.result(release).summary(
                 covariance=request.summary_covariance,
                 covariance_floor=request.covariance_floor,
                 client=party.label,

@@ -137,6 +137,8 @@ def class_sums_problem(
     if upload.class_counts is not None and np.any(counts > upload.class_counts):
         return "its class sums count more rows of a class than its class counts"
     summary = upload.summary
+    if summary is None:  # derived before, where the head derives it
+        return "its class sums come without a summary"
     trace = summary.trace
     offset = float(np.linalg.norm(sums.sum(axis=0) / total - summary.mean))
     if not offset <= rtol * (np.sqrt(trace) + float(np.linalg.norm(summary.mean))):
@@ -163,7 +165,7 @@ def run_dimension(uploads: Mapping[Hashable, Upload]) -> int | None:
     int or None
         ``None`` when no upload was received.
     """
-    dims = {upload.dimension for upload in uploads.values()}
+    dims = {d for d in (upload.dimension for upload in uploads.values()) if d is not None}
     if len(dims) > 1:
         raise ValueError(f"the transport delivered summaries of dimensions {sorted(dims)}")
     return dims.pop() if dims else None
@@ -261,6 +263,8 @@ def check(
         Why the upload is refused, or ``None``.
     """
     summary = upload.summary  # its types, sizes and dimension are the codec's checks
+    if summary is None:  # derived before, where the head derives it
+        return "the upload carries no summary"
     if upload.n_fit != summary.n:
         return f"its summary counts {summary.n} rows, but its fitting part {upload.n_fit}"
     held, rows = upload.n_validation, upload.n_rows
