@@ -35,8 +35,6 @@ from .datasets._tables import DEFAULT_SPLIT_COLUMN, table_columns, table_kind
 from .flower.app_files import write_flower_app
 from .flower.config import DeploymentConfig
 from .flower.settings import Setting
-from .label_shift import CLIENT_TAU_RULES
-from .summary import COVARIANCES, FORMS
 
 __all__ = ["main"]
 
@@ -68,19 +66,6 @@ def _floats(text: str) -> tuple[float, ...]:
     if any(not 0.0 <= t <= 1.0 for t in values):
         raise argparse.ArgumentTypeError(f"taus must lie in [0, 1], got {text!r}")
     return values
-
-
-def _fraction_or_none(text: str) -> float | None:
-    """A fraction in [0, 1], or 'none'."""
-    if text.strip().lower() == "none":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1] or 'none', got {text!r}")
-    return value
 
 
 def _shown_fraction(value: float | None) -> str:
@@ -132,16 +117,6 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
     return value
 
 
@@ -209,29 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="'dirichlet': the label skew of --alphas; 'none': the clients as they are, every "
         "training row kept (the same as --alphas none) (default: dirichlet)",
     )
-    bench.add_argument(
-        "--summary-covariance",
-        choices=COVARIANCES,
-        default=BenchmarkConfig.summary_covariance,
-        help="the clients' summaries: of all their rows ('total', the paper's) or of their "
-        "class-centred rows ('within', label-aware alignment) (default: "
-        f"{BenchmarkConfig.summary_covariance})",
-    )
-    bench.add_argument(
-        "--client-tau",
-        choices=CLIENT_TAU_RULES,
-        default=BenchmarkConfig.client_tau,
-        help="each client's fraction of the transport: tau for all ('uniform', the paper's) "
-        "or tau times the distance of its class proportions to the federation's "
-        f"('label-shift') (default: {BenchmarkConfig.client_tau})",
-    )
-    bench.add_argument(
-        "--mean-tau",
-        type=_fraction_or_none,
-        default=BenchmarkConfig.mean_tau,
-        help="fraction of the mean's transport, every client alike; 'none': the mean follows "
-        f"tau, the paper's geodesic (default: {_shown_fraction(BenchmarkConfig.mean_tau)})",
-    )
+    for name in ("summary_covariance", "client_tau", "mean_tau"):
+        _setting_option(bench, f"--{name.replace('_', '-')}", name, name)
     bench.add_argument(
         "--alphas",
         type=_alphas,
@@ -282,27 +236,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=2,
         help="parallel runs: a count, or -1 for every core (joblib's convention) (default: 2)",
     )
-    bench.add_argument(
-        "--form",
-        choices=FORMS,
-        default=BenchmarkConfig.form,
-        help="the summaries' form: 'dense' m x m covariances, or 'low-rank' factors held "
-        "exactly without an m x m matrix (for clients with fewer rows than features; the "
-        "federation's choice of tau exchanges them too) (default: dense)",
-    )
+    _setting_option(bench, "--form", "summary_form", "form")
     bench.add_argument(
         "--no-auto",
         dest="auto",
         action="store_false",
         help="skip the federated choice of tau by validation (the 'auto' column)",
     )
-    bench.add_argument(
-        "--validation-fraction",
-        type=_fraction,
-        default=0.2,
-        help="share of each client's rows held out to choose tau in the 'auto' column "
-        "(default: 0.2)",
-    )
+    _setting_option(bench, "--validation-fraction", "validation_fraction", "validation_fraction")
     bench.add_argument(
         "--out", default=None, help="output folder (default: skslot-results/<dataset>)"
     )
@@ -345,15 +286,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _setting_option(parser: argparse.ArgumentParser, flag: str, name: str, field: str) -> None:
+    """A ``bench`` option that is a setting of a run (:class:`DeploymentConfig`'s ``name``,
+    declared once): its check, help and choices the declaration's, its default
+    :class:`BenchmarkConfig`'s ``field``."""
+    setting = DeploymentConfig.setting(name)
+    default = getattr(BenchmarkConfig, field)
+
+    def parse(text: str) -> object:
+        try:
+            return setting.check(setting.from_text(text))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removesuffix(f" {setting.where}")) from None
+
+    parser.add_argument(
+        flag,
+        dest=field,
+        type=parse,
+        default=default,
+        metavar=_metavar(setting),
+        help=_help(setting, _shown_fraction(default) if setting.kind is float else str(default)),
+    )
+
+
 def _first_line(part: type) -> str:
     """The first line of a settings part's docstring, as plain text."""
     return (part.__doc__ or "").strip().splitlines()[0].replace("``", "'")
 
 
-def _help(s: Setting) -> str:
-    """A setting's ``--help`` line: its help, what it allows (unless listed), its default."""
+def _help(s: Setting, default: str | None = None) -> str:
+    """A setting's ``--help`` line: its help, what it allows (unless listed), its default
+    (``default``, else the setting's)."""
     allowed = "" if s.options or s.kind is bool else f"{s.allowed}; "
-    return f"{s.help} ({allowed}default: {s.shown_default})".replace("%", "%%")
+    shown = s.shown_default if default is None else default
+    return f"{s.help} ({allowed}default: {shown})".replace("%", "%%")
 
 
 def _metavar(s: Setting) -> str:

@@ -356,3 +356,78 @@ def test_every_default_of_the_library_is_read_from_one_table():
         assert values == {table[name]}, name
     assert slot.barycenter_estimator().covariance_floor == defaults.COVARIANCE_FLOOR
     assert BenchmarkConfig().validation_fraction == defaults.VALIDATION_FRACTION
+
+
+#: Run-config settings named like a protocol parameter but not read from it, each with why.
+_TEXT_FORMS = {
+    "head": "a registered head's name for the protocol's head object",
+    "defence": "true or false for the protocol's DefenceBounds (its bounds: settings of theirs)",
+    "tau": "the run config's words 'default' and 'auto' (the protocol's None and 'auto')",
+    "taus": "comma-separated text for the protocol's sequence",
+    "head_grid": "a JSON object for the protocol's mapping",
+}
+
+
+def test_each_setting_of_a_library_parameter_is_read_from_its_declaration():
+    """A run-config setting that is a parameter of the protocol (or of the defence's bounds, or
+    the summary estimator) takes its options, bounds and default from there, and so does the
+    bench's option."""
+    import importlib
+    import inspect
+
+    from skslot._param_validation import Interval, Options
+    from skslot.cli import _metavar, build_parser
+
+    protocol = set(inspect.signature(OneShotProtocol).parameters)
+    owned = {}
+    for s in DeploymentConfig.settings():
+        if s.name in protocol and s.name not in _TEXT_FORMS:
+            assert s.owner == f"skslot.protocol.OneShotProtocol.{s.name}", s.name
+        if not s.owner:
+            continue
+        path, _, parameter = s.owner.rpartition(".")
+        module, _, name = path.rpartition(".")
+        owner = getattr(importlib.import_module(module), name)
+        constraints = owner._parameter_constraints[parameter]
+        options = [  # a run config's options are words (a number's are its bounds')
+            c.options
+            for c in constraints
+            if isinstance(c, Options) and all(isinstance(o, str) for o in c.options)
+        ]
+        assert s.options == (tuple(options[0]) if options else ()), s.name
+        for interval in (c for c in constraints if isinstance(c, Interval)):
+            assert (s.low, s.high) == (interval.left, interval.right), s.name
+            if interval.right is not None:  # beyond the bound: refused by both
+                beyond = interval.right + 1
+                with pytest.raises(ValueError, match=s.name):
+                    s.check(beyond)
+                with pytest.raises(ValueError, match=parameter):
+                    if owner is OneShotProtocol:
+                        OneShotProtocol(make_head("FedCGS"), **{parameter: beyond})
+                    else:
+                        owner(**{parameter: beyond})
+        default = inspect.signature(owner).parameters[parameter].default
+        assert s.default == default or s.name in ("min_clients", "summary_form"), s.name
+        owned[s.name] = s
+    assert len(owned) == 16
+    # the bench's options of the same settings are made from these declarations
+    subparsers = next(a for a in build_parser()._actions if a.dest == "command")
+    bench = subparsers.choices["bench"]
+    generated = {a.dest: a for a in bench._actions if a.dest in BENCH_SETTINGS}
+    assert set(generated) == set(BENCH_SETTINGS)
+    for dest, name in BENCH_SETTINGS.items():
+        action, s = generated[dest], owned[name]
+        assert action.help.startswith(s.help) and action.metavar == _metavar(s), dest
+        assert action.default == getattr(BenchmarkConfig, dest)
+        with pytest.raises(ValueError, match=s.name):  # its check, the setting's
+            s.check("far" if s.options else 7.5)
+
+
+#: The bench's options that are run-config settings: option's field to the setting.
+BENCH_SETTINGS = {
+    "summary_covariance": "summary_covariance",
+    "client_tau": "client_tau",
+    "mean_tau": "mean_tau",
+    "form": "summary_form",
+    "validation_fraction": "validation_fraction",
+}

@@ -16,22 +16,18 @@ import numpy as np
 from ..accounting import MAX_EPSILON
 from ..defaults import (
     CLIENT_MIX_TAU,
-    CLIENT_TAU,
     FORM,
     LABEL_MIX,
-    MEAN_TAU,
     TAU,
-    VALIDATION_FRACTION,
 )
 from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class, make_head
 from ..label_mix import LABEL_MIXES
-from ..label_shift import CLIENT_TAU_RULES
-from ..screening import SCREENING
-from ..selection import DEFAULT_TAUS, SELECTION_RULES, check_tau_grid
-from ..summary import COVARIANCES, FORMS
+from ..protocol import OneShotProtocol
+from ..selection import DEFAULT_TAUS, check_tau_grid
+from ..summary import GaussianSummaryEstimator
 from ..wire.summary_codec import SUMMARY_DTYPES
-from .settings import SettingsGroup, declare, declared
+from .settings import SettingsGroup, declare, declared, owned
 
 __all__ = [
     "AlignmentSettings",
@@ -273,43 +269,44 @@ class AlignmentSettings(SettingsGroup):
         low=0.0,
         high=1.0,
     )
-    mean_tau: float | None = declare(
-        MEAN_TAU,
+    mean_tau: float | None = owned(
+        OneShotProtocol,
+        "mean_tau",
         "Fraction of the mean's transport, the same for every client and candidate tau "
         "('none': the mean follows each client's tau, the paper's geodesic)",
-        details=":class:`~skslot.SLOTTransformer`'s ``mean_tau``; the paper's configuration "
-        'is ``tau = 0.4``, ``mean-tau = "none"``, ``client-tau = "uniform"``.',
-        low=0.0,
-        high=1.0,
+        details='The paper\'s configuration is ``tau = 0.4``, ``mean-tau = "none"``, '
+        '``client-tau = "uniform"``.',
     )
-    client_tau: str = declare(
-        CLIENT_TAU,
+    client_tau: str = owned(
+        OneShotProtocol,
+        "client_tau",
         "Each client's fraction of the transport: tau for all ('uniform', the paper's), or "
         "tau times the total-variation distance between its class proportions and the "
         "federation's ('label-shift')",
         details='With ``"label-shift"`` the clients upload their class counts (see '
         ":mod:`skslot.label_shift`).",
-        options=CLIENT_TAU_RULES,
     )
-    summary_covariance: str = declare(
-        "total",
+    summary_covariance: str = owned(
+        OneShotProtocol,
+        "summary_covariance",
         "The covariance each client's summary transports: of all its rows ('total', the "
         "paper's) or of its class-centred rows ('within', label-aware)",
-        details='See :class:`~skslot.GaussianSummaryEstimator`; ``"within"`` has no '
-        "private release of its own, so it is refused with ``epsilon`` where the summary is "
-        "released (O-FedAvg); FedCGS derives it from its released statistics.",
-        options=COVARIANCES,
+        details='``"within"`` has no private release of its own, so it is refused with '
+        "``epsilon`` where the summary is released (O-FedAvg); FedCGS derives it from its "
+        "released statistics.",
     )
-    summary_form: str = declare(
-        FORM,
+    summary_form: str = owned(
+        GaussianSummaryEstimator,
+        "form",
         "How each client holds and sends its summary: 'dense' (an m x m covariance), "
         "'low-rank' (its exact factor form, for clients with no more rows than features) or "
         "'auto' (each client its factor form where it holds no more fitting rows than features)",
-        details="See :class:`~skslot.GaussianSummaryEstimator`'s ``form``; a private summary is "
-        "dense (``'auto'`` resolves so, ``'low-rank'`` is refused with ``epsilon``). The "
-        "server builds the reference on the span of the factors where every client sent one "
+        details="A deployment's clients choose (``'auto'``, a protocol client's default; the "
+        "estimator's is ``'dense'``). A private summary is dense (``'auto'`` resolves so, "
+        "``'low-rank'`` is refused with ``epsilon``). The server builds the reference on the "
+        "span of the factors where every client sent one "
         "(:func:`~skslot.low_rank.low_rank_barycenter`), the dense way otherwise.",
-        options=FORMS,
+        default=FORM,
     )
     taus: str = declare(
         ",".join(f"{t:g}" for t in DEFAULT_TAUS),
@@ -326,21 +323,18 @@ class AlignmentSettings(SettingsGroup):
         form="a JSON object of lists",
         decode=_json_grid,
     )
-    validation_fraction: float = declare(
-        VALIDATION_FRACTION,
+    validation_fraction: float = owned(
+        OneShotProtocol,
+        "validation_fraction",
         "The share of each class of each client held out for validation, with tau = 'auto' "
         "or a screening",
-        low=0.0,
-        high=1.0,
-        low_open=True,
-        high_open=True,
     )
-    selection_rule: str = declare(
-        "one-standard-error",
+    selection_rule: str = owned(
+        OneShotProtocol,
+        "selection_rule",
         "How the server chooses from the validation scores: the least-transport candidate "
         "within one standard error of the best, or the best",
-        details="See :func:`~skslot.selection.select_candidate`.",
-        options=SELECTION_RULES,
+        details="The rule is :func:`~skslot.selection.select_candidate`'s.",
     )
 
     @property
@@ -391,67 +385,65 @@ class DefenceSettings(SettingsGroup):
         details="At most ``max_dimension``.",
         low=0,
     )
-    max_count_ratio: float = declare(
-        _BOUNDS["max_count_ratio"],
+    max_count_ratio: float = owned(
+        DefenceBounds,
+        "max_count_ratio",
         "A client declaring more than this many times the median client's rows is rejected",
-        low=1.0,
     )
-    max_weight_ratio: float = declare(
-        _BOUNDS["max_weight_ratio"],
+    max_weight_ratio: float = owned(
+        DefenceBounds,
+        "max_weight_ratio",
         "Each remaining client's weight, in the barycenter and the head, is capped at this "
         "many times the median count",
-        low=1.0,
     )
-    max_norm_ratio: float = declare(
-        _BOUNDS["max_norm_ratio"],
+    max_norm_ratio: float = owned(
+        DefenceBounds,
+        "max_norm_ratio",
         "O-FedAvg: a client whose local head's norm exceeds this many times the median "
         "client's is rejected",
-        low=1.0,
     )
-    clip_norm_ratio: float | None = declare(
-        _BOUNDS["clip_norm_ratio"],
+    clip_norm_ratio: float | None = owned(
+        DefenceBounds,
+        "clip_norm_ratio",
         "O-FedAvg: every other client's local heads are clipped to this many times the "
         "median client's norm ('none': no clip)",
         details="Their direction kept (:func:`~skslot.defence.clipped_norms`): a client "
         "scaling its coefficients moves the average no further than the clip.",
-        low=1.0,
     )
-    max_variance_ratio: float = declare(
-        _BOUNDS["max_variance_ratio"],
+    max_variance_ratio: float = owned(
+        DefenceBounds,
+        "max_variance_ratio",
         "A summary whose mean variance tr(S) / m is more than this factor above or below the "
         "clients' median is rejected",
         details="With 3 or more clients; honest clients of the real data sets stay within "
         "9.5 (docs/deployment.md).",
-        low=1.0,
     )
-    max_mean_offset: float = declare(
-        _BOUNDS["max_mean_offset"],
+    max_mean_offset: float = owned(
+        DefenceBounds,
+        "max_mean_offset",
         "A summary whose mean lies more than this many median standard deviations from the "
         "clients' coordinate-wise median mean is rejected",
         details="The median standard deviation is ``sqrt(m * median variance)``; honest "
         "clients stay within 2.0.",
-        low=0.0,
     )
-    screen: str = declare(
-        "auto",
+    screen: str = owned(
+        OneShotProtocol,
+        "screen",
         "Screen each client's contribution by the other clients' validation: 'auto' wherever "
         "the defence is on, 'on' the same but refused without it, 'off' never",
-        details="See :mod:`skslot.screening`.  A run of four clients or more screens (at a "
-        "fixed ``tau`` too: one more exchange); the clients then hold out validation rows, "
-        "and the final head is the screened one, fitted on the fitting rows.",
-        options=SCREENING,
+        details="The rules are :mod:`skslot.screening`'s.  A run of four clients or more "
+        "screens (at a fixed ``tau`` too: one more exchange); the clients then hold out "
+        "validation rows, and the final head is the screened one, fitted on the fitting rows.",
     )
-    screen_significance: float = declare(
-        _BOUNDS["screen_significance"],
+    screen_significance: float = owned(
+        DefenceBounds,
+        "screen_significance",
         "Family-wise level of the screening's sign test",
-        low=0.0,
-        high=1.0,
     )
-    screen_min_gain: float = declare(
-        _BOUNDS["screen_min_gain"],
+    screen_min_gain: float = owned(
+        DefenceBounds,
+        "screen_min_gain",
         "Smallest gain of the other clients' validation accuracy without a client that excludes it",
-        low=0.0,
-        high=1.0,
     )
 
     def _check_together(self) -> None:
@@ -563,11 +555,13 @@ class RunSettings(SettingsGroup):
         "connected by then)",
         low=0,
     )
-    min_clients: int = declare(
-        2,
+    min_clients: int = owned(
+        OneShotProtocol,
+        "min_clients",
         "Fewest clients that must answer every stage; below it the run fails with an error "
         "naming who was missing or rejected",
-        low=1,
+        details="A deployment's default is 2 (the protocol's, 1, suits a simulation).",
+        default=2,
     )
     accept_partial: bool = declare(
         False,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import sys
 import textwrap
 import typing
 from collections.abc import Callable
@@ -23,7 +24,9 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-__all__ = ["Setting", "SettingsGroup", "declare", "declared", "find_setting"]
+from .._param_validation import Interval, Options
+
+__all__ = ["Setting", "SettingsGroup", "declare", "declared", "find_setting", "owned"]
 
 #: The key of a setting's declaration in its field's metadata.
 _SETTING = "skslot.setting"
@@ -71,6 +74,9 @@ class Setting:
     decode : callable, optional
         ``decode(name, text)``: the value a string stands for; raises
         ``ValueError`` for a string that stands for none.
+    owner : str, default=""
+        The parameter the setting is (``"skslot.protocol.OneShotProtocol.mean_tau"``,
+        :func:`owned`): its default, options and bounds are read from there.
 
     Examples
     --------
@@ -101,6 +107,7 @@ class Setting:
     nonzero: bool = False
     form: str = ""
     decode: Callable[[str, str], Any] | None = None
+    owner: str = ""
 
     @property
     def key(self) -> str:
@@ -330,8 +337,81 @@ def declare(
         "nonzero": nonzero,
         "form": form,
         "decode": decode,
+        "owner": "",
     }
     return field(default=default, metadata={_SETTING: declared})
+
+
+#: Marks an :func:`owned` setting whose default is its owner's.
+_OWNERS_DEFAULT: Any = object()
+
+
+def owned(
+    owner: type,
+    parameter: str,
+    help: str,
+    *,
+    details: str = "",
+    default: Any = _OWNERS_DEFAULT,
+) -> Any:
+    """A group's dataclass field for a setting that is a parameter of a library class.
+
+    The default (unless the deployment's differs, given as ``default``), the
+    options and the bounds are the owner's: its signature and its
+    ``_parameter_constraints`` (:class:`~skslot._param_validation.Interval`,
+    :class:`~skslot._param_validation.Options`), so the setting cannot drift from
+    the parameter it configures.
+
+    Parameters
+    ----------
+    owner : type
+        The class whose parameter this is (``OneShotProtocol``).
+    parameter : str
+        The parameter's name there.
+    help : str
+        One plain-text sentence (:attr:`Setting.help`).
+    details : str, default=""
+        More documentation; a pointer to the owner's parameter is added.
+    default : object, optional
+        The deployment's default, where it is not the owner's.
+
+    Returns
+    -------
+    dataclasses.Field
+    """
+    signature = inspect.signature(owner)
+    if parameter not in signature.parameters:
+        raise TypeError(f"{owner.__name__} has no parameter {parameter!r}")
+    if default is _OWNERS_DEFAULT:
+        default = signature.parameters[parameter].default
+    declared: dict[str, Any] = {
+        "help": help,
+        "details": " ".join(
+            filter(None, [details, f"See :class:`~{_path(owner)}`'s ``{parameter}``."])
+        ),
+        "owner": f"{_path(owner)}.{parameter}",
+    }
+    for constraint in getattr(owner, "_parameter_constraints", {}).get(parameter, []):
+        if isinstance(constraint, Options) and all(isinstance(o, str) for o in constraint.options):
+            declared["options"] = tuple(constraint.options)  # (a number's are not the run's)
+        elif isinstance(constraint, Interval):
+            declared |= {
+                "low": constraint.left,
+                "high": constraint.right,
+                "low_open": constraint.closed in ("right", "neither"),
+                "high_open": constraint.closed in ("left", "neither"),
+            }
+    return field(default=default, metadata={_SETTING: declared})
+
+
+def _path(owner: type) -> str:
+    """The owner's public path: its package's, where the package exports it."""
+    package = owner.__module__.split(".")
+    for end in range(1, len(package) + 1):
+        module = sys.modules.get(".".join(package[:end]))
+        if module is not None and getattr(module, owner.__name__, None) is owner:
+            return f"{module.__name__}.{owner.__name__}"
+    return f"{owner.__module__}.{owner.__qualname__}"
 
 
 _PartT = TypeVar("_PartT", bound="SettingsGroup")
@@ -361,7 +441,7 @@ def declared(cls: type[_PartT]) -> type[_PartT]:
         kinds = set(typing.get_args(hints[f.name])) or {hints[f.name]}
         nullable = type(None) in kinds
         kinds.discard(type(None))
-        if len(kinds) == 2 and str in kinds and f.metadata[_SETTING]["words"]:
+        if len(kinds) == 2 and str in kinds and f.metadata[_SETTING].get("words"):
             kinds.discard(str)
         (kind,) = kinds
         declared.append(Setting(f.name, kind, f.default, nullable=nullable, **f.metadata[_SETTING]))
