@@ -48,11 +48,11 @@ from pathlib import Path
 import numpy as np
 from flwr.app import Message, RecordDict
 from joblib import Parallel, delayed
+from skslot_bench import CASE_TITLES, CASES, own_mix_rows
 from threadpoolctl import threadpool_limits
 
 from skslot import GaussianSummary
 from skslot._linalg import symmetric_from_upper
-from skslot.bench import CASE_TITLES, CASES, own_mix_rows
 from skslot.consistency import OWN_MEANS_AGREEMENT
 from skslot.datasets import digits_projection, dirichlet_partition, load_npz
 from skslot.flower import DeploymentConfig, load_client_data, run_one_shot
@@ -979,7 +979,7 @@ def main(n_seeds: int = 3) -> None:
     print(f"# One hostile client (digits, {DIMENSION}-d, alpha {ALPHA})\n")
     print(
         "Three honest clients (the three digits domains; two where K = 3) and a fourth that "
-        f"attacks, in both cases (`skslot.bench.CASES`), {len(found)} runs, {wall:.0f} s wall "
+        f"attacks, in both cases (`skslot_bench.CASES`), {len(found)} runs, {wall:.0f} s wall "
         "on 2 workers, 1 BLAS thread each (benchmarks/attacks.py).  What the screening adds "
         "to a run's bytes and time, at four clients and at eight: "
         "docs/results/protocol_cost.md.\n"

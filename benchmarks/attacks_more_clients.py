@@ -42,8 +42,7 @@ from attacks import (
     scaled_heads,
     scaled_rows,
 )
-
-from skslot.bench import CASES
+from skslot_bench import CASES
 
 #: Every run's record, beside the table.
 RECORDS = Path(__file__).resolve().parents[1] / "docs" / "results" / "attacks_more_clients.json"
@@ -109,7 +108,7 @@ def main(n_seeds: int = 3) -> None:
     print("# One hostile client among five and among eight (digits, 256-d, alpha 0.1)\n")
     print(
         "The digits dealt two clients per domain (four honest, K = 5) or three (seven "
-        "honest, K = 8), and one attacker, in both cases (`skslot.bench.CASES`), "
+        "honest, K = 8), and one attacker, in both cases (`skslot_bench.CASES`), "
         f"{len(found)} runs, {wall:.0f} s wall on 2 workers, 1 BLAS thread each "
         "(benchmarks/attacks_more_clients.py; the columns as in docs/results/attacks.md).\n"
     )

@@ -48,10 +48,10 @@ from pathlib import Path
 
 import numpy as np
 from joblib import Parallel, delayed
+from skslot_bench import CASE_TITLES, CASES, macro_accuracy_by_case, training_mixes
 from threadpoolctl import threadpool_limits
 
 from skslot import ClientStandardScaler, SLOTTransformer
-from skslot.bench import CASE_TITLES, CASES, macro_accuracy_by_case, training_mixes
 from skslot.datasets import (
     DomainDataset,
     dirichlet_partition,
@@ -519,7 +519,7 @@ def main(n_seeds: int, names: list[str], fresh: bool, default: str) -> None:
         f"`python benchmarks/baselines.py {n_seeds} {' '.join(names)}`: the paper's protocol "
         f"(one client per domain, 70/30 split per domain, Dirichlet alpha, {n_seeds} seeds, "
         "one BLAS thread per worker); macro accuracy over the domains (%), mean over seeds, "
-        "gain against no alignment in brackets. Two cases (`skslot.bench.CASES`): *own mix*, "
+        "gain against no alignment in brackets. Two cases (`skslot_bench.CASES`): *own mix*, "
         "each client's test rows weighted to its training mix and every head predicting with "
         "the client's own prior; *domain*, each client's domain's whole test split, the "
         "heads predicting with the federation's mix (the paper's test). `centre` and "

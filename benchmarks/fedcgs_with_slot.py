@@ -3,7 +3,7 @@
 Runs the paper's protocol (one client per domain) on a real data set and prints
 
 1. FedCGS macro accuracy at alpha=0.1 for several ridges and both covariance
-   options, at tau in {0, 0.4, 1}, in both cases (:data:`skslot.bench.CASES`);
+   options, at tau in {0, 0.4, 1}, in both cases (:data:`skslot_bench.CASES`);
 2. the share of between-class variance, ``sum_c N_c ||mu_c - mu||^2 / sum_i
    ||x_i - mu||^2``, of the aligned training rows and of the aligned test rows,
    at alpha in {0.1, none}: FedCGS is built from the training class means.
@@ -16,9 +16,9 @@ Usage:
 import sys
 
 import numpy as np
+from skslot_bench import CASES, BenchmarkConfig, evaluate_run
 
 from skslot import SLOTTransformer
-from skslot.bench import CASES, BenchmarkConfig, evaluate_run
 from skslot.datasets import dirichlet_partition, load_npz, load_office_caltech10
 from skslot.heads import FedCGSClassifier
 

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 from joblib import Parallel, delayed
+from skslot_bench import CASES, macro_accuracy_by_case, training_mixes
 from threadpoolctl import threadpool_limits
 
 from skslot import SLOTTransformer
 from skslot._linalg import cholesky_factor, sym_eigh
-from skslot.bench import CASES, macro_accuracy_by_case, training_mixes
 from skslot.datasets import dirichlet_partition, load_npz
 from skslot.heads import FedPFTClassifier
 from skslot.heads._covariance_forms import covariance_factor
@@ -128,7 +128,7 @@ def main(n_seeds: int = 3) -> None:
     wall = time.perf_counter() - start
     print("# FedPFT: accuracy against bytes per client (digits, 1280-d, SLOT tau = 0.4)\n")
     print(
-        "Two cases (`skslot.bench.CASES`): *own mix*, each client's test rows weighted to its "
+        "Two cases (`skslot_bench.CASES`): *own mix*, each client's test rows weighted to its "
         "training mix, the head predicting with the client's own prior; *domain*, its "
         "domain's whole test split (the paper's test). "
         f"Macro accuracy over domains (%), mean over {n_seeds} seeds [min, max]; KB each client "

@@ -4,7 +4,7 @@ For each data set (the embedded Office-Caltech10 SURF counts and, beside the
 project, the digits EfficientNet-Lite0 features through a fixed projection to
 256 dimensions, see :func:`datasets`), each number of clients per
 domain (1, 2, 5, 10: up to 40 and 30 clients) and each label skew (alpha 0.1
-and none), ``skslot bench``'s protocol (:func:`skslot.bench.run_benchmark`)
+and none), ``skslot bench``'s protocol (:func:`skslot_bench.run_benchmark`)
 runs the three heads without SLOT (tau 0), at tau 0.4 and at the tau the
 federation chooses by validation between the two, for 5 seeds.  Each run's
 records (accuracy per domain, training rows, clients with rows, SLOT fit time,
@@ -25,9 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-
-from skslot import GaussianSummaryEstimator
-from skslot.bench import (
+from skslot_bench import (
     CASE_TITLES,
     CASES,
     LABEL_MIX_SELECTION,
@@ -36,6 +34,8 @@ from skslot.bench import (
     macro_accuracies,
     run_benchmark,
 )
+
+from skslot import GaussianSummaryEstimator
 from skslot.datasets import digits_projection, dirichlet_partition, load_npz, load_office_caltech10
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def read(path: Path) -> list[dict]:
 def table(records: list[dict], case: str) -> str:
     """Per (data set, alpha, clients per domain, head): accuracies, rows, clients, time, bytes.
 
-    The accuracies of one case (:data:`~skslot.bench.CASES`); in the own-mix
+    The accuracies of one case (:data:`~skslot_bench.CASES`); in the own-mix
     case also the library's default alignment of that case.
     """
     records = [r for r in records if r["case"] == case]
@@ -231,7 +231,7 @@ def main() -> None:
         "Training rows: all clients together (mean over seeds); SLOT fit: CPU seconds of "
         "every client's summary, the "
         "barycenter and the maps in one process (one BLAS thread).  Two cases "
-        "(`skslot.bench.CASES`): each client's test rows weighted to its own training mix, "
+        "(`skslot_bench.CASES`): each client's test rows weighted to its own training mix, "
         "every head predicting with the client's own prior, and its domain's whole test split "
         "(the paper's test); 'own-mix default' is the library's `SLOTTransformer()` (each "
         "client's domain offset moved, measured within classes).\n"

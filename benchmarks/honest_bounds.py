@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 from joblib import Parallel, delayed
+from skslot_bench import DEFAULT_HEADS
 from threadpoolctl import threadpool_limits
 
 from skslot import GaussianSummaryEstimator, SLOTTransformer
-from skslot.bench import DEFAULT_HEADS
 from skslot.datasets import dirichlet_partition, load_npz, load_office_caltech10
 from skslot.defence import norm_ratios, ratios_to_median, summary_deviations
 from skslot.flower import DeploymentConfig

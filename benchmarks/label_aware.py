@@ -1,7 +1,7 @@
 """Label-aware alignment: the paper's summary, the within-class summary, the label-shift rule.
 
 For each data set, the paper's protocol (4 alphas, seeds, 3 heads, the tau
-sweep {0, 0.2, ..., 1}) runs through ``skslot.bench.run_benchmark`` three
+sweep {0, 0.2, ..., 1}) runs through ``skslot_bench.run_benchmark`` three
 ways: with the clients' summaries of all their rows (``covariance="total"``,
 the paper's), of their class-centred rows (``covariance="within"``), and
 with the paper's summaries but each client moving ``tau`` times the
@@ -32,8 +32,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-
-from skslot.bench import (
+from skslot_bench import (
     CASE_TITLES,
     CASES,
     BenchmarkConfig,
@@ -42,6 +41,7 @@ from skslot.bench import (
     run_benchmark,
     summarise,
 )
+
 from skslot.datasets import dirichlet_partition, load_dataset
 from skslot.label_shift import class_counts, label_shift_distances
 
@@ -209,7 +209,7 @@ def main(n_seeds: int, names: list[str], fresh: bool = False) -> None:
         'proportions and the federation\'s (`client_tau="label-shift"`; the *rule* is '
         "tau = 1, the *federated choice* picks tau by the clients' validation); macro accuracy "
         "over domains (%), mean over seeds; gains against no SLOT in brackets; in both "
-        "cases (`skslot.bench.CASES`).\n"
+        "cases (`skslot_bench.CASES`).\n"
     )
     seeds = set(range(n_seeds))
     found: dict[str, list[dict]] = {}

@@ -34,10 +34,10 @@ import time
 import numpy as np
 from class_out_selection import FRACTION, balanced_validation, client_maps, macro_test_accuracy
 from joblib import Parallel, delayed
+from skslot_bench import CASES
 from summary_kind_selection import KINDS, TAUS, choose
 from threadpoolctl import threadpool_limits
 
-from skslot.bench import CASES
 from skslot.datasets import dirichlet_partition, load_dataset
 from skslot.selection import validation_split
 
@@ -98,7 +98,7 @@ def main() -> None:
             f"## {data.name} ({data.X.shape[1]} features; {SEEDS} seeds, {wall:.0f} s wall)\n\n"
             "Gain (%) of the choice's macro test accuracy against no SLOT, mean over seeds, "
             "with the (kind, tau) chosen per seed (t: the paper's summary, w: within-class), "
-            "in both cases (`skslot.bench.CASES`): each client's test rows weighted to its "
+            "in both cases (`skslot_bench.CASES`): each client's test rows weighted to its "
             "own training mix, the head predicting with its prior (own mix), and its "
             "domain's whole test split (domain, the paper's test; what the validation "
             "estimates):\n"

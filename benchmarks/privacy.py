@@ -11,7 +11,7 @@ with ``SLOTTransformer.from_reference`` (the deployment path). Only the
 summaries are private: the heads' own statistics are not protected by this
 option. Prints macro accuracy over domains (%), mean +- std over seeds, for
 no SLOT (tau = 0) and SLOT at tau = 0.4 with epsilon in {1, 4, 16, none}, in
-both cases (:data:`skslot.bench.CASES`: each client's test rows weighted to its
+both cases (:data:`skslot_bench.CASES`: each client's test rows weighted to its
 own training mix, the head predicting with its prior; its domain's whole test
 split).
 
@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from skslot_bench import CASES, DEFAULT_HEADS, PREPROCESS, macro_accuracy_by_case, training_mixes
 
 from skslot import BuresBarycenter, GaussianSummaryEstimator, SLOTTransformer
-from skslot.bench import CASES, DEFAULT_HEADS, PREPROCESS, macro_accuracy_by_case, training_mixes
 from skslot.datasets import dirichlet_partition, load_npz, load_office_caltech10
 
 EPSILONS = (1.0, 4.0, 16.0, None)

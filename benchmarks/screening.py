@@ -6,10 +6,10 @@ domain, Office-Caltech10 and the embedded digits features: eight and six
 clients), the paper's partition (Dirichlet alpha 0.1, 0.05, 0.01 and no label
 skew), each head and seed, the real protocol
 (:class:`skslot.protocol.OneShotProtocol`, in process: the same driver as the
-Flower apps) runs in both cases (:data:`skslot.bench.CASES`: each client's
+Flower apps) runs in both cases (:data:`skslot_bench.CASES`: each client's
 test rows its domain's whole test split, the deployment's settings for it,
 ``label_mix="federation"``; or drawn from it with the client's training
-class proportions, :func:`skslot.bench.own_mix_rows`, the deployment's
+class proportions, :func:`skslot_bench.own_mix_rows`, the deployment's
 defaults), in two configurations each, the deployment's settings of the case
 and ``tau = "auto"``, two ways each:
 
@@ -52,9 +52,9 @@ from pathlib import Path
 
 import numpy as np
 from joblib import Parallel, delayed
+from skslot_bench import CASE_TITLES, CASES, own_mix_rows, training_mixes
 from threadpoolctl import threadpool_limits
 
-from skslot.bench import CASE_TITLES, CASES, own_mix_rows, training_mixes
 from skslot.datasets import digits_projection, dirichlet_partition, load_dataset
 from skslot.defence import DefenceBounds
 from skslot.flower import DeploymentConfig

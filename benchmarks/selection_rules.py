@@ -5,7 +5,7 @@ the federated search's candidate heads (one per tau in {0, 0.2, ..., 1}, on the
 clients' fitting rows, as ``FederatedTauSearch`` does) and records
 
 * each candidate's macro test accuracy over domains, in both cases
-  (:data:`skslot.bench.CASES`);
+  (:data:`skslot_bench.CASES`);
 * each client's validation counts for the candidates fitted on all clients
   ("local" validation, what skslot does), and for candidates fitted without
   that client ("leave-one-client-out", Gulrajani and Lopez-Paz 2021);
@@ -26,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 from joblib import Parallel, delayed
+from skslot_bench import CASE_TITLES, CASES, DEFAULT_HEADS, macro_accuracy_by_case, training_mixes
 from threadpoolctl import threadpool_limits
 
 from skslot import SLOTTransformer
 from skslot._validation import spawn_seeds
-from skslot.bench import CASE_TITLES, CASES, DEFAULT_HEADS, macro_accuracy_by_case, training_mixes
 from skslot.datasets import dirichlet_partition, load_npz, load_office_caltech10
 from skslot.heads import candidate_heads, local_heads, statistics_of_parts
 from skslot.protocol.stages.validation import ValidationCounts, score_candidates
@@ -161,7 +161,7 @@ def main(n_seeds: int = 3) -> None:
     print("trained on the fitting rows), mean over seeds, and the chosen tau per seed. The")
     print("rules score each client's validation rows by balanced accuracy, as the federated")
     print("choice does in the domain case; the chosen candidate's test accuracy is shown in")
-    print("both cases (`skslot.bench.CASES`): each client's test rows weighted to its own")
+    print("both cases (`skslot_bench.CASES`): each client's test rows weighted to its own")
     print("training mix, the head predicting with the client's prior (own mix), and its")
     print("domain's whole test split (domain, the paper's test).\n")
     for case in CASES:

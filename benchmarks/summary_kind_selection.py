@@ -48,10 +48,10 @@ from class_out_selection import FRACTION, balanced_validation, client_maps, macr
 from joblib import Parallel, delayed
 from label_aware import OUT  # the sibling script (run from benchmarks/ or root)
 from sklearn.frozen import FrozenEstimator
+from skslot_bench import CASE_TITLES, CASES, DEFAULT_HEADS, read_records
 from threadpoolctl import threadpool_limits
 
 from skslot import FederatedTauSearch, SLOTTransformer
-from skslot.bench import CASE_TITLES, CASES, DEFAULT_HEADS, read_records
 from skslot.datasets import dirichlet_partition, load_dataset
 from skslot.protocol import held_out_rows
 from skslot.selection import validation_split
@@ -120,7 +120,7 @@ def choose(table: dict[tuple, tuple[float, float]], kinds: tuple) -> tuple:
 
 def fixed_accuracy(records: list[dict], case: str) -> dict[tuple, float]:
     """(alpha, seed, head, kind, tau) -> macro test accuracy (%) of the fixed configuration,
-    in ``case`` (:data:`skslot.bench.CASES`)."""
+    in ``case`` (:data:`skslot_bench.CASES`)."""
     found: dict[tuple, list[float]] = {}
     for r in records:
         if (

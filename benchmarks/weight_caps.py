@@ -32,8 +32,7 @@ from joblib import Parallel, delayed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import attacks  # the attacks' set-up, written once
-
-from skslot.bench import CASE_TITLES, CASES
+from skslot_bench import CASE_TITLES, CASES
 
 #: The caps compared, the default first.
 CAPS = (attacks.BOUNDS.max_weight_ratio, 3.0, 2.0)

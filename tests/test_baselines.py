@@ -151,7 +151,8 @@ def test_anchored_geodesics_compose_and_check_their_input():
 @pytest.fixture(scope="module")
 def digits_records():
     """The embedded 256-d digits, FedCGS (deterministic), 3 seeds, with and without skew."""
-    from skslot.bench import BenchmarkConfig, run_benchmark
+    from skslot_bench import BenchmarkConfig, run_benchmark
+
     from skslot.datasets import load_dataset
 
     config = BenchmarkConfig(

@@ -7,9 +7,7 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
-
-from skslot import FederatedTauSearch, SmallClientWarning
-from skslot.bench import (
+from skslot_bench import (
     LABEL_MIX_SELECTION,
     BenchmarkConfig,
     accuracy_by_case,
@@ -22,6 +20,8 @@ from skslot.bench import (
     summarise,
     training_mixes,
 )
+
+from skslot import FederatedTauSearch, SmallClientWarning
 from skslot.cli import main
 from skslot.datasets import digits_projection, load_npz, make_federated_classification
 from skslot.heads import FedCGSClassifier
@@ -181,8 +181,9 @@ def test_summary_is_computed_from_the_records(small_npz):
 @few_rows_per_client
 def test_the_baselines_are_the_heads_on_each_clients_own_scaling(small_npz):
     """The centre column is FedCGS (deterministic) on rows each client centred itself."""
+    from skslot_bench import format_table
+
     from skslot import ClientStandardScaler
-    from skslot.bench import format_table
     from skslot.datasets import dirichlet_partition
 
     data = load_npz(small_npz)

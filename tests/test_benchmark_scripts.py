@@ -205,7 +205,7 @@ def test_screening_study_runs_a_part_and_reports_from_its_records(monkeypatch, t
     capsys.readouterr()
     study.main()
     out = capsys.readouterr().out
-    from skslot.bench import CASE_TITLES
+    from skslot_bench import CASE_TITLES
 
     assert f"## {CASE_TITLES['own mix']}" in out and CASE_TITLES["domain"] not in out
     rows = [line for line in out.splitlines() if line.startswith("| digits (6) | none | FedCGS")]

@@ -9,18 +9,18 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+import skslot_bench.cli
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
-
-import skslot.cli
-from skslot.bench import (
+from skslot_bench import (
     BASELINES,
     DEFAULT_HEADS,
     BenchmarkConfig,
     BenchmarkWarning,
     run_benchmark,
 )
-from skslot.bench._run import _Progress
+from skslot_bench._run import _Progress
+
 from skslot.cli import build_parser, main
 from skslot.datasets import dirichlet_partition, load_table, make_federated_classification
 from skslot.flower.config import DeploymentConfig
@@ -200,7 +200,7 @@ def test_usage_errors_come_before_any_work(clinic_csv, tmp_path, capsys, monkeyp
     def never(*args, **kwargs):
         raise AssertionError("the data were read")
 
-    monkeypatch.setattr(skslot.cli, "_load", never)
+    monkeypatch.setattr(skslot_bench.cli, "_load", never)
     np.savez(tmp_path / "arrays.npz", X=np.eye(3), y=np.arange(3), domain=np.arange(3))
     table = str(clinic_csv)
     cases = [
@@ -470,8 +470,8 @@ def test_a_client_of_one_row_is_refused_with_the_estimators_message(tmp_path, ca
 @pytest.mark.filterwarnings("ignore::skslot.exceptions.UnknownClientWarning")
 def test_a_client_the_skew_leaves_without_rows_is_named():
     """A Dirichlet draw may leave a client no training rows: the run says which."""
-    from skslot.bench import BenchmarkConfig
-    from skslot.bench._run import evaluate_run
+    from skslot_bench import BenchmarkConfig
+    from skslot_bench._run import evaluate_run
 
     data = make_federated_classification(
         n_clients=4, n_samples_per_client=30, n_features=4, n_classes=4, alpha=None,

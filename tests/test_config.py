@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from skslot_bench import BenchmarkConfig
 
 import skslot.flower.config as config_module
-from skslot.bench import BenchmarkConfig
 from skslot.defaults import CLIENT_TAU as DEFAULT_CLIENT_TAU
 from skslot.defaults import LABEL_MIX, default_tau
 from skslot.defaults import MEAN_TAU as DEFAULT_MEAN_TAU
@@ -376,7 +376,7 @@ def test_each_setting_of_a_library_parameter_is_read_from_its_declaration():
     import inspect
 
     from skslot._param_validation import Interval, Options
-    from skslot.cli import _metavar, build_parser
+    from skslot.cli import build_parser
 
     protocol = set(inspect.signature(OneShotProtocol).parameters)
     owned = {}
@@ -417,7 +417,7 @@ def test_each_setting_of_a_library_parameter_is_read_from_its_declaration():
     assert set(generated) == set(BENCH_SETTINGS)
     for dest, name in BENCH_SETTINGS.items():
         action, s = generated[dest], owned[name]
-        assert action.help.startswith(s.help) and action.metavar == _metavar(s), dest
+        assert action.help.startswith(s.help) and action.metavar == s.metavar, dest
         assert action.default == getattr(BenchmarkConfig, dest)
         with pytest.raises(ValueError, match=s.name):  # its check, the setting's
             s.check("far" if s.options else 7.5)

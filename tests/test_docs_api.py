@@ -21,7 +21,7 @@ MODULES = [
     "skslot.accounting",
     "skslot.barycenter",
     "skslot.baselines",
-    "skslot.bench",
+    "skslot_bench",
     "skslot.datasets",
     "skslot.defaults",
     "skslot.defence",

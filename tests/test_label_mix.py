@@ -8,9 +8,9 @@ from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, GroupKFold, cross_val_score
 from sklearn.pipeline import make_pipeline
+from skslot_bench import BenchmarkConfig
 
 from skslot import SLOTTransformer, defaults
-from skslot.bench import BenchmarkConfig
 from skslot.datasets import make_federated_classification
 from skslot.exceptions import UnknownClientWarning
 from skslot.flower.config import DeploymentConfig

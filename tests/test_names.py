@@ -6,9 +6,9 @@ import importlib
 
 import numpy as np
 import pytest
+from skslot_bench import BenchmarkConfig
 
 from skslot import BuresBarycenter, GaussianSummary
-from skslot.bench import BenchmarkConfig
 from skslot.defence import DefenceBounds
 from skslot.heads import FedCGSClassifier
 from skslot.protocol import ClientParty, OneShotProtocol

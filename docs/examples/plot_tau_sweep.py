@@ -10,8 +10,8 @@ client's test set aligned with its own map), for the three one-shot heads.
 """
 
 import matplotlib.pyplot as plt
+from skslot_bench import PREPROCESS, BenchmarkConfig, evaluate_run, summarise
 
-from skslot.bench import PREPROCESS, BenchmarkConfig, evaluate_run, summarise
 from skslot.datasets import load_office_caltech10
 
 data = load_office_caltech10()

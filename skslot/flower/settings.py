@@ -237,6 +237,32 @@ class Setting:
         return f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
 
     @property
+    def metavar(self) -> str:
+        """How a command line's ``--help`` shows the value: its options, or its kind."""
+        if self.options or self.kind is bool:
+            return "{" + ",".join(self.options or ("true", "false")) + "}"
+        words = (*self.words, *(("none",) if self.nullable else ()))
+        kind = {int: "INT", float: "NUMBER"}.get(self.kind, "TEXT")
+        return "|".join((kind, *words))
+
+    def help_line(self, default: str | None = None) -> str:
+        """The command line's ``--help`` line: the help, what it allows (unless listed), the
+        default (``default``, else the setting's).
+
+        Parameters
+        ----------
+        default : str, optional
+            The default as shown, where the command's is not the setting's.
+
+        Returns
+        -------
+        str
+        """
+        allowed = "" if self.options or self.kind is bool else f"{self.allowed}; "
+        shown = self.shown_default if default is None else default
+        return f"{self.help} ({allowed}default: {shown})".replace("%", "%%")
+
+    @property
     def doc_type(self) -> str:
         """The type as a numpydoc parameter line gives it (``float or "auto"``)."""
         if self.options:

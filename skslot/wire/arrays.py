@@ -43,7 +43,7 @@ def message_bytes(arrays: Mapping[str, np.ndarray]) -> int:
     a header padded to 64 bytes, then the raw data) under its name; the count
     is the ``.npy`` lengths plus the names' lengths, which is what Flower's
     ``ArrayRecord.count_bytes`` reports for the same arrays, so
-    :func:`skslot.bench.run_benchmark` and the Flower deployment's
+    :func:`skslot_bench.run_benchmark` and the Flower deployment's
     ``report.json`` give one number.
 
     Parameters

@@ -53,7 +53,7 @@ def read_records(path: str | os.PathLike) -> list[dict]:
     Returns
     -------
     records : list of dict
-        As :func:`~skslot.bench.run_benchmark` returned them.
+        As :func:`~skslot_bench.run_benchmark` returned them.
 
     Raises
     ------
@@ -64,7 +64,7 @@ def read_records(path: str | os.PathLike) -> list[dict]:
     Examples
     --------
     >>> import csv, os, tempfile
-    >>> from skslot.bench import read_records
+    >>> from skslot_bench import read_records
     >>> record = {"dataset": "d", "case": "domain", "alpha": "none", "seed": 0, "tau": 0.4,
     ...           "head": "FedCGS", "accuracy": 0.9, "head_bytes": 120, "summary_bytes": 64}
     >>> path = os.path.join(tempfile.mkdtemp(), "results.csv")
@@ -105,7 +105,7 @@ def macro_accuracies(records: list[dict], selection: str = "fixed") -> dict[tupl
     Parameters
     ----------
     records : list of dict
-        The records of :func:`~skslot.bench.run_benchmark`.
+        The records of :func:`~skslot_bench.run_benchmark`.
     selection : str, default="fixed"
         The kind of record (its ``selection``: ``"fixed"``, ``"auto"``, a
         baseline's name, ...).

@@ -15,16 +15,17 @@ from joblib import Parallel, delayed
 from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
-from ..barycenter import BuresBarycenter
-from ..baselines import ClientStandardScaler
-from ..datasets import DomainDataset, FeatureTable, dirichlet_partition
-from ..defaults import CLIENT_TAU, MEAN_TAU, TAU, VALIDATION_FRACTION
-from ..exceptions import UnknownClientWarning
-from ..heads import HEADS, OneShotHead, make_head
-from ..selection import NoValidationRowsError
-from ..summary import FORMS
-from ..tau_search import FederatedTauSearch
-from ..transformer import SLOTTransformer
+from skslot.barycenter import BuresBarycenter
+from skslot.baselines import ClientStandardScaler
+from skslot.datasets import DomainDataset, FeatureTable, dirichlet_partition
+from skslot.defaults import CLIENT_TAU, MEAN_TAU, TAU, VALIDATION_FRACTION
+from skslot.exceptions import UnknownClientWarning
+from skslot.heads import HEADS, OneShotHead, make_head
+from skslot.selection import NoValidationRowsError
+from skslot.summary import FORMS
+from skslot.tau_search import FederatedTauSearch
+from skslot.transformer import SLOTTransformer
+
 from ._cases import CASES, accuracy_by_case, case_predictions, training_mixes
 
 __all__ = [

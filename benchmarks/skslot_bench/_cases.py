@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..heads._private import rounded_counts
-from ..label_mix import own_mix_accuracy
-from ..label_shift import class_counts
+from skslot.heads._private import rounded_counts
+from skslot.label_mix import own_mix_accuracy
+from skslot.label_shift import class_counts
 
 __all__ = [
     "CASES",
@@ -64,7 +64,7 @@ def training_mixes(
     Examples
     --------
     >>> import numpy as np
-    >>> from skslot.bench import training_mixes
+    >>> from skslot_bench import training_mixes
     >>> training_mixes(np.array([0, 0, 1]), np.array([5, 5, 7]), np.array([0, 1]))
     {5: array([2, 0]), 7: array([0, 1])}
     """
@@ -145,7 +145,7 @@ def accuracy_by_case(
     Examples
     --------
     >>> import numpy as np
-    >>> from skslot.bench import accuracy_by_case
+    >>> from skslot_bench import accuracy_by_case
     >>> pred = np.array([0, 0, 0, 0])
     >>> y, client = np.array([0, 0, 1, 1]), np.zeros(4, dtype=int)
     >>> accuracy_by_case({"domain": pred, "own mix": pred}, y, client, np.array([0]),
@@ -239,7 +239,7 @@ def own_mix_rows(
     Examples
     --------
     >>> import numpy as np
-    >>> from skslot.bench import own_mix_rows
+    >>> from skslot_bench import own_mix_rows
     >>> y = np.array([0, 0, 0, 1, 1, 1])
     >>> rows = own_mix_rows(y, np.array([3, 1]), np.array([0, 1]), 8, random_state=0)
     >>> np.bincount(y[rows])
