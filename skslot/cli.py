@@ -18,6 +18,7 @@ from .flower.config import DeploymentConfig
 
 __all__ = ["main"]
 
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="skslot",

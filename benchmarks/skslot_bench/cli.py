@@ -51,12 +51,12 @@ HELP = "run the SLOT-Align reproduction benchmark"
 #: What ``skslot bench --help`` says first.
 DESCRIPTION = (
     "Paper protocol (per-domain 70/30 split, Dirichlet label skew, one client "
-        "per domain): O-FedAvg, FedCGS and FedPFT heads without (tau=0) and with SLOT over a "
-        "tau sweep, and with tau chosen by the federation (auto). Prints a table, writes "
-        "CSV/JSON/markdown results (with the accuracy per client) and a PNG plot. The defaults "
-        "(the embedded digits features, 4 alphas x 5 seeds x 6 taus) take about 4 minutes on "
-        "2 idle cores. Your own table: --data my.csv --label COL --client COL [--split given "
-        "--split-column COL] [--skew none]."
+    "per domain): O-FedAvg, FedCGS and FedPFT heads without (tau=0) and with SLOT over a "
+    "tau sweep, and with tau chosen by the federation (auto). Prints a table, writes "
+    "CSV/JSON/markdown results (with the accuracy per client) and a PNG plot. The defaults "
+    "(the embedded digits features, 4 alphas x 5 seeds x 6 taus) take about 4 minutes on "
+    "2 idle cores. Your own table: --data my.csv --label COL --client COL [--split given "
+    "--split-column COL] [--skew none]."
 )
 
 #: The defaults of ``skslot bench``: the paper's grid (BenchmarkConfig's defaults), about
