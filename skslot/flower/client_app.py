@@ -48,7 +48,7 @@ from flwr.clientapp import ClientApp
 from ..accounting import PrivacyBudget
 from ..datasets import dirichlet_partition, load_dataset, load_table
 from ..datasets._loaders import open_npz
-from ..datasets._tables import DEFAULT_SPLIT_COLUMN, table_columns
+from ..datasets._tables import DEFAULT_SPLIT_COLUMN, table_columns, table_kind
 from ..defaults import DELTA, LIFETIME_DELTA
 from ..lifetime import LifetimeBudget
 from ..protocol import ClientParty, ClientState
@@ -214,13 +214,12 @@ def _own_table(
         test = np.zeros(y.shape[0], dtype=bool)
         _, held_out = validation_split(y, config.test_size, config.seed)
         test[held_out] = True
-    kind = path.rsplit(".", 1)[-1].lower()
     held = (
         f"test rows from its {split!r} column"
         if table.is_test is not None
         else f"test rows drawn ({config.test_size:g} of them, seed {config.seed})"
     )
-    source = f"its own .{kind} table, {held}"
+    source = f"its own .{table_kind(path)} table, {held}"  # a .csv.gz is a .csv
     return ClientData(client, table.X[~test], y[~test], table.X[test], y[test], source)
 
 

@@ -230,14 +230,6 @@ def main(grid: Grid, context: Context) -> None:
         utc_now(),
     )
     log(logging.INFO, "skslot: data read: %s", read_data(report))
-    if report.untrained_classes:
-        log(
-            logging.WARNING,
-            "skslot: no node trained on class(es) %s of the run's class set %s: the head never "
-            "predicts them (set the run config's classes to the labels the nodes hold)",
-            report.untrained_classes,
-            report.classes,
-        )
     assert report.tau is not None  # a completed run's
     log(
         logging.INFO,

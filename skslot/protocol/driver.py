@@ -12,9 +12,7 @@ from numpy.typing import ArrayLike
 
 from .._backend import as_host_rows
 from .._validation import check_client_labels, check_open_fraction, check_row_labels
-from ..defaults import (
-    VALIDATION_FRACTION,
-)
+from ..defaults import VALIDATION_FRACTION
 from ..exceptions import shown_labels
 from ..heads import OneShotHead
 from ..low_rank import Summary

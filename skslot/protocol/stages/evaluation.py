@@ -80,7 +80,13 @@ def _request_digest(request: EvaluationRequest) -> str:
     ).hexdigest()
 
 
-def n_correct(party: Party, request: EvaluationRequest, full_map: TransportMap) -> int:
+def n_correct(
+    party: Party,
+    X_test: np.ndarray,
+    y_test: np.ndarray,
+    request: EvaluationRequest,
+    full_map: TransportMap,
+) -> int:
     """The client's test rows the request's head predicts right, aligned at its ``tau``.
 
     Where the head serves each client's own label mix, it predicts with the
@@ -90,6 +96,8 @@ def n_correct(party: Party, request: EvaluationRequest, full_map: TransportMap) 
     Parameters
     ----------
     party : Party
+    X_test, y_test : ndarray
+        Its test rows and labels.
     request : EvaluationRequest
     full_map : GaussianMap or LowRankMap
         The client's full map.
@@ -98,11 +106,9 @@ def n_correct(party: Party, request: EvaluationRequest, full_map: TransportMap) 
     -------
     int
     """
-    if party.X_test is None or party.y_test is None:  # no test rows: none right
-        return 0
-    aligned = full_map.geodesic(request.tau).apply(party.X_test)
+    aligned = full_map.geodesic(request.tau).apply(X_test)
     predictions = request.head.predict(aligned, class_counts=party.prior_counts)
-    return int(np.sum(predictions == party.y_test))
+    return int(np.sum(predictions == y_test))
 
 
 def private_count(count: int, total: int, sigma: float, rng: np.random.Generator) -> int:
@@ -227,17 +233,17 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
 
     def answer(self, party: Party, request: EvaluationRequest) -> Evaluation:
         full_map = party.full_map(request.reference)
-        n_test = party.n_test
-        if party.X_test is None or n_test == 0:
+        X_test, y_test, n_test = party.X_test, party.y_test, party.n_test
+        if X_test is None or y_test is None or n_test == 0:
             return Evaluation(0, 0)
         if party.privacy is None:
-            return Evaluation(n_correct(party, request, full_map), n_test)
+            return Evaluation(n_correct(party, X_test, y_test, request, full_map), n_test)
         state = party.state  # admitted by private_problem: this request's count, or the first
         if state.evaluation is None:
             count = party.ledger().release(
                 "evaluation",
                 lambda sigma, rng: private_count(
-                    n_correct(party, request, full_map), n_test, sigma, rng
+                    n_correct(party, X_test, y_test, request, full_map), n_test, sigma, rng
                 ),
                 n=n_test,
                 sensitivity=COUNT_SENSITIVITY,
