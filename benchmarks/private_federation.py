@@ -53,7 +53,6 @@ import numpy as np
 from skslot_bench import CASES, macro_accuracy_by_case, training_mixes
 
 from skslot import BuresBarycenter, SLOTTransformer, SmallClientWarning
-from skslot.accounting import PrivacyBudget
 from skslot.datasets import digits_projection, dirichlet_partition, load_digits_effnet
 from skslot.heads import (
     CLASS_STATISTICS_SENSITIVITY,
@@ -65,6 +64,7 @@ from skslot.heads import (
 )
 from skslot.heads._private import consistent_statistics
 from skslot.label_shift import label_shift_distances
+from skslot.privacy import PrivacyBudget
 from skslot.protocol import ClientParty, InProcessTransport, OneShotProtocol
 
 EPSILONS = (1.0, 2.0, 4.0, 8.0, 16.0, None)

@@ -4,7 +4,7 @@ Each client's releases are made by the library's own mechanisms
 (:func:`skslot.heads.private_class_statistics`,
 :func:`skslot.privacy.private_summary`,
 :func:`skslot.heads.private_class_counts`), the noise of each calibrated by
-one :class:`~skslot.accounting.PrivacyBudget` per client split as a run splits
+one :class:`~skslot.privacy.PrivacyBudget` per client split as a run splits
 it (nine to each release that shapes the model, one to a count, the test
 count's share kept); FedCGS fitted from the releases on the server.  Embedded
 digits (three domains, one client each, 256-d, rows L2-normalised, clip_norm =
@@ -61,7 +61,6 @@ from private_federation import DELTA, l2, scored, table, training_counts
 
 from skslot import BuresBarycenter, SLOTTransformer, SmallClientWarning
 from skslot._moments import ShiftedMoments
-from skslot.accounting import PrivacyBudget
 from skslot.datasets import dirichlet_partition, load_digits_effnet
 from skslot.heads import (
     CLASS_COUNTS_SENSITIVITY,
@@ -73,7 +72,7 @@ from skslot.heads import (
 )
 from skslot.heads._private import consistent_statistics, private_class_counts
 from skslot.label_shift import label_shift_distances
-from skslot.privacy import SUMMARY_SENSITIVITY, private_summary
+from skslot.privacy import SUMMARY_SENSITIVITY, PrivacyBudget, private_summary
 
 ALPHAS = (0.1, None)
 EPSILONS = (4.0, 8.0, 16.0, None)

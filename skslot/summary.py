@@ -31,7 +31,6 @@ from ._validation import (
     check_rows,
     unchanged_on_error,
 )
-from .accounting import MAX_EPSILON, gaussian_noise_scale
 from .defaults import COVARIANCE_FLOOR, DELTA
 from .exceptions import SmallClientWarning, shown_labels
 from .ledoit_wolf import (
@@ -44,7 +43,9 @@ from .ledoit_wolf import (
 )
 from .low_rank import LowRankGaussianSummary
 from .privacy import (
+    MAX_EPSILON,
     SUMMARY_SENSITIVITY,
+    gaussian_noise_scale,
     noise_generator,
     private_covariance_problem,
     private_summary,

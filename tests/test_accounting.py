@@ -7,13 +7,6 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
-from skslot.accounting import (
-    DEFAULT_SHARES,
-    RELEASES,
-    PrivacyBudget,
-    PrivacyBudgetExceeded,
-    gaussian_noise_scale,
-)
 from skslot.datasets import make_federated_classification
 from skslot.heads import (
     ClassStatistics,
@@ -31,7 +24,14 @@ from skslot.heads._private import (
     rounded_counts,
 )
 from skslot.heads._softmax import softmax_objective
-from skslot.privacy import PrivacyWarning
+from skslot.privacy import (
+    DEFAULT_SHARES,
+    RELEASES,
+    PrivacyBudget,
+    PrivacyBudgetExceeded,
+    PrivacyWarning,
+    gaussian_noise_scale,
+)
 
 from .test_privacy import exact_delta
 
@@ -365,7 +365,7 @@ def test_a_fixed_noise_seed_still_gives_each_client_its_own_noise():
 
 
 def test_a_releases_noise_depends_on_its_name_not_on_the_known_releases(monkeypatch):
-    import skslot.accounting as accounting
+    import skslot.privacy._accounting as accounting
 
     budget = PrivacyBudget(4.0)
 
@@ -388,7 +388,7 @@ def test_a_releases_noise_depends_on_its_name_not_on_the_known_releases(monkeypa
 
 
 def test_the_release_plan_is_one_table_of_the_protocol_s_stages():
-    from skslot.accounting import RELEASE_PLAN, releases_at
+    from skslot.privacy import RELEASE_PLAN, releases_at
     from skslot.protocol.stages import STAGES
 
     assert RELEASES == tuple(release.name for release in RELEASE_PLAN)

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from scipy.stats import beta
 
-from skslot.accounting import PrivacyBudget
 from skslot.heads import (
     FedCGSClassifier,
     FedPFTClassifier,
@@ -24,7 +23,7 @@ from skslot.heads import (
     OneShotFedAvgClassifier,
 )
 from skslot.label_mix import client_log_prior
-from skslot.lifetime import LifetimeBudget
+from skslot.privacy import LifetimeBudget, PrivacyBudget, RequestRefused, refusal
 from skslot.protocol import (
     ClientParty,
     ClientState,
@@ -34,7 +33,6 @@ from skslot.protocol import (
     UploadRequest,
     ValidationRequest,
 )
-from skslot.protocol.plan import RequestRefused, refusal
 from skslot.protocol.stages import Stage
 
 dp_accounting = pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")

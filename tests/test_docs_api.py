@@ -18,7 +18,6 @@ import pytest
 API = Path(__file__).resolve().parents[1] / "docs" / "api.rst"
 MODULES = [
     "skslot",
-    "skslot.accounting",
     "skslot.barycenter",
     "skslot.baselines",
     "skslot_bench",
@@ -33,6 +32,8 @@ MODULES = [
     "skslot.label_shift",
     "skslot.maps",
     "skslot.privacy",
+    "skslot.privacy.client",
+    "skslot.privacy.server",
     "skslot.protocol",
     "skslot.selection",
     "skslot.summary",

@@ -43,10 +43,9 @@ from skslot.flower.client_app import (  # noqa: E402
     reply_seconds,
 )
 from skslot.heads import HEADS, OneShotFedAvgClassifier, make_head, message_bytes  # noqa: E402
-from skslot.lifetime import LifetimeBudget  # noqa: E402
 from skslot.low_rank import summary_from_bytes  # noqa: E402
+from skslot.privacy import LifetimeBudget, refusal  # noqa: E402
 from skslot.protocol import ClientParty, ProtocolRunError, UploadRequest  # noqa: E402
-from skslot.protocol.plan import refusal  # noqa: E402
 from skslot.protocol.stages import upload as upload_stage  # noqa: E402
 from skslot.wire import MessageFormatError  # noqa: E402
 
@@ -1910,14 +1909,14 @@ def test_a_private_node_keeps_its_run_when_a_step_fails(node_configs, tmp_path, 
     """A step that fails after the plan was admitted answers with the refusal; the node keeps
     its run's seed, so a retry is the same run to its lifetime budget (charged once)."""
     pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
-    import skslot.protocol.stages.upload._steps as steps
+    from skslot.privacy.client import PrivateRelease
 
-    def failing(party, request):
-        steps_release(party, request)  # admitted and charged, then the step fails
+    def failing(release, request):
+        begin(release, request)  # admitted and charged, then the step fails
         raise RuntimeError("a failure after the charge")
 
-    steps_release = steps.upload_release
-    monkeypatch.setattr(steps, "upload_release", failing)
+    begin = PrivateRelease.begin
+    monkeypatch.setattr(PrivateRelease, "begin", failing)
     budget_file = tmp_path / "budget.json"
     node = {
         **node_configs[11], "epsilon": 8.0, "clip-norm": 20.0,

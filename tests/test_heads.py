@@ -10,7 +10,6 @@ from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skslot import GaussianMap, SLOTTransformer
-from skslot.accounting import PrivacyBudget
 from skslot.datasets import make_federated_classification
 from skslot.heads import (
     UNSCORED,
@@ -20,6 +19,7 @@ from skslot.heads import (
     StatisticsFormatError,
 )
 from skslot.heads.fedpft import _message_seed
+from skslot.privacy import PrivacyBudget
 
 from .conftest import PAPER, short_local_training
 

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from skslot.accounting import PrivacyBudgetExceeded
-from skslot.lifetime import LifetimeBudget, run_key
+from skslot.privacy import LifetimeBudget, PrivacyBudgetExceeded, run_key
 
 
 def test_each_run_is_charged_once_and_the_record_outlives_the_object(tmp_path):

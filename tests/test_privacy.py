@@ -9,10 +9,11 @@ from sklearn.covariance import OAS, oas
 
 from skslot import GaussianSummaryEstimator, SmallClientWarning
 from skslot._moments import ShiftedMoments
-from skslot.accounting import MAX_EPSILON, gaussian_noise_scale
 from skslot.privacy import (
+    MAX_EPSILON,
     SUMMARY_SENSITIVITY,
     PrivacyWarning,
+    gaussian_noise_scale,
     noisy_moments,
     oas_shrinkage,
     psd_projection,

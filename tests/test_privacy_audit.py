@@ -31,15 +31,14 @@ from scipy.stats import norm
 import skslot.heads.fedavg
 import skslot.heads.fedcgs
 import skslot.heads.fedpft
-import skslot.protocol.stages.evaluation
-import skslot.protocol.stages.upload._privacy
-from skslot.accounting import PrivacyBudget
+import skslot.privacy.client
 from skslot.heads import (
     FedCGSClassifier,
     FedPFTClassifier,
     LinearScores,
     OneShotFedAvgClassifier,
 )
+from skslot.privacy import PrivacyBudget
 from skslot.protocol import (
     ClientParty,
     ClientState,
@@ -84,7 +83,7 @@ def audit(release, D0, D1):
     return gaussian_audit(t0, t1)
 
 
-UPLOAD = skslot.protocol.stages.upload._privacy
+UPLOAD = skslot.privacy.client
 
 
 def private_party(X, y, head, releases, seed, *, epsilon=EPSILON, main=None, **kwargs):
@@ -312,7 +311,7 @@ MECHANISMS = {
     "evaluation count": (
         count_pair,
         count_release,
-        skslot.protocol.stages.evaluation,
+        UPLOAD,
         "COUNT_SENSITIVITY",
     ),
 }

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from skslot import GaussianSummaryEstimator
-from skslot.accounting import PrivacyBudget, PrivacyBudgetExceeded
 from skslot.datasets import make_federated_classification
 from skslot.defence import DefenceBounds
 from skslot.heads import (
@@ -17,8 +16,8 @@ from skslot.heads import (
     OneShotFedAvgClassifier,
     private_class_statistics,
 )
+from skslot.privacy import PrivacyBudget, PrivacyBudgetExceeded, RequestRefused, refusal
 from skslot.protocol import ClientParty, ClientState, InProcessTransport, OneShotProtocol
-from skslot.protocol.plan import RequestRefused, refusal
 from skslot.protocol.stages.upload import UploadRequest
 
 from ._clients import train_test_by_client
@@ -455,7 +454,7 @@ def test_released_statistics_pass_the_server_s_checks_at_small_sizes():
 def test_a_lifetime_budget_charges_each_run_once_and_refuses_the_run_past_it(
     clients, tmp_path, caplog
 ):
-    from skslot.lifetime import LifetimeBudget
+    from skslot.privacy import LifetimeBudget
 
     budget = PrivacyBudget(8.0, clip_norm=12.0)  # fresh noise each run, as in a deployment
     records = {k: tmp_path / f"node{k}" / "budget.json" for k in clients}

@@ -27,7 +27,7 @@ A node's data comes from its *node config* (``flower-supernode --node-config``):
   (:attr:`~skslot.flower.DeploymentConfig.classes`: class names, or integer
   labels); a private node names none of its labels outside it to the server
   (its rows with one enter as null rows,
-  :func:`~skslot.protocol.plan.null_rows`).
+  :func:`~skslot.privacy.null_rows`).
   ``client-id`` (an int or a string) names this client; default: the Flower
   node id.
 """
@@ -45,14 +45,12 @@ from flwr.app import ConfigRecord, Context, Message
 from flwr.app.typing import ConfigRecordValues
 from flwr.clientapp import ClientApp
 
-from ..accounting import PrivacyBudget
 from ..datasets import dirichlet_partition, load_dataset, load_table
 from ..datasets._loaders import open_npz
 from ..datasets._tables import DEFAULT_SPLIT_COLUMN, table_columns, table_kind
 from ..defaults import DELTA, LIFETIME_DELTA
-from ..lifetime import LifetimeBudget
+from ..privacy import LifetimeBudget, PrivacyBudget, refusal
 from ..protocol import ClientParty, ClientState
-from ..protocol.plan import refusal
 from ..protocol.stages import STAGES, ClientWire, Stage
 from ..selection import validation_split
 from . import messages
@@ -299,7 +297,7 @@ def node_lifetime(node_config: Mapping[str, Any]) -> LifetimeBudget | None:
 
     ``lifetime-epsilon`` (and ``lifetime-delta``, default ``1e-4``) with
     ``budget-file``, the record on the node's disk
-    (:class:`~skslot.lifetime.LifetimeBudget`): each private run is charged
+    (:class:`~skslot.privacy.LifetimeBudget`): each private run is charged
     once, and a run past it is refused before anything is released.  It
     needs the node's own ``epsilon``: a run's budget then never comes from
     the server.

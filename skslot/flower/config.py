@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..accounting import PrivacyBudget
 from ..barycenter import BuresBarycenter
 from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class
+from ..privacy import PrivacyBudget
+from ..privacy.client import private_summary_problem
 from ..protocol import OneShotProtocol, ReferenceStep
-from ..protocol.stages.upload import private_summary_problem
 from ..summary import GaussianSummaryEstimator
 from .groups import (
     AlignmentSettings,

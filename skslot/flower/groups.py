@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from ..accounting import MAX_EPSILON
 from ..defaults import (
     CLIENT_MIX_TAU,
     FORM,
@@ -23,6 +22,7 @@ from ..defaults import (
 from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class, make_head
 from ..label_mix import LABEL_MIXES
+from ..privacy import MAX_EPSILON
 from ..protocol import OneShotProtocol
 from ..selection import DEFAULT_TAUS, check_tau_grid
 from ..summary import GaussianSummaryEstimator
@@ -510,13 +510,13 @@ class DataSettings(SettingsGroup):
 @declared
 @dataclass(frozen=True)
 class PrivacySettings(SettingsGroup):
-    """Each client's differential-privacy budget (:mod:`skslot.accounting`)."""
+    """Each client's differential-privacy budget (:mod:`skslot.privacy`)."""
 
     epsilon: float | None = declare(
         None,
         "The epsilon of each client's privacy budget ('none': exact values)",
         details="One (epsilon, delta) budget per client covers everything it sends "
-        "(skslot.accounting): with FedCGS its statistics, from which the server derives its "
+        "(skslot.privacy): with FedCGS its statistics, from which the server derives its "
         "summary, with FedPFT its class moments (one component per class), with O-FedAvg its "
         "summary, its label-shift counts and its local head (keep the head's C times "
         "clip-norm squared near 0.1: its noise grows with it), and its test counts; at a "

@@ -37,7 +37,7 @@ from ._linear_scores import UNSCORED, LinearScores
 from ._strategy import LOCAL_TRAINING, HeadStrategy
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..accounting import PrivacyLedger
+    from ..privacy import PrivacyLedger
 
 __all__ = ["HeadStatistics", "LinearHeadMixin", "OneShotHead"]
 
@@ -101,7 +101,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     #: Parameters used only by the server step: changing one needs no new
     #: client statistics (what a federated search may tune for free).
     server_params: ClassVar[tuple[str, ...]] = ()
-    #: The release (:data:`skslot.accounting.RELEASES`) a private client's
+    #: The release (:data:`skslot.privacy.RELEASES`) a private client's
     #: statistics are charged to; ``None`` for a head with no private release.
     private_release: ClassVar[str | None] = None
 
@@ -165,7 +165,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         return None
 
     def _privacy_budget(self) -> Any:
-        """The head's :class:`~skslot.accounting.PrivacyBudget`, or ``None``."""
+        """The head's :class:`~skslot.privacy.PrivacyBudget`, or ``None``."""
         return getattr(self, "privacy", None)
 
     def _noise_seeds(self, n_clients: int) -> list:
@@ -209,7 +209,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             a randomised head draws this client's seed from ``random_state``
             at that position, exactly as ``fit`` does.
         ledger : PrivacyLedger, optional
-            The client's ledger for the run (:class:`~skslot.accounting.PrivacyLedger`):
+            The client's ledger for the run (:class:`~skslot.privacy.PrivacyLedger`):
             the statistics are released under it, charged to the head's
             :attr:`private_release`, and asking again returns the same
             release.  ``None``: with a ``privacy`` budget on the head, a fresh

@@ -19,7 +19,7 @@ from ..low_rank import TransportMap
 from ..maps import GaussianMap
 
 if TYPE_CHECKING:
-    from ..accounting import PrivacyLedger
+    from ..privacy import PrivacyLedger
     from ..selection import Candidate
 
 __all__ = [

@@ -20,9 +20,9 @@ import numpy as np
 from ._fitting import Head, HeadT, candidate_heads, head_without, refit_head, statistics_of_parts
 
 if TYPE_CHECKING:
-    from ..accounting import PrivacyLedger
     from ..gaussian import GaussianSummary
     from ..low_rank import TransportMap
+    from ..privacy import PrivacyLedger
     from ..selection import Candidate
 
 __all__ = [

@@ -12,11 +12,11 @@ import numpy as np
 
 from .._param_validation import Interval, Options
 from .._validation import client_weights
-from ..accounting import PrivacyBudget, PrivacyLedger
 from ..defaults import LABEL_MIX
 from ..label_mix import LABEL_MIXES, averaged_log_prior
 from ..low_rank import TransportMap
 from ..maps import rebased_scores
+from ..privacy import PrivacyBudget, PrivacyLedger
 from ..wire import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, read_array, read_count, read_sample_count
 from ._base import LinearHeadMixin, OneShotHead
@@ -259,7 +259,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         training counts, or the federation's (:mod:`skslot.label_mix`).
     privacy : PrivacyBudget, default=None
         Each client releases its local head differentially privately under
-        this budget (:class:`~skslot.accounting.PrivacyBudget`), by output
+        this budget (:class:`~skslot.privacy.PrivacyBudget`), by output
         perturbation (:func:`~skslot.heads.private_local_head`): rows clipped
         to the budget's ``clip_norm``, the intercept penalised as the weights
         (so the objective is strongly convex and its minimiser unique: the
@@ -302,7 +302,7 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
 
     Each client's local head released under a privacy budget:
 
-    >>> from skslot.accounting import PrivacyBudget
+    >>> from skslot.privacy import PrivacyBudget
     >>> budget = PrivacyBudget(epsilon=8.0, clip_norm=10.0)
     >>> private = OneShotFedAvgClassifier(C=0.1 / 10.0**2, privacy=budget)
     >>> private = private.fit(data.X, data.y, client=data.client)

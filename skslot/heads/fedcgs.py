@@ -9,9 +9,9 @@ import numpy as np
 import scipy.linalg
 
 from .._param_validation import Interval, Options
-from ..accounting import PrivacyBudget, PrivacyLedger
 from ..defaults import LABEL_MIX
 from ..label_mix import LABEL_MIXES
+from ..privacy import PrivacyBudget, PrivacyLedger
 from ._base import LinearHeadMixin, OneShotHead
 from ._linear_scores import UNSCORED
 from ._private import CLASS_STATISTICS_SENSITIVITY, private_class_statistics
@@ -50,7 +50,7 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         training counts, or the federation's (:mod:`skslot.label_mix`).
     privacy : PrivacyBudget, default=None
         Each client releases its statistics differentially privately under
-        this budget (:class:`~skslot.accounting.PrivacyBudget`): one Gaussian
+        this budget (:class:`~skslot.privacy.PrivacyBudget`): one Gaussian
         mechanism on its clipped class sums, class counts and Gram matrix
         together (:func:`~skslot.heads.private_class_statistics`).
         ``None``: exact statistics.  Each ``fit`` is a new release of every
@@ -87,7 +87,7 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
 
     Each client's statistics released under a privacy budget:
 
-    >>> from skslot.accounting import PrivacyBudget
+    >>> from skslot.privacy import PrivacyBudget
     >>> budget = PrivacyBudget(epsilon=8.0, clip_norm=10.0)
     >>> private = FedCGSClassifier(privacy=budget).fit(data.X, data.y, client=data.client)
     >>> sorted(private.privacy_spent_.values()) <= [8.0] * 3

@@ -15,9 +15,9 @@ from sklearn.base import clone
 from sklearn.utils import check_random_state
 
 from .._param_validation import HasMethods, Interval, InvalidParameterError, Options
-from ..accounting import PrivacyBudget, PrivacyLedger
 from ..defaults import LABEL_MIX
 from ..label_mix import LABEL_MIXES
+from ..privacy import PrivacyBudget, PrivacyLedger
 from ._base import OneShotHead
 from ._covariance_forms import low_rank_of_covariance, low_rank_plus_diagonal
 from ._linear_scores import UNSCORED
@@ -86,7 +86,7 @@ class FedPFTClassifier(OneShotHead):
         training counts, or the federation's (:mod:`skslot.label_mix`).
     privacy : PrivacyBudget, default=None
         Each client releases its class Gaussians differentially privately
-        under this budget (:class:`~skslot.accounting.PrivacyBudget`): one
+        under this budget (:class:`~skslot.privacy.PrivacyBudget`): one
         Gaussian mechanism on its clipped class sums, class counts and per-class
         Gram matrices (:func:`~skslot.heads.private_class_moments`); each
         class's one component (full, diagonal, spherical or low-rank) is

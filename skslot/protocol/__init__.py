@@ -20,7 +20,6 @@ Examples
 (['upload'], 0.4)
 """
 
-from .account import RunAccount
 from .client import ClientParty
 from .driver import OneShotProtocol, ProtocolResult, held_out_rows
 from .in_process import InProcessTransport
@@ -57,7 +56,6 @@ __all__ = [
     "Reference",
     "ReferenceStep",
     "Roster",
-    "RunAccount",
     "RunState",
     "ScreeningRequest",
     "ServerWire",

@@ -1,15 +1,25 @@
 """A client's answers: each request to its stage's client step; a private client's
-through its release plan (:mod:`skslot.protocol.plan`)."""
+through its release plan (:func:`skslot.privacy.private_answer`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from .party import Party
-from .plan import logger, refusal, rows_digest
+import numpy as np
+
+from .._validation import check_feature_scale
+from ..heads import LinearScores
+from ..label_shift import class_counts
+from ..low_rank import Summary, TransportMap
+from ..privacy.client import PrivateRelease, private_answer
+from .party import ClientRelease, Party
 from .stages import STAGES
 
-__all__ = ["ClientParty", "private_answer"]
+if TYPE_CHECKING:
+    from .stages.upload import UploadRequest
+
+__all__ = ["ClientParty", "ExactRelease"]
 
 
 class ClientParty(Party):
@@ -42,16 +52,16 @@ class ClientParty(Party):
         A run's state restored between stages (the Flower ``ClientApp``).
     privacy : PrivacyBudget, optional
         The client's own differential-privacy budget for a run
-        (:class:`~skslot.accounting.PrivacyBudget`): the party then answers
+        (:class:`~skslot.privacy.PrivacyBudget`): the party then answers
         only the releases of its plan, each charged to the budget, and
         refuses every other request with one reply, before reading its rows
-        (:mod:`skslot.protocol.plan`); its rows with a non-finite value or a
+        (:mod:`skslot.privacy`); its rows with a non-finite value or a
         label outside ``classes`` enter as null rows
-        (:func:`~skslot.protocol.plan.null_rows`).  A party (its state) is one
+        (:func:`~skslot.privacy.null_rows`).  A party (its state) is one
         run's: a new run needs a new party, and spends a new budget.
     lifetime : LifetimeBudget, optional
         What all the client's runs release together
-        (:class:`~skslot.lifetime.LifetimeBudget`, on the client's disk): each
+        (:class:`~skslot.privacy.LifetimeBudget`, on the client's disk): each
         private run is charged ``privacy``'s ``(epsilon, delta)`` once, when
         it announces its plan, and a run past the lifetime budget is refused
         before anything is released.  Needs ``privacy``.
@@ -76,68 +86,146 @@ class ClientParty(Party):
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; the stages are {list(STAGES)}")
         if self.privacy is not None:
-            return private_answer(self, stage, request)
+            return private_answer(self, STAGES[stage], request)
         return STAGES[stage].answer(self, request)
 
+    def release(self) -> ClientRelease:
+        """How this client releases what it sends: exactly, or under its privacy budget
+        through its ledger (:class:`~skslot.privacy.client.PrivateRelease`).
 
-def private_answer(party: Party, stage: str, request: Any) -> Any:
-    """A private client's reply to ``request`` at ``stage``: a release of its plan, or the
-    refusal.
-
-    The stage's :meth:`~skslot.protocol.stages.Stage.private_problem` is read
-    first, before any of the client's rows; a request it refuses charges
-    nothing.  A step that fails after the request was admitted answers with
-    the same refusal (its error in the client's own log).
-
-    Parameters
-    ----------
-    party : ClientParty
-        A client with a privacy budget.
-    stage : str
-        A stage of :data:`~skslot.protocol.stages.STAGES`.
-    request : object
-        The stage's request, as received.
-
-    Returns
-    -------
-    object
-        The stage's reply.
-
-    Raises
-    ------
-    RequestRefused
-        If the request is outside the plan, or its step failed.
-    """
-    step = STAGES[stage]
-    why = changed_rows_problem(party) or step.private_problem(party, request)
-    if why is not None:
-        logger.warning("client %r refuses the %r request: %s", party.label, stage, why)
-        raise refusal(stage)
-    try:
-        return step.answer(party, request)
-    except Exception:
-        logger.exception("client %r failed to answer the %r request", party.label, stage)
-        raise refusal(stage) from None
+        Returns
+        -------
+        ExactRelease or PrivateRelease
+        """
+        return ExactRelease(self) if self.privacy is None else PrivateRelease(self)
 
 
-def changed_rows_problem(party: Party) -> str | None:
-    """Why a private client refuses every request of a run whose rows changed since its first
-    release, or ``None``.
+class ExactRelease:
+    """A client without a privacy budget: its exact summary, shrinkage, counts and heads.
 
-    Each release's noise is drawn from the run's secret seed and the
-    release's name, so a release made again on other rows (a node's file
-    replaced, a client restored in a new process) would reuse the noise and
-    tell the server the exact difference.
+    Its rows' scale is checked (the second moments must fit in float64), its
+    shrinkage is the Ledoit-Wolf one of its rows (their fourth moments).  It
+    has the methods of :class:`~skslot.protocol.party.ClientRelease`.
 
     Parameters
     ----------
     party : Party
-
-    Returns
-    -------
-    str or None
+        The client.
     """
-    kept = party.state.rows_digest
-    if kept is None or kept == rows_digest(party.X, party.y):
+
+    ledger = None
+
+    def __init__(self, party: Party) -> None:
+        self.party = party
+
+    def begin(self, request: UploadRequest) -> None:
+        """Refuse a run that asks for private releases: this client has no budget.
+
+        Parameters
+        ----------
+        request : UploadRequest
+        """
+        if request.privacy is not None:
+            raise ValueError(
+                "the run asks for private releases, but this client has no privacy budget of "
+                "its own"
+            )
+
+    def check_rows(self, X: np.ndarray) -> None:
+        """Check that the rows' second moments fit in float64.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n, m)
+        """
+        check_feature_scale(X)
+
+    def shrinkage(self, fitting: Any, X: np.ndarray, y: np.ndarray, covariance: str) -> float:
+        """The Ledoit-Wolf shrinkage of the fitting rows.
+
+        Parameters
+        ----------
+        fitting : object
+            The head's statistics of the fitting rows.
+        X, y : ndarray
+            The fitting rows and their labels.
+        covariance : {"total", "within"}
+
+        Returns
+        -------
+        float
+        """
+        strategy = self.party.head.strategy
+        return strategy.derived_shrinkage(fitting, X, y, covariance=covariance)
+
+    def summary(self, fitting: Any, request: UploadRequest) -> Summary:
+        """The summary of the client's fitting rows.
+
+        Parameters
+        ----------
+        fitting : object or None
+        request : UploadRequest
+
+        Returns
+        -------
+        GaussianSummary or LowRankGaussianSummary
+        """
+        return self.party.summarise()
+
+    def class_counts(self, fitting: Any) -> np.ndarray:
+        """The client's exact class counts.
+
+        Parameters
+        ----------
+        fitting : object or None
+
+        Returns
+        -------
+        ndarray of int64
+        """
+        return class_counts(self.party.y, self.party.classes)
+
+    def released_counts(self, fitting: Any) -> np.ndarray | None:
+        """``None``: nothing is released.
+
+        Parameters
+        ----------
+        fitting : object or None
+
+        Returns
+        -------
+        None
+        """
         return None
-    return "its rows changed since this run's first release (the same noise on other rows)"
+
+    def local_head_rows(
+        self, full_map: TransportMap, taus: Sequence[float], part: str
+    ) -> Callable[[np.ndarray, np.ndarray, TransportMap], tuple[np.ndarray, np.ndarray]] | None:
+        """``None``: the rows aligned as they are.
+
+        Parameters
+        ----------
+        full_map : GaussianMap or LowRankMap
+        taus : sequence of float
+        part : {"fit", "all"}
+
+        Returns
+        -------
+        None
+        """
+        return None
+
+    def evaluation_count(self, head: LinearScores, tau: float, count: Callable[[], int]) -> int:
+        """The exact count.
+
+        Parameters
+        ----------
+        head : LinearScores
+        tau : float
+        count : callable
+
+        Returns
+        -------
+        int
+        """
+        return count()

@@ -140,7 +140,7 @@ class OneShotProtocol(ProtocolParameters):
         one, fitted on the fitting rows (docs/deployment.md gives the cost).
     privacy : PrivacyBudget or None, default=None
         Run under one differential-privacy budget per client
-        (:class:`~skslot.accounting.PrivacyBudget`, which each client holds
+        (:class:`~skslot.privacy.PrivacyBudget`, which each client holds
         and enforces itself, :class:`~skslot.protocol.ClientParty`'s
         ``privacy``): every value a client sends is then a release charged to
         it (the head's statistics, from which the server derives the summary,

@@ -14,7 +14,6 @@ from typing import ClassVar
 import numpy as np
 
 from .._param_validation import InstanceOf, Interval, Options, validate_parameter_constraints
-from ..accounting import PrivacyBudget
 from ..defaults import (
     CLIENT_TAU,
     COVARIANCE_FLOOR,
@@ -26,12 +25,12 @@ from ..defaults import (
 from ..defence import DefenceBounds, NoDefence
 from ..heads import OneShotHead
 from ..label_shift import CLIENT_TAU_RULES
-from ..privacy import private_covariance_problem
+from ..privacy import PrivacyBudget, private_covariance_problem
+from ..privacy.server import head_releases
 from ..screening import SCREENING
 from ..selection import SELECTION_RULES, Candidate, candidate_grid, check_tau_grid
 from ..summary import COVARIANCES
 from .stages.reference import ReferenceStep
-from .stages.upload._privacy import head_releases
 
 __all__ = ["private_run_problem"]  # and ProtocolParameters, the base of OneShotProtocol
 

@@ -3,28 +3,159 @@ as the stages read them (:class:`~skslot.protocol.ClientParty` answers with them
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from .._validation import check_client_size
-from ..accounting import PrivacyBudget, PrivacyLedger
 from ..defaults import FORM, VALIDATION_FRACTION
-from ..heads import OneShotHead
+from ..heads import LinearScores, OneShotHead
 from ..label_shift import class_counts
-from ..lifetime import LifetimeBudget
 from ..low_rank import (
     Summary,
     TransportMap,
     optimal_transport_map,
     summary_from_bytes,
 )
+from ..privacy import LifetimeBudget, PrivacyBudget, PrivacyLedger, null_rows
 from ..selection import validation_split
 from ..summary import GaussianSummaryEstimator
-from .plan import null_rows
 
-__all__ = ["ClientState"]  # and Party, the base of ClientParty (documented there)
+if TYPE_CHECKING:
+    from .stages.upload._messages import UploadRequest
+
+__all__ = ["ClientRelease", "ClientState"]  # and Party, the base of ClientParty (documented there)
+
+
+class ClientRelease(Protocol):
+    """How a client releases what it sends in a run: exactly, or each value through its
+    ledger.
+
+    The stages' client steps ask :meth:`Party.release` for it and have no
+    privacy branch of their own: a client without a budget answers with
+    :class:`~skslot.protocol.client.ExactRelease`, a private client with the
+    privacy package's :class:`~skslot.privacy.client.PrivateRelease`, whose
+    every value is a release of the plan or post-processing of one.
+    """
+
+    @property
+    def ledger(self) -> PrivacyLedger | None:
+        """The client's ledger for the run (``None``: its values are exact)."""
+
+    def begin(self, request: UploadRequest) -> None:
+        """Take part in the run the upload request announces (a private client: charged once
+        per run against its lifetime budget).
+
+        Parameters
+        ----------
+        request : UploadRequest
+        """
+
+    def check_rows(self, X: np.ndarray) -> None:
+        """Check the fitting rows before the head's statistics of them are made.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n, m)
+            The client's fitting rows.
+        """
+
+    def shrinkage(self, fitting: Any, X: np.ndarray, y: np.ndarray, covariance: str) -> float:
+        """The shrinkage the server derives the client's summary with (FedCGS).
+
+        Parameters
+        ----------
+        fitting : object
+            The head's statistics of the fitting rows, as sent.
+        X, y : ndarray
+            The fitting rows and their labels.
+        covariance : {"total", "within"}
+
+        Returns
+        -------
+        float
+        """
+
+    def summary(self, fitting: Any, request: UploadRequest) -> Summary:
+        """The summary the client sends (the step keeps it as the server decodes it).
+
+        Parameters
+        ----------
+        fitting : object or None
+            The head's statistics of the fitting rows, as sent.
+        request : UploadRequest
+
+        Returns
+        -------
+        GaussianSummary or LowRankGaussianSummary
+        """
+
+    def class_counts(self, fitting: Any) -> np.ndarray:
+        """The rows of each of the run's classes among the client's training rows.
+
+        Parameters
+        ----------
+        fitting : object or None
+            The head's statistics of the fitting rows, as sent.
+
+        Returns
+        -------
+        ndarray of int64
+        """
+
+    def released_counts(self, fitting: Any) -> np.ndarray | None:
+        """The class counts this upload releases, which a private client predicts with where
+        its evaluation count is a release (``None``: exact values, or no counts released).
+
+        Parameters
+        ----------
+        fitting : object or None
+            The head's statistics of the fitting rows, as sent.
+
+        Returns
+        -------
+        ndarray of int64 or None
+        """
+
+    def local_head_rows(
+        self, full_map: TransportMap, taus: Sequence[float], part: str
+    ) -> Callable[[np.ndarray, np.ndarray, TransportMap], tuple[np.ndarray, np.ndarray]] | None:
+        """How the rows a local head is trained on are made from the client's rows, or
+        ``None`` for the rows aligned as they are.
+
+        Parameters
+        ----------
+        full_map : GaussianMap or LowRankMap
+            The client's full map.
+        taus : sequence of float
+            The fractions of the local heads (a private client makes one).
+        part : {"fit", "all"}
+            The rows it is trained on.
+
+        Returns
+        -------
+        callable or None
+            ``rows(X, y, aligned_map) -> (X, y)``.
+        """
+
+    def evaluation_count(self, head: LinearScores, tau: float, count: Callable[[], int]) -> int:
+        """The count of correct test predictions the client sends.
+
+        Parameters
+        ----------
+        head : LinearScores
+            The head the count is of.
+        tau : float
+            The fraction its test rows are aligned at.
+        count : callable
+            ``count()``: the exact count.
+
+        Returns
+        -------
+        int
+        """
 
 
 @dataclass
@@ -75,7 +206,7 @@ class ClientState:
         (``None``: none released, no prior).
     rows_digest : str or None, default=None
         Under a privacy budget, the digest of the rows the run's releases are
-        made of (:func:`~skslot.protocol.plan.rows_digest`; kept, never sent):
+        made of (:func:`~skslot.privacy.rows_digest`; kept, never sent):
         a client whose rows changed refuses the rest of the run.
     """
 
@@ -250,6 +381,43 @@ class Party:
             state.noise_seed = ledger.seed
             self._ledger = ledger
         return ledger
+
+    def release(self) -> ClientRelease:
+        """How this client releases what it sends (:class:`ClientRelease`).
+
+        Returns
+        -------
+        ClientRelease
+        """
+        raise NotImplementedError
+
+    def summary_settings_problem(self, covariance: str, covariance_floor: float) -> str | None:
+        """Why this client refuses the run's summary settings where its head's statistics
+        determine its summary (FedCGS), or ``None``: they must be its own, or it would map its
+        rows with another summary than the server's.
+
+        Parameters
+        ----------
+        covariance : {"total", "within"}
+            The run's summary covariance.
+        covariance_floor : float
+            The run's covariance floor.
+
+        Returns
+        -------
+        str or None
+        """
+        if not self.head.strategy.derives_summary:
+            return None
+        own = (self.estimator.covariance, self.estimator.covariance_floor)
+        if own == (covariance, covariance_floor):
+            return None
+        return (
+            f"this client summarises with covariance={own[0]!r}, covariance_floor={own[1]!r}, "
+            f"but the run derives summaries with covariance={covariance!r}, "
+            f"covariance_floor={covariance_floor!r}: the client would map its rows with another "
+            "summary than the server's"
+        )
 
     @property
     def estimator(self) -> GaussianSummaryEstimator:

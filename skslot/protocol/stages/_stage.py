@@ -161,12 +161,12 @@ class Stage(Generic[Request, Reply]):
 
     def private_problem(self, party: Party, request: Request) -> str | None:
         """Why a client under a privacy budget refuses ``request``, or ``None`` where its reply
-        is a release its plan declares (:mod:`skslot.protocol.plan`).
+        is a release its plan declares (:mod:`skslot.privacy`).
 
         Reads the request, the client's budget and its state of the run, never
         its rows, and changes nothing.  By default a stage's reply is a
         release of no plan: only the stages that carry one
-        (:data:`~skslot.accounting.RELEASE_PLAN`) say when they answer.
+        (:data:`~skslot.privacy.RELEASE_PLAN`) say when they answer.
 
         Parameters
         ----------

@@ -7,7 +7,6 @@ the counts to the test size the client announced at upload (:func:`check`).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,6 +14,7 @@ import numpy as np
 
 from ...heads import LinearScores
 from ...low_rank import Summary, TransportMap
+from ...privacy.client import evaluation_digest
 from ...wire.payload import Payload, ReceivedPayload
 from ._stage import ClientWire, ServerWire, Stage
 
@@ -31,7 +31,6 @@ __all__ = [
     "check",
     "evaluate",
     "n_correct",
-    "private_count",
 ]
 
 #: The groups the head and the counts travel in.
@@ -68,18 +67,6 @@ class Evaluation:
     n_test: int
 
 
-#: Replace-one L2 sensitivity of a count of rows (replacing a row changes it by one at most).
-COUNT_SENSITIVITY = 1.0
-
-
-def _request_digest(request: EvaluationRequest) -> str:
-    """The digest of an evaluation request's input: its head and ``tau``."""
-    return hashlib.sha256(
-        b"".join(np.ascontiguousarray(a).tobytes() for a in request.head.to_arrays().values())
-        + repr(float(request.tau)).encode()
-    ).hexdigest()
-
-
 def n_correct(
     party: Party,
     X_test: np.ndarray,
@@ -109,26 +96,6 @@ def n_correct(
     aligned = full_map.geodesic(request.tau).apply(X_test)
     predictions = request.head.predict(aligned, class_counts=party.prior_counts)
     return int(np.sum(predictions == y_test))
-
-
-def private_count(count: int, total: int, sigma: float, rng: np.random.Generator) -> int:
-    """``count`` plus Gaussian noise, rounded into ``[0, total]`` (post-processing).
-
-    Parameters
-    ----------
-    count : int
-        The exact count.
-    total : int
-        The public number of rows it counts among.
-    sigma : float
-        Standard deviation of the noise.
-    rng : numpy.random.Generator
-
-    Returns
-    -------
-    int
-    """
-    return int(np.clip(np.rint(count + rng.normal(scale=sigma)), 0, total))
 
 
 def check(evaluation: Evaluation, n_test: int) -> str | None:
@@ -227,7 +194,9 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
             return None
         if "evaluation" not in state.releases:
             return "a test count the plan does not declare"
-        if state.evaluation is not None and state.evaluation[0] != _request_digest(request):
+        if state.evaluation is not None and state.evaluation[0] != evaluation_digest(
+            request.head, request.tau
+        ):
             return "a second test count, for another head or tau"
         return None
 
@@ -236,20 +205,10 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
         X_test, y_test, n_test = party.X_test, party.y_test, party.n_test
         if X_test is None or y_test is None or n_test == 0:
             return Evaluation(0, 0)
-        if party.privacy is None:
-            return Evaluation(n_correct(party, X_test, y_test, request, full_map), n_test)
-        state = party.state  # admitted by private_problem: this request's count, or the first
-        if state.evaluation is None:
-            count = party.ledger().release(
-                "evaluation",
-                lambda sigma, rng: private_count(
-                    n_correct(party, X_test, y_test, request, full_map), n_test, sigma, rng
-                ),
-                n=n_test,
-                sensitivity=COUNT_SENSITIVITY,
-            )
-            state.evaluation = (_request_digest(request), int(count))
-        return Evaluation(state.evaluation[1], n_test)
+        count = party.release().evaluation_count(
+            request.head, request.tau, lambda: n_correct(party, X_test, y_test, request, full_map)
+        )
+        return Evaluation(count, n_test)
 
     def encode_request(self, request: EvaluationRequest, wire: ServerWire) -> Payload:
         values = wire.with_reference({"tau": float(request.tau)}, request.reference)

@@ -14,21 +14,19 @@ client's norm, :func:`~skslot.defence.clipped_norms`).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..._moments import clip_factors
 from ...consistency import misplaced_class_means
 from ...heads._fitting import local_heads
 from ...low_rank import Summary, TransportMap
+from ...privacy.client import map_digest
 from ...wire import MessageFormatError
 from ...wire.arrays import sample_count_problem
 from ...wire.payload import ConfigValue, Payload, ReceivedPayload, array_list
-from ..plan import null_rows
 from ._stage import ClientWire, ServerWire, Stage
 
 if TYPE_CHECKING:
@@ -46,7 +44,6 @@ __all__ = [
     "check",
     "collect",
     "misplaced_means",
-    "private_aligned_rows",
 ]
 
 #: The group of arrays the local heads travel in.
@@ -234,44 +231,6 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
     run.roster.keep(stage, [c for c in run.roster.order if c in received or c not in requests])
 
 
-def private_aligned_rows(
-    X: np.ndarray, y: np.ndarray, aligned: TransportMap, classes: np.ndarray, clip_norm: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """A private client's rows as its local head is trained on them: each clipped to
-    ``clip_norm`` in float64, then aligned, and each aligned row that is not finite (a
-    reference of the server's choosing can make one overflow) the null row.
-
-    Each row becomes a function of itself alone, so replacing one row changes
-    one row of what the head is trained on (its release clips them again),
-    and no row makes the step fail.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n, m)
-    y : ndarray of shape (n,)
-    aligned : GaussianMap or LowRankMap
-        The client's map at the run's fraction.
-    classes : ndarray
-    clip_norm : float
-
-    Returns
-    -------
-    X, y : ndarray
-    """
-    X = np.asarray(X, dtype=np.float64)
-    norms = np.linalg.norm(X, axis=1)
-    X = X * clip_factors(np.where(np.isfinite(norms), norms, np.inf), clip_norm)[:, None]
-    with np.errstate(over="ignore", invalid="ignore"):
-        mapped = np.asarray(aligned.apply(X), dtype=np.float64)
-    return null_rows(mapped, y, classes, part="aligned training")
-
-
-def _map_digest(aligned: TransportMap, part: str) -> str:
-    """The digest of the map and part of the rows a private local head is released for."""
-    parts = (aligned.linear, aligned.offset, np.asarray(part.encode()))
-    return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in parts)).hexdigest()
-
-
 class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
     """Stage "updates": one local head per ``tau`` on a part of the client's rows.
 
@@ -306,7 +265,7 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
             return "no reference"
         else:
             full_map = party.map_onto(reference)
-        digest = _map_digest(full_map.geodesic(request.taus[0]), request.part)
+        digest = map_digest(full_map.geodesic(request.taus[0]), request.part)
         if state.local_head is not None and state.local_head != digest:
             return "a local head on another map (reference, tau or mean fraction) or part"
         return None
@@ -315,16 +274,7 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
         full_map = party.full_map(request.reference)
         split = party.split
         rows = split[0] if request.part == "fit" and split is not None else slice(None)
-        ledger = prepare = None
-        if party.privacy is not None:  # admitted by private_problem: one map, one release
-            (tau,) = request.taus
-            party.state.local_head = _map_digest(full_map.geodesic(tau), request.part)
-            ledger = party.ledger()
-            clip, classes = ledger.budget.clip_norm, party.classes
-
-            def prepare(X: np.ndarray, y: np.ndarray, aligned: TransportMap) -> tuple:
-                return private_aligned_rows(X, y, aligned, classes, clip)
-
+        release = party.release()
         heads = local_heads(
             party.head,
             party.X[rows],
@@ -333,8 +283,8 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
             full_map,
             request.taus,
             client_index=party.state.client_index or 0,
-            ledger=ledger,
-            aligned_rows=prepare,
+            ledger=release.ledger,
+            aligned_rows=release.local_head_rows(full_map, request.taus, request.part),
         )
         return LocalHeads(heads)
 

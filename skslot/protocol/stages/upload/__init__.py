@@ -10,13 +10,9 @@ determine it, its shrinkage) and its row counts.
 * the client's step (:meth:`UploadStage.answer`), the server's
   (:func:`collect`) and the meaning of one upload (:func:`check`, which runs
   the consistency checks of :mod:`skslot.consistency`);
-* what the client releases: :class:`ExactRelease` without a budget,
-  :class:`PrivateRelease` wrapping its ledger (:func:`upload_release`), so
-  the client's step has no privacy branch; a private client's part:
-  :func:`private_upload_problem` (the requests its plan answers),
-  :func:`head_releases`, :func:`private_run`, :func:`released_summary`,
-  :func:`released_class_counts`, and the server's
-  :func:`private_shrinkage_problem`.
+* what the client releases it asks of the client's release
+  (:meth:`~skslot.protocol.party.Party.release`), so the client's step has no
+  privacy branch.
 
 Comparing clients with each other is the defence's (:mod:`skslot.defence`).
 """
@@ -29,17 +25,6 @@ from ._messages import (
     Upload,
     UploadRequest,
 )
-from ._privacy import (
-    derived_settings_problem,
-    head_releases,
-    private_run,
-    private_shrinkage_problem,
-    private_summary_problem,
-    private_upload_problem,
-    released_class_counts,
-    released_summary,
-)
-from ._release import ExactRelease, PrivateRelease, UploadRelease, upload_release
 from ._steps import (
     STAGE,
     UploadStage,
@@ -56,11 +41,8 @@ __all__ = [
     "STAGE",
     "STATISTICS",
     "VALIDATION_STATISTICS",
-    "ExactRelease",
-    "PrivateRelease",
     "Upload",
     "UploadCodec",
-    "UploadRelease",
     "UploadRequest",
     "UploadStage",
     "as_decoded",
@@ -68,15 +50,6 @@ __all__ = [
     "class_counts_problem",
     "class_sums_problem",
     "collect",
-    "derived_settings_problem",
     "form_problem",
-    "head_releases",
-    "private_run",
-    "private_shrinkage_problem",
-    "private_summary_problem",
-    "private_upload_problem",
-    "released_class_counts",
-    "released_summary",
     "run_dimension",
-    "upload_release",
 ]

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ....accounting import RELEASES
 from ....low_rank import Summary, smaller_form, summary_from_bytes, summary_to_bytes
+from ....privacy import RELEASES
 from ....summary import COVARIANCES
 from ....wire import (
     MessageFormatError,

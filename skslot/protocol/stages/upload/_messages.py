@@ -57,9 +57,9 @@ class UploadRequest:
         the fitting parts alone and does not ask for them.
     privacy : tuple of (float, float, float) or None, default=None
         A private run's budget ``(epsilon, delta, clip_norm)``, which must be
-        the client's own (:class:`~skslot.accounting.PrivacyBudget`).
+        the client's own (:class:`~skslot.privacy.PrivacyBudget`).
     releases : tuple of str, default=()
-        A private run's releases (:data:`~skslot.accounting.RELEASES`), which
+        A private run's releases (:data:`~skslot.privacy.RELEASES`), which
         the client's ledger is planned for.
     shares : tuple of float, default=()
         Each release's share of the budget as the server accounts for it; a

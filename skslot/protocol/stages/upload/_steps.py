@@ -14,16 +14,11 @@ from ....consistency import (
     inconsistent_statistics_parts,
 )
 from ....label_shift import class_sums
+from ....privacy.client import private_summary_problem, private_upload_problem
+from ....privacy.server import private_shrinkage_problem
 from ....selection import validation_sizes
-from ._codec import UploadCodec
+from ._codec import UploadCodec, as_decoded
 from ._messages import Upload, UploadRequest
-from ._privacy import (
-    derived_settings_problem,
-    private_shrinkage_problem,
-    private_summary_problem,
-    private_upload_problem,
-)
-from ._release import upload_release
 
 if TYPE_CHECKING:
     from ....defence import DefenceBounds, NoDefence
@@ -448,11 +443,12 @@ class UploadStage(UploadCodec):
         why = private_summary_problem(party.head, estimator.epsilon)
         if why:
             raise ValueError(why)
-        why = derived_settings_problem(party, request)
+        why = party.summary_settings_problem(request.summary_covariance, request.covariance_floor)
         if why:
             raise ValueError(why)
         derived = strategy.derives_summary
-        release = upload_release(party, request)  # the run checked before the state changes
+        release = party.release()
+        release.begin(request)  # the run checked before the state changes
         if state.summary is not None and state.split_seed != request.split_seed:
             state.summary = None  # another split: another fitting part to summarise
         state.client_index, state.split_seed = request.client_index, request.split_seed
@@ -473,7 +469,7 @@ class UploadStage(UploadCodec):
         if not request.validation_statistics:
             validation = None
         if derived:  # derived afresh from this upload's (released) statistics
-            shrinkage = release.shrinkage(party, fitting, X_fit, y_fit, request.summary_covariance)
+            shrinkage = release.shrinkage(fitting, X_fit, y_fit, request.summary_covariance)
             state.summary = strategy.derived_summary(
                 fitting,
                 shrinkage,
@@ -481,9 +477,9 @@ class UploadStage(UploadCodec):
                 covariance_floor=request.covariance_floor,
                 client=party.label,
             )
-        else:
-            state.summary = release.summary(party, fitting, request)
-        released = release.released_counts(party, fitting)
+        elif state.summary is None:  # made once per run, kept as the server decodes it
+            state.summary = as_decoded(release.summary(fitting, request), request.summary_dtype)
+        released = release.released_counts(fitting)
         state.released_counts = None if released is None else tuple(int(c) for c in released)
         return Upload(
             None if derived else state.summary,
@@ -492,7 +488,7 @@ class UploadStage(UploadCodec):
             n_test=party.n_test,
             statistics=fitting,
             validation=validation,
-            class_counts=release.class_counts(party, fitting) if request.class_counts else None,
+            class_counts=release.class_counts(fitting) if request.class_counts else None,
             shrinkage=state.summary.shrinkage if derived else None,
             label=party.label if derived else None,
             # exact class sums beside a private summary would give the summary away (a client

@@ -1,17 +1,81 @@
-"""The server's account of a private run: the plan it announces and what each client spent."""
+"""The server's side of a private run: the plan it announces, its checks, what each spent.
+
+The server never holds a client's ledger.  It announces the releases each
+client makes (:func:`head_releases`, of which a run may leave out
+:data:`OPTIONAL_RELEASES`), recomputes a private client's shrinkage from its
+released statistics (:func:`private_shrinkage_problem`) and records which
+releases it received from each client (:class:`RunAccount`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
-from ..accounting import releases_at
+import numpy as np
+
+from ._accounting import RELEASES, releases_at
 
 if TYPE_CHECKING:
-    from ..accounting import PrivacyBudget
-    from .report import ProtocolReport
+    from ..heads import OneShotHead
+    from ..protocol.report import ProtocolReport
+    from ..protocol.stages.upload._messages import Upload
+    from ._accounting import PrivacyBudget
 
-__all__ = ["RunAccount"]
+__all__ = ["OPTIONAL_RELEASES", "RunAccount", "head_releases", "private_shrinkage_problem"]
+
+
+#: The releases a run of a private client may leave out (:attr:`OneShotProtocol.releases
+#: <skslot.protocol.OneShotProtocol.releases>`): the label-shift rule's class counts and the
+#: test count; every other release its head makes, the plan must declare.
+OPTIONAL_RELEASES = ("class_counts", "evaluation")
+
+
+def head_releases(head: OneShotHead) -> tuple[str, ...]:
+    """The releases a private client of ``head`` can make in a run, in the plan's order.
+
+    Its head's release (statistics, or a local head with its summary and
+    class counts), and its test count.
+
+    Parameters
+    ----------
+    head : OneShotHead
+
+    Returns
+    -------
+    tuple of str
+    """
+    made = {head.private_release, "evaluation"}
+    if head.strategy.trains_locally:
+        made |= {"summary", "class_counts"}
+    return tuple(r for r in RELEASES if r in made)
+
+
+def private_shrinkage_problem(upload: Upload, covariance: str) -> str | None:
+    """Why a private client's shrinkage is not the one its released statistics determine.
+
+    Under privacy the client announces the OAS shrinkage of its released
+    statistics (:meth:`~skslot.heads.ClassStatistics.oas_shrinkage`), a
+    function of them alone, so the server recomputes it exactly.
+
+    Parameters
+    ----------
+    upload : Upload
+    covariance : {"total", "within"}
+
+    Returns
+    -------
+    str or None
+    """
+    if upload.statistics is None or upload.shrinkage is None:
+        return "the upload lacks the released statistics or its shrinkage"
+    expected = upload.statistics.oas_shrinkage(covariance)
+    if not np.isclose(upload.shrinkage, expected, rtol=1e-12, atol=0.0):
+        return (
+            f"its shrinkage {upload.shrinkage!r} is not the OAS shrinkage of its released "
+            f"statistics ({expected!r})"
+        )
+    return None
 
 
 class RunAccount:

@@ -1,7 +1,7 @@
 """A private client's budget over all its runs, kept on its own disk.
 
 One run's releases compose to that run's budget
-(:class:`~skslot.accounting.PrivacyLedger`); a client that takes part in
+(:class:`~skslot.privacy.PrivacyLedger`); a client that takes part in
 ``k`` runs releases ``k`` times, each with fresh noise, and a server that
 starts runs over and over could average the noise away.  A
 :class:`LifetimeBudget` bounds what all of a client's runs release together:
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .accounting import PrivacyBudgetExceeded
-from .defaults import LIFETIME_DELTA
+from ..defaults import LIFETIME_DELTA
+from ._accounting import PrivacyBudgetExceeded
 
 __all__ = ["LifetimeBudget", "run_key"]
 
@@ -46,7 +46,7 @@ def run_key(noise_seed: int) -> str:
     Parameters
     ----------
     noise_seed : int
-        The run's secret noise seed (:attr:`~skslot.accounting.PrivacyLedger.seed`).
+        The run's secret noise seed (:attr:`~skslot.privacy.PrivacyLedger.seed`).
 
     Returns
     -------
@@ -54,7 +54,7 @@ def run_key(noise_seed: int) -> str:
 
     Examples
     --------
-    >>> from skslot.lifetime import run_key
+    >>> from skslot.privacy import run_key
     >>> run_key(7) == run_key(7) != run_key(8)
     True
     """
@@ -77,7 +77,7 @@ class LifetimeBudget:
     Examples
     --------
     >>> import tempfile, os
-    >>> from skslot.lifetime import LifetimeBudget
+    >>> from skslot.privacy import LifetimeBudget
     >>> path = os.path.join(tempfile.mkdtemp(), "budget.json")
     >>> budget = LifetimeBudget(path, epsilon=16.0)
     >>> budget.charge("run-1", 8.0, 1e-5)
@@ -85,10 +85,10 @@ class LifetimeBudget:
     >>> budget.spent()
     (8.0, 1e-05)
     >>> budget.charge("run-2", 8.0, 1e-5)
-    >>> budget.charge("run-3", 8.0, 1e-5)
+    >>> budget.charge("run-3", 8.0, 1e-5)  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
     ...
-    skslot.accounting.PrivacyBudgetExceeded: this client's lifetime budget ...
+    skslot.privacy.PrivacyBudgetExceeded: this client's lifetime budget ...
     """
 
     path: str | os.PathLike

@@ -2,7 +2,7 @@
 
 A client under a privacy budget (:class:`~skslot.protocol.ClientParty`'s
 ``privacy``) is a wrapper around its stages' client steps
-(:func:`~skslot.protocol.client.private_answer`): every request is first matched against the plan
+(:func:`skslot.privacy.client.private_answer`): every request is first matched against the plan
 (:meth:`~skslot.protocol.stages.Stage.private_problem`, which reads the
 request, the client's budget and its state of the run, never its rows).  A
 request outside the plan (class sums, a within-class summary, a validation
@@ -28,7 +28,7 @@ import logging
 
 import numpy as np
 
-from ..accounting import PrivacyBudgetExceeded
+from ._accounting import PrivacyBudgetExceeded
 
 __all__ = [
     "RequestRefused",
@@ -64,7 +64,7 @@ def refusal(stage: str) -> RequestRefused:
 
     Examples
     --------
-    >>> from skslot.protocol.plan import refusal
+    >>> from skslot.privacy import refusal
     >>> str(refusal("upload"))
     "refused: this client answers only the releases of its privacy plan ('upload' request)"
     """
@@ -122,7 +122,7 @@ def null_rows(
     Examples
     --------
     >>> import numpy as np
-    >>> from skslot.protocol.plan import null_rows
+    >>> from skslot.privacy import null_rows
     >>> X, y = null_rows(np.array([[1.0, np.nan], [2.0, 3.0]]), np.array([1, 7]), np.array([0, 1]))
     >>> X.tolist(), y.tolist()
     ([[0.0, 0.0], [0.0, 0.0]], [0, 0])

@@ -31,7 +31,7 @@ at 120 degrees.  Working in units of
 together scales the summary and leaves its relative noise unchanged.
 ``sigma`` is the smallest
 noise scale for which the Gaussian mechanism is ``(epsilon, delta)``-DP, from
-the one calibrator of every release (:func:`skslot.accounting.gaussian_noise_scale`,
+the one calibrator of every release (:func:`skslot.privacy.gaussian_noise_scale`,
 which meets the exact condition of Balle and Wang [1]_ for every ``epsilon > 0``,
 unlike the classical ``sqrt(2 ln(1.25 / delta)) / epsilon`` bound, which needs
 ``epsilon < 1``).
@@ -56,11 +56,11 @@ from typing import Any
 import numpy as np
 from sklearn.utils import check_random_state
 
-from ._linalg import sym_eigh, symmetric_from_upper, symmetrize
-from ._moments import ShiftedMoments
-from .defaults import COVARIANCE_FLOOR
-from .gaussian import GaussianSummary
-from .ledoit_wolf import shrunk_summary
+from .._linalg import sym_eigh, symmetric_from_upper, symmetrize
+from .._moments import ShiftedMoments
+from ..defaults import COVARIANCE_FLOOR
+from ..gaussian import GaussianSummary
+from ..ledoit_wolf import shrunk_summary
 
 __all__ = [
     "SUMMARY_SENSITIVITY",

@@ -42,9 +42,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from ._validation import check_in_range
-from .defaults import DELTA
-from .privacy import noise_seed, warn_large_delta
+from .._validation import check_in_range
+from ..defaults import DELTA
+from ._summary import noise_seed, warn_large_delta
 
 if TYPE_CHECKING:  # pragma: no cover
     from dp_accounting import DpEvent, PrivacyAccountant
@@ -158,7 +158,7 @@ def release_key(release: str) -> int:
 
     Examples
     --------
-    >>> from skslot.accounting import release_key
+    >>> from skslot.privacy import release_key
     >>> release_key("summary") == release_key("summary") != release_key("statistics")
     True
     """
@@ -244,7 +244,7 @@ def gaussian_noise_scale(epsilon: float, delta: float, sensitivity: float) -> fl
 
     Examples
     --------
-    >>> from skslot.accounting import gaussian_noise_scale
+    >>> from skslot.privacy import gaussian_noise_scale
     >>> round(gaussian_noise_scale(1.0, 1e-5, 1.0), 4)
     3.7306
     """
@@ -280,7 +280,7 @@ class PrivacyBudget:
 
     Examples
     --------
-    >>> from skslot.accounting import PrivacyBudget
+    >>> from skslot.privacy import PrivacyBudget
     >>> budget = PrivacyBudget(epsilon=4.0, shares={"summary": 3, "statistics": 9})
     >>> ledger = budget.ledger(["summary", "statistics"])
     >>> z_summary = ledger.noise_multiplier("summary")

@@ -1,0 +1,82 @@
+"""Differential privacy: a client's budget, its release plan, and the mechanisms it releases by.
+
+Everything a private client adds noise with or charges a budget for is here.
+
+* The budget and its accountant: :class:`PrivacyBudget` (one run's
+  ``(epsilon, delta)``, its clip norm and its split), :class:`PrivacyLedger`
+  (what one client released under it), :class:`LifetimeBudget` (what all its
+  runs released, on its own disk); the release plan as data
+  (:data:`RELEASE_PLAN`: each release's name, stage and share) and the one
+  calibrator (:func:`gaussian_noise_scale`, through dp-accounting).
+* The private client (:mod:`skslot.privacy.client`): it answers through
+  :func:`~skslot.privacy.client.private_answer`, around its stages' client
+  steps, as Flower's ``LocalDpMod`` wraps a handler; a request outside its
+  plan gets :func:`refusal`, and its rows enter as :func:`null_rows`.  Its
+  upload's releases are :class:`~skslot.privacy.client.PrivateRelease`'s.
+* The summary's mechanism: :func:`private_summary` (clipped moments, the
+  Gaussian mechanism, OAS shrinkage) with :data:`SUMMARY_SENSITIVITY`.
+* The server's side (:mod:`skslot.privacy.server`): the plan it announces,
+  its checks of a private upload and its account of what each client spent.
+"""
+
+from ._accounting import (
+    DEFAULT_SHARES,
+    MAX_EPSILON,
+    RELEASE_PLAN,
+    RELEASES,
+    PrivacyBudget,
+    PrivacyBudgetExceeded,
+    PrivacyLedger,
+    Release,
+    gaussian_noise_scale,
+    release_key,
+    releases_at,
+)
+from ._lifetime import LifetimeBudget, run_key
+from ._plan import RequestRefused, null_rows, refusal, rows_digest
+from ._summary import (
+    SUMMARY_SENSITIVITY,
+    PrivacyWarning,
+    noise_generator,
+    noise_seed,
+    noisy_mean_and_covariance,
+    noisy_moments,
+    oas_shrinkage,
+    private_covariance_problem,
+    private_summary,
+    psd_projection,
+    symmetric_noise,
+    warn_large_delta,
+)
+
+__all__ = [
+    "DEFAULT_SHARES",
+    "MAX_EPSILON",
+    "RELEASES",
+    "RELEASE_PLAN",
+    "SUMMARY_SENSITIVITY",
+    "LifetimeBudget",
+    "PrivacyBudget",
+    "PrivacyBudgetExceeded",
+    "PrivacyLedger",
+    "PrivacyWarning",
+    "Release",
+    "RequestRefused",
+    "gaussian_noise_scale",
+    "noise_generator",
+    "noise_seed",
+    "noisy_mean_and_covariance",
+    "noisy_moments",
+    "null_rows",
+    "oas_shrinkage",
+    "private_covariance_problem",
+    "private_summary",
+    "psd_projection",
+    "refusal",
+    "release_key",
+    "releases_at",
+    "rows_digest",
+    "run_key",
+    "symmetric_noise",
+    "warn_large_delta",
+]
