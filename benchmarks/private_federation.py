@@ -55,16 +55,14 @@ from skslot_bench import CASES, macro_accuracy_by_case, training_mixes
 from skslot import BuresBarycenter, SLOTTransformer, SmallClientWarning
 from skslot.datasets import digits_projection, dirichlet_partition, load_digits_effnet
 from skslot.heads import (
-    CLASS_STATISTICS_SENSITIVITY,
     ClassStatistics,
     FedCGSClassifier,
     FedPFTClassifier,
     OneShotFedAvgClassifier,
-    private_class_statistics,
 )
-from skslot.heads._private import consistent_statistics
 from skslot.label_shift import label_shift_distances
-from skslot.privacy import PrivacyBudget
+from skslot.privacy import CLASS_STATISTICS_SENSITIVITY, PrivacyBudget, private_class_statistics
+from skslot.privacy._statistics import consistent_statistics
 from skslot.protocol import ClientParty, InProcessTransport, OneShotProtocol
 
 EPSILONS = (1.0, 2.0, 4.0, 8.0, 16.0, None)

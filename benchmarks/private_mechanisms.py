@@ -62,17 +62,18 @@ from private_federation import DELTA, l2, scored, table, training_counts
 from skslot import BuresBarycenter, SLOTTransformer, SmallClientWarning
 from skslot._moments import ShiftedMoments
 from skslot.datasets import dirichlet_partition, load_digits_effnet
-from skslot.heads import (
+from skslot.heads import ClassStatistics, FedCGSClassifier, FedPFTClassifier
+from skslot.label_shift import label_shift_distances
+from skslot.privacy import (
     CLASS_COUNTS_SENSITIVITY,
     CLASS_STATISTICS_SENSITIVITY,
-    ClassStatistics,
-    FedCGSClassifier,
-    FedPFTClassifier,
+    SUMMARY_SENSITIVITY,
+    PrivacyBudget,
+    private_class_counts,
     private_class_statistics,
+    private_summary,
 )
-from skslot.heads._private import consistent_statistics, private_class_counts
-from skslot.label_shift import label_shift_distances
-from skslot.privacy import SUMMARY_SENSITIVITY, PrivacyBudget, private_summary
+from skslot.privacy._statistics import consistent_statistics
 
 ALPHAS = (0.1, None)
 EPSILONS = (4.0, 8.0, 16.0, None)

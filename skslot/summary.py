@@ -42,10 +42,9 @@ from .ledoit_wolf import (
     within_class_summary,
 )
 from .low_rank import LowRankGaussianSummary
-from .privacy import (
-    MAX_EPSILON,
+from .privacy._accounting import MAX_EPSILON, gaussian_noise_scale
+from .privacy._summary import (
     SUMMARY_SENSITIVITY,
-    gaussian_noise_scale,
     noise_generator,
     private_covariance_problem,
     private_summary,

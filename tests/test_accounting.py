@@ -14,15 +14,6 @@ from skslot.heads import (
     FedPFTClassifier,
     OneShotFedAvgClassifier,
 )
-from skslot.heads._private import (
-    CLASS_STATISTICS_SENSITIVITY,
-    LOCAL_HEAD_GRADIENT_TOL,
-    LOCAL_HEAD_SENSITIVITY,
-    certified_descent,
-    private_class_statistics,
-    private_local_head,
-    rounded_counts,
-)
 from skslot.heads._softmax import softmax_objective
 from skslot.privacy import (
     DEFAULT_SHARES,
@@ -30,7 +21,18 @@ from skslot.privacy import (
     PrivacyBudget,
     PrivacyBudgetExceeded,
     PrivacyWarning,
+    PrivateClassifier,
     gaussian_noise_scale,
+    released_statistics,
+)
+from skslot.privacy._statistics import (
+    CLASS_STATISTICS_SENSITIVITY,
+    LOCAL_HEAD_GRADIENT_TOL,
+    LOCAL_HEAD_SENSITIVITY,
+    certified_descent,
+    private_class_statistics,
+    private_local_head,
+    rounded_counts,
 )
 
 from .test_privacy import exact_delta
@@ -186,17 +188,20 @@ def test_private_fedcgs_reports_its_spending_and_stays_close_to_exact():
     clip = float(np.linalg.norm(data.X, axis=1).max())  # known bound here: nothing is clipped
     exact = FedCGSClassifier().fit(data.X, data.y, client=data.client)
     budget = PrivacyBudget(8.0, clip_norm=clip, random_state=0)
-    private = FedCGSClassifier(privacy=budget).fit(data.X, data.y, client=data.client)
+    private = PrivateClassifier(FedCGSClassifier(), privacy=budget)
+    private.fit(data.X, data.y, client=data.client)
     assert set(private.privacy_spent_) == set(np.unique(data.client))
     for spent in private.privacy_spent_.values():
         assert 7.9 < spent <= 8.0
     agreement = np.mean(private.predict(data.X) == exact.predict(data.X))
     assert agreement > 0.75
-    weak = FedCGSClassifier(privacy=PrivacyBudget(0.05, clip_norm=clip, random_state=0))
+    weak = PrivateClassifier(
+        FedCGSClassifier(), privacy=PrivacyBudget(0.05, clip_norm=clip, random_state=0)
+    )
     weak.fit(data.X, data.y, client=data.client)
     assert np.mean(weak.predict(data.X) == exact.predict(data.X)) < agreement
     assert not hasattr(exact, "privacy_spent_")
-    assert clone(private).privacy == budget
+    assert clone(private).privacy == budget and not hasattr(private.head, "classes_")
 
 
 def test_private_fedavg_reports_its_spending_and_stays_close_to_its_minimisers():
@@ -205,7 +210,7 @@ def test_private_fedavg_reports_its_spending_and_stays_close_to_its_minimisers()
     C = 1e-3  # C' = C clip^2 = 0.38: the noise on each parameter is about the weights' size
 
     def accuracy(budget):
-        head = OneShotFedAvgClassifier(C=C, privacy=budget)
+        head = PrivateClassifier(OneShotFedAvgClassifier(C=C), privacy=budget)
         return head, np.mean(head.fit(data.X, data.y, client=data.client).predict(data.X) == data.y)
 
     private, noisy = accuracy(PrivacyBudget(8.0, clip_norm=clip, random_state=0))
@@ -291,20 +296,20 @@ def test_a_private_local_head_whose_solver_stops_short_is_released_all_the_same(
 
 def test_a_client_step_under_a_ledger_releases_once():
     data = make_federated_classification(n_clients=2, random_state=0)
-    head = FedCGSClassifier(privacy=PrivacyBudget(4.0, clip_norm=10.0, random_state=0))
-    ledger = head.privacy.ledger(["summary", "statistics"], client=0)
+    budget = PrivacyBudget(4.0, clip_norm=10.0, random_state=0)
+    head = FedCGSClassifier()
+    ledger = budget.ledger(["summary", "statistics"], client=0)
     classes = np.unique(data.y)
-    first = head.client_statistics(data.X, data.y, classes, ledger=ledger)
-    again = head.client_statistics(data.X, data.y, classes, ledger=ledger)
+    first = released_statistics(head, data.X, data.y, classes, ledger)
+    again = released_statistics(head, data.X, data.y, classes, ledger)
     assert again is first and ledger.released == ("statistics",)
+    assert first.counts.sum() == data.X.shape[0]
     with pytest.raises(PrivacyBudgetExceeded, match="'statistics' is not covered"):
-        head.client_statistics(data.X, data.y, classes, ledger=head.privacy.ledger(["summary"]))
-    # the ledger, not the head's parameter, makes the release private
-    fresh = head.privacy.ledger(["statistics"])
-    released = FedCGSClassifier().client_statistics(data.X, data.y, classes, ledger=fresh)
-    assert fresh.released == ("statistics",) and released.counts.sum() == data.X.shape[0]
+        released_statistics(head, data.X, data.y, classes, budget.ledger(["summary"]))
     with pytest.raises(PrivacyBudgetExceeded, match="'local_head' is not covered"):
-        OneShotFedAvgClassifier().client_statistics(data.X, data.y, classes, ledger=fresh)
+        released_statistics(
+            OneShotFedAvgClassifier(), data.X, data.y, classes, budget.ledger(["statistics"])
+        )
 
 
 def test_a_fixed_noise_seed_warns():
@@ -312,22 +317,25 @@ def test_a_fixed_noise_seed_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyWarning)
         with pytest.raises(PrivacyWarning, match="random_state fixes the privacy noise"):
-            FedCGSClassifier(privacy=PrivacyBudget(4.0, random_state=1)).fit(
+            PrivateClassifier(FedCGSClassifier(), privacy=PrivacyBudget(4.0, random_state=1)).fit(
                 data.X, data.y, client=data.client
             )
-        FedCGSClassifier(privacy=PrivacyBudget(4.0)).fit(data.X, data.y, client=data.client)
+        PrivateClassifier(FedCGSClassifier(), privacy=PrivacyBudget(4.0)).fit(
+            data.X, data.y, client=data.client
+        )
 
 
 @pytest.mark.parametrize("covariance_type", ["lowrank", "full", "diag", "spherical"])
 def test_private_fedpft_sends_one_checked_gaussian_per_class(covariance_type):
     data = make_federated_classification(n_clients=2, n_samples_per_client=300, random_state=1)
     budget = PrivacyBudget(8.0, clip_norm=10.0, random_state=0)
-    head = FedPFTClassifier(covariance_type=covariance_type, rank=3, privacy=budget, random_state=0)
-    head.fit(data.X, data.y, client=data.client)
-    assert all(7.9 < e <= 8.0 for e in head.privacy_spent_.values())
+    head = FedPFTClassifier(covariance_type=covariance_type, rank=3, random_state=0)
+    private = PrivateClassifier(head, privacy=budget).fit(data.X, data.y, client=data.client)
+    assert all(7.9 < e <= 8.0 for e in private.privacy_spent_.values())
     classes = np.unique(data.y)
     rows = data.client == 0
-    message = head.client_statistics(data.X[rows], data.y[rows], classes)
+    ledger = budget.ledger(["statistics"], client=0)
+    message = released_statistics(head, data.X[rows], data.y[rows], classes, ledger)
     # what the server decodes passes every check of an exact message, and counts every row
     decoded = head.decode_statistics(
         message.to_arrays(),
@@ -341,27 +349,34 @@ def test_private_fedpft_sends_one_checked_gaussian_per_class(covariance_type):
 
 def test_private_fedpft_fits_one_component():
     with pytest.raises(ValueError, match="one Gaussian per class"):
-        FedPFTClassifier(n_components=2, covariance_type="full", privacy=PrivacyBudget(1.0)).fit(
-            np.eye(4), [0, 1, 0, 1]
-        )
+        PrivateClassifier(
+            FedPFTClassifier(n_components=2, covariance_type="full"), privacy=PrivacyBudget(1.0)
+        ).fit(np.eye(4), [0, 1, 0, 1])
 
 
-def test_a_fixed_noise_seed_still_gives_each_client_its_own_noise():
+def test_a_fixed_noise_seed_still_gives_each_client_its_own_noise(monkeypatch):
+    import skslot.privacy._heads as heads
+
     data = make_federated_classification(n_clients=2, n_samples_per_client=200, random_state=0)
     rows = data.client == 0
     X = np.vstack([data.X[rows], data.X[rows]])  # two clients holding the same rows
     y = np.concatenate([data.y[rows], data.y[rows]])
     client = np.repeat([0, 1], rows.sum())
-    head = FedCGSClassifier(privacy=PrivacyBudget(4.0, clip_norm=10.0, random_state=0))
-    classes = np.unique(data.y)
-    first, second = (
-        head.client_statistics(X[client == k], y[client == k], classes, client_index=k)
-        for k in (0, 1)
+    released = []
+
+    def recorded(*args):
+        released.append(released_statistics(*args))
+        return released[-1]
+
+    monkeypatch.setattr(heads, "released_statistics", recorded)
+    head = PrivateClassifier(
+        FedCGSClassifier(), privacy=PrivacyBudget(4.0, clip_norm=10.0, random_state=0)
     )
-    assert not np.allclose(first.sums, second.sums)  # correlated noise would not average out
-    again = head.client_statistics(X[client == 1], y[client == 1], classes, client_index=1)
-    np.testing.assert_array_equal(again.sums, second.sums)  # as fit makes it, reproducibly
     head.fit(X, y, client=client)
+    first, second = released
+    assert not np.allclose(first.sums, second.sums)  # correlated noise would not average out
+    head.fit(X, y, client=client)  # the same fit again, reproducibly
+    np.testing.assert_array_equal(released[3].sums, second.sums)
 
 
 def test_a_releases_noise_depends_on_its_name_not_on_the_known_releases(monkeypatch):

@@ -19,38 +19,32 @@ from skslot.heads import (
     StatisticsFormatError,
 )
 from skslot.heads.fedpft import _message_seed
-from skslot.privacy import PrivacyBudget
+from skslot.privacy import PrivacyBudget, PrivateClassifier
 
 from .conftest import PAPER, short_local_training
 
 HEADS = [FedCGSClassifier(), OneShotFedAvgClassifier(), FedPFTClassifier(random_state=0)]
 # a fixed noise seed, so that the checks can compare fits (it warns: filtered below)
 PRIVATE_HEADS = [
-    FedCGSClassifier(privacy=PrivacyBudget(100.0, clip_norm=10.0, random_state=0)),
-    FedPFTClassifier(random_state=0, privacy=PrivacyBudget(100.0, clip_norm=10.0, random_state=0)),
+    PrivateClassifier(
+        FedCGSClassifier(), privacy=PrivacyBudget(100.0, clip_norm=10.0, random_state=0)
+    ),
+    PrivateClassifier(
+        FedPFTClassifier(random_state=0),
+        privacy=PrivacyBudget(100.0, clip_norm=10.0, random_state=0),
+    ),
     # a budget large enough for the checks' accuracy thresholds on their small data sets
-    OneShotFedAvgClassifier(privacy=PrivacyBudget(1e5, clip_norm=5.0, random_state=0)),
+    PrivateClassifier(
+        OneShotFedAvgClassifier(), privacy=PrivacyBudget(1e5, clip_norm=5.0, random_state=0)
+    ),
 ]
-
-
-def _expected_failures(estimator):
-    if isinstance(estimator, OneShotFedAvgClassifier) and estimator.privacy is not None:
-        return {
-            "check_non_transformer_estimators_n_iter": (
-                "a private local head does not release its solver's iteration count (it "
-                "depends on the rows): n_iter_ is 0"
-            )
-        }
-    return {}
 
 
 @short_local_training  # O-FedAvg at its default budget in the checks that fit it
 @pytest.mark.filterwarnings(
     "ignore:random_state fixes the privacy noise:skslot.privacy.PrivacyWarning"
 )
-@parametrize_with_checks(
-    [*HEADS, *PRIVATE_HEADS], expected_failed_checks=_expected_failures, xfail_strict=True
-)
+@parametrize_with_checks([*HEADS, *PRIVATE_HEADS], xfail_strict=True)
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
 
@@ -317,12 +311,13 @@ def test_fedavg_held_classes_travel_and_are_checked():
 def test_fedavg_private_heads_span_every_class():
     data = make_federated_classification(n_clients=3, alpha=0.3, random_state=0)
     budget = PrivacyBudget(epsilon=8.0, clip_norm=10.0)
-    auto = OneShotFedAvgClassifier(C=1e-3, privacy=budget).fit(data.X, data.y, client=data.client)
-    assert auto._held_prior is None  # every local head spans all classes
+    auto = PrivateClassifier(OneShotFedAvgClassifier(C=1e-3), privacy=budget)
+    auto.fit(data.X, data.y, client=data.client)
+    assert auto.head_._held_prior is None  # every local head spans all classes
     with pytest.raises(ValueError, match="reveals which classes"):
-        OneShotFedAvgClassifier(C=1e-3, privacy=budget, local_classes="held").fit(
-            data.X, data.y, client=data.client
-        )
+        PrivateClassifier(
+            OneShotFedAvgClassifier(C=1e-3, local_classes="held"), privacy=budget
+        ).fit(data.X, data.y, client=data.client)
 
 
 def test_fedpft_seeded_skips_small_classes_and_casts(skewed):

@@ -28,9 +28,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-import skslot.heads.fedavg
-import skslot.heads.fedcgs
-import skslot.heads.fedpft
+import skslot.privacy._heads
 import skslot.privacy.client
 from skslot.heads import (
     FedCGSClassifier,
@@ -220,7 +218,7 @@ def local_head_release(D, seed):
     in units of the clip norm), trained on rows its map leaves as they are (``tau = 0``)."""
     X, y = D
     if seed is None:
-        coef, intercept = skslot.heads.fedavg.private_local_head(
+        coef, intercept = skslot.privacy.private_local_head(
             X, y, 2, C=LOCAL_C, clip_norm=1.0, sigma=0.0, rng=np.random.default_rng(0),
             max_iter=1000,
         )  # fmt: skip
@@ -292,19 +290,19 @@ MECHANISMS = {
     "statistics": (
         statistics_pair,
         statistics_release,
-        skslot.heads.fedcgs,
+        skslot.privacy._heads,
         "CLASS_STATISTICS_SENSITIVITY",
     ),
     "moments": (
         statistics_pair,
         moments_release,
-        skslot.heads.fedpft,
+        skslot.privacy._heads,
         "CLASS_MOMENTS_SENSITIVITY",
     ),
     "local head": (
         local_head_pair,
         local_head_release,
-        skslot.heads.fedavg,
+        skslot.privacy._heads,
         "LOCAL_HEAD_SENSITIVITY",
     ),
     "class counts": (class_counts_pair, class_counts_release, UPLOAD, "CLASS_COUNTS_SENSITIVITY"),
@@ -345,14 +343,14 @@ def test_the_audit_catches_rows_clipped_at_twice_the_bound(mechanism, monkeypatc
     """A mutation of the one clip every release reads (skslot._moments.clip_factors): the
     row beyond the bound then moves the release twice as far."""
     import skslot._moments
-    import skslot.heads._private
+    import skslot.privacy._statistics
 
     exact = skslot._moments.clip_factors
 
     def loose(norms, clip_norm):
         return exact(norms, 2.0 * clip_norm)
 
-    for module in (skslot._moments, skslot.heads._private):
+    for module in (skslot._moments, skslot.privacy._statistics):
         monkeypatch.setattr(module, "clip_factors", loose)
     pair, release, _, _ = MECHANISMS[mechanism]
     assert audit(release, *pair()) > _claimed(mechanism)
@@ -360,7 +358,7 @@ def test_the_audit_catches_rows_clipped_at_twice_the_bound(mechanism, monkeypatc
 
 def test_every_call_site_of_a_release_is_audited():
     """Each ``ledger.release(..., sensitivity=NAME)`` of the library is one row above."""
-    root = Path(skslot.heads.fedavg.__file__).parents[1]
+    root = Path(skslot.privacy.client.__file__).parents[1]
     sites = set()
     for path in root.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -9,14 +9,20 @@ from skslot import GaussianSummaryEstimator
 from skslot.datasets import make_federated_classification
 from skslot.defence import DefenceBounds
 from skslot.heads import (
-    ClassMoments,
     ClassStatistics,
     FedCGSClassifier,
     FedPFTClassifier,
     OneShotFedAvgClassifier,
-    private_class_statistics,
 )
-from skslot.privacy import PrivacyBudget, PrivacyBudgetExceeded, RequestRefused, refusal
+from skslot.privacy import (
+    ClassMoments,
+    PrivacyBudget,
+    PrivacyBudgetExceeded,
+    PrivateClassifier,
+    RequestRefused,
+    private_class_statistics,
+    refusal,
+)
 from skslot.protocol import ClientParty, ClientState, InProcessTransport, OneShotProtocol
 from skslot.protocol.stages.upload import UploadRequest
 
@@ -405,17 +411,18 @@ def test_a_private_client_counts_its_test_rows_once_for_one_head(clients, caplog
     refused(restored, "evaluation", other, caplog, "for another head or tau")
 
 
-def test_a_head_s_own_budget_is_refused_in_a_run(clients):
-    """A head's budget covers one fit; in a run each call would be a new, uncomposed release."""
-    private_head = FedCGSClassifier(privacy=BUDGET)
-    with pytest.raises(ValueError, match="a run's budget is OneShotProtocol's privacy"):
+def test_a_private_head_is_refused_in_a_run(clients):
+    """A PrivateClassifier's budget covers one fit; in a run each call would be a new,
+    uncomposed release: a run's head is a plain head, its budget the run's."""
+    private_head = PrivateClassifier(FedCGSClassifier(), privacy=BUDGET)
+    with pytest.raises(ValueError, match="head must be a skslot one-shot head"):
         OneShotProtocol(private_head, tau=0.4)
     X, y, _, _ = clients[0]
-    with pytest.raises(ValueError, match="a client's budget for a run is ClientParty's privacy"):
+    with pytest.raises(ValueError, match="head must be a skslot one-shot head"):
         ClientParty(X, y, head=private_head, classes=CLASSES)
     from skslot import FederatedTauSearch
 
-    with pytest.raises(ValueError, match="a run's budget is OneShotProtocol's privacy"):
+    with pytest.raises(ValueError, match="head must be a skslot one-shot head"):
         FederatedTauSearch(private_head, random_state=0).fit(X, y, client=np.arange(y.shape[0]) % 2)
 
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from skslot.heads._private import rounded_counts
 from skslot.label_mix import own_mix_accuracy
 from skslot.label_shift import class_counts
+from skslot.privacy._statistics import rounded_counts
 
 __all__ = [
     "CASES",

@@ -11,17 +11,6 @@ from ._fitting import (
 )
 from ._linear_scores import UNSCORED, LinearScores
 from ._mixtures import ClassMixture, ClassMixtures
-from ._private import (
-    CLASS_COUNTS_SENSITIVITY,
-    CLASS_MOMENTS_SENSITIVITY,
-    CLASS_STATISTICS_SENSITIVITY,
-    LOCAL_HEAD_SENSITIVITY,
-    ClassMoments,
-    private_class_counts,
-    private_class_moments,
-    private_class_statistics,
-    private_local_head,
-)
 from ._registry import HEADS, head_class, make_head
 from ._statistics import ClassStatistics
 from .fedavg import LinearHeadUpdate, OneShotFedAvgClassifier
@@ -29,15 +18,10 @@ from .fedcgs import FedCGSClassifier
 from .fedpft import FedPFTClassifier
 
 __all__ = [
-    "CLASS_COUNTS_SENSITIVITY",
-    "CLASS_MOMENTS_SENSITIVITY",
-    "CLASS_STATISTICS_SENSITIVITY",
     "HEADS",
-    "LOCAL_HEAD_SENSITIVITY",
     "UNSCORED",
     "ClassMixture",
     "ClassMixtures",
-    "ClassMoments",
     "ClassStatistics",
     "FedCGSClassifier",
     "FedPFTClassifier",
@@ -52,10 +36,6 @@ __all__ = [
     "local_heads",
     "make_head",
     "message_bytes",
-    "private_class_counts",
-    "private_class_moments",
-    "private_class_statistics",
-    "private_local_head",
     "refit_head",
     "statistics_of_parts",
 ]

@@ -10,8 +10,8 @@ Pipeline execute the same code.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -21,7 +21,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._backend import as_host_rows
 from .._doc_link import DocLinkMixin
-from .._param_validation import ParameterValidationMixin
+from .._param_validation import InstanceOf, ParameterValidationMixin
 from .._validation import (
     check_classification_data,
     check_client_labels,
@@ -36,10 +36,7 @@ from ..wire.arrays import ArrayMessage
 from ._linear_scores import UNSCORED, LinearScores
 from ._strategy import LOCAL_TRAINING, HeadStrategy
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..privacy import PrivacyLedger
-
-__all__ = ["HeadStatistics", "LinearHeadMixin", "OneShotHead"]
+__all__ = ["ONE_SHOT_HEAD", "HeadStatistics", "LinearHeadMixin", "OneShotHead"]
 
 _Statistics = TypeVar("_Statistics", bound="HeadStatistics")
 
@@ -73,10 +70,10 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     """Base class of the one-shot federated classifiers.
 
     Subclasses implement :meth:`_client_statistics` (a client's exact
-    statistics) and :meth:`_fit_from_statistics`, a head with a
-    :attr:`private_release` also :meth:`_private_statistics` (its release
-    under a client's ledger, apart: neither has a branch for the other), and
-    declare their parameters' constraints in ``_parameter_constraints``;
+    statistics) and :meth:`_fit_from_statistics`, and declare their
+    parameters' constraints in ``_parameter_constraints``; a head whose
+    statistics have a private release names it (:attr:`private_release`,
+    released by :mod:`skslot.privacy`);
     everything else (validation, the global class set, client routing) lives
     here.  The parameters are validated at every
     entry point (``fit``, :meth:`client_statistics`,
@@ -101,8 +98,9 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     #: Parameters used only by the server step: changing one needs no new
     #: client statistics (what a federated search may tune for free).
     server_params: ClassVar[tuple[str, ...]] = ()
-    #: The release (:data:`skslot.privacy.RELEASES`) a private client's
-    #: statistics are charged to; ``None`` for a head with no private release.
+    #: The release (:data:`skslot.privacy.RELEASES`) a private client's statistics are
+    #: charged to (made by :func:`skslot.privacy.released_statistics`); ``None`` for a head
+    #: with no private release.
     private_release: ClassVar[str | None] = None
 
     #: The federation's class counts (``None`` where the statistics carry none), and
@@ -128,63 +126,31 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         self : object
             The fitted head.
         """
+        return self._fit_rows(
+            X,
+            y,
+            client,
+            lambda X_k, y_k, classes, seed, *_: self._client_statistics(X_k, y_k, classes, seed),
+        )
+
+    def _fit_rows(self, X: Any, y: Any, client: Any, statistics: Callable[..., Any]) -> OneShotHead:
+        """:meth:`fit` with each client's statistics made by
+        ``statistics(X_k, y_k, classes, seed, position, label)``: the head's own, or a
+        private client's release (:class:`skslot.privacy.PrivateClassifier`)."""
         self._validate_params()
         X, y, classes = check_classification_data(self, X, y)
         labels, codes = check_client_labels(client, X.shape[0])
-        stats, spent = [], {}
-        noise_seeds = self._noise_seeds(len(labels))
+        stats = []
         for i, seed in enumerate(_client_seeds(self, len(labels))):
             rows = codes == i if len(labels) > 1 else slice(None)
-            ledger = self._new_ledger(labels[i], noise_seeds[i])
-            stats.append(self._statistics_of(X[rows], y[rows], classes, seed, ledger))
-            if ledger is not None:
-                spent[labels[i]] = ledger.spent()
+            stats.append(statistics(X[rows], y[rows], classes, seed, i, labels[i]))
         self.client_class_counts_ = client_counts_of(y, codes, labels, classes)
         self.class_counts_ = sum(
             self.client_class_counts_.values(), np.zeros(classes.shape[0], dtype=np.int64)
         )
         self._fit_from_statistics(stats, classes, None)
         self.upload_bytes_ = _upload_bytes(stats)
-        if self._privacy_budget() is not None:
-            self.privacy_spent_ = spent
         return self
-
-    def private_problem(self) -> str | None:
-        """Why this head's clients cannot release their statistics privately, or ``None``.
-
-        Returns
-        -------
-        str or None
-        """
-        if self.private_release is None:
-            return (
-                f"{type(self).__name__} has no private release (its messages would be exact "
-                "statistics of the clients' rows); use FedCGSClassifier, FedPFTClassifier or "
-                "OneShotFedAvgClassifier"
-            )
-        return None
-
-    def _privacy_budget(self) -> Any:
-        """The head's :class:`~skslot.privacy.PrivacyBudget`, or ``None``."""
-        return getattr(self, "privacy", None)
-
-    def _noise_seeds(self, n_clients: int) -> list:
-        """Each client's noise seed in ``fit``: ``None`` (fresh entropy) unless the budget fixes
-        it, then one per client (never the same noise at two clients)."""
-        budget = self._privacy_budget()
-        if budget is None or budget.random_state is None:
-            return [None] * n_clients
-        from ..privacy import noise_seed
-
-        base = noise_seed(budget.random_state, stacklevel=4)
-        return [base + i for i in range(n_clients)]
-
-    def _new_ledger(self, client: Any, seed: int | None = None) -> Any:
-        """A fresh ledger for one client's release of its statistics, or ``None``."""
-        budget = self._privacy_budget()
-        if budget is None:
-            return None
-        return budget.ledger([self.private_release], client=client, seed=seed)
 
     def client_statistics(
         self,
@@ -193,7 +159,6 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         classes: ArrayLike,
         *,
         client_index: int = 0,
-        ledger: Any = None,
     ) -> Any:
         """What one client sends: statistics of its own rows.
 
@@ -208,12 +173,6 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             Position of this client among all clients in sorted label order;
             a randomised head draws this client's seed from ``random_state``
             at that position, exactly as ``fit`` does.
-        ledger : PrivacyLedger, optional
-            The client's ledger for the run (:class:`~skslot.privacy.PrivacyLedger`):
-            the statistics are released under it, charged to the head's
-            :attr:`private_release`, and asking again returns the same
-            release.  ``None``: with a ``privacy`` budget on the head, a fresh
-            ledger for this release alone; without, exact statistics.
 
         Returns
         -------
@@ -236,32 +195,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         if not isinstance(client_index, (int, np.integer)) or client_index < 0:
             raise ValueError(f"client_index must be a non-negative int, got {client_index!r}")
         seed = _client_seeds(self, int(client_index) + 1)[-1]
-        if ledger is None:  # as fit makes this client's release
-            ledger = self._new_ledger(client_index, self._noise_seeds(int(client_index) + 1)[-1])
-        elif self.private_release is None:
-            raise ValueError(f"{type(self).__name__} has no private release: pass no ledger")
-        return self._statistics_of(X, y, class_set, seed, ledger)
-
-    def _statistics_of(
-        self,
-        X: np.ndarray,
-        y: np.ndarray,
-        classes: np.ndarray,
-        seed: Any,
-        ledger: PrivacyLedger | None,
-    ) -> Any:
-        """The exact statistics (:meth:`_client_statistics`), or without them the head's
-        release under ``ledger`` (:meth:`_private_statistics`): neither branches on the other."""
-        if ledger is None:
-            return self._client_statistics(X, y, classes, seed)
-        return self._private_statistics(X, y, classes, seed, ledger)
-
-    def _private_statistics(
-        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: Any, ledger: PrivacyLedger
-    ) -> Any:
-        """The head's :attr:`private_release` of a client's statistics under ``ledger``
-        (a head without one is never asked: :meth:`client_statistics` refuses a ledger)."""
-        raise NotImplementedError
+        return self._client_statistics(X, y, class_set, seed)
 
     def fit_from_statistics(
         self,
@@ -571,6 +505,10 @@ class LinearHeadMixin:
 
     def _linear_parts(self) -> tuple[np.ndarray, np.ndarray]:
         return self.coef_, self.intercept_
+
+
+#: The constraint of a parameter that takes a one-shot head (the protocol's, a client's).
+ONE_SHOT_HEAD = InstanceOf(OneShotHead, "a skslot one-shot head (skslot.heads)")
 
 
 def _client_seeds(head: Any, n_clients: int) -> list[int | None]:

@@ -19,11 +19,15 @@ from ..low_rank import TransportMap
 from ..maps import GaussianMap
 
 if TYPE_CHECKING:
-    from ..privacy import PrivacyLedger
     from ..selection import Candidate
+
+#: A private client's release of the statistics of its rows ``(X, y, classes)``
+#: (:func:`skslot.privacy.released_statistics` under its ledger), in place of the head's own.
+StatisticsRelease = Callable[[np.ndarray, np.ndarray, np.ndarray], Any]
 
 __all__ = [
     "Head",
+    "StatisticsRelease",
     "candidate_heads",
     "head_without",
     "local_heads",
@@ -38,9 +42,9 @@ class Head(Protocol):
     them, and scikit-learn's parameters (a template is cloned, never fitted)."""
 
     def client_statistics(
-        self, X: Any, y: Any, classes: ArrayLike, *, client_index: int = 0, ledger: Any = None
+        self, X: Any, y: Any, classes: ArrayLike, *, client_index: int = 0
     ) -> Any:
-        """One client's statistics of its rows (a private client's: its release)."""
+        """One client's statistics of its rows."""
 
     def fit_from_statistics(
         self, statistics: Sequence, classes: ArrayLike, *, maps: Sequence | None = None
@@ -189,7 +193,7 @@ def statistics_of_parts(
     parts: tuple[np.ndarray, np.ndarray] | None,
     *,
     client_index: int = 0,
-    ledger: PrivacyLedger | None = None,
+    released: StatisticsRelease | None = None,
 ) -> tuple[Any, Any]:
     """Client step of a head that aligns statistics: statistics of each part of its rows.
 
@@ -208,9 +212,9 @@ def statistics_of_parts(
         (:func:`~skslot.selection.validation_split`), or ``None``: all rows fit.
     client_index : int, default=0
         The client's position (seeds a head's client-side randomness).
-    ledger : PrivacyLedger, optional
-        A private client's ledger: the statistics of all its rows are released
-        under it (``parts`` must be ``None``).
+    released : callable, optional
+        A private client's release of its statistics (:data:`StatisticsRelease`):
+        the statistics of all its rows (``parts`` must be ``None``).
 
     Returns
     -------
@@ -220,12 +224,12 @@ def statistics_of_parts(
         all rows and ``None``.
     """
     head = clone(head)  # computing statistics records n_features_in_ on the head
-    if ledger is not None:
+    if released is not None:
         if parts is not None:
             raise ValueError(
                 "a private client releases the statistics of all its rows, in one part"
             )
-        return head.client_statistics(X, y, classes, client_index=client_index, ledger=ledger), None
+        return released(X, y, classes), None
     if parts is None:
         return head.client_statistics(X, y, classes, client_index=client_index), None
     fit, val = parts
@@ -244,7 +248,7 @@ def local_heads(
     taus: Sequence[float],
     *,
     client_index: int = 0,
-    ledger: PrivacyLedger | None = None,
+    released: StatisticsRelease | None = None,
     aligned_rows: Callable[[np.ndarray, np.ndarray, Any], tuple[np.ndarray, np.ndarray]]
     | None = None,
 ) -> list:
@@ -264,9 +268,9 @@ def local_heads(
         The fractions of the map to align the rows with.
     client_index : int, default=0
         The client's position (seeds the local training).
-    ledger : PrivacyLedger, optional
-        A private client's ledger: each head is its release ``"local_head"``
-        (so one ``tau``; asked again, the head first released).
+    released : callable, optional
+        A private client's release of its local head (:data:`StatisticsRelease`:
+        one ``tau``; asked again, the head first released).
     aligned_rows : callable, optional
         ``aligned_rows(X, y, aligned_map)``: the rows and labels the head is
         trained on, given the map at one ``tau`` (a private client's clipped
@@ -287,7 +291,9 @@ def local_heads(
     for tau in taus:
         Z, labels = aligned_rows(X, y, full_map.geodesic(tau))
         heads.append(
-            head.client_statistics(Z, labels, classes, client_index=client_index, ledger=ledger)
+            head.client_statistics(Z, labels, classes, client_index=client_index)
+            if released is None
+            else released(Z, labels, classes)
         )
     return heads
 

@@ -372,7 +372,7 @@ class ClassStatistics:
         float
             In ``[0, 1]``.
         """
-        from ..privacy import oas_shrinkage
+        from ..privacy._summary import oas_shrinkage
         from ..summary import COVARIANCES
 
         check_option("covariance", covariance, COVARIANCES)

@@ -17,12 +17,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ._fitting import Head, HeadT, candidate_heads, head_without, refit_head, statistics_of_parts
+from ._fitting import (
+    Head,
+    HeadT,
+    StatisticsRelease,
+    candidate_heads,
+    head_without,
+    refit_head,
+    statistics_of_parts,
+)
 
 if TYPE_CHECKING:
     from ..gaussian import GaussianSummary
     from ..low_rank import TransportMap
-    from ..privacy import PrivacyLedger
     from ..selection import Candidate
 
 __all__ = [
@@ -93,11 +100,11 @@ class HeadStrategy:
         split: tuple[np.ndarray, np.ndarray] | None,
         *,
         client_index: int,
-        ledger: PrivacyLedger | None = None,
+        released: StatisticsRelease | None = None,
     ) -> tuple[Any, Any]:
         """Client: what it uploads with its summary, ``(fitting, validation)`` statistics.
 
-        Under a privacy budget (``ledger``) the statistics are the head's release.
+        A private client's are its release (``released``).
         """
         return None, None
 
@@ -143,9 +150,9 @@ class StatisticsStrategy(HeadStrategy):
 
     uploads_statistics = True
 
-    def client_upload(self, head, X, y, classes, split, *, client_index, ledger=None):
+    def client_upload(self, head, X, y, classes, split, *, client_index, released=None):
         return statistics_of_parts(
-            head, X, y, classes, split, client_index=client_index, ledger=ledger
+            head, X, y, classes, split, client_index=client_index, released=released
         )
 
     def fit_candidates(self, head, candidates, server):

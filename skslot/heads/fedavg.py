@@ -16,12 +16,10 @@ from ..defaults import LABEL_MIX
 from ..label_mix import LABEL_MIXES, averaged_log_prior
 from ..low_rank import TransportMap
 from ..maps import rebased_scores
-from ..privacy import PrivacyBudget, PrivacyLedger
 from ..wire import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, read_array, read_count, read_sample_count
 from ._base import LinearHeadMixin, OneShotHead
 from ._linear_scores import UNSCORED
-from ._private import LOCAL_HEAD_SENSITIVITY, private_local_head
 from ._softmax import fit_softmax_regression
 
 __all__ = ["LinearHeadUpdate", "OneShotFedAvgClassifier"]
@@ -250,29 +248,14 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         Seed of the shared initialisation.
     local_classes : {"auto", "held", "all"}, default="auto"
         The classes each local head spans: those its client holds, or the
-        global class set.  ``"auto"``: ``"held"``, except under ``privacy``
-        (which classes a client holds depends on its rows, so a private head
-        spans them all; ``"held"`` is refused there).
+        global class set.  ``"auto"``: ``"held"``, except in a private
+        release (:mod:`skslot.privacy`: which classes a client holds depends
+        on its rows, so a private head spans them all; ``"held"`` is refused
+        there).
     label_mix : {"client", "federation"}, default="client"
         Whose label mix ``predict`` assumes for a row of a known client
         (``client=`` routed to it): the client's own, estimated from its
         training counts, or the federation's (:mod:`skslot.label_mix`).
-    privacy : PrivacyBudget, default=None
-        Each client releases its local head differentially privately under
-        this budget (:class:`~skslot.privacy.PrivacyBudget`), by output
-        perturbation (:func:`~skslot.heads.private_local_head`): rows clipped
-        to the budget's ``clip_norm``, the intercept penalised as the weights
-        (so the objective is strongly convex and its minimiser unique: the
-        initialisation plays no part), solved to the gradient tolerance the
-        release's sensitivity assumes within ``max_iter`` iterations, then
-        noised.  The noise on each parameter grows with
-        ``C * clip_norm**2`` (the regularisation in units of the clip norm):
-        under privacy keep it near ``0.1`` (``C = 0.1`` on rows of norm at
-        most 1, ``C = 0.1 / clip_norm**2`` in general;
-        docs/results/private_federation.md), which keeps the head's scores
-        above the noise.  In a federation the budget is the client's
-        (:class:`~skslot.protocol.ClientParty`'s ``privacy``), which covers
-        its summary and counts too.
 
     Attributes
     ----------
@@ -286,9 +269,6 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         Flower counts them: :func:`~skslot.heads.message_bytes`), in client
         order; the SLOT summary is counted apart.
     n_features_in_ : int
-    privacy_spent_ : dict
-        With ``privacy``: the epsilon each client spent (the accountant's, at
-        the budget's delta), by client label.
 
     Examples
     --------
@@ -300,14 +280,8 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
     >>> head.predict(data.X[:3]).shape
     (3,)
 
-    Each client's local head released under a privacy budget:
-
-    >>> from skslot.privacy import PrivacyBudget
-    >>> budget = PrivacyBudget(epsilon=8.0, clip_norm=10.0)
-    >>> private = OneShotFedAvgClassifier(C=0.1 / 10.0**2, privacy=budget)
-    >>> private = private.fit(data.X, data.y, client=data.client)
-    >>> max(private.privacy_spent_.values()) <= 8.0
-    True
+    Each client's local head released under a privacy budget, by output
+    perturbation: :class:`skslot.privacy.PrivateClassifier`.
     """
 
     statistics_type = LinearHeadUpdate
@@ -322,7 +296,6 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         "random_state": ["random_state"],
         "local_classes": [Options(("auto", "held", "all"))],
         "label_mix": [Options(LABEL_MIXES)],
-        "privacy": [PrivacyBudget, None],
     }
 
     def __init__(
@@ -336,7 +309,6 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         random_state: int | np.random.RandomState | None = None,
         local_classes: str = "auto",
         label_mix: str = LABEL_MIX,
-        privacy: PrivacyBudget | None = None,
     ) -> None:
         self.C = C
         self.max_iter = max_iter
@@ -346,7 +318,6 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         self.random_state = random_state
         self.local_classes = local_classes
         self.label_mix = label_mix
-        self.privacy = privacy
 
     def shared_initialisation(self, n_classes: int, n_features: int) -> np.ndarray:
         """The initial ``[W, b]`` every client starts from (same seed, same values).
@@ -381,43 +352,6 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         n_classes = classes.shape[0]
         Wb, n_iter = self._local_fit(X, codes, np.arange(n_classes), n_classes)
         return LinearHeadUpdate(classes, Wb[:, :-1], Wb[:, -1], X.shape[0], n_iter)
-
-    def _private_statistics(
-        self,
-        X: np.ndarray,
-        y: np.ndarray,
-        classes: np.ndarray,
-        seed: int | None,
-        ledger: PrivacyLedger,
-    ) -> LinearHeadUpdate:
-        if self.local_classes == "held":
-            raise ValueError(
-                "local_classes='held' reveals which classes a private client holds; "
-                "use local_classes='auto' or 'all' under privacy"
-            )
-        codes = np.searchsorted(classes, y)
-        clip_norm = ledger.budget.clip_norm
-
-        def release(sigma: float, rng: np.random.Generator) -> LinearHeadUpdate:
-            coef, intercept = private_local_head(
-                X,
-                codes,
-                classes.shape[0],
-                C=self.C,
-                clip_norm=clip_norm,
-                sigma=sigma,
-                rng=rng,
-                max_iter=self.max_iter,
-            )
-            # no iteration count: how long the solver took depends on the rows
-            return LinearHeadUpdate(classes, coef, intercept, X.shape[0], 0)
-
-        return ledger.release(
-            self.private_release,
-            release,
-            n=X.shape[0],
-            sensitivity=LOCAL_HEAD_SENSITIVITY * self.C * clip_norm * clip_norm,
-        )
 
     def _local_fit(
         self, X: np.ndarray, codes: np.ndarray, spanned: np.ndarray, n_classes: int

@@ -11,10 +11,8 @@ import scipy.linalg
 from .._param_validation import Interval, Options
 from ..defaults import LABEL_MIX
 from ..label_mix import LABEL_MIXES
-from ..privacy import PrivacyBudget, PrivacyLedger
 from ._base import LinearHeadMixin, OneShotHead
 from ._linear_scores import UNSCORED
-from ._private import CLASS_STATISTICS_SENSITIVITY, private_class_statistics
 from ._statistics import ClassStatistics, pooled_covariances
 from ._strategy import GRAM
 
@@ -48,15 +46,6 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         Whose label mix ``predict`` assumes for a row of a known client
         (``client=`` routed to it): the client's own, estimated from its
         training counts, or the federation's (:mod:`skslot.label_mix`).
-    privacy : PrivacyBudget, default=None
-        Each client releases its statistics differentially privately under
-        this budget (:class:`~skslot.privacy.PrivacyBudget`): one Gaussian
-        mechanism on its clipped class sums, class counts and Gram matrix
-        together (:func:`~skslot.heads.private_class_statistics`).
-        ``None``: exact statistics.  Each ``fit`` is a new release of every
-        client's rows (``k`` fits, a grid search's folds included, spend ``k``
-        budgets); a federated run composes all its releases under one budget
-        instead (:class:`~skslot.protocol.OneShotProtocol`'s ``privacy``).
 
     Attributes
     ----------
@@ -72,9 +61,6 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         Flower counts them: :func:`~skslot.heads.message_bytes`), in client
         order; the SLOT summary is counted apart.
     n_features_in_ : int
-    privacy_spent_ : dict
-        With ``privacy``: the epsilon each client spent (the accountant's, at
-        the budget's delta), by client label.
 
     Examples
     --------
@@ -86,12 +72,7 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
     (4, 8)
 
     Each client's statistics released under a privacy budget:
-
-    >>> from skslot.privacy import PrivacyBudget
-    >>> budget = PrivacyBudget(epsilon=8.0, clip_norm=10.0)
-    >>> private = FedCGSClassifier(privacy=budget).fit(data.X, data.y, client=data.client)
-    >>> sorted(private.privacy_spent_.values()) <= [8.0] * 3
-    True
+    :class:`skslot.privacy.PrivateClassifier`.
     """
 
     statistics_type = ClassStatistics
@@ -103,7 +84,6 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         "shrinkage": [Interval(Real, 0.0, None, closed="left")],
         "priors": [Options(("empirical", "uniform"))],
         "label_mix": [Options(LABEL_MIXES)],
-        "privacy": [PrivacyBudget, None],
     }
 
     def __init__(
@@ -113,13 +93,11 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         shrinkage: float = 1e-3,
         priors: str = "empirical",
         label_mix: str = LABEL_MIX,
-        privacy: PrivacyBudget | None = None,
     ) -> None:
         self.covariance = covariance
         self.shrinkage = shrinkage
         self.priors = priors
         self.label_mix = label_mix
-        self.privacy = privacy
 
     def _embedded_prior(self) -> np.ndarray | None:
         if self.priors == "empirical":
@@ -130,19 +108,6 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: Any
     ) -> ClassStatistics:
         return ClassStatistics.from_rows(X, y, classes)
-
-    def _private_statistics(
-        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: Any, ledger: PrivacyLedger
-    ) -> ClassStatistics:
-        clip_norm = ledger.budget.clip_norm
-        return ledger.release(
-            self.private_release,
-            lambda sigma, rng: private_class_statistics(
-                X, y, classes, clip_norm=clip_norm, sigma=sigma, rng=rng
-            ),
-            n=X.shape[0],
-            sensitivity=CLASS_STATISTICS_SENSITIVITY,
-        )
 
     def _fit_from_statistics(
         self, statistics: list, classes: np.ndarray, maps: list | None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from sklearn.base import clone
@@ -17,13 +17,14 @@ from sklearn.utils import check_random_state
 from .._param_validation import HasMethods, Interval, InvalidParameterError, Options
 from ..defaults import LABEL_MIX
 from ..label_mix import LABEL_MIXES
-from ..privacy import PrivacyBudget, PrivacyLedger
 from ._base import OneShotHead
 from ._covariance_forms import low_rank_of_covariance, low_rank_plus_diagonal
 from ._linear_scores import UNSCORED
 from ._mixtures import ClassMixture, ClassMixtures, _as_python, _as_transmitted
-from ._private import CLASS_MOMENTS_SENSITIVITY, ClassMoments, private_class_moments
 from ._strategy import STATISTICS
+
+if TYPE_CHECKING:
+    from ..privacy._statistics import ClassMoments
 
 __all__ = ["ClassMixture", "ClassMixtures", "FedPFTClassifier"]
 
@@ -84,17 +85,6 @@ class FedPFTClassifier(OneShotHead):
         Whose label mix ``predict`` assumes for a row of a known client
         (``client=`` routed to it): the client's own, estimated from its
         training counts, or the federation's (:mod:`skslot.label_mix`).
-    privacy : PrivacyBudget, default=None
-        Each client releases its class Gaussians differentially privately
-        under this budget (:class:`~skslot.privacy.PrivacyBudget`): one
-        Gaussian mechanism on its clipped class sums, class counts and per-class
-        Gram matrices (:func:`~skslot.heads.private_class_moments`); each
-        class's one component (full, diagonal, spherical or low-rank) is
-        post-processing.  Needs ``n_components=1``.  ``None``: exact mixtures.
-        Each ``fit`` is a new release of every client's rows (``k`` fits, a
-        grid search's folds included, spend ``k`` budgets); a federated run
-        composes all its releases under one budget instead
-        (:class:`~skslot.protocol.OneShotProtocol`'s ``privacy``).
 
     Attributes
     ----------
@@ -110,8 +100,6 @@ class FedPFTClassifier(OneShotHead):
         Flower counts them: :func:`~skslot.heads.message_bytes`), in client
         order; the SLOT summary is counted apart.
     n_features_in_ : int
-    privacy_spent_ : dict
-        With ``privacy``: the epsilon each client spent, by client label.
 
     Examples
     --------
@@ -121,6 +109,9 @@ class FedPFTClassifier(OneShotHead):
     >>> head = FedPFTClassifier(random_state=0).fit(data.X, data.y, client=data.client)
     >>> head.n_synthetic_ <= len(data.X)
     True
+
+    Each client's class Gaussians released under a privacy budget (one per
+    class, ``n_components=1``): :class:`skslot.privacy.PrivateClassifier`.
     """
 
     statistics_type = ClassMixtures
@@ -138,7 +129,6 @@ class FedPFTClassifier(OneShotHead):
         "estimator": [None, HasMethods("fit")],
         "random_state": ["random_state"],
         "label_mix": [Options(LABEL_MIXES)],
-        "privacy": [PrivacyBudget, None],
     }
 
     def __init__(
@@ -154,7 +144,6 @@ class FedPFTClassifier(OneShotHead):
         estimator: Any = None,
         random_state: int | np.random.RandomState | None = None,
         label_mix: str = LABEL_MIX,
-        privacy: PrivacyBudget | None = None,
     ) -> None:
         self.n_components = n_components
         self.covariance_type = covariance_type
@@ -166,7 +155,6 @@ class FedPFTClassifier(OneShotHead):
         self.estimator = estimator
         self.random_state = random_state
         self.label_mix = label_mix
-        self.privacy = privacy
 
     @classmethod
     def flower_baseline(cls, **params: Any) -> FedPFTClassifier:
@@ -197,25 +185,13 @@ class FedPFTClassifier(OneShotHead):
         return cls(**{**settings, **params})
 
     def _validate_params(self) -> None:
-        """The declared constraints, then those low-rank and private mixtures add."""
+        """The declared constraints, then the one low-rank mixtures add."""
         super()._validate_params()
-        if self.privacy is not None and self.n_components != 1:
-            raise InvalidParameterError(self.private_problem())
         if self.covariance_type == "lowrank" and self.n_components > 1:
             raise InvalidParameterError(
                 f"{type(self).__name__}: covariance_type='lowrank' fits one component: "
                 "set n_components=1"
             )
-
-    def _private_statistics(
-        self,
-        X: np.ndarray,
-        y: np.ndarray,
-        classes: np.ndarray,
-        seed: int | None,
-        ledger: PrivacyLedger,
-    ) -> ClassMixtures:
-        return self._private_mixtures(X, y, classes, ledger)
 
     def _client_statistics(
         self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
@@ -270,44 +246,11 @@ class FedPFTClassifier(OneShotHead):
             rounding=float(np.finfo(dtype).eps),
         )
 
-    def private_problem(self) -> str | None:
-        """Why this head's clients cannot release privately: more than one component.
-
-        Returns
-        -------
-        str or None
-        """
-        if self.n_components != 1:
-            return (
-                f"{type(self).__name__}: a private release fits one Gaussian per class; more "
-                f"components (n_components={self.n_components}) would need the rows "
-                "themselves: set n_components=1"
-            )
-        return super().private_problem()
-
-    def _private_mixtures(
-        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, ledger: PrivacyLedger
-    ) -> ClassMixtures:
-        """One Gaussian per class from the released class moments (post-processing)."""
-        why = self.private_problem()
-        if why:
-            raise ValueError(why)
-        clip_norm = ledger.budget.clip_norm
-        moments = ledger.release(
-            self.private_release,
-            lambda sigma, rng: private_class_moments(
-                X, y, classes, clip_norm=clip_norm, sigma=sigma, rng=rng
-            ),
-            n=X.shape[0],
-            sensitivity=CLASS_MOMENTS_SENSITIVITY,
-        )
-        return self.mixtures_of_moments(moments)
-
     def mixtures_of_moments(self, moments: ClassMoments) -> ClassMixtures:
         """The message of one Gaussian per class with the given moments.
 
         What a private client sends (its moments are a release,
-        :func:`~skslot.heads.private_class_moments`): the covariances in this
+        :func:`~skslot.privacy.private_class_moments`): the covariances in this
         head's ``covariance_type`` plus ``reg_covar``, cast to ``transmit_dtype``.
 
         Parameters

@@ -13,8 +13,13 @@ Everything a private client adds noise with or charges a budget for is here.
   steps, as Flower's ``LocalDpMod`` wraps a handler; a request outside its
   plan gets :func:`refusal`, and its rows enter as :func:`null_rows`.  Its
   upload's releases are :class:`~skslot.privacy.client.PrivateRelease`'s.
-* The summary's mechanism: :func:`private_summary` (clipped moments, the
-  Gaussian mechanism, OAS shrinkage) with :data:`SUMMARY_SENSITIVITY`.
+* The mechanisms: the summary's (:func:`private_summary`: clipped moments,
+  the Gaussian mechanism, OAS shrinkage), and each head's release of a
+  client's statistics (:func:`released_statistics`: FedCGS's class sums,
+  counts and Gram matrix, FedPFT's class moments, O-FedAvg's local head by
+  output perturbation), with their sensitivities.
+* A head fitted in process on each client's released statistics:
+  :class:`PrivateClassifier`.
 * The server's side (:mod:`skslot.privacy.server`): the plan it announces,
   its checks of a private upload and its account of what each client spent.
 """
@@ -32,8 +37,20 @@ from ._accounting import (
     release_key,
     releases_at,
 )
+from ._heads import PrivateClassifier, released_statistics, statistics_release_problem
 from ._lifetime import LifetimeBudget, run_key
 from ._plan import RequestRefused, null_rows, refusal, rows_digest
+from ._statistics import (
+    CLASS_COUNTS_SENSITIVITY,
+    CLASS_MOMENTS_SENSITIVITY,
+    CLASS_STATISTICS_SENSITIVITY,
+    LOCAL_HEAD_SENSITIVITY,
+    ClassMoments,
+    private_class_counts,
+    private_class_moments,
+    private_class_statistics,
+    private_local_head,
+)
 from ._summary import (
     SUMMARY_SENSITIVITY,
     PrivacyWarning,
@@ -50,16 +67,22 @@ from ._summary import (
 )
 
 __all__ = [
+    "CLASS_COUNTS_SENSITIVITY",
+    "CLASS_MOMENTS_SENSITIVITY",
+    "CLASS_STATISTICS_SENSITIVITY",
     "DEFAULT_SHARES",
+    "LOCAL_HEAD_SENSITIVITY",
     "MAX_EPSILON",
     "RELEASES",
     "RELEASE_PLAN",
     "SUMMARY_SENSITIVITY",
+    "ClassMoments",
     "LifetimeBudget",
     "PrivacyBudget",
     "PrivacyBudgetExceeded",
     "PrivacyLedger",
     "PrivacyWarning",
+    "PrivateClassifier",
     "Release",
     "RequestRefused",
     "gaussian_noise_scale",
@@ -69,14 +92,20 @@ __all__ = [
     "noisy_moments",
     "null_rows",
     "oas_shrinkage",
+    "private_class_counts",
+    "private_class_moments",
+    "private_class_statistics",
     "private_covariance_problem",
+    "private_local_head",
     "private_summary",
     "psd_projection",
     "refusal",
     "release_key",
+    "released_statistics",
     "releases_at",
     "rows_digest",
     "run_key",
+    "statistics_release_problem",
     "symmetric_noise",
     "warn_large_delta",
 ]

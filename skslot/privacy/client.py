@@ -21,15 +21,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._moments import ShiftedMoments, clip_factors
-from ..heads import CLASS_COUNTS_SENSITIVITY, LinearScores, private_class_counts
+from ..heads import LinearScores
 from ..low_rank import Summary, TransportMap
+from ._heads import released_statistics
 from ._lifetime import run_key
 from ._plan import logger, null_rows, refusal, rows_digest
+from ._statistics import CLASS_COUNTS_SENSITIVITY, private_class_counts
 from ._summary import SUMMARY_SENSITIVITY, private_covariance_problem, private_summary
 from .server import OPTIONAL_RELEASES, head_releases
 
 if TYPE_CHECKING:
     from ..heads import OneShotHead
+    from ..heads._fitting import StatisticsRelease
     from ..protocol.party import Party
     from ..protocol.stages._stage import Stage
     from ..protocol.stages.upload._messages import UploadRequest
@@ -449,6 +452,13 @@ class PrivateRelease:
     def ledger(self) -> PrivacyLedger:
         """The client's ledger for the run (:meth:`~skslot.protocol.ClientParty.ledger`)."""
         return self.party.ledger()
+
+    @property
+    def statistics_release(self) -> StatisticsRelease:
+        """The head's statistics of rows ``(X, y, classes)``, released under the ledger
+        (:func:`~skslot.privacy.released_statistics`)."""
+        head, ledger = self.party.head, self.ledger
+        return lambda X, y, classes: released_statistics(head, X, y, classes, ledger)
 
     def begin(self, request: UploadRequest) -> None:
         """Take part in the run: the ledger planned, the lifetime budget charged once.

@@ -113,7 +113,7 @@ class ExactRelease:
         The client.
     """
 
-    ledger = None
+    statistics_release = None
 
     def __init__(self, party: Party) -> None:
         self.party = party

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._param_validation import InstanceOf, Interval, Options, validate_parameter_constraints
+from .._param_validation import Interval, Options, validate_parameter_constraints
 from ..defaults import (
     CLIENT_TAU,
     COVARIANCE_FLOOR,
@@ -24,8 +24,9 @@ from ..defaults import (
 )
 from ..defence import DefenceBounds, NoDefence
 from ..heads import OneShotHead
+from ..heads._base import ONE_SHOT_HEAD
 from ..label_shift import CLIENT_TAU_RULES
-from ..privacy import PrivacyBudget, private_covariance_problem
+from ..privacy import PrivacyBudget, private_covariance_problem, statistics_release_problem
 from ..privacy.server import head_releases
 from ..screening import SCREENING
 from ..selection import SELECTION_RULES, Candidate, candidate_grid, check_tau_grid
@@ -43,7 +44,7 @@ class ProtocolParameters:
     """
 
     _parameter_constraints: ClassVar[dict[str, list]] = {
-        "head": [InstanceOf(OneShotHead, "a skslot one-shot head (skslot.heads)")],
+        "head": [ONE_SHOT_HEAD],
         "tau": [Interval(Real, 0.0, 1.0, closed="both"), Options(("auto",)), None],
         "taus": ["array-like"],
         "head_grid": [Mapping, None],
@@ -106,12 +107,6 @@ class ProtocolParameters:
         self.privacy = privacy
         validate_parameter_constraints(self._parameter_constraints, vars(self), type(self).__name__)
         head._validate_params()
-        if getattr(head, "privacy", None) is not None:
-            raise ValueError(
-                f"{type(head).__name__}'s privacy budget covers its own fit in process, one "
-                "release per call; a run's budget is OneShotProtocol's privacy (and each "
-                "ClientParty's), under which every release of the run is composed"
-            )
         if privacy is not None:
             _check_private_run(self)
         if screen == "on" and not (defence or NoDefence()).screens:
@@ -195,7 +190,7 @@ def private_run_problem(
     -------
     str or None
     """
-    why = head.private_problem()
+    why = statistics_release_problem(head)
     if why:
         return why
     if auto:

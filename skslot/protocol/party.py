@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from .._param_validation import validate_parameter_constraints
 from .._validation import check_client_size
 from ..defaults import FORM, VALIDATION_FRACTION
 from ..heads import LinearScores, OneShotHead
+from ..heads._base import ONE_SHOT_HEAD
 from ..label_shift import class_counts
 from ..low_rank import (
     Summary,
@@ -24,6 +26,7 @@ from ..selection import validation_split
 from ..summary import GaussianSummaryEstimator
 
 if TYPE_CHECKING:
+    from ..heads._fitting import StatisticsRelease
     from .stages.upload._messages import UploadRequest
 
 __all__ = ["ClientRelease", "ClientState"]  # and Party, the base of ClientParty (documented there)
@@ -41,8 +44,9 @@ class ClientRelease(Protocol):
     """
 
     @property
-    def ledger(self) -> PrivacyLedger | None:
-        """The client's ledger for the run (``None``: its values are exact)."""
+    def statistics_release(self) -> StatisticsRelease | None:
+        """How the head's statistics of its rows are made: ``None``, the head's own (exact);
+        else a private client's release (:data:`~skslot.heads._fitting.StatisticsRelease`)."""
 
     def begin(self, request: UploadRequest) -> None:
         """Take part in the run the upload request announces (a private client: charged once
@@ -325,11 +329,7 @@ class Party:
         privacy: PrivacyBudget | None = None,
         lifetime: LifetimeBudget | None = None,
     ) -> None:
-        if getattr(head, "privacy", None) is not None:
-            raise ValueError(
-                f"{type(head).__name__}'s privacy budget covers its own fit in process; a "
-                "client's budget for a run is ClientParty's privacy"
-            )
+        validate_parameter_constraints({"head": [ONE_SHOT_HEAD]}, {"head": head}, "ClientParty")
         self.head = head
         self.classes = np.asarray(classes)
         self.label = label

@@ -283,7 +283,7 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
             full_map,
             request.taus,
             client_index=party.state.client_index or 0,
-            ledger=release.ledger,
+            released=release.statistics_release,
             aligned_rows=release.local_head_rows(full_map, request.taus, request.part),
         )
         return LocalHeads(heads)

@@ -464,7 +464,7 @@ class UploadStage(UploadCodec):
             party.classes,
             split,
             client_index=request.client_index,
-            ledger=release.ledger,
+            released=release.statistics_release,
         )
         if not request.validation_statistics:
             validation = None

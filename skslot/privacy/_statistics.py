@@ -28,7 +28,7 @@ FedPFT's per-class Gaussians need each class's own second moments: the
 release :func:`private_class_moments` noises the class sums, the class counts
 and one Gram matrix per class, ``G_c = sum_{i in c} u_i u_i^T``.  Replacing a
 row within its class moves that class's sum and Gram by at most
-``sqrt(9/2)`` together (:data:`skslot.privacy.SUMMARY_SENSITIVITY`); replacing
+``sqrt(9/2)`` together (:data:`~skslot.privacy.SUMMARY_SENSITIVITY`); replacing
 it by a row of another class moves two sums (``sqrt(2)``), two counts
 (``sqrt(2)``) and two Grams (``sqrt(|u|^4 + |v|^4) <= sqrt(2)``), so the
 sensitivity is ``sqrt(6)`` again (:data:`CLASS_MOMENTS_SENSITIVITY`).  The
@@ -79,9 +79,9 @@ from .._linalg import sym_eigh, symmetrize
 from .._moments import ShiftedMoments, clip_factors
 from ..defaults import COVARIANCE_FLOOR
 from ..gaussian import GaussianSummary
-from ..privacy import oas_shrinkage, psd_projection, symmetric_noise
-from ._softmax import fit_softmax_regression, softmax_objective
-from ._statistics import ClassStatistics, between_class_scatter
+from ..heads._softmax import fit_softmax_regression, softmax_objective
+from ..heads._statistics import ClassStatistics, between_class_scatter
+from ._summary import oas_shrinkage, psd_projection, symmetric_noise
 
 __all__ = [
     "CLASS_COUNTS_SENSITIVITY",
