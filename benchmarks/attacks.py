@@ -15,7 +15,7 @@ the attacker holds most of are dropped (their test rows kept).
 Attacks on each kind of message (scaled statistics, a degenerate summary,
 flipped labels), then adaptive ones, built to sit inside the defence's
 default bounds (:mod:`skslot.defence`) or to slip past its screening
-(:mod:`skslot.screening`): split views (one contribution to the screening,
+(:mod:`skslot.defence.screening`): split views (one contribution to the screening,
 another to a later stage), a class only it holds, framing votes, false
 claims.  Each is run three ways: with the defence's default (its bounds and
 the leave-one-client-out screening, ``screen = "auto"``: at a fixed tau the
@@ -53,8 +53,8 @@ from threadpoolctl import threadpool_limits
 
 from skslot import GaussianSummary
 from skslot._linalg import symmetric_from_upper
-from skslot.consistency import OWN_MEANS_AGREEMENT
 from skslot.datasets import digits_projection, dirichlet_partition, load_npz
+from skslot.defence.consistency import OWN_MEANS_AGREEMENT
 from skslot.flower import DeploymentConfig, load_client_data, run_one_shot
 from skslot.flower import client_app as client_module
 from skslot.protocol import ClientParty, ProtocolRunError

@@ -14,7 +14,7 @@ strongest accuser left out), the rows they found better and worse without
 it, the pooled sign bound's p-value and the level it must pass.
 
 Last, what evidence covering every class would show: the screening's rule
-(:func:`skslot.screening.screening_evidence`) on the honest clients' paired
+(:func:`skslot.defence.screening.screening_evidence`) on the honest clients' paired
 counts between the federation's final head with the fourth client and the
 one without it, counted on their test rows (every class of their domains,
 as a validation set drawn like them), at several rows per voter: how often
@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import attacks  # the attacks' set-up, written once
 
 from skslot.defence import DefenceBounds
+from skslot.defence.screening import screening_evidence
 from skslot.protocol import ClientParty, InProcessTransport
-from skslot.screening import screening_evidence
 
 HEADS = ("FedCGS", "FedPFT", "O-FedAvg")
 FLIPS = attacks.Attack("flipped labels, honest n", HEADS, rows=attacks.flipped_labels)
@@ -191,7 +191,7 @@ def main(n_seeds: int = 3) -> None:
             )
     print(
         "\nWhat evidence covering every class would show: the screening's rule "
-        "(`skslot.screening.screening_evidence`, the default level and gain) on the honest "
+        "(`skslot.defence.screening.screening_evidence`, the default level and gain) on the honest "
         "clients' paired counts between the final head with the fourth client and the one "
         'without it (`screen = "off"`), counted on their test rows, every class of their '
         f"domains ({min(sizes)} to {max(sizes)} rows each), as a validation set drawn like "

@@ -22,7 +22,7 @@ Mechanisms:
   bound of the pooled Gram matrix's noise, ``sigma sqrt(K) sqrt(2 m log(2 m^2 /
   rho))`` with ``rho = 0.05`` (AdaSSP's choice, Wang 2018, from public values
   only; its private estimate of the smallest eigenvalue is left out, the bound
-  being far above it here), in place of FedCGS's relative ``1e-3``.
+  being far above it here), in place of the fixed relative ``1e-3`` the other mechanisms use.
 * ``two releases, maps first``: each client releases its summary
   (:func:`~skslot.privacy.private_summary`) and its class counts first; the
   server builds the maps; each client maps its rows, clips them and releases
@@ -168,7 +168,9 @@ def one_run(data, part, mechanism: str, epsilon: float | None, slot: bool, seed:
             Z /= np.maximum(np.linalg.norm(Z, axis=1, keepdims=True), 1.0)  # clipped to 1
             rng = np.random.default_rng([seed, k, 2])
             stats.append(releases(mechanism, Z, data.y[rows[k]], classes, sigma_of(k), rng))
-        head = FedCGSClassifier(label_mix="federation").fit_from_statistics(stats, classes)
+        head = FedCGSClassifier(label_mix="federation", shrinkage=1e-3).fit_from_statistics(
+            stats, classes
+        )
     else:
         base = "nearest class mean" if mechanism == "nearest class mean" else "one release"
         stats = [

@@ -1,15 +1,15 @@
 """The screening's rule against looser ones: attacks caught, honest clients excluded.
 
-The screening (:mod:`skslot.screening`) excludes a client when the other
+The screening (:mod:`skslot.defence.screening`) excludes a client when the other
 clients' held-out rows do significantly better without it: its strongest
 accuser left out (so that one liar's counts cannot make the case), the
 others' rows pooled with each voter weighing the same, and the p-value an
-exact bound (:func:`skslot.screening.pooled_sign_bound`) below the
+exact bound (:func:`skslot.defence.screening.pooled_sign_bound`) below the
 family-wise level ``screen_significance`` over the clients tested.  This
 study records the paired counts every client sends in the first screening
 round and asks what other rules would have decided on the same counts:
 
-* ``current``: the library's rule (:func:`skslot.screening.screening_evidence`)
+* ``current``: the library's rule (:func:`skslot.defence.screening.screening_evidence`)
   at its default level (0.01), and at a stricter and a looser one;
 * ``accuser and one more out``: the case must hold without the strongest
   accuser and then without any one more voter, each remaining set's pooled
@@ -41,7 +41,7 @@ norm inside the bound): the full head then sends the others' rows to that
 class (absorption, counted against it where the head without it gets them
 right).  Such heads place none of their client's own class means in their
 classes, so the updates stage refuses them before any screening
-(:func:`skslot.consistency.misplaced_class_means`): the table says so.
+(:func:`skslot.defence.consistency.misplaced_class_means`): the table says so.
 
 Run: python benchmarks/screening_rules.py [n_seeds] > docs/results/screening_rules.md
 (about 4 minutes on 2 cores for 10 seeds; needs ../shared/data).
@@ -67,8 +67,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import attacks  # the attacks' set-up, written once
 
 from skslot.defence import DefenceBounds
+from skslot.defence.screening import screening_evidence
 from skslot.protocol import ClientParty, InProcessTransport
-from skslot.screening import screening_evidence
 
 Votes = Mapping[Hashable, Mapping[Hashable, tuple[int, int, int]]]
 HEADS = ("FedCGS", "FedPFT", "O-FedAvg")

@@ -22,6 +22,7 @@ __all__ = [
     "floor_shift",
     "ledoit_wolf_shrinkage",
     "ledoit_wolf_summary",
+    "oas_shrinkage",
     "shrinkage_from_traces",
     "shrunk_summary",
     "within_class_summary",
@@ -291,3 +292,29 @@ def floor_shift(
     floor = covariance_floor * scale
     lower_bound = mu if m == 1 else shrinkage * mu  # on the smallest eigenvalue
     return max(0.0, floor - lower_bound)
+
+
+def oas_shrinkage(S: np.ndarray, n: int) -> float:
+    """Oracle approximating shrinkage intensity of ``S`` towards ``tr(S) / m * I``.
+
+    ``rho = min(1, (tr(S^2) / m + mu^2) / ((n + 1) (tr(S^2) / m - mu^2 / m)))``
+    with ``mu = tr(S) / m`` (the form :func:`sklearn.covariance.oas` uses).
+
+    Parameters
+    ----------
+    S : ndarray of shape (m, m)
+        Covariance estimate.
+    n : int
+        Number of rows it was estimated from.
+
+    Returns
+    -------
+    rho : float
+        Shrinkage intensity, in ``[0, 1]``.
+    """
+    m = S.shape[0]
+    mu = float(np.trace(S)) / m
+    alpha = float(np.mean(S * S))
+    numerator = alpha + mu * mu
+    denominator = (n + 1.0) * (alpha - mu * mu / m)
+    return 1.0 if denominator <= 0 else min(numerator / denominator, 1.0)

@@ -173,7 +173,9 @@ def test_private_mechanisms_study_without_noise_is_fedcgs_on_exact_statistics(mo
         stats.append(ClassStatistics.from_rows(X[rows], data.y[rows], classes))
         test = part.test_index[part.test_client == k]
         tests[k] = (X[test], data.y[test])
-    head = FedCGSClassifier(label_mix="federation").fit_from_statistics(stats, classes)
+    head = FedCGSClassifier(label_mix="federation", shrinkage=1e-3).fit_from_statistics(
+        stats, classes
+    )
     exact = study.scored(head, tests, study.training_counts(data, part), classes)
     for mechanism in ("one release", "noise-level ridge"):
         found = study.one_run(data, part, mechanism, None, False, 0)
@@ -305,3 +307,21 @@ def test_code_lines_counts_code_alone(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "| a | 3 |" in result.stdout and "| sub | 3 |" in result.stdout
     assert result.stdout.rstrip().endswith("total: 6")
+
+
+def test_fedcgs_covariance_study_picks_by_its_rule_against_the_reference(
+    monkeypatch, tmp_path, capsys
+):
+    """One seed of the embedded digits: every setting against the fixed 1e-3 reference, the
+    OAS ridges (FedCGS's default) among them, and the pick with the rule's two tests."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import fedcgs_covariance
+
+    monkeypatch.setattr(fedcgs_covariance, "CACHE", tmp_path / "runs")
+    fedcgs_covariance.main(["--smoke"])
+    out = capsys.readouterr().out
+    assert "# FedCGS: covariance and ridge against the reference (total, 1e-3)" in out
+    assert re.search(r"\*\*The rule's pick: (total|within) (OAS|[0-9.e-]+)\*\*", out)
+    assert "(a) every cell >= the reference - 0.5" in out
+    assert "| total OAS |" in out and "| within OAS |" in out
+    assert "the 1280-d digits are not in this study" in out  # named, not silently left out

@@ -24,6 +24,8 @@ MODULES = [
     "skslot.datasets",
     "skslot.defaults",
     "skslot.defence",
+    "skslot.defence.consistency",
+    "skslot.defence.screening",
     "skslot.exceptions",
     "skslot.flower",
     "skslot.gaussian",

@@ -181,6 +181,37 @@ def test_fedcgs_singular_covariance_needs_shrinkage():
     assert FedCGSClassifier(shrinkage=1e-3).fit(X, y).score(X, y) == 1.0
 
 
+@pytest.mark.parametrize("covariance", ["total", "within"])
+def test_fedcgs_oas_ridge_is_the_oracle_approximating_shrinkage_of_its_covariance(
+    covariance, skewed
+):
+    """``shrinkage="oas"``: rho of scikit-learn's OAS on the shared covariance, the ridge
+    ``rho / (1 - rho)``, and the head of that fixed ridge; the federation's rows alone."""
+    from sklearn.covariance import oas
+
+    X, y, client = skewed.X, skewed.y, skewed.client
+    auto = FedCGSClassifier(covariance=covariance).fit(X, y, client=client)
+    assert auto.shrinkage == "oas"  # the default
+    if covariance == "total":  # OAS of the rows themselves: the same covariance, the same rho
+        rho = oas(X)[1]
+    else:  # the pooled within-class covariance, from the same N rows
+        Xw = (
+            X
+            - np.stack([X[y == c].mean(0) for c in np.unique(y)])[np.searchsorted(np.unique(y), y)]
+        )
+        rho = oas(Xw, assume_centered=True)[1]
+    assert 0.0 < rho < 1.0
+    assert auto.shrinkage_ == pytest.approx(rho / (1.0 - rho), rel=1e-10)
+    fixed = FedCGSClassifier(covariance=covariance, shrinkage=rho / (1.0 - rho))
+    fixed.fit(X, y, client=client)
+    np.testing.assert_allclose(auto.coef_, fixed.coef_, rtol=1e-8)
+    np.testing.assert_allclose(auto.intercept_, fixed.intercept_, rtol=1e-8)
+    central = FedCGSClassifier(covariance=covariance).fit(X, y)
+    assert central.shrinkage_ == pytest.approx(auto.shrinkage_, rel=1e-10)
+    with pytest.raises(ValueError, match="shrinkage"):
+        FedCGSClassifier(shrinkage="ledoit-wolf").fit(X, y)
+
+
 def test_fedavg_single_client_is_logistic_regression():
     data = make_federated_classification(n_clients=1, alpha=None, random_state=0)
     ours = OneShotFedAvgClassifier(C=0.5, max_iter=2000, tol=1e-10).fit(data.X, data.y)

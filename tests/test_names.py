@@ -20,7 +20,7 @@ from skslot.tau_search import FederatedTauSearch
     [
         ("skslot.selection", "ValidationCounts"),
         ("skslot.selection", "local_updates"),
-        ("skslot.screening", "paired_counts"),
+        ("skslot.defence.screening", "paired_counts"),
         ("skslot.defence", "inconsistent_statistics"),
         ("skslot.gaussian", "GaussianMap"),
         ("skslot.gaussian", "bures_wasserstein_distance"),

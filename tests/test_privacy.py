@@ -9,13 +9,13 @@ from sklearn.covariance import OAS, oas
 
 from skslot import GaussianSummaryEstimator, SmallClientWarning
 from skslot._moments import ShiftedMoments
+from skslot.ledoit_wolf import oas_shrinkage
 from skslot.privacy import (
     MAX_EPSILON,
     SUMMARY_SENSITIVITY,
     PrivacyWarning,
     gaussian_noise_scale,
     noisy_moments,
-    oas_shrinkage,
     psd_projection,
 )
 

@@ -1,4 +1,4 @@
-"""Screening contributions by the clients' own validation (skslot.screening, the driver's stage)."""
+"""Screening contributions by the clients' own validation (skslot.defence.screening, the stage)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ from scipy.stats import norm
 from skslot import GaussianMap, GaussianSummary
 from skslot.datasets import make_federated_classification
 from skslot.defence import DefenceBounds
-from skslot.heads import LinearScores, make_head
-from skslot.protocol import ClientParty, InProcessTransport, OneShotProtocol
-from skslot.protocol.stages import screening as screening_stage
-from skslot.protocol.stages.screening import PairedCounts, paired_counts
-from skslot.screening import (
+from skslot.defence.screening import (
     comparable_classes,
     pooled_sign_bound,
     screening_evidence,
     strongest_case,
 )
+from skslot.heads import LinearScores, make_head
+from skslot.protocol import ClientParty, InProcessTransport, OneShotProtocol
+from skslot.protocol.stages import screening as screening_stage
+from skslot.protocol.stages.screening import PairedCounts, paired_counts
 
 from ._clients import train_test_by_client
 from .conftest import short_local_training

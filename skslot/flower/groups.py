@@ -431,7 +431,7 @@ class DefenceSettings(SettingsGroup):
         "screen",
         "Screen each client's contribution by the other clients' validation: 'auto' wherever "
         "the defence is on, 'on' the same but refused without it, 'off' never",
-        details="The rules are :mod:`skslot.screening`'s.  A run of four clients or more "
+        details="The rules are :mod:`skslot.defence.screening`'s.  A run of four clients or more "
         "screens (at a fixed ``tau`` too: one more exchange); the clients then hold out "
         "validation rows, and the final head is the screened one, fitted on the fitting rows.",
     )

@@ -112,7 +112,7 @@ def head_without(
 ) -> HeadT:
     """Server step: the head at ``candidate`` on every client's statistics but the ``k``-th.
 
-    The screening's heads (:mod:`skslot.screening`).
+    The screening's heads (:mod:`skslot.defence.screening`).
 
     Parameters
     ----------

@@ -360,7 +360,7 @@ class ClassStatistics:
         A function of the statistics alone (unlike Ledoit-Wolf's, which needs
         the rows' fourth moments): what a private client announces with its
         released statistics, and what the server recomputes from them
-        (:func:`skslot.privacy.oas_shrinkage`).
+        (:func:`skslot.ledoit_wolf.oas_shrinkage`).
 
         Parameters
         ----------
@@ -372,7 +372,7 @@ class ClassStatistics:
         float
             In ``[0, 1]``.
         """
-        from ..privacy._summary import oas_shrinkage
+        from ..ledoit_wolf import oas_shrinkage
         from ..summary import COVARIANCES
 
         check_option("covariance", covariance, COVARIANCES)

@@ -81,7 +81,8 @@ from ..defaults import COVARIANCE_FLOOR
 from ..gaussian import GaussianSummary
 from ..heads._softmax import fit_softmax_regression, softmax_objective
 from ..heads._statistics import ClassStatistics, between_class_scatter
-from ._summary import oas_shrinkage, psd_projection, symmetric_noise
+from ..ledoit_wolf import oas_shrinkage
+from ._summary import psd_projection, symmetric_noise
 
 __all__ = [
     "CLASS_COUNTS_SENSITIVITY",
@@ -306,7 +307,7 @@ class ClassMoments:
 
         The pooled mean and covariance (of all rows, or class-centred with
         ``covariance="within"``), shrunk with the OAS intensity of that
-        covariance (:func:`skslot.privacy.oas_shrinkage`; Ledoit-Wolf's would
+        covariance (:func:`skslot.ledoit_wolf.oas_shrinkage`; Ledoit-Wolf's would
         need the rows' fourth moments).
 
         Parameters

@@ -60,7 +60,7 @@ from .._linalg import sym_eigh, symmetric_from_upper, symmetrize
 from .._moments import ShiftedMoments
 from ..defaults import COVARIANCE_FLOOR
 from ..gaussian import GaussianSummary
-from ..ledoit_wolf import shrunk_summary
+from ..ledoit_wolf import oas_shrinkage, shrunk_summary
 
 __all__ = [
     "SUMMARY_SENSITIVITY",
@@ -69,7 +69,6 @@ __all__ = [
     "noise_seed",
     "noisy_mean_and_covariance",
     "noisy_moments",
-    "oas_shrinkage",
     "private_covariance_problem",
     "private_summary",
     "psd_projection",
@@ -299,7 +298,7 @@ def private_summary(
 
     The mean and covariance are released by :func:`noisy_mean_and_covariance`
     (sensitivity :data:`SUMMARY_SENSITIVITY` in units of ``clip_norm``) and
-    shrunk by OAS (:func:`oas_shrinkage`), a function of the release alone.
+    shrunk by OAS (:func:`~skslot.ledoit_wolf.oas_shrinkage`), a function of the release alone.
 
     Parameters
     ----------
@@ -340,29 +339,3 @@ def psd_projection(S: np.ndarray) -> np.ndarray:
     S_psd : ndarray of shape (m, m)
     """
     return symmetrize(sym_eigh(symmetrize(S)).apply(lambda w: w.clip(min=0.0)))
-
-
-def oas_shrinkage(S: np.ndarray, n: int) -> float:
-    """Oracle approximating shrinkage intensity of ``S`` towards ``tr(S) / m * I``.
-
-    ``rho = min(1, (tr(S^2) / m + mu^2) / ((n + 1) (tr(S^2) / m - mu^2 / m)))``
-    with ``mu = tr(S) / m`` (the form :func:`sklearn.covariance.oas` uses).
-
-    Parameters
-    ----------
-    S : ndarray of shape (m, m)
-        Covariance estimate.
-    n : int
-        Number of rows it was estimated from.
-
-    Returns
-    -------
-    rho : float
-        Shrinkage intensity, in ``[0, 1]``.
-    """
-    m = S.shape[0]
-    mu = float(np.trace(S)) / m
-    alpha = float(np.mean(S * S))
-    numerator = alpha + mu * mu
-    denominator = (n + 1.0) * (alpha - mu * mu / m)
-    return 1.0 if denominator <= 0 else min(numerator / denominator, 1.0)

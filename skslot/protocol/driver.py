@@ -130,11 +130,11 @@ class OneShotProtocol(ProtocolParameters):
         ``None``: the mean follows each client's ``tau``.
     screen : {"auto", "on", "off"}, default="auto"
         Screen each client's contribution by the others' validation
-        (:mod:`skslot.screening`, thresholds from ``defence``): ``"auto"``
+        (:mod:`skslot.defence.screening`, thresholds from ``defence``): ``"auto"``
         wherever there is a defence (a :class:`~skslot.defence.DefenceBounds`
         other than :class:`~skslot.defence.NoDefence`); ``"on"`` the same, but
         a run without a defence is refused; ``"off"`` never.  A run screens
-        when it reaches more than :data:`~skslot.screening.MIN_VOTERS`
+        when it reaches more than :data:`~skslot.defence.screening.MIN_VOTERS`
         clients; the clients then hold out validation rows (at a fixed
         ``tau`` too: one more exchange) and the final head is the screened
         one, fitted on the fitting rows (docs/deployment.md gives the cost).

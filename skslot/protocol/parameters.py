@@ -23,12 +23,12 @@ from ..defaults import (
     default_tau,
 )
 from ..defence import DefenceBounds, NoDefence
+from ..defence.screening import SCREENING
 from ..heads import OneShotHead
 from ..heads._base import ONE_SHOT_HEAD
 from ..label_shift import CLIENT_TAU_RULES
 from ..privacy import PrivacyBudget, private_covariance_problem, statistics_release_problem
 from ..privacy.server import head_releases
-from ..screening import SCREENING
 from ..selection import SELECTION_RULES, Candidate, candidate_grid, check_tau_grid
 from ..summary import COVARIANCES
 from .stages.reference import ReferenceStep
@@ -148,7 +148,7 @@ class ProtocolParameters:
         """Whether the clients' contributions are screened by the others' validation.
 
         A run screens where it also reaches more than
-        :data:`~skslot.screening.MIN_VOTERS` clients (``RunState.screens``).
+        :data:`~skslot.defence.screening.MIN_VOTERS` clients (``RunState.screens``).
         """
         return (
             self.screen != "off" and (self.defence or NoDefence()).screens and self.privacy is None

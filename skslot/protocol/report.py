@@ -121,7 +121,7 @@ class ProtocolReport:
         validation accuracy per candidate, their mean and standard error, the
         chosen candidate, and the clients left out of the choice.
     screening : dict or None
-        Where contributions were screened (:mod:`skslot.screening`): the
+        Where contributions were screened (:mod:`skslot.defence.screening`): the
         candidate, per client the others' evidence on it (voters, the voter
         whose absence weakens the case most, agreeing voters, rows gained and
         lost, the gain, the sign test's p-value and its threshold) in its

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ..defence import NoDefence
+from ..defence.screening import MIN_REMAINING, MIN_VOTERS
 from ..label_mix import domain_offsets
 from ..label_shift import label_shift_distances
 from ..low_rank import Summary, TransportMap
 from ..maps import with_mean_image
 from ..privacy.server import RunAccount
-from ..screening import MIN_REMAINING, MIN_VOTERS
 from .alignment import Alignment
 from .report import ProtocolReport, ProtocolRunError, logger
 from .roster import Roster, order_key, split_seeds

@@ -5,7 +5,7 @@ Each client compares, on its held-out rows, the head of all clients with the
 head without each other client (:func:`paired_counts`: three counts per
 comparison); the server ties the counts to the client's class counts
 (:func:`check`) and excludes the client with the strongest case against it
-(:mod:`skslot.screening`, with the defence's thresholds).  The head that is
+(:mod:`skslot.defence.screening`, with the defence's thresholds).  The head that is
 screened is the final head, each client predicting with it as it will
 (under its own label mix where the head serves each client's own): nothing
 the screening did not judge enters it.
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...defence.screening import MIN_VOTERS, comparable_classes
 from ...heads import LinearScores
 from ...low_rank import Summary, TransportMap, summary_from_bytes, summary_to_bytes
-from ...screening import MIN_VOTERS, comparable_classes
 from ...selection import Candidate, validation_sizes
 from ...wire import MessageFormatError
 from ...wire.arrays import ArrayMessage, read_array
@@ -296,7 +296,7 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
 
     ``heads`` are the candidate heads on every client's fitting rows; the one
     at ``candidate`` is compared, on each client's held-out rows, with the
-    head without each other client (:mod:`skslot.screening`).  The client
+    head without each other client (:mod:`skslot.defence.screening`).  The client
     with the strongest case against it is rejected with the evidence (unless
     fewer than ``min_clients`` would remain), and so are voters whose counts
     fail their checks.  The weight caps stay those of the upload stage.

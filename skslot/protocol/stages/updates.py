@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...consistency import misplaced_class_means
+from ...defence.consistency import misplaced_class_means
 from ...heads._fitting import local_heads
 from ...low_rank import Summary, TransportMap
 from ...privacy.client import map_digest
@@ -135,7 +135,7 @@ def misplaced_means(
     Each head was trained on the client's rows aligned at its fraction of
     the client's full map; the class sums the client uploaded (of its fitting
     rows), aligned by the same map, must fall in their classes
-    (:func:`~skslot.consistency.misplaced_class_means`): a head negated or
+    (:func:`~skslot.defence.consistency.misplaced_class_means`): a head negated or
     pointed at other classes than its rows' is refused, and so are the heads
     of a client that sent no class sums where others did (``collect`` checks
     nothing where no client sent them: each client's summary private, which

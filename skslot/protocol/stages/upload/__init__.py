@@ -9,7 +9,7 @@ determine it, its shrinkage) and its row counts.
 * the wire format, read and checked before allocation: :class:`UploadCodec`;
 * the client's step (:meth:`UploadStage.answer`), the server's
   (:func:`collect`) and the meaning of one upload (:func:`check`, which runs
-  the consistency checks of :mod:`skslot.consistency`);
+  the consistency checks of :mod:`skslot.defence.consistency`);
 * what the client releases it asks of the client's release
   (:meth:`~skslot.protocol.party.Party.release`), so the client's step has no
   privacy branch.

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ....consistency import (
+from ....defence.consistency import (
     collapsed_spread,
     inconsistent_statistics,
     inconsistent_statistics_parts,
@@ -250,7 +250,7 @@ def check(
         The number of the run's classes.
     class_sums : bool, default=False
         Whether the run asked for the class sums of the fitting rows
-        (:func:`~skslot.consistency.class_sums_problem`).
+        (:func:`~skslot.defence.consistency.class_sums_problem`).
 
     Returns
     -------

@@ -37,8 +37,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._param_validation import Interval, Options, validate_parameter_constraints
-from .low_rank import Summary
+from .._param_validation import Interval, Options, validate_parameter_constraints
+from ..low_rank import Summary
 from .screening import ScreeningEvidence, strongest_case
 
 __all__ = [
@@ -400,7 +400,7 @@ class DefenceBounds:
         :func:`implausible_summaries`).
     screen_significance : float, default=0.01
         Family-wise level of the leave-one-client-out screening's sign test
-        (:mod:`skslot.screening`; Bonferroni over the clients tested).
+        (:mod:`skslot.defence.screening`; Bonferroni over the clients tested).
     screen_min_gain : float, default=0.02
         Smallest gain of the other clients' validation accuracy (a fraction of
         their rows) without a client that can exclude it.
@@ -458,7 +458,7 @@ class DefenceBounds:
         ----------
         votes : mapping
             Per client, each other client's paired counts on it
-            (see :func:`skslot.screening.strongest_case`).
+            (see :func:`skslot.defence.screening.strongest_case`).
 
         Returns
         -------

@@ -106,7 +106,7 @@ def comparable_classes(class_counts: Sequence[np.ndarray]) -> np.ndarray:
     Examples
     --------
     >>> import numpy as np
-    >>> from skslot.screening import comparable_classes
+    >>> from skslot.defence.screening import comparable_classes
     >>> counts = [np.array([5, 0, 2]), np.array([3, 4, 0]), np.array([1, 1, 0])]
     >>> comparable_classes(counts).astype(int)
     array([[1, 1, 0],
@@ -143,7 +143,7 @@ def pooled_sign_bound(votes: Sequence[tuple[int, int, int]]) -> tuple[float, flo
 
     Examples
     --------
-    >>> from skslot.screening import pooled_sign_bound
+    >>> from skslot.defence.screening import pooled_sign_bound
     >>> gain, p = pooled_sign_bound([(12, 1, 60), (9, 0, 40)])
     >>> round(gain, 3), p < 1e-3
     (0.204, True)
@@ -273,7 +273,7 @@ def screening_evidence(
 
     Examples
     --------
-    >>> from skslot.screening import screening_evidence
+    >>> from skslot.defence.screening import screening_evidence
     >>> votes = {"a": (40, 3, 200), "b": (35, 5, 180), "c": (50, 2, 210)}
     >>> e = screening_evidence(votes, n_tested=4, significance=0.01, min_gain=0.02)
     >>> e.excluded, e.accuser, e.agreeing, round(e.gain, 3)

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .low_rank import Summary
+from ..low_rank import Summary
 
 if TYPE_CHECKING:
-    from .defence import DefenceBounds
+    from ._bounds import DefenceBounds
 
 __all__ = [
     "OWN_MEANS_AGREEMENT",
@@ -82,7 +82,7 @@ def inconsistent_statistics(
     --------
     >>> import numpy as np
     >>> from skslot import GaussianSummary
-    >>> from skslot.consistency import inconsistent_statistics
+    >>> from skslot.defence.consistency import inconsistent_statistics
     >>> s = GaussianSummary(50, np.zeros(3), np.eye(3))
     >>> inconsistent_statistics(s, np.zeros(3), 3.0) is None
     True
@@ -163,7 +163,7 @@ def collapsed_spread(
     --------
     >>> import numpy as np
     >>> from skslot import GaussianSummary
-    >>> from skslot.consistency import collapsed_spread
+    >>> from skslot.defence.consistency import collapsed_spread
     >>> means = np.array([[-1.0, 0.0], [1.0, 0.0]])  # classes two apart along the first axis
     >>> collapsed_spread(GaussianSummary(10, np.zeros(2), np.eye(2)), [5, 5], means) is None
     True
@@ -230,7 +230,7 @@ def inconsistent_parts(
     Examples
     --------
     >>> import numpy as np
-    >>> from skslot.consistency import inconsistent_parts
+    >>> from skslot.defence.consistency import inconsistent_parts
     >>> inconsistent_parts(np.zeros(2), 2.0, np.ones(2) * 0.1, 2.2) is None
     True
     >>> print(inconsistent_parts(np.zeros(2), 2.0, np.zeros(2), 2e4))
@@ -345,7 +345,7 @@ def misplaced_class_means(
     Examples
     --------
     >>> import numpy as np
-    >>> from skslot.consistency import misplaced_class_means
+    >>> from skslot.defence.consistency import misplaced_class_means
     >>> coef, intercept = np.array([[1.0, 0.0], [-1.0, 0.0]]), np.zeros(2)
     >>> means = np.array([[2.0, 1.0], [-2.0, 0.0]])
     >>> misplaced_class_means(coef, intercept, [30, 10], means) is None
