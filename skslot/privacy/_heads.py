@@ -32,6 +32,7 @@ from ..heads import (
     OneShotFedAvgClassifier,
     OneShotHead,
 )
+from ..heads._base import ONE_SHOT_HEAD
 from ._accounting import PrivacyBudget, PrivacyLedger
 from ._statistics import (
     CLASS_MOMENTS_SENSITIVITY,
@@ -273,7 +274,7 @@ class PrivateClassifier(
     __metadata_request__decision_function = {"client": True}
 
     _parameter_constraints: ClassVar[dict] = {
-        "head": [OneShotHead],
+        "head": [ONE_SHOT_HEAD],
         "privacy": [PrivacyBudget],
     }
 

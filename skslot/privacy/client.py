@@ -228,37 +228,31 @@ def private_upload_problem(party: Party, request: UploadRequest) -> str | None:
     return None
 
 
-def private_run(party: Party, request: UploadRequest) -> PrivacyLedger | None:
+def private_run(party: Party, request: UploadRequest) -> PrivacyLedger:
     """The client's ledger for a private run, its lifetime budget charged once per run.
 
-    The request was admitted (:func:`private_upload_problem`) before.
+    The request was admitted (:func:`private_upload_problem`) before; a client
+    without a budget never comes here (its release,
+    :class:`~skslot.protocol.client.ExactRelease`, refuses a private run).
 
     Parameters
     ----------
     party : Party
+        A client with a privacy budget.
     request : UploadRequest
 
     Returns
     -------
-    PrivacyLedger or None
-        ``None`` for a run without privacy (and a client without a budget).
+    PrivacyLedger
 
     Raises
     ------
-    ValueError
-        If the run asks a client without a budget for private releases.
     PrivacyBudgetExceeded
         If the client's lifetime budget does not cover the run (nothing is
         charged then).
     """
     own = party.privacy
-    if own is None:
-        if request.privacy is not None:
-            raise ValueError(
-                "the run asks for private releases, but this client has no privacy budget of "
-                "its own"
-            )
-        return None
+    assert own is not None  # PrivateRelease is a private client's alone
     state = party.state
     before = (state.releases, state.noise_seed, state.rows_digest)
     state.releases = tuple(request.releases)
