@@ -185,9 +185,11 @@ def upload_request(node: int, dtype: str = "float64", **settings) -> Message:
     return Message(messages.content(payload), dst_node_id=node, message_type="query.upload")
 
 
-def evaluation_reply(request: Message, n_correct: int, n_test: int) -> Message:
-    """A client's evaluation reply with the given counts."""
-    payload = evaluation_stage.STAGE.encode_reply(Evaluation(n_correct, n_test), None)
+def evaluation_reply(
+    request: Message, n_correct: int, n_test: int, own_mix: float | None = None
+) -> Message:
+    """A client's evaluation reply with the given counts (and own-mix accuracy)."""
+    payload = evaluation_stage.STAGE.encode_reply(Evaluation(n_correct, n_test, own_mix), None)
     return Message(messages.content(payload), reply_to=request)
 
 

@@ -43,6 +43,7 @@ from skslot.flower.client_app import (  # noqa: E402
     reply_seconds,
 )
 from skslot.heads import HEADS, OneShotFedAvgClassifier, make_head, message_bytes  # noqa: E402
+from skslot.label_mix import own_mix_accuracy  # noqa: E402
 from skslot.low_rank import summary_from_bytes  # noqa: E402
 from skslot.privacy import LifetimeBudget, refusal  # noqa: E402
 from skslot.protocol import ClientParty, ProtocolRunError, UploadRequest  # noqa: E402
@@ -197,12 +198,21 @@ def test_each_nodes_own_label_mix_on_flower_equals_in_process(node_configs, head
     _, expected, tests = in_process(node_configs, config)
     assert scores.federation is not None  # the head tells each node to use its own mix
     parts = {p.client: p for p in client_rows(node_configs, config)[0]}
+    assert report.accuracy_case == "own label mix"
     for client, (Z_test, y_test) in tests.items():
         own = np.bincount(parts[client].y_train, minlength=4)
         predicted = scores.predict(Z_test, class_counts=own)
-        assert report.accuracy[node_of(client)] == pytest.approx(np.mean(predicted == y_test))
+        node = node_of(client)
+        assert report.test_accuracy[node] == pytest.approx(np.mean(predicted == y_test))
+        # the figure reported is the in-process own-mix figure: test rows weighted to its mix
+        (in_process_own,) = own_mix_accuracy(
+            predicted == y_test, y_test, np.zeros(len(y_test)), {0: own}, np.arange(4)
+        ).values()
+        assert report.accuracy[node] == report.own_mix_accuracy[node] == in_process_own
         if head == "FedCGS":  # the same maps, hence the same head
             np.testing.assert_array_equal(predicted, expected.predict(Z_test, client=client))
+    assert report.macro_accuracy == pytest.approx(np.mean(list(report.own_mix_accuracy.values())))
+    assert report.accuracy != report.test_accuracy  # label-skewed nodes: another figure
 
 
 def test_a_streamed_parallel_server_step_gives_the_same_run(node_configs):
@@ -859,19 +869,21 @@ def test_hostile_statistics_are_rejected_and_the_others_proceed(node_configs, ca
 
 
 @pytest.mark.parametrize(
-    ("n_correct", "n_test", "reason"),
+    ("n_correct", "n_test", "own_mix", "reason"),
     [
-        (81, 80, "evaluation counts are inconsistent (81 of 80)"),
-        (2**62, 2**62, "evaluated 4611686018427387904 test rows, but announced 80"),
+        (81, 80, None, "evaluation counts are inconsistent (81 of 80)"),
+        (2**62, 2**62, None, "evaluated 4611686018427387904 test rows, but announced 80"),
+        (40, 80, 1.5, "own-mix accuracy 1.5 is not in [0, 1] for 80 test rows"),
+        (40, 80, float("nan"), "own-mix accuracy nan is not in [0, 1] for 80 test rows"),
     ],
 )
-def test_inconsistent_evaluation_is_rejected(node_configs, n_correct, n_test, reason):
+def test_inconsistent_evaluation_is_rejected(node_configs, n_correct, n_test, own_mix, reason):
     """Node 11 announced 80 test rows in its upload; its accuracy cannot exceed 1."""
 
     def fault(request, reply):
         if request.metadata.message_type != "evaluate.head":
             return reply
-        return evaluation_reply(request, n_correct=n_correct, n_test=n_test)
+        return evaluation_reply(request, n_correct=n_correct, n_test=n_test, own_mix=own_mix)
 
     report, _, _, _ = deploy(node_configs, faults={11: fault})
     assert reason in report.rejected["evaluation"][11]
@@ -1272,11 +1284,12 @@ def test_the_launcher_reads_the_outcome_from_flower_and_the_report(tmp_path):
     outcome = _outcome(5, "finished:completed", "", tmp_path)
     assert outcome.exit_code == COMPLETED and outcome.report == report
     assert outcome.line == f"skslot: run 5 completed: macro accuracy 0.7500; outputs in {folder}"
-    (folder / "report.json").write_text(json.dumps({**report, "config": {"label-mix": "client"}}))
+    case = {"config": {"label-mix": "client"}, "accuracy_case": "own label mix"}
+    (folder / "report.json").write_text(json.dumps({**report, **case}))
     outcome = _outcome(5, "finished:completed", "", tmp_path)
     assert outcome.line == (  # the case its accuracy is of
-        "skslot: run 5 completed: macro accuracy 0.7500 (label-mix 'client': each node's whole "
-        f"test rows); outputs in {folder}"
+        f"skslot: run 5 completed: macro accuracy 0.7500 (label-mix 'client': own label mix); "
+        f"outputs in {folder}"
     )
     # a node rejected or missing: a partial run, named, unless the run config accepts it
     nodes = {"nodes": [11, 12, 13], "rejected": {"upload": {"12": "array 'counts': bad"}},

@@ -108,6 +108,11 @@ def test_every_message_of_a_private_run_is_a_charged_release(clients, client_tau
     result = protocol.run(transport, CLASSES)
     report = result.report
     assert report.status == "completed" and len(report.accuracy) == 4
+    # the plan releases a test count, not an own-mix figure: the report says which it is
+    assert not report.own_mix_accuracy and report.accuracy == report.test_accuracy
+    assert report.accuracy_case == "whole test split"
+    assert all(reply.own_mix is None for replies in transport.replies.values()
+               for reply in replies[1:])  # fmt: skip
     # each client sent two messages, each charged to one release of its plan
     charged = {"upload": "statistics", "evaluation": "evaluation"}
     for c, stages in transport.sent.items():

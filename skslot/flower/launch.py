@@ -388,9 +388,9 @@ def _outcome(
             return RunOutcome(COMPLETED, run_id, status, "the ServerApp completed")
         accuracy = report.get("macro_accuracy")
         what = f"macro accuracy {accuracy:.4f}" if isinstance(accuracy, float) else "completed"
-        mix = report.get("config", {}).get("label-mix")
-        if isinstance(mix, str):  # the case its accuracy is of
-            what += f" (label-mix {mix!r}: each node's whole test rows)"
+        mix, case = report.get("config", {}).get("label-mix"), report.get("accuracy_case")
+        if isinstance(mix, str) and isinstance(case, str):  # the case its accuracy is of
+            what += f" (label-mix {mix!r}: {case})"
         nodes = report.get("nodes", [])
         gone = left_out(nodes, report.get("rejected", {}), report.get("missing", {}))
         if gone and not report.get("config", {}).get(_ACCEPT_PARTIAL, False):
@@ -424,8 +424,8 @@ def run_and_wait(
     """Run a Flower App, stream its log, print a one-line outcome and return an exit code.
 
     The outcome line goes to ``sys.stderr``: ``skslot: run <id> completed:
-    macro accuracy 0.5701 (label-mix 'client': each node's whole test rows);
-    outputs in out/run-<id>`` or ``skslot: run <id>
+    macro accuracy 0.9515 (label-mix 'client': own label mix); outputs in
+    out/run-<id>`` or ``skslot: run <id>
     failed: ProtocolRunError: only 2 client(s) completed the upload stage, ...``.
 
     Parameters

@@ -233,12 +233,13 @@ def main(grid: Grid, context: Context) -> None:
     assert report.tau is not None  # a completed run's
     log(
         logging.INFO,
-        "skslot: %s %s, label-mix %r: macro accuracy %.4f over %d clients, as each "
+        "skslot: %s %s, label-mix %r: macro accuracy %.4f (%s) over %d clients, as each "
         "reports its own test rows (unchecked): %s",
         config.head,
         alignment(config, report.tau),
         config.label_mix,
         report.macro_accuracy,
+        report.accuracy_case,
         len(report.accuracy),
         "; ".join(f"{report.name(node)} {value:.4f}" for node, value in report.accuracy.items()),
     )

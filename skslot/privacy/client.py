@@ -598,3 +598,16 @@ class PrivateRelease:
             )
             state.evaluation = (evaluation_digest(head, tau), int(released))
         return state.evaluation[1]
+
+    def own_mix_accuracy(self, accuracy: Callable[[], float]) -> float | None:
+        """Nothing: the plan declares the count only (the weighted figure is not computed).
+
+        Parameters
+        ----------
+        accuracy : callable
+
+        Returns
+        -------
+        None
+        """
+        return None

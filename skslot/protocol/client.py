@@ -229,3 +229,16 @@ class ExactRelease:
         int
         """
         return count()
+
+    def own_mix_accuracy(self, accuracy: Callable[[], float]) -> float | None:
+        """The exact figure.
+
+        Parameters
+        ----------
+        accuracy : callable
+
+        Returns
+        -------
+        float
+        """
+        return accuracy()

@@ -161,6 +161,20 @@ class ClientRelease(Protocol):
         int
         """
 
+    def own_mix_accuracy(self, accuracy: Callable[[], float]) -> float | None:
+        """The accuracy on test rows weighted to the client's training mix, if it sends one.
+
+        Parameters
+        ----------
+        accuracy : callable
+            ``accuracy()``: the exact figure.
+
+        Returns
+        -------
+        float or None
+            ``None`` where the client's plan does not declare it.
+        """
+
 
 @dataclass
 class ClientState:

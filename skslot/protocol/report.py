@@ -138,9 +138,22 @@ class ProtocolReport:
         Per client, where the transport hears it, what data it says it read
         (its own word, unchecked).
     accuracy : dict
-        Per client, the accuracy it reports on its local test split: its
-        own count, which the server cannot check (the screening's evidence is
+        Per client, its accuracy in the run's case (``accuracy_case``): on
+        test rows weighted to its own training mix where the head serves each
+        client's own label mix, else on its whole local test split.  Its own
+        claim, which the server cannot check (the screening's evidence is
         what the server checked).
+    accuracy_case : str or None
+        What ``accuracy`` and ``macro_accuracy`` measure: ``"own label
+        mix"``, ``"whole test split"``, or, in a run of the client's case
+        where a private client released only its count, which clients'
+        figures are of their whole test split.
+    test_accuracy : dict
+        Per client, the accuracy on its whole local test split.
+    own_mix_accuracy : dict
+        Per client, where the head serves each client's own label mix and
+        the client released it, the accuracy on its test rows weighted to its
+        training mix (:func:`~skslot.label_mix.own_mix_accuracy`).
     n_test : dict
         Per client, the rows of its local test split.
     macro_accuracy : float
@@ -179,6 +192,9 @@ class ProtocolReport:
     untrained_classes: list = field(default_factory=list)
     data: dict = field(default_factory=dict)
     accuracy: dict = field(default_factory=dict)
+    accuracy_case: str | None = None
+    test_accuracy: dict = field(default_factory=dict)
+    own_mix_accuracy: dict = field(default_factory=dict)
     n_test: dict = field(default_factory=dict)
     macro_accuracy: float | None = None
 
@@ -210,6 +226,25 @@ class ProtocolReport:
         """
         self.rejected.setdefault(stage, {})[node] = str(reason)
         logger.warning("rejected %s at the %s stage: %s", self.name(node), stage, reason)
+
+    def score_accuracy(self, *, own_mix: bool) -> None:
+        """Set ``accuracy``, ``accuracy_case`` and ``macro_accuracy`` from the clients' figures.
+
+        Parameters
+        ----------
+        own_mix : bool
+            Whether the head served each client's own label mix.
+        """
+        self.accuracy = {c: self.own_mix_accuracy.get(c, a) for c, a in self.test_accuracy.items()}
+        whole = [self.name(c) for c in self.test_accuracy if c not in self.own_mix_accuracy]
+        if not own_mix or len(whole) == len(self.test_accuracy):
+            self.accuracy_case = "whole test split"
+        elif not whole:
+            self.accuracy_case = "own label mix"
+        else:
+            self.accuracy_case = f"own label mix; whole test split of {', '.join(whole)}"
+        if self.accuracy:
+            self.macro_accuracy = float(np.mean(list(self.accuracy.values())))
 
     def left_out(self) -> dict:
         """Every addressed client that did not take part to the end, and why.

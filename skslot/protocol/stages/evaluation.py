@@ -1,8 +1,11 @@
 """Stage "evaluation": the global head out, each client's test counts back.
 
 Each client aligns its test rows with its map at the run's ``tau`` and counts
-the global head's correct predictions (:class:`Evaluation`); the server ties
-the counts to the test size the client announced at upload (:func:`check`).
+the global head's correct predictions (:class:`Evaluation`); where the head
+serves each client's own label mix, it adds its accuracy on test rows weighted
+to its training mix (:func:`~skslot.label_mix.own_mix_accuracy`, as in
+process).  The server ties the counts to the test size the client announced at
+upload (:func:`check`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...heads import LinearScores
+from ...label_mix import own_mix_accuracy
 from ...low_rank import Summary, TransportMap
 from ...privacy.client import evaluation_digest
 from ...wire.payload import Payload, ReceivedPayload
@@ -29,8 +33,8 @@ __all__ = [
     "EvaluationRequest",
     "EvaluationStage",
     "check",
+    "correct_rows",
     "evaluate",
-    "n_correct",
 ]
 
 #: The groups the head and the counts travel in.
@@ -61,20 +65,25 @@ class Evaluation:
     Parameters
     ----------
     n_correct, n_test : int
+    own_mix : float or None, default=None
+        Its accuracy on test rows weighted to its training mix, where the head
+        serves each client's own label mix and the client releases it (a
+        private client's plan declares only the count).
     """
 
     n_correct: int
     n_test: int
+    own_mix: float | None = None
 
 
-def n_correct(
+def correct_rows(
     party: Party,
     X_test: np.ndarray,
     y_test: np.ndarray,
     request: EvaluationRequest,
     full_map: TransportMap,
-) -> int:
-    """The client's test rows the request's head predicts right, aligned at its ``tau``.
+) -> np.ndarray:
+    """Which of the client's test rows the request's head predicts right, aligned at its ``tau``.
 
     Where the head serves each client's own label mix, it predicts with the
     client's :attr:`~skslot.protocol.ClientParty.prior_counts`: its own
@@ -91,11 +100,10 @@ def n_correct(
 
     Returns
     -------
-    int
+    ndarray of bool of shape (n_test,)
     """
     aligned = full_map.geodesic(request.tau).apply(X_test)
-    predictions = request.head.predict(aligned, class_counts=party.prior_counts)
-    return int(np.sum(predictions == y_test))
+    return request.head.predict(aligned, class_counts=party.prior_counts) == y_test
 
 
 def check(evaluation: Evaluation, n_test: int) -> str | None:
@@ -115,6 +123,9 @@ def check(evaluation: Evaluation, n_test: int) -> str | None:
         return f"evaluated {evaluation.n_test} test rows, but announced {n_test}"
     if not 0 <= evaluation.n_correct <= n_test:
         return f"evaluation counts are inconsistent ({evaluation.n_correct} of {n_test})"
+    own = evaluation.own_mix
+    if own is not None and not (n_test and 0.0 <= own <= 1.0):
+        return f"own-mix accuracy {own!r} is not in [0, 1] for {n_test} test rows"
     return None
 
 
@@ -159,10 +170,11 @@ def evaluate(run: RunState, final: OneShotHead, tau: float) -> None:
             continue
         report.n_test[c] = n_test
         if n_test:
-            report.accuracy[c] = result.n_correct / n_test
+            report.test_accuracy[c] = result.n_correct / n_test
+            if scores.federation is not None and result.own_mix is not None:
+                report.own_mix_accuracy[c] = result.own_mix
     run.roster.keep("evaluation", [c for c in run.roster.order if c in report.n_test])
-    if report.accuracy:
-        report.macro_accuracy = float(np.mean(list(report.accuracy.values())))
+    report.score_accuracy(own_mix=scores.federation is not None)
 
 
 class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
@@ -172,7 +184,8 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
     global head's correct predictions, under its own label mix where the head
     carries the federation's prior (``label_mix="client"``; under a privacy
     budget, the class counts it released: :attr:`ClientParty.prior_counts
-    <skslot.protocol.ClientParty.prior_counts>`); the counts travel as metrics.
+    <skslot.protocol.ClientParty.prior_counts>`), and then adds its accuracy
+    weighted to its own training mix; the counts travel as metrics.
     A private client releases one count per run, for one request only: the
     count's input (the head, ``tau``) is the server's choice, so the same noise
     on another input would tell the difference of the two exact counts; the
@@ -205,10 +218,24 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
         X_test, y_test, n_test = party.X_test, party.y_test, party.n_test
         if X_test is None or y_test is None or n_test == 0:
             return Evaluation(0, 0)
-        count = party.release().evaluation_count(
-            request.head, request.tau, lambda: n_correct(party, X_test, y_test, request, full_map)
-        )
-        return Evaluation(count, n_test)
+        correct: list[np.ndarray] = []
+
+        def rows() -> np.ndarray:
+            if not correct:
+                correct.append(correct_rows(party, X_test, y_test, request, full_map))
+            return correct[0]
+
+        release = party.release()
+        count = release.evaluation_count(request.head, request.tau, lambda: int(rows().sum()))
+        own = None
+        mix = party.class_counts
+        if request.head.federation is not None and mix.sum() > 0:
+            own = release.own_mix_accuracy(
+                lambda: own_mix_accuracy(
+                    rows(), y_test, np.zeros(n_test), {0: mix}, request.head.classes
+                )[0]
+            )
+        return Evaluation(count, n_test, own)
 
     def encode_request(self, request: EvaluationRequest, wire: ServerWire) -> Payload:
         values = wire.with_reference({"tau": float(request.tau)}, request.reference)
@@ -220,14 +247,21 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
         return EvaluationRequest(wire.reference(payload), head, tau)
 
     def encode_reply(self, reply: Evaluation, request: EvaluationRequest) -> Payload:
-        counts = {"n-correct": reply.n_correct, "n-test": reply.n_test}
+        counts: dict[str, int | float] = {"n-correct": reply.n_correct, "n-test": reply.n_test}
+        if reply.own_mix is not None:
+            counts["own-mix-accuracy"] = float(reply.own_mix)
         return Payload(metrics={EVALUATION: counts})
 
     def decode_reply(
         self, payload: ReceivedPayload, request: EvaluationRequest, wire: ServerWire
     ) -> Evaluation:
+        own = None
+        if "own-mix-accuracy" in payload.metrics.get(EVALUATION, {}):
+            own = float(payload.metric(EVALUATION, "own-mix-accuracy", (float, int)))
         return Evaluation(
-            payload.metric(EVALUATION, "n-correct", int), payload.metric(EVALUATION, "n-test", int)
+            payload.metric(EVALUATION, "n-correct", int),
+            payload.metric(EVALUATION, "n-test", int),
+            own,
         )
 
 
