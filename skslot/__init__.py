@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .label_mix import ClientPriorClassifier
     from .low_rank import LowRankGaussianSummary, LowRankMap
     from .maps import GaussianMap
+    from .pipeline import make_slot_pipeline
     from .summary import GaussianSummaryEstimator
     from .tau_search import FederatedTauSearch
     from .transformer import SLOTTransformer
@@ -50,6 +51,7 @@ _SUBMODULE_OF = {
     "SmallClientWarning": "exceptions",
     "SummaryFormatError": "wire",
     "UnknownClientWarning": "exceptions",
+    "make_slot_pipeline": "pipeline",
 }
 
 __all__ = [
@@ -68,6 +70,7 @@ __all__ = [
     "SmallClientWarning",
     "SummaryFormatError",
     "UnknownClientWarning",
+    "make_slot_pipeline",
 ]
 
 __version__ = "0.1.0"

@@ -53,7 +53,7 @@ def test_usage_python_blocks_run():
         namespace: dict = {}
         exec(compile(code, str(USAGE), "exec"), namespace)
     assert namespace["X0_aligned"].shape[1] == namespace["X"].shape[1]
-    assert 0.0 <= namespace["grid"].best_params_["slottransformer__tau"] <= 1.0
+    assert 0.0 <= namespace["grid"].best_params_["align__tau"] <= 1.0
     assert namespace["search"].best_tau_ in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     assert namespace["y_new"].shape == (5,)
 
