@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .barycenter import BuresBarycenter
     from .baselines import ClientStandardScaler
     from .exceptions import (
+        ClassCoverageWarning,
         InvalidSummaryError,
         SingleClientWarning,
         SmallClientWarning,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
 # public name -> the submodule that defines it
 _SUBMODULE_OF = {
     "BuresBarycenter": "barycenter",
+    "ClassCoverageWarning": "exceptions",
     "ClientPriorClassifier": "label_mix",
     "ClientStandardScaler": "baselines",
     "FederatedTauSearch": "tau_search",
@@ -56,6 +58,7 @@ _SUBMODULE_OF = {
 
 __all__ = [
     "BuresBarycenter",
+    "ClassCoverageWarning",
     "ClientPriorClassifier",
     "ClientStandardScaler",
     "FederatedTauSearch",

@@ -34,6 +34,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._param_validation import HasMethods, Options, ParameterValidationMixin
 from ._validation import check_client_labels, check_row_labels
+from .exceptions import warn_lone_classes
 from .label_shift import class_counts
 
 __all__ = [
@@ -370,6 +371,7 @@ class ClientPriorClassifier(
         self.class_counts_ = sum(
             self.client_class_counts_.values(), np.zeros(len(self.classes_), dtype=np.int64)
         )
+        warn_lone_classes(type(self).__name__, self.client_class_counts_, self.classes_)
         if hasattr(self.estimator_, "n_features_in_"):
             self.n_features_in_ = self.estimator_.n_features_in_
         return self

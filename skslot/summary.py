@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
@@ -32,7 +31,7 @@ from ._validation import (
     unchanged_on_error,
 )
 from .defaults import COVARIANCE_FLOOR, DELTA
-from .exceptions import SmallClientWarning, shown_labels
+from .exceptions import SmallClientWarning, shown_labels, warn_once
 from .ledoit_wolf import (
     floor_shift,
     ledoit_wolf_shrinkage,
@@ -373,7 +372,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
                 self._finalise(self._clients_in(self._moments))
         small = [c for c in self.clients_ if self.summaries_[c].n <= self.n_features_in_]
         if small:
-            warnings.warn(
+            warn_once(
                 f"{type(self).__name__}: client(s) {shown_labels(small)} hold no more rows than "
                 f"the {self.n_features_in_} features (fewest: "
                 f"{min(self.summaries_[c].n for c in small)}): their covariance is mostly the "

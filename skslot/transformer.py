@@ -31,7 +31,7 @@ from .barycenter import (
     warn_single_client,
 )
 from .defaults import CLIENT_TAU, LABEL_MIX, MEAN_TAU, default_tau
-from .exceptions import SmallClientWarning, UnknownClientWarning, shown_labels
+from .exceptions import SmallClientWarning, UnknownClientWarning, shown_labels, warn_once
 from .gaussian import GaussianSummary
 from .label_mix import LABEL_MIXES, domain_offsets
 from .label_shift import CLIENT_TAU_RULES, class_sums, label_shift_distances
@@ -327,6 +327,8 @@ class SLOTTransformer(
         bary = self.barycenter_estimator()
         with warnings.catch_warnings():  # warned below, in this estimator's name
             warnings.simplefilter("ignore", SingleClientWarning)
+            if self.tau_value == 0:  # no covariance moves: a small client's is not used
+                warnings.simplefilter("ignore", SmallClientWarning)
             if self.covariance == "total":
                 bary.fit(X, client=client)  # on a tensor's device when X is one
             else:  # label-aware: the clients' within-class summaries
@@ -611,7 +613,7 @@ class SLOTTransformer(
             "fit": "their maps are estimated from their rows here",
             "identity": "their rows are left unchanged",
         }[self.unknown_client]
-        warnings.warn(
+        warn_once(
             f"{type(self).__name__}.transform: client(s) {shown_labels(unknown)} were not "
             f"seen during fit{self._near_miss(unknown)}: {what} "
             f"(unknown_client={self.unknown_client!r})",

@@ -92,6 +92,43 @@ def test_a_csv_with_string_labels_and_clients_runs_with_per_client_outputs(
     )
 
 
+def test_each_degenerate_shop_gets_one_clear_message(tmp_path, capsys):
+    """Four shops as given: one with no training row, one with a single row, a class that
+    only one shop trained; each said once, naming the shop, over every seed and head."""
+    frame = clinic_frame()
+    frame["site"] = np.where(np.arange(len(frame)) % 10 == 0, "west", frame["site"])
+    west, south = (frame["site"] == "west").to_numpy(), (frame["site"] == "south").to_numpy()
+    frame.loc[west, "part"] = "test"  # west: 0 training rows
+    frame.loc[south, "part"] = "test"
+    frame.loc[np.flatnonzero(south)[0], "part"] = "train"  # south: 1 training row
+    fox = (frame["animal"] == "fox").to_numpy()
+    frame.loc[fox & (frame["site"] != "north").to_numpy(), "part"] = "test"  # fox: north only
+    path = tmp_path / "shops.csv"
+    frame.to_csv(path, index=False)
+    args = ["bench", "--data", str(path), "--label", "animal", "--client", "site"]
+    args += ["--split-column", "part", "--skew", "none", "--seeds", "2", "--no-auto"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main([*args, "--out", str(tmp_path / "out"), *FAST]) == 0
+    printed = capsys.readouterr()
+    said = [line for line in printed.err.splitlines() if "DataWarning" in line]
+    assert said == [
+        "skslot bench: DataWarning: client 'south' has 1 training row(s) as given: it takes no "
+        "part in training, its test rows are scored unaligned (2 of 2 runs)",
+        "skslot bench: DataWarning: client 'west' has 0 training row(s) as given: it takes no "
+        "part in training, its test rows are scored unaligned (2 of 2 runs)",
+        "skslot bench: DataWarning: class(es) trained by one client only as given: class 'fox' "
+        "by client 'north'; the heads learn each from that client's domain (2 of 2 runs)",
+    ]
+    # both per-client tables, each naming its case
+    assert "Accuracy per client (%), mean +- std over seeds: Each client's own label mix" in (
+        printed.out
+    )
+    assert "Accuracy per client (%), mean +- std over seeds: Every class of each domain" in (
+        printed.out
+    )
+
+
 @pytest.mark.parametrize(
     ("column", "split_args"),
     [("split", ["--split", "given"]), ("part", ["--split-column", "part"])],

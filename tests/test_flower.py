@@ -215,6 +215,43 @@ def test_each_nodes_own_label_mix_on_flower_equals_in_process(node_configs, head
     assert report.accuracy != report.test_accuracy  # label-skewed nodes: another figure
 
 
+def test_degenerate_nodes_each_get_one_clear_message(node_configs, tmp_path, caplog):
+    """A node with one training row is rejected with the estimators' reason; a class one
+    node alone trained is reported and logged once, by node."""
+    configs = {node: dict(config) for node, config in node_configs.items()}
+    with np.load(configs[14]["data"]) as arrays:
+        parts = {key: arrays[key] for key in arrays.files}
+    parts["X_train"], parts["y_train"] = parts["X_train"][:1], parts["y_train"][:1]
+    np.savez(tmp_path / "one_row.npz", **parts)
+    configs[14]["data"] = str(tmp_path / "one_row.npz")
+    for node in (11, 12):  # class 3: node 13's training rows alone (node 14 is rejected)
+        with np.load(configs[node]["data"]) as arrays:
+            kept = {key: arrays[key] for key in arrays.files}
+        train = kept["y_train"] != 3
+        kept["X_train"], kept["y_train"] = kept["X_train"][train], kept["y_train"][train]
+        np.savez(tmp_path / f"no_three_{node}.npz", **kept)
+        configs[node]["data"] = str(tmp_path / f"no_three_{node}.npz")
+    with caplog.at_level(logging.WARNING, logger="skslot.protocol"):
+        report, _, _, _ = deploy(configs, screen="off", min_clients=2)
+    assert (
+        "client 3 has 1 sample; at least 2 are needed to estimate a covariance"
+        in (report.rejected["upload"][14])
+    )
+    held = {}  # the accepted nodes' training classes
+    for node in (11, 12, 13):
+        with np.load(configs[node]["data"]) as arrays:
+            held[node] = set(arrays["y_train"].tolist())
+    expected = {
+        c: f"node {node} (client {node - 11})"
+        for c in range(4)
+        for node in (11, 12, 13)
+        if [c in classes for classes in held.values()].count(True) == 1 and c in held[node]
+    }
+    assert report.lone_classes == expected and expected[3] == "node 13 (client 2)"
+    lone = [r.getMessage() for r in caplog.records if "one node only" in r.getMessage()]
+    assert len(lone) == 1 and "class 3 by node 13 (client 2)" in lone[0]
+
+
 def test_a_streamed_parallel_server_step_gives_the_same_run(node_configs):
     """client-batch and server-jobs change the server's memory and time, not the run."""
     report, scores, reference, _ = deploy(node_configs, summary_dtype="float64")

@@ -482,7 +482,7 @@ def test_statistics_aligned_by_factor_form_maps_equal_the_dense_maps():
     y = np.tile([0, 1], 15)
     classes = np.unique(y)
     with pytest.warns(SmallClientWarning, match="no more rows than the 100 features"):
-        slot = SLOTTransformer(barycenter=BuresBarycenter(form="low-rank"))
+        slot = SLOTTransformer(label_mix="federation", barycenter=BuresBarycenter(form="low-rank"))
         factor = slot.fit(X, y, client=client)
     assert all(isinstance(t, LowRankMap) for t in factor.maps_.values())
     head = FedCGSClassifier()

@@ -274,22 +274,25 @@ def _per_client(records: list[dict], without: dict, with_slot: dict) -> dict[str
     }
 
 
-def format_client_table(summary: list[dict], main_tau: float) -> str:
-    """A markdown table of the accuracy per client, without SLOT and at ``main_tau``.
+def format_client_table(summary: list[dict], main_tau: float, label: str | None = None) -> str:
+    """A markdown table of the accuracy per client, without SLOT and with it.
 
     Parameters
     ----------
     summary : list of dict
-        :func:`summarise`'s rows.
+        :func:`summarise`'s rows, of one case.
     main_tau : float
         The ``tau`` reported as "with SLOT".
+    label : str, optional
+        The SLOT column's heading (default ``"SLOT (tau=<main_tau>)"``).
 
     Returns
     -------
     str
     """
+    label = label or f"SLOT (tau={main_tau:g})"
     lines = [
-        f"| alpha | head | client | test rows | without SLOT | SLOT (tau={main_tau:g}) | gain |",
+        f"| alpha | head | client | test rows | without SLOT | {label} | gain |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in summary:
@@ -529,6 +532,10 @@ def write_outputs(
             f.write(f"## {CASE_TITLES['own mix']}\n\n{own_mix_table}\n\n")
             f.write(f"## {CASE_TITLES['domain']}\n\n")
         f.write(f"{format_table(summary, main_tau, label)}\n\n")
-        f.write(f"## {CLIENT_TABLE_TITLE}\n\n{format_client_table(summary, main_tau)}\n")
+        if own_mix is not None:
+            f.write(f"## {CLIENT_TABLE_TITLE}: {CASE_TITLES['own mix']}\n\n")
+            f.write(f"{format_client_table(own_mix, main_tau, OWN_MIX_LABEL)}\n\n")
+        f.write(f"## {CLIENT_TABLE_TITLE}: {CASE_TITLES['domain']}\n\n")
+        f.write(f"{format_client_table(summary, main_tau, label)}\n")
     plot_tau_sweep(summary, paths["tau_sweep.png"], records[0]["dataset"])
     return paths

@@ -19,7 +19,7 @@ from skslot.barycenter import BuresBarycenter
 from skslot.baselines import ClientStandardScaler
 from skslot.datasets import DomainDataset, FeatureTable, dirichlet_partition
 from skslot.defaults import CLIENT_TAU, MEAN_TAU, TAU, VALIDATION_FRACTION
-from skslot.exceptions import UnknownClientWarning
+from skslot.exceptions import ClassCoverageWarning, UnknownClientWarning, lone_classes, lone_text
 from skslot.heads import HEADS, OneShotHead, make_head
 from skslot.selection import NoValidationRowsError
 from skslot.summary import FORMS
@@ -38,9 +38,11 @@ __all__ = [
     "SHRINKAGE_BYTES",
     "BenchmarkConfig",
     "BenchmarkWarning",
+    "DataWarning",
     "evaluate_run",
     "run_benchmark",
 ]
+
 
 #: Head factories by name (the registry's heads, :data:`skslot.heads.HEADS`); each
 #: takes the run's seed as ``random_state`` where the head has one.
@@ -83,6 +85,16 @@ CLIENT_TABLE_TITLE = "Accuracy per client (%), mean +- std over seeds"
 OWN_MIX_LABEL = "SLOT (label_mix='client')"
 
 
+class DataWarning(UserWarning):
+    """What a run's data give the federation too little of, once per cause.
+
+    A client left with fewer than two training rows (it takes no part in
+    training; its test rows are scored unaligned), or a class one client's
+    rows alone train.  :func:`run_benchmark` issues one per distinct message,
+    with the runs it held in, after the runs.
+    """
+
+
 class BenchmarkWarning(UserWarning):
     """The warnings raised inside the benchmark's runs, counted, in one message.
 
@@ -122,8 +134,9 @@ class BenchmarkConfig:
         Applied to the features first: none, the square root of the features
         clipped at 0, or each row scaled to unit norm.
     n_jobs : int, default=1
-        Runs in parallel (joblib's convention); with ``n_jobs != 1`` each run's
-        BLAS uses one thread.
+        Runs in parallel (joblib's convention).  Each run's BLAS uses one
+        thread, and the records come in the order of the runs, so the
+        results are the same for every ``n_jobs``.
     auto : bool, default=True
         Also run each head with ``tau`` chosen by
         :class:`~skslot.FederatedTauSearch` over ``taus``.
@@ -225,14 +238,17 @@ def evaluate_run(
         test_mask=test_mask,
         random_state=seed,
     )
+
+    def client_name(k: Any) -> str:
+        domain = str(data.domains[part.client_domain[k]])
+        return domain if config.clients_per_domain == 1 else f"{domain}[{k}]"
+
+    given = "as given" if alpha is None else f"after the skew (alpha {alpha:g})"
     for k in part.empty_clients:  # said, not dropped silently
-        shown = "none" if alpha is None else f"{alpha:g}"
         warnings.warn(
-            f"client {str(data.domains[part.client_domain[k]])!r} keeps "
-            f"{int(np.sum(part.train_client == k))} training row(s) after the skew (alpha "
-            f"{shown}, seed {seed}): it takes no part in training, its test rows are scored "
-            "unaligned",
-            UserWarning,
+            f"client {client_name(k)!r} has {int(np.sum(part.train_client == k))} training row(s) "
+            f"{given}: it takes no part in training, its test rows are scored unaligned",
+            DataWarning,
             stacklevel=2,
         )
     keep = ~np.isin(part.train_client, part.empty_clients)
@@ -260,6 +276,15 @@ def evaluate_run(
     classes = np.unique(y_train)
     # each client's training mix: the label mix of its future rows in the "own mix" case
     mixes = training_mixes(y_train, train_client, classes)
+    named = np.asarray(data.classes)[classes].tolist()  # the classes' names, not codes
+    lone = lone_classes({client_name(k): mix for k, mix in mixes.items()}, np.asarray(named))
+    if lone:  # the heads' own warning names clients by number: this one, by name
+        warnings.warn(
+            f"class(es) trained by one client only {given}: {lone_text(lone)}; the heads "
+            "learn each from that client's domain",
+            DataWarning,
+            stacklevel=2,
+        )
 
     # what each client sends for SLOT: its summary, float32 on the wire (Flower's default),
     # or, where the head's statistics determine the summary (FedCGS), its shrinkage alone
@@ -430,9 +455,23 @@ def _evaluate_in_worker(
                 )
         # the benchmark maps a client without training rows by the identity, by design
         warnings.filterwarnings("ignore", category=UnknownClientWarning)
+        warnings.filterwarnings("ignore", category=ClassCoverageWarning)  # a DataWarning
         records = evaluate_run(*args, **kwargs)
     text = [(w.category.__name__, (str(w.message).strip().splitlines() or [""])[0]) for w in caught]
     return records, text
+
+
+def data_warnings(caught: Sequence[tuple[str, str]], runs: int) -> list[str]:
+    """Each distinct :class:`DataWarning` of the runs once, with how many runs it held in.
+
+    >>> data_warnings([("DataWarning", "client 'a' has 1 training row(s)")] * 2, 5)
+    ["client 'a' has 1 training row(s) (2 of 5 runs)"]
+    """
+    counts: dict[str, int] = {}
+    for category, message in caught:
+        if category == DataWarning.__name__:
+            counts[message] = counts.get(message, 0) + 1
+    return [f"{message} ({n} of {runs} runs)" for message, n in counts.items()]
 
 
 def describe_warnings(caught: Sequence[tuple[str, str]], width: int = 60) -> str:
@@ -566,25 +605,30 @@ def run_benchmark(
     ]
     if not jobs:
         return []
-    threads = 1 if config.n_jobs != 1 else None
     filters = list(warnings.filters)
-    records: list[dict] = []
-    caught: list[tuple[str, str]] = []
+    finished_runs: dict[tuple, tuple[list[dict], list[tuple[str, str]]]] = {}
     shown = _Progress(len(jobs), data.name, sys.stderr) if progress else None
     worker = delayed(_evaluate_in_worker)
-    options = {"threads": threads, "filters": filters, "test_mask": test_mask}
+    # one BLAS thread per run, whatever n_jobs: a thread count changes the last bits of
+    # the arithmetic, and a printed digit at a rounding boundary with them
+    options = {"threads": 1, "filters": filters, "test_mask": test_mask}
     results = Parallel(n_jobs=config.n_jobs, return_as="generator_unordered")(
         worker(data, X, alpha, seed, config, chosen, **options) for alpha, seed in jobs
     )
     try:
         for finished, (run, run_warnings) in enumerate(results, 1):
-            records.extend(run)
-            caught.extend(run_warnings)
+            finished_runs[run[0]["alpha"], run[0]["seed"]] = run, run_warnings
             if shown is not None:
                 shown.update(finished, run[0]["alpha"], run[0]["seed"])
     finally:
         if shown is not None:
             shown.close()
-    if caught:
-        warnings.warn(describe_warnings(caught), BenchmarkWarning, stacklevel=2)
+    in_order = [finished_runs["none" if a is None else a, seed] for a, seed in jobs]
+    records = [r for run, _ in in_order for r in run]
+    caught = [w for _, run_warnings in in_order for w in run_warnings]
+    for message in data_warnings(caught, len(jobs)):
+        warnings.warn(message, DataWarning, stacklevel=2)
+    others = [(category, text) for category, text in caught if category != DataWarning.__name__]
+    if others:
+        warnings.warn(describe_warnings(others), BenchmarkWarning, stacklevel=2)
     return records

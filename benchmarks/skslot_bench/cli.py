@@ -41,7 +41,7 @@ from . import (
     summarise,
     write_outputs,
 )
-from ._run import CLIENT_TABLE_TITLE
+from ._run import CLIENT_TABLE_TITLE, OWN_MIX_LABEL
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "run"]
 
@@ -244,7 +244,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--n-jobs",
         type=_n_jobs,
         default=2,
-        help="parallel runs: a count, or -1 for every core (joblib's convention) (default: 2)",
+        help="parallel runs: a count, or -1 for every core (joblib's convention); each run "
+        "uses one BLAS thread, so the results do not depend on it (default: 2)",
     )
     _setting_option(parser, "--form", "summary_form", "form")
     parser.add_argument(
@@ -555,8 +556,9 @@ def run(args: argparse.Namespace) -> int:
     print(format_short_table(summary))
     print(f"more (spreads, CORAL, bytes) in {paths['summary.md']}")
     if len({r["alpha"] for r in records}) == 1:  # one's own clients as they are: short
-        print(f"\n{CLIENT_TABLE_TITLE}")
-        print(format_client_table(summary, config.main_tau))
+        for case, rows, slot in (("own mix", own_mix, OWN_MIX_LABEL), ("domain", summary, label)):
+            print(f"\n{CLIENT_TABLE_TITLE}: {CASE_TITLES[case]}")
+            print(format_client_table(rows, config.main_tau, slot))
     print("wrote " + ", ".join(paths.values()))
     for line in _warning_lines(caught):
         print(line, file=sys.stderr)

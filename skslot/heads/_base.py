@@ -28,6 +28,7 @@ from .._validation import (
     check_host_rows,
     spawn_seeds,
 )
+from ..exceptions import warn_lone_classes
 from ..label_mix import client_counts_of, prior_shifts, row_clients
 from ..low_rank import LowRankMap
 from ..maps import GaussianMap
@@ -148,6 +149,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         self.class_counts_ = sum(
             self.client_class_counts_.values(), np.zeros(classes.shape[0], dtype=np.int64)
         )
+        warn_lone_classes(type(self).__name__, self.client_class_counts_, classes, stacklevel=3)
         self._fit_from_statistics(stats, classes, None)
         self.upload_bytes_ = _upload_bytes(stats)
         return self

@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike
 from .._backend import as_host_rows
 from .._validation import check_client_labels, check_open_fraction, check_row_labels
 from ..defaults import VALIDATION_FRACTION
-from ..exceptions import shown_labels
+from ..exceptions import lone_classes, lone_text, shown_labels
 from ..heads import OneShotHead
 from ..low_rank import Summary
 from ..selection import (
@@ -236,6 +236,16 @@ class OneShotProtocol(ProtocolParameters):
             )
         clients = run.roster.clients
         counts = {c: getattr(clients[c].upload, "class_counts", None) for c in run.roster.order}
+        held = {run.report.name(c): n for c, n in counts.items() if n is not None}
+        if len(held) == len(counts):
+            lone = lone_classes(held, run.classes)
+            run.report.lone_classes = lone
+            if lone:
+                logger.warning(
+                    "skslot: class(es) trained by one node only (%s): the head learns each from "
+                    "that node's domain",
+                    lone_text(lone, name=str),
+                )
         if self.label_mix == "client" and all(n is not None for n in counts.values()):
             final.with_client_counts(counts)  # the counts the label-shift rule received
         if self.evaluate:

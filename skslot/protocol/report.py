@@ -134,6 +134,9 @@ class ProtocolReport:
     untrained_classes : list
         The classes of the run's class set no accepted client's rows trained:
         the final head never predicts them.
+    lone_classes : dict
+        The classes one accepted client's rows alone trained, with that
+        client (by the class counts the clients sent, where they sent them).
     data : dict
         Per client, where the transport hears it, what data it says it read
         (its own word, unchecked).
@@ -190,6 +193,7 @@ class ProtocolReport:
     screening: dict | None = None
     final_head: str | None = None
     untrained_classes: list = field(default_factory=list)
+    lone_classes: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
     accuracy: dict = field(default_factory=dict)
     accuracy_case: str | None = None
