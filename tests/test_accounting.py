@@ -102,11 +102,11 @@ def test_the_ledger_refuses_a_release_beyond_its_budget_and_repeats_a_release():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"epsilon": 0.0}, "epsilon must be a number in"),
-        ({"epsilon": float("nan")}, "epsilon must be a number in"),
-        ({"epsilon": 1.0, "delta": 1.0}, "delta must be a number in"),
-        ({"epsilon": True}, "epsilon must be a number in"),
-        ({"epsilon": 1.0, "clip_norm": float("inf")}, "clip_norm must be a positive"),
+        ({"epsilon": 0.0}, r"epsilon must be a real number in \(0.0, 1000000.0\], got 0.0"),
+        ({"epsilon": float("nan")}, "epsilon must be a real number in"),
+        ({"epsilon": 1.0, "delta": 1.0}, r"delta must be a real number in \(0.0, 1.0\)"),
+        ({"epsilon": True}, "epsilon must be a real number in"),
+        ({"epsilon": 1.0, "clip_norm": float("inf")}, "clip_norm must be a real number > 0.0"),
         ({"epsilon": 1.0, "shares": {"gram": 1.0}}, "unknown release 'gram'"),
         ({"epsilon": 1.0, "shares": {"summary": 0.0}}, "share of 'summary' must be a positive"),
     ],

@@ -16,6 +16,7 @@ from skslot.defaults import TAU as DEFAULT_TAU
 from skslot.defence import DefenceBounds
 from skslot.flower import AlignmentSettings, DeploymentConfig, Setting
 from skslot.heads import make_head
+from skslot.privacy import PrivacyBudget
 from skslot.protocol import OneShotProtocol
 from skslot.selection import DEFAULT_TAUS
 from skslot.transformer import SLOTTransformer
@@ -404,12 +405,15 @@ def test_each_setting_of_a_library_parameter_is_read_from_its_declaration():
                 with pytest.raises(ValueError, match=parameter):
                     if owner is OneShotProtocol:
                         OneShotProtocol(make_head("FedCGS"), **{parameter: beyond})
+                    elif owner is PrivacyBudget:
+                        PrivacyBudget(**{"epsilon": 1.0, parameter: beyond})
                     else:
                         owner(**{parameter: beyond})
         default = inspect.signature(owner).parameters[parameter].default
-        assert s.default == default or s.name in ("min_clients", "summary_form"), s.name
+        # a deployment's own defaults: 2 clients, the summaries' form, no privacy
+        assert s.default == default or s.name in ("min_clients", "summary_form", "epsilon")
         owned[s.name] = s
-    assert len(owned) == 16
+    assert len(owned) == 19
     # the bench's options of the same settings are made from these declarations
     subparsers = next(a for a in build_parser()._actions if a.dest == "command")
     bench = subparsers.choices["bench"]

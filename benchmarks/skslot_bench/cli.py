@@ -55,8 +55,8 @@ DESCRIPTION = (
     "tau sweep, and with tau chosen by the federation (auto). Prints a table, writes "
     "CSV/JSON/markdown results (with the accuracy per client) and a PNG plot. The defaults "
     "(the embedded digits features, 4 alphas x 5 seeds x 6 taus) take 76 s on an idle "
-    "2-core machine (two runs at a time, one BLAS thread each). Your own table: --data my.csv --label COL --client COL [--split given "
-    "--split-column COL] [--skew none]."
+    "2-core machine (two runs at a time, one BLAS thread each). Your own table: --data "
+    "my.csv --label COL --client COL [--split given --split-column COL] [--skew none]."
 )
 
 #: The defaults of ``skslot bench``: the paper's grid (BenchmarkConfig's defaults), 76 s

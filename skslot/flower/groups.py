@@ -22,7 +22,7 @@ from ..defaults import (
 from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class, make_head
 from ..label_mix import LABEL_MIXES
-from ..privacy import MAX_EPSILON
+from ..privacy import PrivacyBudget
 from ..protocol import OneShotProtocol
 from ..selection import DEFAULT_TAUS, check_tau_grid
 from ..summary import GaussianSummaryEstimator
@@ -512,8 +512,9 @@ class DataSettings(SettingsGroup):
 class PrivacySettings(SettingsGroup):
     """Each client's differential-privacy budget (:mod:`skslot.privacy`)."""
 
-    epsilon: float | None = declare(
-        None,
+    epsilon: float | None = owned(
+        PrivacyBudget,
+        "epsilon",
         "The epsilon of each client's privacy budget ('none': exact values)",
         details="One (epsilon, delta) budget per client covers everything it sends "
         "(skslot.privacy): with FedCGS its statistics, from which the server derives its "
@@ -524,23 +525,16 @@ class PrivacySettings(SettingsGroup):
         "A node's own 'epsilon', 'delta' and 'clip-norm' (node config) is the budget it "
         "enforces, and it refuses a run under another.  With a head of no private release "
         "of its own, only the summary is private.",
-        low=0.0,
-        high=MAX_EPSILON,
-        low_open=True,
+        default=None,
     )
-    delta: float = declare(
-        1e-5,
-        "The delta of each client's (epsilon, delta) budget",
-        low=0.0,
-        high=1.0,
-        low_open=True,
+    delta: float = owned(
+        PrivacyBudget, "delta", "The delta of each client's (epsilon, delta) budget"
     )
-    clip_norm: float = declare(
-        1.0,
+    clip_norm: float = owned(
+        PrivacyBudget,
+        "clip_norm",
         "Row-norm bound of the private releases, in the features' units (choose it from "
         "public knowledge: 1 clips nothing for L2-normalised features)",
-        low=0.0,
-        low_open=True,
     )
 
 

@@ -38,10 +38,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from numbers import Real
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 
+from .._param_validation import Interval, validate_parameter_constraints
 from .._validation import check_in_range
 from ..defaults import DELTA
 from ._summary import noise_seed, warn_large_delta
@@ -296,18 +297,19 @@ class PrivacyBudget:
     shares: Mapping[str, float] | None = None
     random_state: Any = field(default=None, compare=False)
 
+    #: The parameters' constraints (a deployment's run config reads them too).
+    _parameter_constraints: ClassVar[dict[str, list]] = {
+        "epsilon": [Interval(Real, 0.0, MAX_EPSILON, closed="right")],
+        "delta": [Interval(Real, 0.0, 1.0, closed="neither")],
+        "clip_norm": [Interval(Real, 0.0, None, closed="neither")],
+    }
+
     def __post_init__(self) -> None:
-        epsilon = self.epsilon
-        if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
-            raise ValueError(f"epsilon must be a number in (0, {MAX_EPSILON:g}], got {epsilon!r}")
-        if not 0.0 < epsilon <= MAX_EPSILON:
-            raise ValueError(f"epsilon must be a number in (0, {MAX_EPSILON:g}], got {epsilon!r}")
-        delta = self.delta
-        if isinstance(delta, bool) or not isinstance(delta, Real) or not 0.0 < delta < 1.0:
-            raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
-        clip = self.clip_norm
-        if isinstance(clip, bool) or not isinstance(clip, Real) or not 0.0 < clip < math.inf:
-            raise ValueError(f"clip_norm must be a positive finite number, got {clip!r}")
+        validate_parameter_constraints(
+            self._parameter_constraints,
+            {"epsilon": self.epsilon, "delta": self.delta, "clip_norm": self.clip_norm},
+            caller_name=type(self).__name__,
+        )
         for name, weight in dict(self.shares or {}).items():
             if name not in RELEASES:
                 raise ValueError(f"shares names an unknown release {name!r}; known: {RELEASES}")
