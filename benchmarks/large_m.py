@@ -2,7 +2,7 @@
 
 Four clients of n = 100 rows each in m = 4096 dimensions (synthetic, scaled
 and shifted per client), default threads.  Prints the time of each step; see
-docs/performance.md ("Large m, few rows").
+docs/scaling.md.
 
 Run: python benchmarks/large_m.py [m] [n] [K]   (about 10 minutes on 2 cores at the defaults)
 """

@@ -76,7 +76,7 @@ __all__ = [
     "make_slot_pipeline",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str) -> object:

@@ -506,7 +506,7 @@ def scipy_blas_single_threaded() -> Iterator[None]:
     The mixed path calls SciPy's ``ssyevd`` and ``trsm`` between NumPy's
     products; with two OpenBLAS copies each at the default thread count, the
     idle workers of one spin on the cores the other needs (see
-    ``docs/performance.md``).  With SciPy's copy at one thread, its calls run
+    ``docs/scaling.md``).  With SciPy's copy at one thread, its calls run
     on the calling thread only.
     """
     own = _scipy_own_blas()

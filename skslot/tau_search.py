@@ -59,7 +59,7 @@ class FederatedTauSearch(
     validates, as a test row is: a map estimated from the held-out rows too
     fits them better than new ones, most of all a within-class map
     (``slot=SLOTTransformer(covariance="within")``), and would bias the
-    choice towards strong transport (measured in docs/results.md).  The
+    choice towards strong transport (measured in docs/results/out_of_sample_selection.md).  The
     deployed maps are those same maps; the final head is refitted on all
     rows.
 

@@ -325,3 +325,18 @@ def test_fedcgs_covariance_study_picks_by_its_rule_against_the_reference(
     assert "(a) every cell >= the reference - 0.5" in out
     assert "| total OAS |" in out and "| within OAS |" in out
     assert "the 1280-d digits are not in this study" in out  # named, not silently left out
+
+
+def test_readme_times_runs_the_readme_commands_and_compares_their_digits(monkeypatch, capsys):
+    """--quick: the README's example prints the README's lines; a one-seed bench prints the
+    same tables with one run at a time as with two (not the README's: another grid)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import readme_times
+
+    readme_times.main(["--quick"])
+    out = capsys.readouterr().out
+    assert "| the README's example |" in out and out.split("| the README's example |")[1].split(
+        "\n"
+    )[0].endswith("| yes |")
+    assert "| skslot bench --n-jobs 1 |" in out
+    assert "The two benchmark runs print the same tables: yes." in out

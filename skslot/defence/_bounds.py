@@ -24,7 +24,7 @@ What they cannot do: with ``K`` clients, a client inside every bound still
 holds up to ``cap / (cap + K - 1)`` of the weight, and one that sends
 *consistent* statistics of poisoned rows (flipped labels at an honest count)
 is indistinguishable from an honest client with unusual data
-(``benchmarks/attacks.py`` measures both; docs/security.md).
+(``benchmarks/attacks.py`` measures both; docs/threats.md).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ kept found ``H_{-j}`` better.
 An exclusion therefore needs :data:`MIN_VOTERS` voters (four clients).  One
 client at most is excluded per comparison, the strongest case
 (:func:`strongest_case`).  Measured: docs/results/screening.md and
-docs/results/attacks.md; what the screening cannot catch: docs/security.md.
+docs/results/attacks.md; what the screening cannot catch: docs/threats.md.
 
 References
 ----------

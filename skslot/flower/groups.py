@@ -152,7 +152,7 @@ class ProtocolSettings(SettingsGroup):
         "the fastest)",
         details="A positive value bounds the iteration's memory beyond the decoded summaries "
         "to about ``5 * client_batch * m^2`` float64 per job, for many clients "
-        "(docs/performance.md); all in one stack takes about ``5 K m^2``.",
+        "(docs/scaling.md); all in one stack takes about ``5 K m^2``.",
         low=0,
     )
 
@@ -371,7 +371,7 @@ class DefenceSettings(SettingsGroup):
         "Screen the clients against each other: implausible summaries and counts rejected, "
         "weights capped, a head's statistics checked against the client's own summary",
         details="The bounds below (:mod:`skslot.defence`).  ``False`` accepts every client "
-        "whose messages pass the wire checks (for studying attacks; docs/security.md).",
+        "whose messages pass the wire checks (for studying attacks; docs/threats.md).",
     )
     max_dimension: int = declare(
         4096,
@@ -416,7 +416,7 @@ class DefenceSettings(SettingsGroup):
         "A summary whose mean variance tr(S) / m is more than this factor above or below the "
         "clients' median is rejected",
         details="With 3 or more clients; honest clients of the real data sets stay within "
-        "9.5 (docs/deployment.md).",
+        "9.5 (docs/results/honest_bounds.md).",
     )
     max_mean_offset: float = owned(
         DefenceBounds,

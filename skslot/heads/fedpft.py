@@ -57,7 +57,7 @@ class FedPFTClassifier(OneShotHead):
         without any factorisation), all ``m^2`` entries (``"full"``), the
         variances (``"diag"``), or one variance (``"spherical"``).  The
         default is the point of the accuracy-against-bytes curve on real
-        digits features (docs/results.md, "FedPFT: accuracy against bytes")
+        digits features (docs/results/fedpft_bytes.md)
         where the bytes fall by 38x (659 KB instead of 24.8 MB per client at
         m = 1280, 10 classes) for at most half a point of accuracy; ``"diag"``
         and ``"spherical"`` (Flower's baseline, :meth:`flower_baseline`) lose
@@ -162,7 +162,7 @@ class FedPFTClassifier(OneShotHead):
 
         ``m + 2`` float16 values per (client, class): 25.9 KB per client at
         m = 1280 with 10 classes, and 7 to 15 points less accurate than the
-        default on digits features (docs/results.md).
+        default on digits features (docs/results/fedpft_bytes.md).
 
         Parameters
         ----------

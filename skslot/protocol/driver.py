@@ -137,7 +137,7 @@ class OneShotProtocol(ProtocolParameters):
         when it reaches more than :data:`~skslot.defence.screening.MIN_VOTERS`
         clients; the clients then hold out validation rows (at a fixed
         ``tau`` too: one more exchange) and the final head is the screened
-        one, fitted on the fitting rows (docs/deployment.md gives the cost).
+        one, fitted on the fitting rows (docs/results/protocol_cost.md gives the cost).
     privacy : PrivacyBudget or None, default=None
         Run under one differential-privacy budget per client
         (:class:`~skslot.privacy.PrivacyBudget`, which each client holds
