@@ -14,12 +14,14 @@ from ..exceptions import InvalidSummaryError
 from ..gaussian import GaussianSummary, _readonly_float64, check_magnitude
 from ..ledoit_wolf import floor_shift, shrinkage_from_traces
 from ..wire._errors import SummaryFormatError
-from ..wire.low_rank_codec import (
+from ..wire.summary_codec import (
+    DEFAULT_MAX_DIMENSION,
+    LOW_RANK_MAGIC,
     decode_low_rank_summary,
     encode_low_rank_summary,
     low_rank_payload_size,
+    summary_payload_size,
 )
-from ..wire.summary_codec import DEFAULT_MAX_DIMENSION, LOW_RANK_MAGIC, summary_payload_size
 
 __all__ = [
     "LowRankGaussianSummary",
@@ -235,7 +237,7 @@ class LowRankGaussianSummary:
         )
 
     def to_bytes(self, dtype: str = "float32") -> bytes:
-        """The summary in its wire format (:mod:`skslot.wire.low_rank_codec`).
+        """The summary in its wire format (:mod:`skslot.wire.summary_codec`).
 
         Parameters
         ----------

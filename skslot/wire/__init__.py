@@ -4,9 +4,9 @@ Nothing here needs Flower.  Every decoder raises a subclass of
 :class:`WireFormatError` (itself a :class:`ValueError`):
 
 ================================  ============================================
-:class:`SummaryFormatError`       a Gaussian summary's payload, dense
-                                  (:mod:`skslot.wire.summary_codec`) or
-                                  low-rank (:mod:`skslot.wire.low_rank_codec`)
+:class:`SummaryFormatError`       a Gaussian summary's payload, dense or
+                                  in factor form
+                                  (:mod:`skslot.wire.summary_codec`)
 :class:`StatisticsFormatError`    a head message of named arrays
                                   (:mod:`skslot.wire.arrays`)
 :class:`MessageFormatError`       a transport message or its ``.npy`` buffers
@@ -28,15 +28,13 @@ from .arrays import (
     read_sample_count,
     sample_count_problem,
 )
-from .low_rank_codec import (
-    decode_low_rank_summary,
-    encode_low_rank_summary,
-    low_rank_payload_size,
-)
 from .npy import npy_header, read_npy_arrays
 from .summary_codec import (
+    decode_low_rank_summary,
     decode_summary,
+    encode_low_rank_summary,
     encode_summary,
+    low_rank_payload_size,
     summary_dimension,
     summary_payload_size,
 )
