@@ -475,7 +475,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="skslot flower-run",
         description="Run a Flower App, stream its log, and exit 0 only if the run completed "
-        "(1: failed or stopped, 2: not started, 3: outcome unknown).",
+        "(1: failed or stopped, 2: not started, 3: outcome unknown, 4: completed without "
+        "some node the server addressed, unless accept-partial).",
     )
     parser.add_argument("app_dir", help="the Flower App directory (skslot flower-app writes one)")
     parser.add_argument("superlink", nargs="?", help="SuperLink connection name (flwr run's)")
