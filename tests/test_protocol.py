@@ -19,6 +19,7 @@ from skslot import (
 from skslot._validation import spawn_seeds
 from skslot.datasets import make_federated_classification
 from skslot.defence import DefenceBounds, NoDefence
+from skslot.defence.culprits import PROBE_ITERATIONS
 from skslot.heads import (
     HEADS,
     FedCGSClassifier,
@@ -37,7 +38,6 @@ from skslot.protocol import (
     held_out_rows,
 )
 from skslot.protocol.stages import upload as upload_stage
-from skslot.protocol.state import PROBE_ITERATIONS
 from skslot.selection import validation_split
 
 from ._clients import train_test_by_client

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ..defence import NoDefence
+from ..defence.culprits import SERVER_STEP_ERRORS, culprits
 from ..defence.screening import MIN_REMAINING, MIN_VOTERS
 from ..label_mix import domain_offsets
 from ..label_shift import label_shift_distances
@@ -31,12 +32,7 @@ if TYPE_CHECKING:
     from ..selection import Selection
     from .parameters import ProtocolParameters
 
-__all__ = ["SERVER_STEP_ERRORS", "RunState"]
-
-#: Server steps whose failure on the clients' values fails the run with a report.
-SERVER_STEP_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError, MemoryError)
-#: Barycenter iterations of each leave-one-out probe of the culprit search.
-PROBE_ITERATIONS = 2
+__all__ = ["RunState"]
 
 T = TypeVar("T")
 
@@ -481,44 +477,26 @@ class RunState:
             self._local_heads.clear()
 
     def _culprits(self, order: list, error: Exception) -> list[Hashable]:
-        """The clients whose summaries break the reference, in O(K) barycenter iterations.
-
-        First each summary alone (a one-client reference: one iteration each):
-        those that break the step by themselves.  If none does, each
-        leave-one-out set, probed with ``PROBE_ITERATIONS`` iterations: the
-        one client whose removal lets the step through.  Otherwise the run
-        fails.
-        """
+        """The clients whose summaries break the reference (:func:`skslot.defence.culprits`);
+        the run fails where none can be named."""
         summaries = [self.roster.clients[c].summary for c in order]
         weights = [self.roster.clients[c].weight for c in order]
 
-        def breaks(kept: list[int], max_iter: int) -> bool:
-            try:
-                self.settings.reference.build(
-                    [order[i] for i in kept],
-                    [summaries[i] for i in kept],
-                    [weights[i] for i in kept],
-                    max_iter=max_iter,
-                )
-            except SERVER_STEP_ERRORS:
-                return True
-            return False
+        def build(kept: list[int], max_iter: int) -> object:
+            return self.settings.reference.build(
+                [order[i] for i in kept],
+                [summaries[i] for i in kept],
+                [weights[i] for i in kept],
+                max_iter=max_iter,
+            )
 
-        K = len(order)
-        culprits = [c for k, c in enumerate(order) if breaks([k], 1)]
-        if not culprits and K > self.settings.min_clients:
-            culprits = [
-                c
-                for k, c in enumerate(order)
-                if not breaks([i for i in range(K) if i != k], PROBE_ITERATIONS)
-            ]
-            culprits = culprits if len(culprits) == 1 else []
-        if not culprits or K - len(culprits) < self.settings.min_clients:
+        found = culprits(order, build, self.settings.min_clients)
+        if not found:
             raise ProtocolRunError(
                 f"the reference could not be built from the clients' summaries: {error}",
                 self.report,
             ) from error
-        return culprits
+        return found
 
     def _tau_scales(self, order: Sequence[Hashable]) -> dict[Hashable, float]:
         """Each of ``order``'s factor of ``tau``, from their class counts (all 1: uniform)."""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...defence.culprits import SERVER_STEP_ERRORS
 from ...defence.screening import MIN_VOTERS, comparable_classes
 from ...heads import LinearScores
 from ...low_rank import Summary, TransportMap, summary_from_bytes, summary_to_bytes
@@ -27,7 +28,6 @@ from ...wire import MessageFormatError
 from ...wire.arrays import ArrayMessage, read_array
 from ...wire.payload import Payload, ReceivedPayload, array_list
 from ...wire.summary_codec import MAX_COUNT
-from ..state import SERVER_STEP_ERRORS
 from ..transport import Exchange
 from ._stage import ClientWire, ServerWire, Stage
 
