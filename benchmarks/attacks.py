@@ -918,7 +918,8 @@ def _one_run(attack: Attack, head: str, mode: str, seed: int, case: str) -> dict
         honest = attack.honest
         try:
             report, _, _ = run_one_shot(grid, config)
-            accuracy = [report.accuracy.get(node, np.nan) for node in honest]
+            # each node's whole test split (its rows are drawn with its own mix already)
+            accuracy = [report.test_accuracy.get(node, np.nan) for node in honest]
             fate = next(
                 (
                     f"rejected at {stage}"
@@ -931,8 +932,8 @@ def _one_run(attack: Attack, head: str, mode: str, seed: int, case: str) -> dict
                 if any(ATTACKER in m for m in report.missing.values())
                 else "accepted",
             )
-            honest_out = sum(node not in report.accuracy for node in honest)
-            claimed = report.macro_accuracy
+            honest_out = sum(node not in report.test_accuracy for node in honest)
+            claimed = float(np.mean(list(report.test_accuracy.values())))
         except ProtocolRunError as exc:
             accuracy, fate = [np.nan] * len(honest), f"run failed: {exc}"[:60]
             honest_out = len(honest)

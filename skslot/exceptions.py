@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -66,14 +66,18 @@ class ClassCoverageWarning(UserWarning):
     """
 
 
-def _action(category: type[Warning], text: str) -> str:
-    """The action of the first warnings filter matching ``category`` and ``text`` (any
-    module; ``"default"`` where none matches)."""
-    for action, message, kind, _module, _lineno in warnings.filters:
-        pattern = message.pattern if isinstance(message, re.Pattern) else (message or "")
-        if issubclass(category, kind) and re.match(pattern, text, re.I):
+def _action(category: type[Warning], text: str, module: str, lineno: int) -> str:
+    """The action of the first warnings filter that matches, as :mod:`warnings` matches them
+    (message, category, module and line), else the default action."""
+    for action, message, kind, mod, line in warnings.filters:
+        if (
+            (message is None or message.match(text))
+            and issubclass(category, kind)
+            and (mod is None or mod.match(module))
+            and line in (0, lineno)
+        ):
             return action
-    return "default"
+    return str(getattr(warnings, "defaultaction", "default"))
 
 
 def warn_once(text: str, category: type[Warning], *, stacklevel: int = 2) -> None:
@@ -84,7 +88,9 @@ def warn_once(text: str, category: type[Warning], *, stacklevel: int = 2) -> Non
     which a fit may enter), so a cross-validation would repeat one cause for
     every fold and candidate.  Where the filters say ``"always"``, ``"error"``
     or ``"ignore"`` (``pytest.warns`` among them) the warning goes to
-    :func:`warnings.warn` as it is.
+    :func:`warnings.warn` as it is.  A warning recorded under the default
+    filters (``catch_warnings(record=True)`` without ``"always"``) counts as
+    shown.
 
     Parameters
     ----------
@@ -94,7 +100,12 @@ def warn_once(text: str, category: type[Warning], *, stacklevel: int = 2) -> Non
         The caller's frame the warning points at, counted from the caller of
         this function.
     """
-    if _action(category, text) in ("default", "module", "once"):
+    try:
+        frame = sys._getframe(stacklevel)
+        module, lineno = frame.f_globals.get("__name__", "<string>"), frame.f_lineno
+    except ValueError:  # a shallower stack: warnings.warn points at the outermost frame
+        module, lineno = "sys", 0
+    if _action(category, text, module, lineno) in ("default", "module", "once"):
         if (category, text) in _SHOWN:
             return
         _SHOWN.add((category, text))
@@ -121,6 +132,12 @@ def lone_classes(client_counts: Mapping[Any, np.ndarray], classes: np.ndarray) -
     >>> lone_classes({"a": np.array([3, 1, 0]), "b": np.array([2, 0, 0])}, np.array([7, 8, 9]))
     {8: 'a'}
     """
+    classes = np.asarray(classes)
+    for client, counts in client_counts.items():
+        if np.shape(counts) != classes.shape:
+            raise ValueError(
+                f"client {client!r} has {np.size(counts)} class counts for {classes.size} classes"
+            )
     if len(client_counts) < 2:
         return {}
     labels = list(client_counts)

@@ -23,11 +23,15 @@ from .transformer import SLOTTransformer
 __all__ = ["make_slot_pipeline"]
 
 
-def _in_case(step: Any, label_mix: str) -> Any:
-    """A clone of ``step`` with its ``label_mix`` set, or ``step`` itself without one."""
-    if isinstance(step, str) or "label_mix" not in step.get_params(deep=False):
-        return step
-    return clone(step).set_params(label_mix=label_mix)
+def _in_case(step: Any, label_mix: str) -> tuple[Any, bool]:
+    """A clone of ``step`` with every ``label_mix`` in it set (nested steps' too), and
+    whether it had one; ``step`` itself where it has none."""
+    if isinstance(step, str):
+        return step, False
+    keys = [k for k in step.get_params(deep=True) if k.split("__")[-1] == "label_mix"]
+    if not keys:
+        return step, False
+    return clone(step).set_params(**dict.fromkeys(keys, label_mix)), True
 
 
 def make_slot_pipeline(
@@ -36,12 +40,14 @@ def make_slot_pipeline(
     """A pipeline of an alignment and a head, each in the case ``label_mix`` names.
 
     ``label_mix`` is the one place to say the case: it is set on (clones of)
-    the steps that have a ``label_mix`` parameter (:class:`SLOTTransformer`,
-    skslot's heads, :class:`~skslot.label_mix.ClientPriorClassifier`), and a
-    head without one (``LogisticRegression``, ``LinearDiscriminantAnalysis``,
-    ...) is wrapped in :class:`~skslot.label_mix.ClientPriorClassifier` with
-    each client's own mix, so that it predicts each client's rows with its
-    own class proportions.  Fit and predict it with ``client=`` under
+    the steps that have a ``label_mix`` parameter, nested ones included
+    (:class:`SLOTTransformer`, skslot's heads,
+    :class:`~skslot.label_mix.ClientPriorClassifier`; a value set on a step
+    beforehand gives way to it), and a head without one
+    (``LogisticRegression``, ``LinearDiscriminantAnalysis``, ...) is wrapped
+    in :class:`~skslot.label_mix.ClientPriorClassifier` with each client's
+    own mix, so that it predicts each client's rows with its own class
+    proportions.  Fit and predict it with ``client=`` under
     ``sklearn.config_context(enable_metadata_routing=True)``.
 
     Parameters
@@ -95,8 +101,8 @@ def make_slot_pipeline(
         raise ValueError(f"label_mix must be one of {LABEL_MIXES}, got {label_mix!r}")
     if slot is None:
         slot = SLOTTransformer()
-    fitted_head = _in_case(head, label_mix)
-    if fitted_head is head and label_mix == "client":
+    fitted_head, has_case = _in_case(head, label_mix)
+    if not has_case and label_mix == "client":
         if not hasattr(head, "predict_proba"):
             raise TypeError(
                 f"{type(head).__name__} has no predict_proba: with each client's own label mix "
@@ -104,4 +110,4 @@ def make_slot_pipeline(
                 "sklearn.calibration.CalibratedClassifierCV, or pass label_mix='federation'"
             )
         fitted_head = ClientPriorClassifier(head, label_mix=label_mix)
-    return Pipeline([("align", _in_case(slot, label_mix)), ("head", fitted_head)], memory=memory)
+    return Pipeline([("align", _in_case(slot, label_mix)[0]), ("head", fitted_head)], memory=memory)

@@ -101,7 +101,7 @@ def test_the_protocol_reports_and_logs_a_class_one_node_trained(caplog):
         result = OneShotProtocol(head, tau=0.4, evaluate=False).run(
             InProcessTransport(parties), classes
         )
-    assert result.report.lone_classes == {2: "node c (client 'c')"}
+    assert result.report.lone_classes == {2: "c"}  # by the client's address
     said = [r.getMessage() for r in caplog.records if "one node only" in r.getMessage()]
     assert said == [
         "skslot: class(es) trained by one node only (class 2 by node c (client 'c')): the head "

@@ -242,12 +242,12 @@ def test_degenerate_nodes_each_get_one_clear_message(node_configs, tmp_path, cap
         with np.load(configs[node]["data"]) as arrays:
             held[node] = set(arrays["y_train"].tolist())
     expected = {
-        c: f"node {node} (client {node - 11})"
+        c: node
         for c in range(4)
         for node in (11, 12, 13)
         if [c in classes for classes in held.values()].count(True) == 1 and c in held[node]
     }
-    assert report.lone_classes == expected and expected[3] == "node 13 (client 2)"
+    assert report.lone_classes == expected and expected[3] == 13
     lone = [r.getMessage() for r in caplog.records if "one node only" in r.getMessage()]
     assert len(lone) == 1 and "class 3 by node 13 (client 2)" in lone[0]
 
@@ -912,6 +912,7 @@ def test_hostile_statistics_are_rejected_and_the_others_proceed(node_configs, ca
         (2**62, 2**62, None, "evaluated 4611686018427387904 test rows, but announced 80"),
         (40, 80, 1.5, "own-mix accuracy 1.5 is not in [0, 1] for 80 test rows"),
         (40, 80, float("nan"), "own-mix accuracy nan is not in [0, 1] for 80 test rows"),
+        (0, 80, 0.5, "own-mix accuracy 0.5 with no test row predicted right"),
     ],
 )
 def test_inconsistent_evaluation_is_rejected(node_configs, n_correct, n_test, own_mix, reason):

@@ -582,3 +582,14 @@ def test_a_client_s_factor_form_travels_in_float64_whatever_its_feature_scales()
     np.testing.assert_allclose(back.covariance, summary.covariance, rtol=0, atol=1e-10)
     lw = LedoitWolf().fit(X).covariance_
     np.testing.assert_allclose(summary.covariance, lw, rtol=0, atol=1e-8 * np.abs(lw).max())
+
+
+def test_each_decoder_refuses_the_other_form_by_its_magic(rng):
+    """One codec, two formats: a factor payload is not a dense one, nor the reverse."""
+    from skslot.wire import SummaryFormatError, decode_low_rank_summary, decode_summary
+
+    s = LowRankGaussianSummary.from_rows(rng.normal(size=(6, 20)), client=3)
+    with pytest.raises(SummaryFormatError, match="not a skslot Gaussian summary"):
+        decode_summary(s.to_bytes("float64"))
+    with pytest.raises(SummaryFormatError, match="not a skslot low-rank summary"):
+        decode_low_rank_summary(s.to_dense().to_bytes("float64"))

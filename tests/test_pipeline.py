@@ -5,6 +5,8 @@ import pytest
 import sklearn
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, GroupKFold
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
 
 from skslot import ClientStandardScaler, SLOTTransformer, make_slot_pipeline
@@ -51,6 +53,11 @@ def test_the_case_is_said_once_and_set_on_clones_of_the_steps():
     scaler = ClientStandardScaler()
     assert make_slot_pipeline(plain, slot=scaler).named_steps["align"] is scaler
     assert make_slot_pipeline(plain, slot="passthrough").named_steps["align"] == "passthrough"
+    # a head inside a pipeline of its own: its label_mix is set, and it is not wrapped again
+    nested = make_slot_pipeline(make_pipeline(StandardScaler(), FedCGSClassifier()),
+                                label_mix="federation").named_steps["head"]  # fmt: skip
+    assert nested.get_params()["fedcgsclassifier__label_mix"] == "federation"
+    assert isinstance(make_slot_pipeline(nested).named_steps["head"], Pipeline)
 
 
 def test_a_head_that_cannot_take_a_prior_or_an_unknown_case_is_refused():

@@ -138,6 +138,25 @@ def test_every_message_of_a_private_run_is_a_charged_release(clients, client_tau
             np.testing.assert_allclose(own[c].state.summary.mean, expected.mean, rtol=1e-12)
 
 
+def test_an_own_mix_figure_from_a_private_client_is_refused(clients, monkeypatch):
+    """A private plan declares the test count only: a node that sends its exact own-mix
+    accuracy anyway is rejected at the evaluation, and nothing of it reaches the report."""
+    from skslot.privacy.client import PrivateRelease
+
+    def exact(self, accuracy):  # client 0 deviates from its plan
+        return accuracy() if self.party.label == 0 else None
+
+    monkeypatch.setattr(PrivateRelease, "own_mix_accuracy", exact)
+    head = FedCGSClassifier()
+    protocol = OneShotProtocol(head, tau=0.4, privacy=BUDGET, defence=DefenceBounds())
+    result = protocol.run(InProcessTransport(parties(clients, head)), CLASSES)
+    (why,) = result.report.rejected["evaluation"].values()
+    assert list(result.report.rejected["evaluation"]) == [0]
+    assert "an own-mix accuracy the run does not ask for" in why
+    assert not result.report.own_mix_accuracy
+    assert result.report.accuracy_case == "whole test split" and 0 not in result.report.accuracy
+
+
 @pytest.mark.parametrize("client_tau", ["uniform", "label-shift"])
 def test_every_message_of_a_private_fedavg_run_is_a_charged_release(clients, client_tau):
     """O-FedAvg: the summary (and counts) at upload, one local head, the test count."""

@@ -54,13 +54,13 @@ DESCRIPTION = (
     "per domain): O-FedAvg, FedCGS and FedPFT heads without (tau=0) and with SLOT over a "
     "tau sweep, and with tau chosen by the federation (auto). Prints a table, writes "
     "CSV/JSON/markdown results (with the accuracy per client) and a PNG plot. The defaults "
-    "(the embedded digits features, 4 alphas x 5 seeds x 6 taus) take 76 s on an idle "
-    "2-core machine (two runs at a time, one BLAS thread each). Your own table: --data "
+    "(the embedded digits features, 4 alphas x 5 seeds x 6 taus) take a minute or two on "
+    "2 idle cores (docs/results/readme_times.md). Your own table: --data "
     "my.csv --label COL --client COL [--split given --split-column COL] [--skew none]."
 )
 
-#: The defaults of ``skslot bench``: the paper's grid (BenchmarkConfig's defaults), 76 s
-#: on an idle 2-core machine (140 CPU seconds) on the embedded digits.
+#: The defaults of ``skslot bench``: the paper's grid (BenchmarkConfig's defaults) on the
+#: embedded digits (its time: docs/results/readme_times.md).
 DEFAULT_ALPHAS = BenchmarkConfig.alphas
 DEFAULT_TAUS = BenchmarkConfig.taus
 DEFAULT_SEEDS = len(BenchmarkConfig.seeds)

@@ -72,14 +72,21 @@ class CommandLineHelp(Directive):
     def run(self) -> list[nodes.Node]:
         from skslot.cli import build_parser
 
-        os.environ.setdefault("COLUMNS", "88")
-        parser = build_parser()
-        result: list[nodes.Node] = [nodes.literal_block(text=parser.format_help())]
-        for name, sub in _subcommands(parser):
-            section = nodes.section(ids=[f"skslot-{name}"])
-            section += nodes.title(text=f"skslot {name}")
-            section += nodes.literal_block(text=sub.format_help())
-            result.append(section)
+        columns = os.environ.get("COLUMNS")
+        os.environ["COLUMNS"] = "88"  # argparse's width, whatever the builder's terminal
+        try:
+            parser = build_parser()
+            result: list[nodes.Node] = [nodes.literal_block(text=parser.format_help())]
+            for name, sub in _subcommands(parser):
+                section = nodes.section(ids=[f"skslot-{name}"])
+                section += nodes.title(text=f"skslot {name}")
+                section += nodes.literal_block(text=sub.format_help())
+                result.append(section)
+        finally:
+            if columns is None:
+                del os.environ["COLUMNS"]
+            else:
+                os.environ["COLUMNS"] = columns
         return result
 
 

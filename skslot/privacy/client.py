@@ -599,7 +599,7 @@ class PrivateRelease:
             state.evaluation = (evaluation_digest(head, tau), int(released))
         return state.evaluation[1]
 
-    def own_mix_accuracy(self, accuracy: Callable[[], float]) -> float | None:
+    def own_mix_accuracy(self, accuracy: Callable[[], float | None]) -> float | None:
         """Nothing: the plan declares the count only (the weighted figure is not computed).
 
         Parameters

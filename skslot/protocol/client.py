@@ -230,7 +230,7 @@ class ExactRelease:
         """
         return count()
 
-    def own_mix_accuracy(self, accuracy: Callable[[], float]) -> float | None:
+    def own_mix_accuracy(self, accuracy: Callable[[], float | None]) -> float | None:
         """The exact figure.
 
         Parameters
@@ -239,6 +239,6 @@ class ExactRelease:
 
         Returns
         -------
-        float
+        float or None
         """
         return accuracy()

@@ -236,7 +236,7 @@ class OneShotProtocol(ProtocolParameters):
             )
         clients = run.roster.clients
         counts = {c: getattr(clients[c].upload, "class_counts", None) for c in run.roster.order}
-        held = {run.report.name(c): n for c, n in counts.items() if n is not None}
+        held = {c: n for c, n in counts.items() if n is not None}
         if len(held) == len(counts):
             lone = lone_classes(held, run.classes)
             run.report.lone_classes = lone
@@ -244,7 +244,7 @@ class OneShotProtocol(ProtocolParameters):
                 logger.warning(
                     "skslot: class(es) trained by one node only (%s): the head learns each from "
                     "that node's domain",
-                    lone_text(lone, name=str),
+                    lone_text(lone, name=run.report.name),
                 )
         if self.label_mix == "client" and all(n is not None for n in counts.values()):
             final.with_client_counts(counts)  # the counts the label-shift rule received

@@ -161,13 +161,14 @@ class ClientRelease(Protocol):
         int
         """
 
-    def own_mix_accuracy(self, accuracy: Callable[[], float]) -> float | None:
+    def own_mix_accuracy(self, accuracy: Callable[[], float | None]) -> float | None:
         """The accuracy on test rows weighted to the client's training mix, if it sends one.
 
         Parameters
         ----------
         accuracy : callable
-            ``accuracy()``: the exact figure.
+            ``accuracy()``: the exact figure, on the client's exact training
+            counts (``None`` for a client without any).
 
         Returns
         -------

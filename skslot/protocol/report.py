@@ -134,9 +134,10 @@ class ProtocolReport:
     untrained_classes : list
         The classes of the run's class set no accepted client's rows trained:
         the final head never predicts them.
-    lone_classes : dict
+    lone_classes : dict or None
         The classes one accepted client's rows alone trained, with that
-        client (by the class counts the clients sent, where they sent them).
+        client's address, by the class counts the clients sent (in a private
+        run, the counts they released); ``None`` where some client sent none.
     data : dict
         Per client, where the transport hears it, what data it says it read
         (its own word, unchecked).
@@ -148,9 +149,10 @@ class ProtocolReport:
         what the server checked).
     accuracy_case : str or None
         What ``accuracy`` and ``macro_accuracy`` measure: ``"own label
-        mix"``, ``"whole test split"``, or, in a run of the client's case
-        where a private client released only its count, which clients'
-        figures are of their whole test split.
+        mix"`` where the head serves each client's own mix and every client
+        evaluated sent its own-mix figure, else ``"whole test split"`` (a
+        private run's clients release their counts only); ``None`` without
+        any figure.
     test_accuracy : dict
         Per client, the accuracy on its whole local test split.
     own_mix_accuracy : dict
@@ -193,7 +195,7 @@ class ProtocolReport:
     screening: dict | None = None
     final_head: str | None = None
     untrained_classes: list = field(default_factory=list)
-    lone_classes: dict = field(default_factory=dict)
+    lone_classes: dict | None = None
     data: dict = field(default_factory=dict)
     accuracy: dict = field(default_factory=dict)
     accuracy_case: str | None = None
@@ -234,21 +236,20 @@ class ProtocolReport:
     def score_accuracy(self, *, own_mix: bool) -> None:
         """Set ``accuracy``, ``accuracy_case`` and ``macro_accuracy`` from the clients' figures.
 
+        The macro accuracy averages one quantity: each client's own-mix figure
+        where every client evaluated sent one, else each one's whole test split.
+
         Parameters
         ----------
         own_mix : bool
             Whether the head served each client's own label mix.
         """
-        self.accuracy = {c: self.own_mix_accuracy.get(c, a) for c, a in self.test_accuracy.items()}
-        whole = [self.name(c) for c in self.test_accuracy if c not in self.own_mix_accuracy]
-        if not own_mix or len(whole) == len(self.test_accuracy):
-            self.accuracy_case = "whole test split"
-        elif not whole:
-            self.accuracy_case = "own label mix"
-        else:
-            self.accuracy_case = f"own label mix; whole test split of {', '.join(whole)}"
-        if self.accuracy:
-            self.macro_accuracy = float(np.mean(list(self.accuracy.values())))
+        if not self.test_accuracy:
+            return
+        every = own_mix and set(self.own_mix_accuracy) == set(self.test_accuracy)
+        self.accuracy = dict(self.own_mix_accuracy if every else self.test_accuracy)
+        self.accuracy_case = "own label mix" if every else "whole test split"
+        self.macro_accuracy = float(np.mean(list(self.accuracy.values())))
 
     def left_out(self) -> dict:
         """Every addressed client that did not take part to the end, and why.

@@ -106,7 +106,7 @@ def correct_rows(
     return request.head.predict(aligned, class_counts=party.prior_counts) == y_test
 
 
-def check(evaluation: Evaluation, n_test: int) -> str | None:
+def check(evaluation: Evaluation, n_test: int, asks_own_mix: bool) -> str | None:
     """Why test counts do not match the test size the client announced at upload.
 
     Parameters
@@ -114,6 +114,10 @@ def check(evaluation: Evaluation, n_test: int) -> str | None:
     evaluation : Evaluation
     n_test : int
         The test rows its upload announced.
+    asks_own_mix : bool
+        Whether the run asks for an own-mix accuracy: the head serves each
+        client's own label mix, and the run is not private (a private plan
+        declares the count only).
 
     Returns
     -------
@@ -124,8 +128,16 @@ def check(evaluation: Evaluation, n_test: int) -> str | None:
     if not 0 <= evaluation.n_correct <= n_test:
         return f"evaluation counts are inconsistent ({evaluation.n_correct} of {n_test})"
     own = evaluation.own_mix
-    if own is not None and not (n_test and 0.0 <= own <= 1.0):
+    if own is None:
+        return None
+    if not asks_own_mix:
+        return (
+            "an own-mix accuracy the run does not ask for (a private plan, or the federation's mix)"
+        )
+    if not (n_test and 0.0 <= own <= 1.0):
         return f"own-mix accuracy {own!r} is not in [0, 1] for {n_test} test rows"
+    if own > 0.0 and evaluation.n_correct == 0:
+        return f"own-mix accuracy {own!r} with no test row predicted right"
     return None
 
 
@@ -157,6 +169,7 @@ def evaluate(run: RunState, final: OneShotHead, tau: float) -> None:
         if c not in implausible
     }
     exchange = run.exchange("evaluation", requests)
+    asks_own_mix = scores.federation is not None and not run.account.private
     for c in run.roster.order:
         if c not in exchange.replies:
             continue
@@ -164,14 +177,14 @@ def evaluate(run: RunState, final: OneShotHead, tau: float) -> None:
         n_test = run.roster.clients[c].upload.n_test
         if n_test:  # a client without test rows releases nothing
             run.account.receive(c, "evaluation")
-        why = check(result, n_test)
+        why = check(result, n_test, asks_own_mix)
         if why:
             run.roster.reject("evaluation", c, why)
             continue
         report.n_test[c] = n_test
         if n_test:
             report.test_accuracy[c] = result.n_correct / n_test
-            if scores.federation is not None and result.own_mix is not None:
+            if result.own_mix is not None:
                 report.own_mix_accuracy[c] = result.own_mix
     run.roster.keep("evaluation", [c for c in run.roster.order if c in report.n_test])
     report.score_accuracy(own_mix=scores.federation is not None)
@@ -225,16 +238,16 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
                 correct.append(correct_rows(party, X_test, y_test, request, full_map))
             return correct[0]
 
+        def own_mix() -> float | None:  # on its exact training mix: an exact client's figure
+            mix = party.class_counts
+            if not mix.sum():
+                return None
+            test_client = np.zeros(n_test)
+            return own_mix_accuracy(rows(), y_test, test_client, {0: mix}, request.head.classes)[0]
+
         release = party.release()
         count = release.evaluation_count(request.head, request.tau, lambda: int(rows().sum()))
-        own = None
-        mix = party.class_counts
-        if request.head.federation is not None and mix.sum() > 0:
-            own = release.own_mix_accuracy(
-                lambda: own_mix_accuracy(
-                    rows(), y_test, np.zeros(n_test), {0: mix}, request.head.classes
-                )[0]
-            )
+        own = None if request.head.federation is None else release.own_mix_accuracy(own_mix)
         return Evaluation(count, n_test, own)
 
     def encode_request(self, request: EvaluationRequest, wire: ServerWire) -> Payload:
