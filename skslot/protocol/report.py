@@ -233,20 +233,16 @@ class ProtocolReport:
         self.rejected.setdefault(stage, {})[node] = str(reason)
         logger.warning("rejected %s at the %s stage: %s", self.name(node), stage, reason)
 
-    def score_accuracy(self, *, own_mix: bool) -> None:
+    def score_accuracy(self) -> None:
         """Set ``accuracy``, ``accuracy_case`` and ``macro_accuracy`` from the clients' figures.
 
         The macro accuracy averages one quantity: each client's own-mix figure
-        where every client evaluated sent one, else each one's whole test split.
-
-        Parameters
-        ----------
-        own_mix : bool
-            Whether the head served each client's own label mix.
+        where every client evaluated sent one (the evaluation accepts one only
+        where the run asks for it), else each one's whole test split.
         """
         if not self.test_accuracy:
             return
-        every = own_mix and set(self.own_mix_accuracy) == set(self.test_accuracy)
+        every = set(self.own_mix_accuracy) == set(self.test_accuracy)
         self.accuracy = dict(self.own_mix_accuracy if every else self.test_accuracy)
         self.accuracy_case = "own label mix" if every else "whole test split"
         self.macro_accuracy = float(np.mean(list(self.accuracy.values())))

@@ -11,6 +11,7 @@ upload (:func:`check`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -187,7 +188,7 @@ def evaluate(run: RunState, final: OneShotHead, tau: float) -> None:
             if result.own_mix is not None:
                 report.own_mix_accuracy[c] = result.own_mix
     run.roster.keep("evaluation", [c for c in run.roster.order if c in report.n_test])
-    report.score_accuracy(own_mix=scores.federation is not None)
+    report.score_accuracy()
 
 
 class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
@@ -231,12 +232,10 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
         X_test, y_test, n_test = party.X_test, party.y_test, party.n_test
         if X_test is None or y_test is None or n_test == 0:
             return Evaluation(0, 0)
-        correct: list[np.ndarray] = []
 
-        def rows() -> np.ndarray:
-            if not correct:
-                correct.append(correct_rows(party, X_test, y_test, request, full_map))
-            return correct[0]
+        @cache
+        def rows() -> np.ndarray:  # predicted once, for the count and the own-mix figure
+            return correct_rows(party, X_test, y_test, request, full_map)
 
         def own_mix() -> float | None:  # on its exact training mix: an exact client's figure
             mix = party.class_counts
