@@ -9,7 +9,7 @@ development checkout), projects it with :func:`skslot.datasets.digits_projection
 and ``provenance`` (a JSON object as a 0-d string).  Nothing here runs at
 import.
 
-Run: python -m skslot.datasets._build_embedded [SOURCE [DESTINATION]]
+Run: python benchmarks/build_embedded.py [SOURCE [DESTINATION]]
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ._embedded import DIGITS_FILE, PROJECTION_SEED, digits_projection
-from ._loaders import load_npz
+from skslot.datasets import digits_projection, load_npz
+from skslot.datasets._embedded import DIGITS_FILE, PROJECTION_SEED
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[1]
 DEFAULT_SOURCE = REPOSITORY.parent / "shared" / "data" / "digits_effnet_lite0.npz"
-DEFAULT_DESTINATION = Path(__file__).resolve().parent / "data" / DIGITS_FILE
+DEFAULT_DESTINATION = REPOSITORY / "skslot" / "datasets" / "data" / DIGITS_FILE
 N_COMPONENTS = 256
 DTYPE = np.float32
 
@@ -55,7 +55,7 @@ PROVENANCE = {
         "domains in the order mnist, usps, sklearn_digits; mnist rows sorted by class, usps and "
         "sklearn_digits rows in their source order"
     ),
-    "built_by": "python -m skslot.datasets._build_embedded",
+    "built_by": "python benchmarks/build_embedded.py",
 }
 
 
