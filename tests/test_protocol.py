@@ -348,14 +348,11 @@ def test_each_check_of_an_upload_runs_once_in_its_place_for_both_transports(clie
         assert 11 not in rejected
         assert reason in upload_stage.check(
             decoded[11],
-            split=True,
-            uploads_statistics=True,
+            sent["request"],
+            head=head,
             defence=NoDefence(),
-            derived=False,
-            validation_statistics=True,
             n_classes=4,
             validation_fraction=protocol.validation_fraction,
-            run_classes=4,
         )
 
 

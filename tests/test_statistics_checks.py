@@ -150,7 +150,7 @@ def test_honest_parts_with_one_row_per_class_or_far_apart_classes_pass(shift):
 def fedpft_upload_problem(head, X, y):
     from skslot import GaussianSummaryEstimator
     from skslot.defence import DefenceBounds
-    from skslot.protocol import Upload
+    from skslot.protocol import Upload, UploadRequest
     from skslot.protocol.stages import upload as upload_stage
 
     arrays = head.client_statistics(X, y, CLASSES).to_arrays()
@@ -158,11 +158,7 @@ def fedpft_upload_problem(head, X, y):
     summary = GaussianSummaryEstimator().fit(X).summaries_[None]
     upload = Upload(summary, summary.n, 0, statistics=stats)
     return upload_stage.check(
-        upload,
-        split=False,
-        uploads_statistics=True,
-        defence=DefenceBounds(),
-        derived=False,
+        upload, UploadRequest(0), head=head, defence=DefenceBounds(), n_classes=CLASSES.shape[0]
     )
 
 
@@ -233,8 +229,10 @@ def test_the_fedcgs_summary_is_derived_exactly_from_the_statistics(rows, covaria
     np.testing.assert_allclose(derived.mean, direct.mean, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(derived.covariance, direct.covariance, rtol=1e-10, atol=1e-14)
     # a decoded message gives the very same summary (the Gram travels as its upper triangle)
-    again = decode_fedcgs(fitting.to_arrays(), 150).merge(validation).summary(
-        direct.shrinkage, covariance=covariance, client="a"
+    again = (
+        decode_fedcgs(fitting.to_arrays(), 150)
+        .merge(validation)
+        .summary(direct.shrinkage, covariance=covariance, client="a")
     )
     np.testing.assert_array_equal(again.covariance, derived.covariance)
 

@@ -21,7 +21,8 @@ Everything a private client adds noise with or charges a budget for is here.
 * A head fitted in process on each client's released statistics:
   :class:`PrivateClassifier`.
 * The server's side (:mod:`skslot.privacy.server`): the plan it announces,
-  its checks of a private upload and its account of what each client spent.
+  its check of a private client's shrinkage and its account of what each
+  client spent.
 """
 
 from ._accounting import (
@@ -34,12 +35,11 @@ from ._accounting import (
     PrivacyLedger,
     Release,
     gaussian_noise_scale,
-    release_key,
     releases_at,
 )
 from ._heads import PrivateClassifier, released_statistics, statistics_release_problem
 from ._lifetime import LifetimeBudget, run_key
-from ._plan import RequestRefused, null_rows, refusal, rows_digest
+from ._plan import RequestRefused, null_rows, refusal
 from ._statistics import (
     CLASS_COUNTS_SENSITIVITY,
     CLASS_MOMENTS_SENSITIVITY,
@@ -54,15 +54,11 @@ from ._statistics import (
 from ._summary import (
     SUMMARY_SENSITIVITY,
     PrivacyWarning,
-    noise_generator,
     noise_seed,
-    noisy_mean_and_covariance,
     noisy_moments,
     private_covariance_problem,
     private_summary,
     psd_projection,
-    symmetric_noise,
-    warn_large_delta,
 )
 
 __all__ = [
@@ -85,9 +81,7 @@ __all__ = [
     "Release",
     "RequestRefused",
     "gaussian_noise_scale",
-    "noise_generator",
     "noise_seed",
-    "noisy_mean_and_covariance",
     "noisy_moments",
     "null_rows",
     "private_class_counts",
@@ -98,12 +92,8 @@ __all__ = [
     "private_summary",
     "psd_projection",
     "refusal",
-    "release_key",
     "released_statistics",
     "releases_at",
-    "rows_digest",
     "run_key",
     "statistics_release_problem",
-    "symmetric_noise",
-    "warn_large_delta",
 ]

@@ -60,7 +60,6 @@ __all__ = [
     "PrivacyLedger",
     "Release",
     "gaussian_noise_scale",
-    "release_key",
     "releases_at",
 ]
 
@@ -159,7 +158,7 @@ def release_key(release: str) -> int:
 
     Examples
     --------
-    >>> from skslot.privacy import release_key
+    >>> from skslot.privacy._accounting import release_key
     >>> release_key("summary") == release_key("summary") != release_key("statistics")
     True
     """
@@ -421,8 +420,18 @@ class PrivacyLedger:
         Returns
         -------
         float
+
+        Raises
+        ------
+        PrivacyBudgetExceeded
+            If ``release`` is not in the plan.
         """
-        return self._z / math.sqrt(self._share(release))
+        if release not in self.shares:
+            raise PrivacyBudgetExceeded(
+                f"client {self.client!r}: the release {release!r} is not covered by its "
+                f"privacy budget (it covers {sorted(self.shares)})"
+            )
+        return self._z / math.sqrt(self.shares[release])
 
     def noise_scale(self, release: str, sensitivity: float) -> float:
         """The standard deviation of the noise on each entry of a release.
@@ -561,12 +570,3 @@ class PrivacyLedger:
                 for r, s in self.shares.items()
             },
         }
-
-    def _share(self, release: str) -> float:
-        try:
-            return self.shares[release]
-        except KeyError:
-            raise PrivacyBudgetExceeded(
-                f"client {self.client!r}: the release {release!r} is not covered by its "
-                f"privacy budget (it covers {sorted(self.shares)})"
-            ) from None

@@ -32,10 +32,8 @@ from ._accounting import PrivacyBudgetExceeded
 
 __all__ = [
     "RequestRefused",
-    "logger",
     "null_rows",
     "refusal",
-    "rows_digest",
 ]
 
 #: The client's own log: nothing logged here reaches the server.

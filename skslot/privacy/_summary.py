@@ -65,15 +65,11 @@ from ..ledoit_wolf import oas_shrinkage, shrunk_summary
 __all__ = [
     "SUMMARY_SENSITIVITY",
     "PrivacyWarning",
-    "noise_generator",
     "noise_seed",
-    "noisy_mean_and_covariance",
     "noisy_moments",
     "private_covariance_problem",
     "private_summary",
     "psd_projection",
-    "symmetric_noise",
-    "warn_large_delta",
 ]
 
 
@@ -251,40 +247,6 @@ def symmetric_noise(m: int, sigma: float, rng: np.random.Generator) -> np.ndarra
     return symmetric_from_upper(rng.normal(scale=sigma, size=m * (m + 1) // 2), m)
 
 
-def noisy_mean_and_covariance(
-    moments: ShiftedMoments, clip_norm: float, sigma: float, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and PSD covariance of rows clipped to ``clip_norm``, released with noise ``sigma``.
-
-    ``moments`` are the sums of the clipped rows about zero; they are
-    released in units of ``clip_norm`` (rows in the unit ball, sensitivity
-    :data:`SUMMARY_SENSITIVITY`), then mapped back (post-processing).
-
-    Parameters
-    ----------
-    moments : ShiftedMoments
-        Sums of the clipped rows about zero.
-    clip_norm : float
-        The clipping norm ``C``.
-    sigma : float
-        Standard deviation of the noise, in units of ``clip_norm``.
-    rng : numpy.random.Generator
-        Source of the noise.
-
-    Returns
-    -------
-    mean : ndarray of shape (m,)
-    covariance : ndarray of shape (m, m)
-        Positive semi-definite (:func:`psd_projection`).
-    """
-    C = clip_norm
-    unit = ShiftedMoments(moments.n, moments.shift, moments.s1 / C, moments.gram / (C * C))
-    noisy = noisy_moments(unit, sigma, rng)
-    mean = noisy.s1 / noisy.n
-    S = noisy.gram / noisy.n - np.outer(mean, mean)
-    return C * mean, (C * C) * psd_projection(S)
-
-
 def private_summary(
     moments: ShiftedMoments,
     *,
@@ -296,9 +258,12 @@ def private_summary(
 ) -> GaussianSummary:
     """The summary released from the sums of rows clipped to ``clip_norm`` about zero.
 
-    The mean and covariance are released by :func:`noisy_mean_and_covariance`
-    (sensitivity :data:`SUMMARY_SENSITIVITY` in units of ``clip_norm``) and
-    shrunk by OAS (:func:`~skslot.ledoit_wolf.oas_shrinkage`), a function of the release alone.
+    The sums are released in units of ``clip_norm`` (rows in the unit ball,
+    sensitivity :data:`SUMMARY_SENSITIVITY`; :func:`noisy_moments`); the mean
+    and covariance, projected onto the positive semi-definite cone
+    (:func:`psd_projection`), are mapped back and shrunk by OAS
+    (:func:`~skslot.ledoit_wolf.oas_shrinkage`), post-processing of the release
+    alone.
 
     Parameters
     ----------
@@ -319,10 +284,13 @@ def private_summary(
     -------
     GaussianSummary
     """
-    mean, S = noisy_mean_and_covariance(moments, clip_norm, sigma, rng)
-    n = int(moments.n)
+    C, n = clip_norm, int(moments.n)
+    unit = ShiftedMoments(n, moments.shift, moments.s1 / C, moments.gram / (C * C))
+    noisy = noisy_moments(unit, sigma, rng)
+    mean = noisy.s1 / n
+    S = (C * C) * psd_projection(noisy.gram / n - np.outer(mean, mean))
     return shrunk_summary(
-        n, mean, S, oas_shrinkage(S, n), covariance_floor=covariance_floor, client=client
+        n, C * mean, S, oas_shrinkage(S, n), covariance_floor=covariance_floor, client=client
     )
 
 

@@ -1,13 +1,13 @@
-"""A private client: the wrapper around its stages' steps, its upload's checks and releases.
+"""A private client: the wrapper around its stages' steps, and each value it sends a release.
 
-A client with a privacy budget answers through :func:`private_answer`: a
-request outside its plan is refused before any row is read
-(:meth:`~skslot.protocol.stages.Stage.private_problem`, and
-:func:`changed_rows_problem`).  At the upload it answers only a request of its
-plan (:func:`private_upload_problem`), is charged once per run
-(:func:`private_run`) and releases its summary and class counts through its
-ledger (:class:`PrivateRelease`: :func:`released_summary`,
-:func:`released_class_counts`).
+A client with a privacy budget answers through :func:`private_answer`, as
+Flower's ``LocalDpMod`` wraps a handler: a request outside its plan is
+refused before any row is read
+(:meth:`~skslot.protocol.stages.Stage.private_problem`; at the upload,
+:func:`private_upload_problem`).  What its steps send is asked of
+:class:`PrivateRelease`, the only code of the protocol that adds noise or
+charges a ledger: the lifetime budget once per run, then each value a
+release of the run's ledger or post-processing of one.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 
 from .._moments import ShiftedMoments, clip_factors
 from ..heads import LinearScores
+from ..label_shift import class_sums
 from ..low_rank import Summary, TransportMap
 from ._heads import released_statistics
 from ._lifetime import run_key
@@ -41,18 +42,15 @@ if TYPE_CHECKING:
 __all__ = [
     "COUNT_SENSITIVITY",
     "PrivateRelease",
-    "changed_rows_problem",
     "evaluation_digest",
     "map_digest",
-    "private_aligned_rows",
     "private_answer",
-    "private_count",
-    "private_run",
     "private_summary_problem",
     "private_upload_problem",
-    "released_class_counts",
-    "released_summary",
 ]
+
+#: Replace-one L2 sensitivity of a count of rows (replacing a row changes it by one at most).
+COUNT_SENSITIVITY = 1.0
 
 
 def private_answer(party: Party, step: Stage, request: Any) -> Any:
@@ -61,8 +59,12 @@ def private_answer(party: Party, step: Stage, request: Any) -> Any:
 
     The stage's :meth:`~skslot.protocol.stages.Stage.private_problem` is read
     first, before any of the client's rows; a request it refuses charges
-    nothing.  A step that fails after the request was admitted answers with
-    the same refusal (its error in the client's own log).
+    nothing.  So is a run whose rows changed since its first release: each
+    release's noise is drawn from the run's secret seed and the release's
+    name, so a release made again on other rows (a node's file replaced, a
+    client restored in a new process) would tell the server the exact
+    difference.  A step that fails after the request was admitted answers
+    with the same refusal (its error in the client's own log).
 
     Parameters
     ----------
@@ -83,8 +85,10 @@ def private_answer(party: Party, step: Stage, request: Any) -> Any:
     RequestRefused
         If the request is outside the plan, or its step failed.
     """
-    stage = step.name
-    why = changed_rows_problem(party) or step.private_problem(party, request)
+    stage, kept = step.name, party.state.rows_digest
+    why = step.private_problem(party, request)
+    if kept is not None and kept != rows_digest(party.X, party.y):
+        why = "its rows changed since this run's first release (the same noise on other rows)"
     if why is not None:
         logger.warning("client %r refuses the %r request: %s", party.label, stage, why)
         raise refusal(stage)
@@ -93,29 +97,6 @@ def private_answer(party: Party, step: Stage, request: Any) -> Any:
     except Exception:
         logger.exception("client %r failed to answer the %r request", party.label, stage)
         raise refusal(stage) from None
-
-
-def changed_rows_problem(party: Party) -> str | None:
-    """Why a private client refuses every request of a run whose rows changed since its first
-    release, or ``None``.
-
-    Each release's noise is drawn from the run's secret seed and the
-    release's name, so a release made again on other rows (a node's file
-    replaced, a client restored in a new process) would reuse the noise and
-    tell the server the exact difference.
-
-    Parameters
-    ----------
-    party : Party
-
-    Returns
-    -------
-    str or None
-    """
-    kept = party.state.rows_digest
-    if kept is None or kept == rows_digest(party.X, party.y):
-        return None
-    return "its rows changed since this run's first release (the same noise on other rows)"
 
 
 def private_summary_problem(head: OneShotHead, epsilon: float | None) -> str | None:
@@ -178,7 +159,7 @@ def private_upload_problem(party: Party, request: UploadRequest) -> str | None:
     str or None
         The reason, for the client's own log.
     """
-    own = party.privacy
+    own, head = party.privacy, party.head
     if own is None:
         return "the client has no privacy budget"
     if request.privacy is None:
@@ -193,9 +174,7 @@ def private_upload_problem(party: Party, request: UploadRequest) -> str | None:
         return "a validation split: its counts are releases outside the plan"
     if request.class_sums:
         return "class sums: exact sums of its rows, outside the plan"
-    head = party.head
-    releases = tuple(request.releases)
-    possible = head_releases(head)
+    releases, possible = tuple(request.releases), head_releases(head)
     needed = set(possible) - set(OPTIONAL_RELEASES)
     if not needed <= set(releases) or not set(releases) <= set(possible):
         return (
@@ -207,147 +186,28 @@ def private_upload_problem(party: Party, request: UploadRequest) -> str | None:
         return f"a covariance floor of {floor!r}"
     if len(set(releases)) != len(releases):
         return f"releases {list(releases)} name one twice"
-    state = party.state
-    if state.releases and releases != state.releases:
-        return f"releases {list(releases)}, but the run announced {list(state.releases)}"
+    kept = party.state.releases
+    if kept and releases != kept:
+        return f"releases {list(releases)}, but the run announced {list(kept)}"
     shares = own.split(releases)
     ours = [shares[r] for r in releases]
     if len(request.shares) != len(ours) or not np.allclose(
         ours, request.shares, rtol=1e-9, atol=0.0
     ):
         return f"shares {request.shares}, but the client splits its budget {shares}"
-    why = party.summary_settings_problem(request.summary_covariance, request.covariance_floor)
-    if why:
+    why = party.summary_settings_problem(
+        request.summary_covariance, request.covariance_floor
+    ) or private_summary_problem(head, party.estimator.epsilon)
+    if why or head.strategy.uploads_statistics:
         return why
-    if not head.strategy.uploads_statistics:
-        why = private_covariance_problem(request.summary_covariance)
-        if why:
-            return why
-        if request.class_counts != ("class_counts" in releases):
-            return "class counts the plan does not declare, or a plan's counts not asked for"
-    return None
+    why = private_covariance_problem(request.summary_covariance)
+    if why is None and request.class_counts != ("class_counts" in releases):
+        why = "class counts the plan does not declare, or a plan's counts not asked for"
+    return why
 
 
-def private_run(party: Party, request: UploadRequest) -> PrivacyLedger:
-    """The client's ledger for a private run, its lifetime budget charged once per run.
-
-    The request was admitted (:func:`private_upload_problem`) before; a client
-    without a budget never comes here (its release,
-    :class:`~skslot.protocol.client.ExactRelease`, refuses a private run).
-
-    Parameters
-    ----------
-    party : Party
-        A client with a privacy budget.
-    request : UploadRequest
-
-    Returns
-    -------
-    PrivacyLedger
-
-    Raises
-    ------
-    PrivacyBudgetExceeded
-        If the client's lifetime budget does not cover the run (nothing is
-        charged then).
-    """
-    own = party.privacy
-    assert own is not None  # PrivateRelease is a private client's alone
-    state = party.state
-    before = (state.releases, state.noise_seed, state.rows_digest)
-    state.releases = tuple(request.releases)
-    state.rows_digest = rows_digest(party.X, party.y)  # the rows every release is made of
-    ledger = party.ledger()
-    if party.lifetime is not None:  # charged once per run, before anything is released
-        try:
-            party.lifetime.charge(run_key(ledger.seed), float(own.epsilon), float(own.delta))
-        except Exception:
-            state.releases, state.noise_seed, state.rows_digest = before  # nothing changed
-            raise
-    return ledger
-
-
-def released_summary(party: Party, ledger: PrivacyLedger, covariance_floor: float) -> Summary:
-    """A private client's summary of its rows, the release ``"summary"`` of its ledger.
-
-    The rows are clipped to the budget's norm and summed about zero; the mean
-    and covariance are released with the Gaussian mechanism and shrunk
-    towards their trace by OAS (:func:`skslot.privacy.private_summary`).
-
-    Parameters
-    ----------
-    party : Party
-    ledger : PrivacyLedger
-        The client's ledger for the run.
-    covariance_floor : float
-
-    Returns
-    -------
-    GaussianSummary
-    """
-    X, clip_norm = party.X, ledger.budget.clip_norm
-
-    def release(sigma: float, rng: np.random.Generator) -> Summary:
-        moments = ShiftedMoments.from_rows(
-            X, shift=np.zeros(X.shape[1]), fourth_order=False, clip_norm=clip_norm
-        )
-        return private_summary(
-            moments,
-            clip_norm=clip_norm,
-            sigma=sigma,
-            rng=rng,
-            covariance_floor=covariance_floor,
-            client=party.label,
-        )
-
-    return ledger.release("summary", release, n=X.shape[0], sensitivity=SUMMARY_SENSITIVITY)
-
-
-def released_class_counts(party: Party, ledger: PrivacyLedger) -> np.ndarray:
-    """A private client's class counts, the release ``"class_counts"`` of its ledger.
-
-    Parameters
-    ----------
-    party : Party
-    ledger : PrivacyLedger
-        The client's ledger for the run.
-
-    Returns
-    -------
-    ndarray of int64
-        The noisy counts rounded onto integers adding up to the client's rows
-        (:func:`~skslot.heads.private_class_counts`).
-    """
-    return ledger.release(
-        "class_counts",
-        lambda sigma, rng: private_class_counts(party.y, party.classes, sigma=sigma, rng=rng),
-        n=party.y.shape[0],
-        sensitivity=CLASS_COUNTS_SENSITIVITY,
-    )
-
-
-#: Replace-one L2 sensitivity of a count of rows (replacing a row changes it by one at most).
-COUNT_SENSITIVITY = 1.0
-
-
-def private_count(count: int, total: int, sigma: float, rng: np.random.Generator) -> int:
-    """``count`` plus Gaussian noise, rounded into ``[0, total]`` (post-processing).
-
-    Parameters
-    ----------
-    count : int
-        The exact count.
-    total : int
-        The public number of rows it counts among.
-    sigma : float
-        Standard deviation of the noise.
-    rng : numpy.random.Generator
-
-    Returns
-    -------
-    int
-    """
-    return int(np.clip(np.rint(count + rng.normal(scale=sigma)), 0, total))
+def _digest(*parts: np.ndarray) -> str:
+    return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in parts)).hexdigest()
 
 
 def evaluation_digest(head: LinearScores, tau: float) -> str:
@@ -363,10 +223,7 @@ def evaluation_digest(head: LinearScores, tau: float) -> str:
     -------
     str
     """
-    return hashlib.sha256(
-        b"".join(np.ascontiguousarray(a).tobytes() for a in head.to_arrays().values())
-        + repr(float(tau)).encode()
-    ).hexdigest()
+    return _digest(*head.to_arrays().values(), np.asarray(repr(float(tau)).encode()))
 
 
 def map_digest(aligned: TransportMap, part: str) -> str:
@@ -382,55 +239,23 @@ def map_digest(aligned: TransportMap, part: str) -> str:
     -------
     str
     """
-    parts = (aligned.linear, aligned.offset, np.asarray(part.encode()))
-    return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in parts)).hexdigest()
-
-
-def private_aligned_rows(
-    X: np.ndarray, y: np.ndarray, aligned: TransportMap, classes: np.ndarray, clip_norm: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """A private client's rows as its local head is trained on them: each clipped to
-    ``clip_norm`` in float64, then aligned, and each aligned row that is not finite (a
-    reference of the server's choosing can make one overflow) the null row.
-
-    Each row becomes a function of itself alone, so replacing one row changes
-    one row of what the head is trained on (its release clips them again),
-    and no row makes the step fail.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n, m)
-    y : ndarray of shape (n,)
-    aligned : GaussianMap or LowRankMap
-        The client's map at the run's fraction.
-    classes : ndarray
-    clip_norm : float
-
-    Returns
-    -------
-    X, y : ndarray
-    """
-    X = np.asarray(X, dtype=np.float64)
-    norms = np.linalg.norm(X, axis=1)
-    X = X * clip_factors(np.where(np.isfinite(norms), norms, np.inf), clip_norm)[:, None]
-    with np.errstate(over="ignore", invalid="ignore"):
-        mapped = np.asarray(aligned.apply(X), dtype=np.float64)
-    return null_rows(mapped, y, classes, part="aligned training")
+    return _digest(aligned.linear, aligned.offset, np.asarray(part.encode()))
 
 
 class PrivateRelease:
     """A client under its privacy budget: each value it sends a release of its ledger.
 
-    Its rows are clipped before any release (no scale check); its shrinkage is
-    the OAS shrinkage of its released statistics, a function of the release
-    alone that the server recomputes; its summary is that of the released
-    moments (a head uploading statistics) or the release ``"summary"`` of its
-    own (a head training locally); its class counts those of the released
-    statistics or the release ``"class_counts"``; its one local head is
-    trained on rows clipped before the map (:func:`private_aligned_rows`), for
-    one map; its one test count is noisy (:func:`private_count`), for one
-    head and ``tau``.  The stages' :meth:`~skslot.protocol.stages.Stage.private_problem`
-    admitted each request first.  It has the methods of
+    Its rows are clipped before any release (no scale check); its shrinkage
+    is the OAS shrinkage of its released statistics, a function of the
+    release alone that the server recomputes; its summary is that of the
+    released moments (a head uploading statistics) or the release
+    ``"summary"`` of its own (clipped moments, the Gaussian mechanism and OAS,
+    :func:`~skslot.privacy.private_summary`); its class counts those of the
+    released statistics or the release ``"class_counts"``; its one local head
+    is trained on rows clipped before the map, for one map; its one test
+    count is noisy, for one head and ``tau``.  The stages'
+    :meth:`~skslot.protocol.stages.Stage.private_problem` admitted each
+    request first.  It has the methods of
     :class:`~skslot.protocol.party.ClientRelease`.
 
     Parameters
@@ -455,13 +280,33 @@ class PrivateRelease:
         return lambda X, y, classes: released_statistics(head, X, y, classes, ledger)
 
     def begin(self, request: UploadRequest) -> None:
-        """Take part in the run: the ledger planned, the lifetime budget charged once.
+        """Take part in the run: the ledger planned, the lifetime budget charged once per run,
+        before anything is released.
 
         Parameters
         ----------
         request : UploadRequest
+            Admitted by :func:`private_upload_problem`.
+
+        Raises
+        ------
+        PrivacyBudgetExceeded
+            If the client's lifetime budget does not cover the run (nothing is
+            charged or changed then).
         """
-        private_run(self.party, request)
+        party, state = self.party, self.party.state
+        before = (state.releases, state.noise_seed, state.rows_digest)
+        state.releases = tuple(request.releases)
+        state.rows_digest = rows_digest(party.X, party.y)  # the rows every release is made of
+        ledger = self.ledger
+        if party.lifetime is None:
+            return
+        try:
+            budget = ledger.budget
+            party.lifetime.charge(run_key(ledger.seed), float(budget.epsilon), float(budget.delta))
+        except Exception:
+            state.releases, state.noise_seed, state.rows_digest = before  # nothing changed
+            raise
 
     def check_rows(self, X: np.ndarray) -> None:
         """Nothing to check: every row is clipped before any release.
@@ -502,20 +347,33 @@ class PrivateRelease:
         -------
         GaussianSummary
         """
-        party = self.party
-        release = party.head.private_release
+        party, ledger = self.party, self.ledger
+        floor, release = request.covariance_floor, party.head.private_release
         if release is not None and party.head.strategy.uploads_statistics:
-            summary = self.ledger.result(release).summary(
-                covariance=request.summary_covariance,
-                covariance_floor=request.covariance_floor,
+            return ledger.result(release).summary(
+                covariance=request.summary_covariance, covariance_floor=floor, client=party.label
+            )
+        X, clip_norm = party.X, ledger.budget.clip_norm
+
+        def mechanism(sigma: float, rng: np.random.Generator) -> Summary:
+            zero = np.zeros(X.shape[1])
+            moments = ShiftedMoments.from_rows(
+                X, shift=zero, fourth_order=False, clip_norm=clip_norm
+            )
+            return private_summary(
+                moments,
+                clip_norm=clip_norm,
+                sigma=sigma,
+                rng=rng,
+                covariance_floor=floor,
                 client=party.label,
             )
-        else:
-            return released_summary(party, self.ledger, request.covariance_floor)
-        return summary
+
+        return ledger.release("summary", mechanism, n=X.shape[0], sensitivity=SUMMARY_SENSITIVITY)
 
     def class_counts(self, fitting: Any) -> np.ndarray:
-        """The class counts of the released statistics, or the release ``"class_counts"``.
+        """The class counts of the released statistics, or the release ``"class_counts"``
+        (noisy counts rounded onto integers adding up to the client's rows).
 
         Parameters
         ----------
@@ -528,7 +386,13 @@ class PrivateRelease:
         """
         if fitting is not None:
             return fitting.class_counts()
-        return released_class_counts(self.party, self.ledger)
+        y, classes = self.party.y, self.party.classes
+        return self.ledger.release(
+            "class_counts",
+            lambda sigma, rng: private_class_counts(y, classes, sigma=sigma, rng=rng),
+            n=y.shape[0],
+            sensitivity=CLASS_COUNTS_SENSITIVITY,
+        )
 
     def released_counts(self, fitting: Any) -> np.ndarray | None:
         """The class counts released, where the plan releases any.
@@ -546,11 +410,33 @@ class PrivateRelease:
             return self.class_counts(fitting)
         return None
 
+    def class_sums(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The exact class sums of the fitting rows: outside every plan, so never asked of an
+        admitted request (:func:`private_upload_problem` refuses it).
+
+        Parameters
+        ----------
+        X, y : ndarray
+            The fitting rows and their labels.
+
+        Returns
+        -------
+        counts, sums : ndarray
+        """
+        return class_sums(X, y, self.party.classes)
+
     def local_head_rows(
         self, full_map: TransportMap, taus: Sequence[float], part: str
     ) -> Callable[[np.ndarray, np.ndarray, TransportMap], tuple[np.ndarray, np.ndarray]]:
-        """The run's one local head's rows: clipped, then aligned (:func:`private_aligned_rows`);
-        the map it is released for recorded (:func:`map_digest`).
+        """The run's one local head's rows, the map it is released for recorded
+        (:func:`map_digest`).
+
+        Each row is clipped to the budget's norm in float64, then aligned, and
+        each aligned row that is not finite (a reference of the server's
+        choosing can make one overflow) made the null row: each row a function
+        of itself alone, so replacing one row changes one row of what the head
+        is trained on (its release clips them again), and no row makes the
+        step fail.
 
         Parameters
         ----------
@@ -566,16 +452,21 @@ class PrivateRelease:
         (tau,) = taus
         party = self.party
         party.state.local_head = map_digest(full_map.geodesic(tau), part)
-        clip, classes = self.ledger.budget.clip_norm, party.classes
+        clip_norm, classes = self.ledger.budget.clip_norm, party.classes
 
         def rows(X: np.ndarray, y: np.ndarray, aligned: TransportMap) -> tuple:
-            return private_aligned_rows(X, y, aligned, classes, clip)
+            X = np.asarray(X, dtype=np.float64)
+            norms = np.linalg.norm(X, axis=1)
+            X = X * clip_factors(np.where(np.isfinite(norms), norms, np.inf), clip_norm)[:, None]
+            with np.errstate(over="ignore", invalid="ignore"):
+                mapped = np.asarray(aligned.apply(X), dtype=np.float64)
+            return null_rows(mapped, y, classes, part="aligned training")
 
         return rows
 
     def evaluation_count(self, head: LinearScores, tau: float, count: Callable[[], int]) -> int:
-        """The release ``"evaluation"``: the count plus noise (:func:`private_count`), made
-        once per run; the same head and ``tau`` again get the same count.
+        """The release ``"evaluation"``: the count plus noise, rounded into ``[0, n_test]``,
+        made once per run; the same head and ``tau`` again get the same count.
 
         Parameters
         ----------
@@ -589,12 +480,14 @@ class PrivateRelease:
         int
         """
         party, state = self.party, self.party.state
+        n_test = party.n_test
         if state.evaluation is None:
+
+            def mechanism(sigma: float, rng: np.random.Generator) -> int:
+                return int(np.clip(np.rint(count() + rng.normal(scale=sigma)), 0, n_test))
+
             released = self.ledger.release(
-                "evaluation",
-                lambda sigma, rng: private_count(count(), party.n_test, sigma, rng),
-                n=party.n_test,
-                sensitivity=COUNT_SENSITIVITY,
+                "evaluation", mechanism, n=n_test, sensitivity=COUNT_SENSITIVITY
             )
             state.evaluation = (evaluation_digest(head, tau), int(released))
         return state.evaluation[1]

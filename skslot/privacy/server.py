@@ -2,15 +2,16 @@
 
 The server never holds a client's ledger.  It announces the releases each
 client makes (:func:`head_releases`, of which a run may leave out
-:data:`OPTIONAL_RELEASES`), recomputes a private client's shrinkage from its
-released statistics (:func:`private_shrinkage_problem`) and records which
-releases it received from each client (:class:`RunAccount`).
+:data:`OPTIONAL_RELEASES`) in its upload requests (:attr:`RunAccount.plan`),
+recomputes a private client's shrinkage from its released statistics
+(:meth:`RunAccount.shrinkage_problem`) and records which releases it received
+from each client (:class:`RunAccount`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from ..protocol.stages.upload._messages import Upload
     from ._accounting import PrivacyBudget
 
-__all__ = ["OPTIONAL_RELEASES", "RunAccount", "head_releases", "private_shrinkage_problem"]
+__all__ = ["OPTIONAL_RELEASES", "RunAccount", "head_releases"]
 
 
 #: The releases a run of a private client may leave out (:attr:`OneShotProtocol.releases
@@ -51,33 +52,6 @@ def head_releases(head: OneShotHead) -> tuple[str, ...]:
     return tuple(r for r in RELEASES if r in made)
 
 
-def private_shrinkage_problem(upload: Upload, covariance: str) -> str | None:
-    """Why a private client's shrinkage is not the one its released statistics determine.
-
-    Under privacy the client announces the OAS shrinkage of its released
-    statistics (:meth:`~skslot.heads.ClassStatistics.oas_shrinkage`), a
-    function of them alone, so the server recomputes it exactly.
-
-    Parameters
-    ----------
-    upload : Upload
-    covariance : {"total", "within"}
-
-    Returns
-    -------
-    str or None
-    """
-    if upload.statistics is None or upload.shrinkage is None:
-        return "the upload lacks the released statistics or its shrinkage"
-    expected = upload.statistics.oas_shrinkage(covariance)
-    if not np.isclose(upload.shrinkage, expected, rtol=1e-12, atol=0.0):
-        return (
-            f"its shrinkage {upload.shrinkage!r} is not the OAS shrinkage of its released "
-            f"statistics ({expected!r})"
-        )
-    return None
-
-
 class RunAccount:
     """What the server announces of a private run's budget and records of its releases.
 
@@ -99,8 +73,10 @@ class RunAccount:
     ----------
     settings : tuple of (float, float, float) or None
         ``(epsilon, delta, clip_norm)`` as the clients check it.
-    shares : tuple of float
-        Each release's share of the budget, in the order of ``releases``.
+    plan : dict
+        The budget, the releases and their shares as an upload request
+        announces them (:class:`~skslot.protocol.UploadRequest`'s ``privacy``,
+        ``releases`` and ``shares``).
     received : dict
         Per client, the releases the server received from it.
     """
@@ -114,13 +90,47 @@ class RunAccount:
             else (float(budget.epsilon), float(budget.delta), float(budget.clip_norm))
         )
         split = budget.split(self.releases) if budget is not None else {}
-        self.shares: tuple[float, ...] = tuple(split[r] for r in self.releases)
+        self.plan: dict[str, Any] = {
+            "privacy": self.settings,
+            "releases": self.releases,
+            "shares": tuple(split[r] for r in self.releases),
+        }
         self.received: dict[Hashable, list[str]] = {}
 
     @property
     def private(self) -> bool:
         """Whether the run is private (its clients release under the budget)."""
         return bool(self.releases)
+
+    def shrinkage_problem(self, upload: Upload, covariance: str) -> str | None:
+        """Why a private client's shrinkage is not the one its released statistics determine.
+
+        Under privacy the client announces the OAS shrinkage of its released
+        statistics (:meth:`~skslot.heads.ClassStatistics.oas_shrinkage`), a
+        function of them alone, so the server recomputes it exactly; an exact
+        client's (Ledoit-Wolf, of its rows) is not checked here.
+
+        Parameters
+        ----------
+        upload : Upload
+            An upload whose summary the server derives from its statistics.
+        covariance : {"total", "within"}
+
+        Returns
+        -------
+        str or None
+        """
+        if not self.private:
+            return None
+        expected = upload.statistics.oas_shrinkage(covariance)
+        if upload.shrinkage is None or not np.isclose(
+            upload.shrinkage, expected, rtol=1e-12, atol=0.0
+        ):
+            return (
+                f"its shrinkage {upload.shrinkage!r} is not the OAS shrinkage of its released "
+                f"statistics ({expected!r})"
+            )
+        return None
 
     def receive(self, c: Hashable, stage: str) -> None:
         """Record that client ``c``'s reply at ``stage`` carried the plan's releases there.

@@ -10,9 +10,9 @@ import numpy as np
 
 from .._validation import check_feature_scale
 from ..heads import LinearScores
-from ..label_shift import class_counts
+from ..label_shift import class_counts, class_sums
 from ..low_rank import Summary, TransportMap
-from ..privacy.client import PrivateRelease, private_answer
+from ..privacy.client import PrivateRelease, private_answer, private_summary_problem
 from .party import ClientRelease, Party
 from .stages import STAGES
 
@@ -119,12 +119,16 @@ class ExactRelease:
         self.party = party
 
     def begin(self, request: UploadRequest) -> None:
-        """Refuse a run that asks for private releases: this client has no budget.
+        """Refuse a run that asks for private releases (this client has no budget), and a
+        private summary beside statistics that reveal its moments.
 
         Parameters
         ----------
         request : UploadRequest
         """
+        why = private_summary_problem(self.party.head, self.party.estimator.epsilon)
+        if why:
+            raise ValueError(why)
         if request.privacy is not None:
             raise ValueError(
                 "the run asks for private releases, but this client has no privacy budget of "
@@ -197,6 +201,23 @@ class ExactRelease:
         None
         """
         return None
+
+    def class_sums(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The class sums of the fitting rows; none beside a private summary (exact class
+        sums would give it away).
+
+        Parameters
+        ----------
+        X, y : ndarray
+            The fitting rows and their labels.
+
+        Returns
+        -------
+        tuple of (ndarray, ndarray) or None
+        """
+        if self.party.estimator.epsilon is not None:
+            return None
+        return class_sums(X, y, self.party.classes)
 
     def local_head_rows(
         self, full_map: TransportMap, taus: Sequence[float], part: str

@@ -123,6 +123,19 @@ class ClientRelease(Protocol):
         ndarray of int64 or None
         """
 
+    def class_sums(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The class counts and sums of the fitting rows, where the client sends them.
+
+        Parameters
+        ----------
+        X, y : ndarray
+            The fitting rows and their labels.
+
+        Returns
+        -------
+        tuple of (ndarray, ndarray) or None
+        """
+
     def local_head_rows(
         self, full_map: TransportMap, taus: Sequence[float], part: str
     ) -> Callable[[np.ndarray, np.ndarray, TransportMap], tuple[np.ndarray, np.ndarray]] | None:

@@ -8,33 +8,19 @@ determine it, its shrinkage) and its row counts.
 * the messages: :class:`UploadRequest`, :class:`Upload`;
 * the wire format, read and checked before allocation: :class:`UploadCodec`;
 * the client's step (:meth:`UploadStage.answer`), the server's
-  (:func:`collect`) and the meaning of one upload (:func:`check`, which runs
-  the consistency checks of :mod:`skslot.defence.consistency`);
-* what the client releases it asks of the client's release
-  (:meth:`~skslot.protocol.party.Party.release`), so the client's step has no
-  privacy branch.
+  (:func:`collect`) and the meaning of one upload against its request
+  (:func:`check`, which runs the consistency checks of
+  :mod:`skslot.defence.consistency`);
+* what the client sends it asks of the client's release
+  (:meth:`~skslot.protocol.party.Party.release`), exact or under a budget,
+  so the client's step has one path.
 
 Comparing clients with each other is the defence's (:mod:`skslot.defence`).
 """
 
-from ._codec import UploadCodec, as_decoded
-from ._messages import (
-    CLASS_SUMS,
-    STATISTICS,
-    VALIDATION_STATISTICS,
-    Upload,
-    UploadRequest,
-)
-from ._steps import (
-    STAGE,
-    UploadStage,
-    check,
-    class_counts_problem,
-    class_sums_problem,
-    collect,
-    form_problem,
-    run_dimension,
-)
+from ._codec import UploadCodec
+from ._messages import CLASS_SUMS, STATISTICS, VALIDATION_STATISTICS, Upload, UploadRequest
+from ._steps import STAGE, UploadStage, check, class_counts_problem, collect
 
 __all__ = [
     "CLASS_SUMS",
@@ -45,11 +31,7 @@ __all__ = [
     "UploadCodec",
     "UploadRequest",
     "UploadStage",
-    "as_decoded",
     "check",
     "class_counts_problem",
-    "class_sums_problem",
     "collect",
-    "form_problem",
-    "run_dimension",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -37,21 +37,18 @@ from ._messages import CLASS_SUMS, STATISTICS, VALIDATION_STATISTICS, Upload, Up
 __all__ = ["UploadCodec", "as_decoded"]
 
 
-@dataclass(frozen=True)
-class _Header:
-    """An upload's settings, read and checked before its statistics are decoded."""
-
-    summary: bytes | None
-    n_fit: int
-    n_test: int
-    n_validation: int
-    class_counts: np.ndarray | None
-    shrinkage: float | None
-    label: int | str | None
-    dimension: int
+#: The request's flags and their defaults: on the wire as 0 or 1 (payload values are never
+#: booleans), where not the default.
+_FLAGS = {"class-counts": False, "class-sums": False, "validation-statistics": True}
 
 
-def _read_header(payload: ReceivedPayload, n_classes: int, max_dimension: int) -> _Header:
+def _read_header(
+    payload: ReceivedPayload, n_classes: int, max_dimension: int
+) -> tuple[Upload, bytes | None, int]:
+    """An upload's settings, read and checked before its statistics are decoded: the upload
+    without its summary, statistics and class sums, the summary's bytes and the dimension,
+    read from the summary's header (no summary is decoded before the run's dimension) or
+    sent where the server derives the summary."""
     summary = payload.optional("summary", bytes)
     shrinkage = payload.optional("shrinkage", float)
     label = check_wire_label(payload.config.get("label"))
@@ -74,23 +71,32 @@ def _read_header(payload: ReceivedPayload, n_classes: int, max_dimension: int) -
         )
     counts = None
     if payload.has("class-counts"):
-        values = payload.config["class-counts"]
+        counts = payload.config["class-counts"]
         if (
-            not isinstance(values, list)
-            or len(values) != n_classes
-            or not all(type(v) is int and 0 <= v <= MAX_COUNT for v in values)
+            not isinstance(counts, list)
+            or len(counts) != n_classes
+            or not all(type(v) is int and 0 <= v <= MAX_COUNT for v in counts)
         ):
             raise MessageFormatError(
                 f"class-counts must be a list of {n_classes} integers in [0, 2**53]"
             )
-        counts = np.array(values, dtype=np.int64)
-    if summary is not None:  # its header's: no summary is decoded before the run's dimension
+    if summary is not None:
         dimension = summary_dimension(summary, max_dimension=max_dimension)
     elif sent_dimension is not None and 1 <= sent_dimension <= max_dimension:
-        dimension = sent_dimension  # of the summary derived from the statistics
+        dimension = sent_dimension
     else:
         raise StatisticsFormatError(f"dimension {sent_dimension} is out of range")
-    return _Header(summary, n_fit, n_test, n_validation, counts, shrinkage, label, dimension)
+    upload = Upload(
+        None,
+        n_fit,
+        n_test,
+        summary_bytes=len(summary) if summary is not None else 8,  # the shrinkage
+        class_counts=None if counts is None else np.array(counts, dtype=np.int64),
+        shrinkage=shrinkage,
+        label=label,
+        n_validation=n_validation,
+    )
+    return upload, summary, dimension
 
 
 def as_decoded(summary: Summary, dtype: str | None) -> Summary:
@@ -130,14 +136,11 @@ class UploadCodec(Stage[UploadRequest, Upload]):
         }
         if request.split_seed is not None:
             values["split-seed"] = request.split_seed
-        if request.class_counts:
-            values["class-counts"] = 1  # a flag (payload values are never booleans)
-        if request.class_sums:
-            values["class-sums"] = 1
         if request.mean_tau is not None:
             values["mean-tau"] = float(request.mean_tau)
-        if not request.validation_statistics:
-            values["validation-statistics"] = 0  # a flag (payload values are never booleans)
+        for key, default in _FLAGS.items():  # sent where not the default, as 0 or 1
+            if getattr(request, key.replace("-", "_")) != default:
+                values[key] = int(not default)
         if request.privacy is not None:
             values["epsilon"], values["delta"], values["clip-norm"] = map(float, request.privacy)
             values["releases"] = ",".join(request.releases)
@@ -148,15 +151,12 @@ class UploadCodec(Stage[UploadRequest, Upload]):
         index = payload.value("client-index", int)
         if index < 0:
             raise MessageFormatError(f"client-index must be >= 0, got {index}")
-        counts = payload.optional("class-counts", int) or 0
-        sums = payload.optional("class-sums", int) or 0
-        if counts not in (0, 1) or sums not in (0, 1):
-            raise MessageFormatError(
-                f"class-counts and class-sums must be 0 or 1, got {counts} and {sums}"
-            )
-        parts = payload.optional("validation-statistics", int)
-        if parts not in (None, 0, 1):
-            raise MessageFormatError(f"validation-statistics must be 0 or 1, got {parts}")
+        flags: dict[str, Any] = {}
+        for key, default in _FLAGS.items():
+            flag = payload.optional(key, int)
+            if flag not in (None, 0, 1):
+                raise MessageFormatError(f"{key} must be 0 or 1, got {flag}")
+            flags[key.replace("-", "_")] = default if flag is None else flag == 1
         mean_tau = payload.optional("mean-tau", (float, int))
         if mean_tau is not None and not 0.0 <= mean_tau <= 1.0:
             raise MessageFormatError(f"mean-tau must lie in [0, 1], got {mean_tau}")
@@ -173,16 +173,9 @@ class UploadCodec(Stage[UploadRequest, Upload]):
             raise MessageFormatError(
                 f"summary-dtype must be one of {SUMMARY_DTYPES}, got {dtype!r}"
             )
+        plan: dict[str, Any] = {}
         epsilon = payload.optional("epsilon", (float, int))
-        privacy: tuple[float, float, float] | None = None
-        releases: tuple[str, ...] = ()
-        shares: tuple[float, ...] = ()
         if epsilon is not None:
-            privacy = (
-                float(epsilon),
-                float(payload.value("delta", (float, int))),
-                float(payload.value("clip-norm", (float, int))),
-            )
             releases = tuple(payload.value("releases", str).split(","))
             unknown = sorted(set(releases) - set(RELEASES))
             if unknown:
@@ -190,19 +183,24 @@ class UploadCodec(Stage[UploadRequest, Upload]):
             shares = tuple(payload.floats("shares"))
             if len(shares) != len(releases) or not all(0.0 < w <= 1.0 for w in shares):
                 raise MessageFormatError(f"{len(shares)} shares for {len(releases)} releases")
+            plan = {
+                "privacy": (
+                    float(epsilon),
+                    float(payload.value("delta", (float, int))),
+                    float(payload.value("clip-norm", (float, int))),
+                ),
+                "releases": releases,
+                "shares": shares,
+            }
         return UploadRequest(
             index,
             payload.optional("split-seed", int),
-            class_counts=counts == 1,
-            class_sums=sums == 1,
             summary_covariance=covariance,
             covariance_floor=float(floor),
             mean_tau=None if mean_tau is None else float(mean_tau),
             summary_dtype=dtype,
-            validation_statistics=parts != 0,
-            privacy=privacy,
-            releases=releases,
-            shares=shares if epsilon is not None else (),
+            **flags,
+            **plan,
         )
 
     def encode_reply(self, reply: Upload, request: UploadRequest) -> Payload:
@@ -253,50 +251,46 @@ class UploadCodec(Stage[UploadRequest, Upload]):
                 headers[node] = _read_header(payload, C, wire.max_dimension)
             except WireFormatError as exc:
                 rejected[node] = str(exc)
-        dims = Counter(header.dimension for header in headers.values())
+        dims = Counter(dimension for _, _, dimension in headers.values())
         m = wire.n_features or (max(dims, key=lambda d: (dims[d], -d)) if dims else 0)
         wire.dimension = m
         head = wire.head
         cap = head.strategy.max_upload_bytes(head, C, m)
         replies = {}
-        for node, header in headers.items():
-            dimension = header.dimension
+        for node, (upload, summary, dimension) in headers.items():
+            payload = payloads[node]
             try:
-                if dimension != m and header.summary is not None and wire.n_features:
+                if dimension != m and summary is not None and wire.n_features:
                     raise SummaryFormatError(
                         f"dimension mismatch: payload has dimension {dimension}, expected {m}"
                     )
                 if dimension != m:
                     raise StatisticsFormatError(f"dimension {dimension}, expected {m}")
-                summary = (
-                    None
-                    if header.summary is None
-                    else summary_from_bytes(  # a factor form's rank: below its rows
-                        header.summary,
+                if summary is not None:
+                    decoded = summary_from_bytes(  # a factor form's rank: below its rows
+                        summary,
                         expected_dimension=m,
                         max_dimension=wire.max_dimension,
-                        max_rank=max(min(m, header.n_fit - 1), 0),
+                        max_rank=max(min(m, upload.n_fit - 1), 0),
                     )
-                )
-                if header.n_fit < 1:  # the summary's count is tied to it by the check
-                    raise StatisticsFormatError(f"fitting part of {header.n_fit} rows")
-                parts: list[Any] = []
+                    upload = replace(upload, summary=decoded)
+                if upload.n_fit < 1:  # the summary's count is tied to it by the check
+                    raise StatisticsFormatError(f"fitting part of {upload.n_fit} rows")
+                parts: dict[str, Any] = {}
                 for name, n in (
-                    (STATISTICS, header.n_fit),
-                    (VALIDATION_STATISTICS, header.n_validation),
+                    (STATISTICS, upload.n_fit),
+                    (VALIDATION_STATISTICS, upload.n_validation),
                 ):
-                    if not payloads[node].has_arrays(name):
-                        parts.append(None)
-                        continue
-                    arrays = payloads[node].arrays(name, max_bytes=cap)
-                    parts.append(
-                        head.decode_statistics(
-                            arrays, classes=wire.classes, n_features=m, n_samples=n
+                    if payload.has_arrays(name):
+                        parts[name] = head.decode_statistics(
+                            payload.arrays(name, max_bytes=cap),
+                            classes=wire.classes,
+                            n_features=m,
+                            n_samples=n,
                         )
-                    )
                 class_sums = None
-                if payloads[node].has_arrays(CLASS_SUMS):
-                    arrays = payloads[node].arrays(CLASS_SUMS, max_bytes=8 * C * (m + 1) + 4096)
+                if payload.has_arrays(CLASS_SUMS):
+                    arrays = payload.arrays(CLASS_SUMS, max_bytes=8 * C * (m + 1) + 4096)
                     class_sums = (
                         read_array(arrays, "counts", (C,), integer=True, nonnegative=True),
                         read_array(arrays, "sums", (C, m)),
@@ -304,18 +298,10 @@ class UploadCodec(Stage[UploadRequest, Upload]):
             except WireFormatError as exc:
                 rejected[node] = str(exc)
                 continue
-            statistics, validation = parts
-            replies[node] = Upload(
-                summary,
-                header.n_fit,
-                header.n_test,
-                statistics,
-                validation,
-                summary_bytes=len(header.summary) if header.summary is not None else 8,  # shrinkage
-                class_counts=header.class_counts,
-                shrinkage=header.shrinkage,
-                label=header.label,
-                n_validation=header.n_validation,
+            replies[node] = replace(
+                upload,
+                statistics=parts.get(STATISTICS),
+                validation=parts.get(VALIDATION_STATISTICS),
                 class_sums=class_sums,
             )
         return replies, rejected

@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ....defaults import VALIDATION_FRACTION
 from ....defence.consistency import (
     collapsed_spread,
     inconsistent_statistics,
     inconsistent_statistics_parts,
 )
-from ....label_shift import class_sums
-from ....privacy.client import private_summary_problem, private_upload_problem
-from ....privacy.server import private_shrinkage_problem
+from ....privacy.client import private_upload_problem
 from ....selection import validation_sizes
 from ._codec import UploadCodec, as_decoded
 from ._messages import Upload, UploadRequest
 
 if TYPE_CHECKING:
     from ....defence import DefenceBounds, NoDefence
+    from ....heads import OneShotHead
     from ...party import Party
     from ...state import RunState
 
@@ -33,7 +32,6 @@ __all__ = [
     "class_sums_problem",
     "collect",
     "form_problem",
-    "run_dimension",
 ]
 
 
@@ -148,24 +146,6 @@ def class_sums_problem(
     return None if why is None else f"inconsistent with its class sums: {why}"
 
 
-def run_dimension(uploads: Mapping[Hashable, Upload]) -> int | None:
-    """The feature dimension of the run (a transport delivers uploads of one dimension).
-
-    Parameters
-    ----------
-    uploads : mapping of address to Upload
-
-    Returns
-    -------
-    int or None
-        ``None`` when no upload was received.
-    """
-    dims = {d for d in (upload.dimension for upload in uploads.values()) if d is not None}
-    if len(dims) > 1:
-        raise ValueError(f"the transport delivered summaries of dimensions {sorted(dims)}")
-    return dims.pop() if dims else None
-
-
 def form_problem(upload: Upload, derives_summary: bool) -> str | None:
     """Why an upload's summary does not have the head's form: sent, or derived from statistics.
 
@@ -200,113 +180,103 @@ def form_problem(upload: Upload, derives_summary: bool) -> str | None:
 
 def check(
     upload: Upload,
+    request: UploadRequest,
     *,
-    split: bool,
-    uploads_statistics: bool,
+    head: OneShotHead,
     defence: DefenceBounds | NoDefence,
-    derived: bool,
-    validation_statistics: bool = True,
-    summary_covariance: str = "total",
-    n_classes: int | None = None,
-    validation_fraction: float | None = None,
-    run_classes: int | None = None,
-    class_sums: bool = False,
+    n_classes: int,
+    validation_fraction: float = VALIDATION_FRACTION,
 ) -> str | None:
-    """Why an upload does not fit the run: its parts, statistics and summary must agree.
+    """Why an upload does not answer ``request``: its parts, statistics and summary must agree.
 
-    The summary describes the fitting rows, so it must count ``n_fit`` rows
-    and, with a defence, agree with the fitting statistics
-    (:func:`inconsistent_statistics`; a summary the server ``derived`` from
-    them agrees by construction), and the validation statistics with the
-    fitting ones (:func:`inconsistent_parts`).  ``n_classes``: the run asked
-    for the client's class counts (over its ``n_classes`` classes), which
-    must add up to its fitting and validation rows and equal those of its
-    statistics; with a validation split (``validation_fraction``) they also
-    fix the size of its validation part.  Without them, the split still
-    bounds it: the run's ``run_classes`` classes each hold out
-    ``floor(fraction * n_c)`` rows, so the validation part of ``n`` rows lies
-    in ``(fraction * n - C, fraction * n]``.
+    The summary (sent, or derived by the server) describes the fitting rows,
+    so it must count ``n_fit`` rows and, with a defence, agree with the
+    fitting statistics (:func:`inconsistent_statistics`; a summary the server
+    derived from them agrees by construction), and the validation statistics
+    with the fitting ones (:func:`inconsistent_statistics_parts`).  What the
+    request asked for, the upload must carry, and nothing else: its class
+    counts (:func:`class_counts_problem`), its class sums
+    (:func:`class_sums_problem`), the head's statistics, those of a validation
+    part.  A validation part is held out only where the request gave a
+    split's seed; the split then bounds it: each of the run's ``n_classes``
+    classes holds out ``floor(fraction * n_c)`` rows, so the validation part of
+    ``n`` rows lies in ``(fraction * n - C, fraction * n]``, and the class
+    counts, where asked for, fix it.
 
     Parameters
     ----------
     upload : Upload
         A decoded upload: its types, sizes and dimension are the codec's
         (:class:`UploadCodec`), checked before anything was allocated.
-    split : bool
-        Whether the run has a validation part.
-    uploads_statistics : bool
-        Whether the head's clients upload statistics.
+    request : UploadRequest
+        What the client was asked.
+    head : OneShotHead
+        The run's head: whether its clients upload statistics, and whether the
+        server derives the summary from them.
     defence : DefenceBounds or NoDefence
         Its bounds apply to the consistency of the parts (none without a defence).
-    derived : bool
-        Whether the server derived the summary from the statistics.
-    validation_statistics : bool, default=True
-        Whether the run asked for the validation part's statistics.
-    summary_covariance : {"total", "within"}, default="total"
-    n_classes : int, optional
-        The number of class counts the run asked for.
-    validation_fraction : float, optional
-    run_classes : int, optional
+    n_classes : int
         The number of the run's classes.
-    class_sums : bool, default=False
-        Whether the run asked for the class sums of the fitting rows
-        (:func:`~skslot.defence.consistency.class_sums_problem`).
+    validation_fraction : float, default=0.2
+        The run's share of each class held out, where it splits.
 
     Returns
     -------
     str or None
         Why the upload is refused, or ``None``.
     """
-    summary = upload.summary  # its types, sizes and dimension are the codec's checks
+    summary, covariance = upload.summary, request.summary_covariance
     if summary is None:  # derived before, where the head derives it
         return "the upload carries no summary"
     if upload.n_fit != summary.n:
         return f"its summary counts {summary.n} rows, but its fitting part {upload.n_fit}"
     held, rows = upload.n_validation, upload.n_rows
-    if not split and held != 0:
+    fraction = None if request.split_seed is None else validation_fraction
+    if fraction is None and held != 0:
         return "this run has no validation part (a fixed tau, without screening)"
-    if split and validation_fraction is not None and run_classes is not None:
-        expected = validation_fraction * rows  # Python integers and floats: no wrap-around
-        if not expected - run_classes <= held <= expected * (1 + 1e-12):
+    if fraction is not None:
+        expected = fraction * rows  # Python integers and floats: no wrap-around
+        if not expected - n_classes <= held <= expected * (1 + 1e-12):
             return (
                 f"a validation part of {held} rows of {rows}: a split at validation_fraction = "
-                f"{validation_fraction} over {run_classes} classes holds out more than "
-                f"{expected - run_classes:.1f} and at most {expected:.1f}"
+                f"{fraction} over {n_classes} classes holds out more than "
+                f"{expected - n_classes:.1f} and at most {expected:.1f}"
             )
-    why = class_counts_problem(upload, n_classes, validation_fraction if split else None)
-    if why is None:
-        why = class_sums_problem(upload, class_sums, covariance=summary_covariance)
+    why = class_counts_problem(
+        upload, n_classes if request.class_counts else None, fraction
+    ) or class_sums_problem(upload, request.class_sums, covariance=covariance)
     if why:
         return why
-    if not uploads_statistics:
-        if upload.statistics is not None or upload.validation is not None:
+    statistics, validation = upload.statistics, upload.validation
+    if not head.strategy.uploads_statistics:
+        if statistics is not None or validation is not None:
             return "the head trains locally: its upload carries no statistics"
         return None
-    if upload.statistics is None:
+    if statistics is None:
         return "the upload lacks the head's statistics"
-    if not validation_statistics:
-        if upload.validation is not None:
+    if not request.validation_statistics:
+        if validation is not None:
             return "the run asked for no validation statistics"
-    elif (upload.validation is None) != (upload.n_validation == 0):
-        return f"validation statistics do not match a validation part of {upload.n_validation} rows"
+    elif (validation is None) != (held == 0):
+        return f"validation statistics do not match a validation part of {held} rows"
     if not defence.checks_consistency:
         return None
-    if not derived:
-        implied = upload.statistics.implied_moments(summary_covariance)
+    if not head.strategy.derives_summary:
+        implied = statistics.implied_moments(covariance)
         why = inconsistent_statistics(
             summary,
             implied.mean,
             implied.trace,
             n_described=implied.n,
             trace_error=implied.error,
-            covariance=summary_covariance,
+            covariance=covariance,
         )
-        if why is None and summary_covariance == "total" and implied.class_means is not None:
+        if why is None and covariance == "total" and implied.class_means is not None:
             why = collapsed_spread(summary, implied.class_counts, implied.class_means)
         if why:
             return f"inconsistent with its summary: {why}"
-    if upload.validation is not None:
-        why = inconsistent_statistics_parts(upload.statistics, upload.validation, defence)
+    if validation is not None:
+        why = inconsistent_statistics_parts(statistics, validation, defence)
         if why:
             return f"implausible: {why}"
     return None
@@ -317,57 +287,57 @@ def check(
 
 def collect(run: RunState) -> None:
     """The server's step: every client's upload, its summary derived where the head does so,
-    each upload checked (:func:`check`), the accepted clients entered into the run.
+    each upload checked against its request (:func:`check`), the accepted clients entered
+    into the run.
 
     Parameters
     ----------
     run : RunState
     """
-    settings, report = run.settings, run.report
-    parties = run.roster.parties
+    settings, report, account = run.settings, run.report, run.account
+    head, covariance = settings.head, settings.summary_covariance
+    strategy = head.strategy
     seeds = run.split_seeds() if run.splits else {}
-    counting = settings.client_tau == "label-shift" or run.screens
-    head = settings.head
     # class sums where the statistics carry none: what each client's local heads are checked
-    # against, and its domain offset measured within classes
+    # against, and its domain offset measured within classes (never beside a release plan:
+    # exact class sums are outside every plan)
     summing = run.checks_local_heads or (
-        settings.label_mix == "client"
-        and not head.strategy.uploads_statistics
-        and not run.account.private
+        settings.label_mix == "client" and not strategy.uploads_statistics and not account.releases
     )
     requests = {
         c: UploadRequest(
             k,
             seeds.get(c),
-            class_counts=counting,
+            class_counts=settings.client_tau == "label-shift" or run.screens,
             class_sums=summing,
-            summary_covariance=settings.summary_covariance,
+            summary_covariance=covariance,
             covariance_floor=settings.covariance_floor,
             mean_tau=settings.mean_tau,
             validation_statistics=not run.screens,  # a screened final head never merges them
-            privacy=run.account.settings,
-            releases=run.account.releases,
-            shares=run.account.shares,
+            **account.plan,
         )
-        for k, c in enumerate(parties)
+        for k, c in enumerate(run.roster.parties)
     }
-    exchange = run.exchange("upload", requests)
-    derives = head.strategy.derives_summary
-    replies = {}
-    for c, upload in exchange.replies.items():
+    replies = run.exchange("upload", requests).replies
+    derives = strategy.derives_summary
+    formed, accepted = {}, []
+    for c in run.roster.parties:
+        if c not in replies:
+            continue
+        upload = replies[c]
         report.clients[c] = upload.client_label  # shown, never trusted
-        run.account.receive(c, "upload")  # spent, even if the upload is refused
+        account.receive(c, "upload")  # spent, even if the upload is refused
         if upload.summary_bytes is not None:
             report.summary_payload_bytes[c] = upload.summary_bytes
         why = form_problem(upload, derives)
-        if why is None and derives and run.account.private:
-            why = private_shrinkage_problem(upload, settings.summary_covariance)
+        if why is None and derives:
+            why = account.shrinkage_problem(upload, covariance)
         if why is None and derives:
             try:
-                summary = head.strategy.derived_summary(
+                summary = strategy.derived_summary(
                     upload.statistics,
                     upload.shrinkage,
-                    covariance=settings.summary_covariance,
+                    covariance=covariance,
                     covariance_floor=settings.covariance_floor,
                     client=upload.label,
                 )
@@ -376,39 +346,28 @@ def collect(run: RunState) -> None:
             else:
                 upload = replace(upload, summary=summary)
                 report.clients[c] = summary.client  # the label as a summary holds it
+        if why is None:
+            formed[c] = upload
+            # values per summary on the wire, its count among them: the shrinkage alone where
+            # the server derives the summary
+            report.summary_values[c] = 1 if derives else upload.summary.n_values() + 1
+            why = check(
+                upload,
+                requests[c],
+                head=head,
+                defence=run.defence,
+                n_classes=run.classes.shape[0],
+                validation_fraction=settings.validation_fraction,
+            )
         if why:
             run.roster.reject("upload", c, why)
             continue
-        replies[c] = upload
-    m = run_dimension(replies)
-    report.n_features = m
-    # values per summary on the wire, its count among them: the shrinkage alone where the
-    # server derives the summary
-    report.summary_values = {
-        c: 1 if derives else upload.summary.n_values() + 1 for c, upload in replies.items()
-    }
-    accepted = []
-    for c in parties:
-        if c not in replies:
-            continue
-        why = check(
-            replies[c],
-            split=run.splits,
-            uploads_statistics=head.strategy.uploads_statistics,
-            defence=run.defence,
-            derived=derives,
-            validation_statistics=not run.screens,
-            summary_covariance=settings.summary_covariance,
-            n_classes=run.classes.shape[0] if counting else None,
-            validation_fraction=settings.validation_fraction,
-            run_classes=run.classes.shape[0],
-            class_sums=summing,
-        )
-        if why:
-            run.roster.reject("upload", c, why)
-            continue
-        run.roster.enter(c, replies[c])
+        run.roster.enter(c, upload)
         accepted.append(c)
+    dimensions = {upload.dimension for upload in formed.values()}
+    if len(dimensions) > 1:  # a transport delivers uploads of one dimension
+        raise ValueError(f"the transport delivered summaries of dimensions {sorted(dimensions)}")
+    report.n_features = dimensions.pop() if dimensions else None
     run.roster.keep("upload", accepted)
 
 
@@ -439,10 +398,6 @@ class UploadStage(UploadCodec):
 
     def answer(self, party: Party, request: UploadRequest) -> Upload:
         state, strategy = party.state, party.head.strategy
-        estimator = party.estimator
-        why = private_summary_problem(party.head, estimator.epsilon)
-        if why:
-            raise ValueError(why)
         why = party.summary_settings_problem(request.summary_covariance, request.covariance_floor)
         if why:
             raise ValueError(why)
@@ -466,9 +421,7 @@ class UploadStage(UploadCodec):
             client_index=request.client_index,
             released=release.statistics_release,
         )
-        if not request.validation_statistics:
-            validation = None
-        if derived:  # derived afresh from this upload's (released) statistics
+        if derived:  # derived afresh from this upload's statistics
             shrinkage = release.shrinkage(fitting, X_fit, y_fit, request.summary_covariance)
             state.summary = strategy.derived_summary(
                 fitting,
@@ -487,15 +440,11 @@ class UploadStage(UploadCodec):
             n_validation=0 if split is None else split[1].shape[0],
             n_test=party.n_test,
             statistics=fitting,
-            validation=validation,
+            validation=validation if request.validation_statistics else None,
             class_counts=release.class_counts(fitting) if request.class_counts else None,
             shrinkage=state.summary.shrinkage if derived else None,
             label=party.label if derived else None,
-            # exact class sums beside a private summary would give the summary away (a client
-            # under a privacy budget refuses the request: its plan has none)
-            class_sums=class_sums(X_fit, y_fit, party.classes)
-            if request.class_sums and estimator.epsilon is None
-            else None,
+            class_sums=release.class_sums(X_fit, y_fit) if request.class_sums else None,
         )
 
     def label(self, reply: Upload) -> int | str | None:
