@@ -1114,9 +1114,8 @@ def test_node_config_dataset_overrides_the_run_config(tmp_path):
 
 
 class ExactLocalHeads(OneShotFedAvgClassifier):
-    """A head that trains locally with no private release of its own (a user's head)."""
-
-    private_release = None
+    """A head that trains locally with no private release of its own (a user's head: a
+    private release is written per head class, a subclass has none)."""
 
 
 def test_a_head_without_a_private_release_gets_a_private_summary_alone(node_configs):

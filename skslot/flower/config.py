@@ -23,6 +23,7 @@ from ..barycenter import BuresBarycenter
 from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class
 from ..privacy import PrivacyBudget
+from ..privacy._heads import private_release
 from ..privacy.client import private_summary_problem
 from ..protocol import OneShotProtocol, ReferenceStep
 from ..summary import GaussianSummaryEstimator
@@ -242,7 +243,7 @@ class DeploymentConfig:
                 "'summary-form' and 'epsilon')"
             )
         head = self.make_head()  # a head with a private release derives the summary from it
-        why = None if head.private_release else private_summary_problem(head, self.epsilon)
+        why = None if private_release(head) else private_summary_problem(head, self.epsilon)
         if why:
             raise ValueError(f"{why} (run-config keys 'epsilon' and 'head')")
 
@@ -374,7 +375,7 @@ class DeploymentConfig:
             ``clip_norm`` when ``epsilon`` is set.
         """
         # a head with a private release derives the summary from it: no epsilon of its own
-        private = self.epsilon is not None and self.make_head().private_release is None
+        private = self.epsilon is not None and private_release(self.make_head()) is None
         return GaussianSummaryEstimator(
             covariance=self.summary_covariance,
             form=self.summary_form,
@@ -393,7 +394,7 @@ class DeploymentConfig:
             release (each built-in head); ``None`` without ``epsilon``, or
             with a head whose only private message is the summary.
         """
-        if self.epsilon is None or self.make_head().private_release is None:
+        if self.epsilon is None or private_release(self.make_head()) is None:
             return None
         return PrivacyBudget(self.epsilon, self.delta, self.clip_norm)
 

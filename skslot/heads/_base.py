@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -33,38 +33,10 @@ from ..label_mix import client_counts_of, prior_shifts, row_clients
 from ..low_rank import LowRankMap
 from ..maps import GaussianMap
 from ..wire import message_bytes
-from ..wire.arrays import ArrayMessage
+from ._fitting import LOCAL_TRAINING, HeadStrategy
 from ._linear_scores import UNSCORED, LinearScores
-from ._strategy import LOCAL_TRAINING, HeadStrategy
 
-__all__ = ["ONE_SHOT_HEAD", "HeadStatistics", "LinearHeadMixin", "OneShotHead"]
-
-_Statistics = TypeVar("_Statistics", bound="HeadStatistics")
-
-
-class HeadStatistics(Protocol):
-    """What a client's statistics provide (:attr:`OneShotHead.statistics_type`)."""
-
-    @property
-    def n_features(self) -> int:
-        """The dimension of the rows summarised."""
-        ...
-
-    def to_arrays(self) -> ArrayMessage:
-        """The statistics as a message of named arrays."""
-        ...
-
-    @classmethod
-    def from_arrays(
-        cls: type[_Statistics],
-        arrays: Mapping[str, Any],
-        *,
-        classes: np.ndarray,
-        n_features: int,
-        n_samples: int | None = None,
-    ) -> _Statistics:
-        """Decode and check a received message (a head may pass more options)."""
-        ...
+__all__ = ["ONE_SHOT_HEAD", "LinearHeadMixin", "OneShotHead"]
 
 
 class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseEstimator):
@@ -72,11 +44,10 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
 
     Subclasses implement :meth:`_client_statistics` (a client's exact
     statistics) and :meth:`_fit_from_statistics`, and declare their
-    parameters' constraints in ``_parameter_constraints``; a head whose
-    statistics have a private release names it (:attr:`private_release`,
-    released by :mod:`skslot.privacy`);
-    everything else (validation, the global class set, client routing) lives
-    here.  The parameters are validated at every
+    parameters' constraints in ``_parameter_constraints``; everything else
+    (validation, the global class set, client routing) lives here.  A head
+    knows nothing of privacy: a private client's release wraps its statistics
+    (:mod:`skslot.privacy`).  The parameters are validated at every
     entry point (``fit``, :meth:`client_statistics`,
     :meth:`fit_from_statistics`, :meth:`decode_statistics`) before any work;
     a registry or a deployment calls ``_validate_params()`` when it builds the
@@ -88,10 +59,12 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     __metadata_request__predict_proba = {"client": True}
     __metadata_request__decision_function = {"client": True}
 
-    #: The class of what :meth:`client_statistics` returns; it has
-    #: ``to_arrays()`` and ``from_arrays(arrays, classes=, n_features=, n_samples=)``.
-    statistics_type: ClassVar[type[HeadStatistics]]
-    #: The shape of the one-shot protocol this head needs (:mod:`skslot.heads._strategy`):
+    #: The class of what :meth:`client_statistics` returns: its instances have
+    #: ``n_features`` and ``to_arrays()``, the class
+    #: ``from_arrays(arrays, classes=, n_features=, n_samples=)`` (which decodes and checks a
+    #: received message; a head may pass more options, :meth:`_decode_options`).
+    statistics_type: ClassVar[Any]
+    #: The shape of the one-shot protocol this head needs (:mod:`skslot.heads._fitting`):
     #: local heads trained on aligned rows, unless the statistics are moments an affine
     #: map acts on exactly, so the server aligns them itself
     #: (``fit_from_statistics(..., maps=...)``, a :class:`StatisticsStrategy`).
@@ -99,10 +72,6 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     #: Parameters used only by the server step: changing one needs no new
     #: client statistics (what a federated search may tune for free).
     server_params: ClassVar[tuple[str, ...]] = ()
-    #: The release (:data:`skslot.privacy.RELEASES`) a private client's statistics are
-    #: charged to (made by :func:`skslot.privacy.released_statistics`); ``None`` for a head
-    #: with no private release.
-    private_release: ClassVar[str | None] = None
 
     #: The federation's class counts (``None`` where the statistics carry none), and
     #: each client's, by label (set by ``fit``, :meth:`fit_from_statistics` and
@@ -136,8 +105,8 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
 
     def _fit_rows(self, X: Any, y: Any, client: Any, statistics: Callable[..., Any]) -> OneShotHead:
         """:meth:`fit` with each client's statistics made by
-        ``statistics(X_k, y_k, classes, seed, position, label)``: the head's own, or a
-        private client's release (:class:`skslot.privacy.PrivateClassifier`)."""
+        ``statistics(X_k, y_k, classes, seed, position, label)``: the head's own, or what a
+        wrapper makes in their place (:class:`skslot.privacy.PrivateClassifier`)."""
         self._validate_params()
         X, y, classes = check_classification_data(self, X, y)
         labels, codes = check_client_labels(client, X.shape[0])
@@ -221,7 +190,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             (:class:`~skslot.low_rank.LowRankMap`, what a
             :class:`~skslot.SLOTTransformer` holds in factor form) is pushed as
             its ``m x m`` matrix, of the size of the statistics' Gram matrices.  Only heads with
-            a :class:`~skslot.heads._strategy.StatisticsStrategy` (FedCGS, FedPFT)
+            a :class:`~skslot.heads._fitting.StatisticsStrategy` (FedCGS, FedPFT)
             accept it.
 
         Returns
@@ -361,8 +330,8 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         """
         check_is_fitted(self, "classes_")
         coef, intercept = self._linear_parts()
-        federation = getattr(self, "class_counts_", None)
-        if getattr(self, "label_mix", "federation") != "client" or federation is None:
+        federation = self._federation_mix()
+        if federation is None:
             return LinearScores(self.classes_, coef, intercept)
         pi = federation / federation.sum()
         embedded = self._embedded_prior()
@@ -420,14 +389,19 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         """Class scores, shifted to each row's client's label mix with ``label_mix="client"``."""
         X = self._validate_for_predict(X)
         scores = self._scores(X)
-        if getattr(self, "label_mix", "federation") != "client" or client is None:
-            return scores
-        federation = getattr(self, "class_counts_", None)
-        if federation is None:
+        federation = self._federation_mix()
+        if federation is None or client is None:
             return scores
         rows = row_clients(client, X.shape[0])
         shifts = prior_shifts(rows, self.client_class_counts_, federation, self._embedded_prior())
         return scores + shifts
+
+    def _federation_mix(self) -> np.ndarray | None:
+        """The federation's class counts where each client predicts with its own label mix
+        (``label_mix="client"``), else ``None``."""
+        if getattr(self, "label_mix", "federation") != "client":
+            return None
+        return getattr(self, "class_counts_", None)
 
     def _embedded_prior(self) -> np.ndarray | None:
         """``log`` of the class prior the scores embed; ``None``: the federation's mix."""

@@ -1,14 +1,26 @@
-"""Fitting heads from the clients' messages: the candidates, the leave-one-out heads, the final.
+"""Fitting heads from the clients' messages, and the shape of protocol a head needs.
 
 The server's steps fit heads from what the clients sent (statistics of
-unaligned rows pushed through each client's map, or local heads); the
-clients' steps make those messages.  The strategies
-(:mod:`skslot.heads._strategy`) call these functions for the protocol.
+unaligned rows pushed through each client's map, or local heads): the
+candidates, the leave-one-out heads, the final; the clients' steps make
+those messages.
+
+The head decides its protocol's shape, the driver asks: the protocol's driver
+never asks what kind of head it drives; it asks the head's
+:class:`HeadStrategy` what the clients upload with their summary and how to
+fit the candidate and the final heads, which the strategy does with these
+steps.  Two shapes exist: :class:`StatisticsStrategy` (FedCGS, FedPFT:
+statistics of unaligned rows, aligned by the server; :class:`GramStrategy`
+where they determine the summary) and :class:`LocalTrainingStrategy`
+(O-FedAvg: local heads trained on aligned rows, received by the ``updates``
+and ``refit`` stages).  A new head picks one (or implements its own) as its
+``strategy``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
@@ -19,15 +31,21 @@ from ..low_rank import TransportMap
 from ..maps import GaussianMap
 
 if TYPE_CHECKING:
+    from ..gaussian import GaussianSummary
     from ..selection import Candidate
 
-#: A private client's release of the statistics of its rows ``(X, y, classes)``
-#: (:func:`skslot.privacy.released_statistics` under its ledger), in place of the head's own.
+#: What a client sends in place of the head's statistics of its rows ``(X, y, classes)``: a
+#: wrapper around the head (a private client's release, :mod:`skslot.privacy`).
 StatisticsRelease = Callable[[np.ndarray, np.ndarray, np.ndarray], Any]
 
 __all__ = [
+    "GramStrategy",
     "Head",
+    "HeadStrategy",
+    "LocalTrainingStrategy",
+    "ServerSide",
     "StatisticsRelease",
+    "StatisticsStrategy",
     "candidate_heads",
     "head_without",
     "local_heads",
@@ -213,8 +231,8 @@ def statistics_of_parts(
     client_index : int, default=0
         The client's position (seeds a head's client-side randomness).
     released : callable, optional
-        A private client's release of its statistics (:data:`StatisticsRelease`):
-        the statistics of all its rows (``parts`` must be ``None``).
+        ``released(X, y, classes)``: what the client sends in place of the head's
+        statistics (:data:`StatisticsRelease`, a private client's release).
 
     Returns
     -------
@@ -223,20 +241,12 @@ def statistics_of_parts(
         validation rows (``None`` when there are none); without, those of
         all rows and ``None``.
     """
-    head = clone(head)  # computing statistics records n_features_in_ on the head
-    if released is not None:
-        if parts is not None:
-            raise ValueError(
-                "a private client releases the statistics of all its rows, in one part"
-            )
-        return released(X, y, classes), None
+    # computing statistics records n_features_in_ on the head: a clone's
+    made = released or partial(clone(head).client_statistics, client_index=client_index)
     if parts is None:
-        return head.client_statistics(X, y, classes, client_index=client_index), None
+        return made(X, y, classes), None
     fit, val = parts
-    fitting = head.client_statistics(X[fit], y[fit], classes, client_index=client_index)
-    if val.shape[0] == 0:
-        return fitting, None
-    return fitting, head.client_statistics(X[val], y[val], classes, client_index=client_index)
+    return made(X[fit], y[fit], classes), made(X[val], y[val], classes) if val.size else None
 
 
 def local_heads(
@@ -269,8 +279,8 @@ def local_heads(
     client_index : int, default=0
         The client's position (seeds the local training).
     released : callable, optional
-        A private client's release of its local head (:data:`StatisticsRelease`:
-        one ``tau``; asked again, the head first released).
+        ``released(Z, y, classes)``: what the client sends in place of the local head
+        trained on its aligned rows (:data:`StatisticsRelease`, a private client's release).
     aligned_rows : callable, optional
         ``aligned_rows(X, y, aligned_map)``: the rows and labels the head is
         trained on, given the map at one ``tau`` (a private client's clipped
@@ -281,21 +291,14 @@ def local_heads(
     list of LinearHeadUpdate
         One local head per ``tau``, in order.
     """
-    if aligned_rows is None:
+    # training records n_features_in_ on the head: a clone's
+    made = released or partial(clone(head).client_statistics, client_index=client_index)
+    aligned_rows = aligned_rows or _aligned_rows
+    return [made(*aligned_rows(X, y, full_map.geodesic(tau)), classes) for tau in taus]
 
-        def aligned_rows(X: np.ndarray, y: np.ndarray, aligned: Any) -> tuple:
-            return aligned.apply(X), y
 
-    head = clone(head)  # training records n_features_in_ on the head
-    heads = []
-    for tau in taus:
-        Z, labels = aligned_rows(X, y, full_map.geodesic(tau))
-        heads.append(
-            head.client_statistics(Z, labels, classes, client_index=client_index)
-            if released is None
-            else released(Z, labels, classes)
-        )
-    return heads
+def _aligned_rows(X: np.ndarray, y: np.ndarray, aligned: Any) -> tuple[np.ndarray, np.ndarray]:
+    return aligned.apply(X), y
 
 
 def _at(maps: Sequence[GaussianMap] | None, tau: float) -> list[GaussianMap] | None:
@@ -307,3 +310,195 @@ def _at(maps: Sequence[GaussianMap] | None, tau: float) -> list[GaussianMap] | N
     if maps is None or (tau == 0.0 and all(getattr(t, "anchor", None) is None for t in maps)):
         return None
     return [t.geodesic(tau) for t in maps]
+
+
+class ServerSide(Protocol):
+    """What the driver offers a head's protocol on the server (one run's state)."""
+
+    classes: np.ndarray
+
+    def statistics(self) -> list:
+        """Each accepted client's uploaded fitting statistics, in client order."""
+
+    def validation_statistics(self) -> list:
+        """Each accepted client's validation statistics (``None`` where it has none)."""
+
+    def maps(self) -> list[TransportMap] | None:
+        """Each accepted client's full map onto the reference (``None`` without SLOT)."""
+
+    def local_heads(self, part: str, tau: float) -> list:
+        """Each accepted client's local head at ``tau`` on its ``part`` ("fit" or "all")."""
+
+    def server_step(self, what: str, step: Callable[[], Any]) -> Any:
+        """Run a server step on client values; a failure fails the run with a report."""
+
+
+class HeadStrategy:
+    """The head-specific part of the one-shot protocol (see the module docstring)."""
+
+    #: Whether a client's upload carries the head's statistics.
+    uploads_statistics: bool = False
+    #: Whether the clients train local heads on aligned rows (the ``updates`` stages).
+    trains_locally: bool = False
+    #: Whether the statistics determine the client's summary: the client then sends its
+    #: shrinkage instead of a summary, and both sides derive it (:meth:`derived_summary`).
+    derives_summary: bool = False
+
+    def derived_summary(
+        self,
+        fitting: Any,
+        shrinkage: float,
+        *,
+        covariance: str,
+        covariance_floor: float,
+        client: int | str | None,
+    ) -> GaussianSummary:
+        """Client and server: the summary of a client's fitting rows, from their statistics
+        (:meth:`~skslot.heads.ClassStatistics.summary`; where :attr:`derives_summary`)."""
+        return fitting.summary(
+            shrinkage, covariance=covariance, covariance_floor=covariance_floor, client=client
+        )
+
+    def derived_shrinkage(
+        self, fitting: Any, X: np.ndarray, y: np.ndarray, *, covariance: str
+    ) -> float:
+        """Client: the shrinkage it announces, of its fitting rows ``X, y``
+        (:meth:`~skslot.heads.ClassStatistics.ledoit_wolf_shrinkage`)."""
+        return fitting.ledoit_wolf_shrinkage(X, y, covariance=covariance)
+
+    def client_upload(
+        self,
+        head: Head,
+        X: np.ndarray,
+        y: np.ndarray,
+        classes: np.ndarray,
+        split: tuple[np.ndarray, np.ndarray] | None,
+        *,
+        client_index: int,
+        released: StatisticsRelease | None = None,
+    ) -> tuple[Any, Any]:
+        """Client: what it uploads with its summary, ``(fitting, validation)`` statistics
+        (``released``: in place of the head's, :func:`~skslot.heads.statistics_of_parts`)."""
+        return None, None
+
+    def fit_candidates(
+        self, head: HeadT, candidates: Sequence[Candidate], server: ServerSide
+    ) -> list[HeadT]:
+        """Server: one fitted head per candidate, on the clients' fitting rows."""
+        raise NotImplementedError
+
+    def leave_one_out(
+        self,
+        head: HeadT,
+        candidate: Candidate,
+        server: ServerSide,
+        k: int,
+        *,
+        maps: Sequence[TransportMap | None] | None = None,
+    ) -> HeadT:
+        """Server: the head at ``candidate`` on the fitting rows of all clients but the k-th.
+
+        ``maps``: each client's map onto the reference built without the k-th
+        (the k-th ``None``): the head aligns the others' statistics with them,
+        or carries their local heads, trained on the run's reference, onto it
+        (:meth:`~skslot.heads.fedavg.LinearHeadUpdate.rebased`).
+        """
+        raise NotImplementedError
+
+    def fit_final(self, head: HeadT, candidate: Candidate, server: ServerSide) -> HeadT:
+        """Server: the head at ``candidate`` on all the clients' rows."""
+        raise NotImplementedError
+
+    def max_upload_bytes(self, head: Head, n_classes: int, n_features: int) -> int:
+        """Most bytes one part of a client's statistics may take on the wire."""
+        return 0
+
+    def max_update_bytes(self, head: Head, n_classes: int, n_features: int) -> int:
+        """Most bytes one local head may take on the wire."""
+        return 0
+
+
+class StatisticsStrategy(HeadStrategy):
+    """Statistics of unaligned rows uploaded once; the server aligns them (FedCGS, FedPFT)."""
+
+    uploads_statistics = True
+
+    def client_upload(self, head, X, y, classes, split, *, client_index, released=None):
+        return statistics_of_parts(
+            head, X, y, classes, split, client_index=client_index, released=released
+        )
+
+    def fit_candidates(self, head, candidates, server):
+        return server.server_step(
+            "the candidate heads",
+            lambda: candidate_heads(
+                head, candidates, server.statistics(), server.classes, server.maps()
+            ),
+        )
+
+    def leave_one_out(self, head, candidate, server, k, *, maps=None):
+        maps = server.maps() if maps is None else maps
+        return head_without(head, candidate, server.statistics(), server.classes, k, maps)
+
+    def fit_final(self, head, candidate, server):
+        return server.server_step(
+            "the final head",
+            lambda: refit_head(
+                head,
+                candidate,
+                server.classes,
+                server.statistics(),
+                server.validation_statistics(),
+                server.maps(),
+            ),
+        )
+
+    def max_upload_bytes(self, head, n_classes, n_features):
+        components = getattr(head, "n_components", 1)
+        return 8 * (n_classes * components + 2) * (n_features + 2) ** 2 + (1 << 20)
+
+
+class GramStrategy(StatisticsStrategy):
+    """Class sums and a Gram matrix (FedCGS): they determine the summary, so it is derived."""
+
+    derives_summary = True
+
+
+class LocalTrainingStrategy(HeadStrategy):
+    """Local heads trained on aligned rows, one per ``tau`` (O-FedAvg)."""
+
+    trains_locally = True
+
+    def max_update_bytes(self, head, n_classes, n_features):
+        return 8 * (n_classes + 1) * (n_features + 2) + 4096
+
+    def fit_candidates(self, head, candidates, server):
+        updates = {tau: server.local_heads("fit", tau) for tau in {c.tau for c in candidates}}
+        return server.server_step(
+            "the candidate heads",
+            lambda: candidate_heads(head, candidates, updates, server.classes),
+        )
+
+    def leave_one_out(self, head, candidate, server, k, *, maps=None):
+        updates = server.local_heads("fit", candidate.tau)
+        if maps is not None:  # each local head carried onto the reference built without k
+            tau, trained = candidate.tau, server.maps()
+            updates = [
+                update if i == k else update.rebased(
+                    trained[i].geodesic(tau), maps[i].geodesic(tau)
+                )
+                for i, update in enumerate(updates)
+            ]  # fmt: skip
+        return head_without(head, candidate, {candidate.tau: updates}, server.classes, k)
+
+    def fit_final(self, head, candidate, server):
+        updates = server.local_heads("all", candidate.tau)
+        return server.server_step(
+            "the final head", lambda: refit_head(head, candidate, server.classes, updates)
+        )
+
+
+#: The strategies of the library's heads (stateless: one instance each).
+STATISTICS = StatisticsStrategy()
+GRAM = GramStrategy()
+LOCAL_TRAINING = LocalTrainingStrategy()

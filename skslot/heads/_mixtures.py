@@ -10,6 +10,7 @@ to and decoded from named arrays (:meth:`ClassMixtures.to_arrays`,
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -114,26 +115,13 @@ class ClassMixture:
             else:
                 between = np.array([a * b * float(d @ d) / d.shape[0]])
             cov = a * self.covariances[0] + b * other.covariances[0] + between
-            kind = self.covariance_type
-            return ClassMixture(self.label, n, np.ones(1), mean[None], cov[None], kind)
-        return ClassMixture(
-            self.label,
-            n,
-            np.concatenate([a * self.weights, b * other.weights]),
-            np.concatenate([self.means, other.means]),
-            np.concatenate([self.covariances, other.covariances]),
-            self.covariance_type,
-        )
-
-    def as_full(self) -> ClassMixture:
-        """The same mixture with full covariance matrices.
-
-        Returns
-        -------
-        ClassMixture
-        """
-        return ClassMixture(
-            self.label, self.n, self.weights, self.means, self.full_covariances(), "full"
+            return replace(self, n=n, weights=np.ones(1), means=mean[None], covariances=cov[None])
+        return replace(
+            self,
+            n=n,
+            weights=np.concatenate([a * self.weights, b * other.weights]),
+            means=np.concatenate([self.means, other.means]),
+            covariances=np.concatenate([self.covariances, other.covariances]),
         )
 
     def full_covariances(self) -> np.ndarray:
@@ -386,17 +374,7 @@ class ClassMixtures:
         -------
         ClassMixtures
         """
-        mixtures = [
-            ClassMixture(
-                mx.label,
-                max(1, round(mx.n * factor)),
-                mx.weights,
-                mx.means,
-                mx.covariances,
-                mx.covariance_type,
-            )
-            for mx in self.mixtures
-        ]
+        mixtures = [replace(mx, n=max(1, round(mx.n * factor))) for mx in self.mixtures]
         return replace(self, mixtures=mixtures)
 
     def merge(self, other: ClassMixtures) -> ClassMixtures:
@@ -431,25 +409,24 @@ class ClassMixtures:
         order = {label: i for i, label in enumerate(self.classes.tolist())}
         merged.sort(key=lambda mx: order[_as_python(mx.label)])
         sent = {mx.label for mx in merged}
-        skipped: dict = {}
-        for label, count in [*self.skipped, *other.skipped]:
-            skipped[label] = skipped.get(label, 0) + count
-        # a class skipped in one part but sent in the other: its skipped rows are lost
-        skipped_list = [(label, count) for label, count in skipped.items() if label not in sent]
-        return ClassMixtures(
-            self.classes,
-            merged,
-            skipped_list,
-            self.n_features,
-            self.covariance_type,
-            "float64",
+        skipped = Counter(dict(self.skipped)) + Counter(dict(other.skipped))
+        return replace(
+            self,
+            mixtures=merged,
+            # a class skipped in one part but sent in the other: its skipped rows are lost
+            skipped=[(label, count) for label, count in skipped.items() if label not in sent],
+            dtype="float64",
+            rank=0,
             reg_covar=max(self.reg_covar, other.reg_covar),
             rounding=max(self.rounding, other.rounding),
         )
 
     def _as_full(self) -> ClassMixtures:
         """The same message with full covariance matrices."""
-        mixtures = [mx.as_full() for mx in self.mixtures]
+        mixtures = [
+            replace(mx, covariances=mx.full_covariances(), covariance_type="full")
+            for mx in self.mixtures
+        ]
         return replace(self, mixtures=mixtures, covariance_type="full", rank=0)
 
     def aligned(self, ot_map: GaussianMap) -> ClassMixtures:

@@ -22,6 +22,7 @@ from .._validation import check_option
 from ..defaults import COVARIANCE_FLOOR
 from ..gaussian import GaussianSummary
 from ..label_shift import class_sums
+from ..ledoit_wolf import ledoit_wolf_shrinkage, oas_shrinkage, shrunk_summary
 from ..maps import GaussianMap
 from ..wire import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, check_psd_up_to_rounding, read_array, read_sample_count
@@ -290,8 +291,7 @@ class ClassStatistics:
         ImpliedMoments
             The mean, ``tr(S)`` and the row count (``error`` zero: the sums are exact).
         """
-        total, within = pooled_covariances(self)
-        S = total if covariance == "total" else within
+        S = self._covariance(covariance)
         return ImpliedMoments(self.moments.mean, float(np.trace(S)), int(self.moments.n))
 
     def ledoit_wolf_shrinkage(
@@ -329,10 +329,7 @@ class ClassStatistics:
         ValueError
             If the rows are not those the statistics count (rows per class).
         """
-        from ..ledoit_wolf import ledoit_wolf_shrinkage
-        from ..summary import COVARIANCES
-
-        check_option("covariance", covariance, COVARIANCES)
+        S = self._covariance(covariance)
         X, y = np.asarray(X), np.asarray(y)
         codes = np.searchsorted(self.classes, y)
         found = np.bincount(codes, minlength=self.classes.shape[0])
@@ -350,8 +347,6 @@ class ClassStatistics:
             rows = slice(start, start + chunk_size)
             centred = np.asarray(X[rows], dtype=np.float64) - centres[codes[rows]]
             s4 += float(np.sum(np.einsum("ij,ij->i", centred, centred) ** 2))
-        total, within = pooled_covariances(self)
-        S = within if covariance == "within" else total
         return ledoit_wolf_shrinkage(S, s4, self.n_samples)
 
     def oas_shrinkage(self, covariance: str = "total") -> float:
@@ -372,12 +367,16 @@ class ClassStatistics:
         float
             In ``[0, 1]``.
         """
-        from ..ledoit_wolf import oas_shrinkage
-        from ..summary import COVARIANCES
+        return oas_shrinkage(self._covariance(covariance), self.n_samples)
+
+    def _covariance(self, covariance: str) -> np.ndarray:
+        """The covariance of all rows (``"total"``) or of the class-centred rows
+        (``"within"``, :func:`pooled_covariances`)."""
+        from ..summary import COVARIANCES  # on use: skslot.summary imports the heads
 
         check_option("covariance", covariance, COVARIANCES)
         total, within = pooled_covariances(self)
-        return oas_shrinkage(total if covariance == "total" else within, self.n_samples)
+        return total if covariance == "total" else within
 
     def summary(
         self,
@@ -419,10 +418,6 @@ class ClassStatistics:
         StatisticsFormatError
             If the shrinkage is not in ``[0, 1]`` or the statistics hold fewer than 2 rows.
         """
-        from ..ledoit_wolf import shrunk_summary
-        from ..summary import COVARIANCES
-
-        check_option("covariance", covariance, COVARIANCES)
         if (
             isinstance(shrinkage, bool)
             or not isinstance(shrinkage, Real)
@@ -432,12 +427,10 @@ class ClassStatistics:
         n = int(self.moments.n)
         if n < 2:
             raise StatisticsFormatError(f"a summary needs at least 2 rows, the statistics hold {n}")
-        total, within = pooled_covariances(self)
-        S = total if covariance == "total" else within
         return shrunk_summary(
             n,
             self.moments.mean,
-            S,
+            self._covariance(covariance),
             float(shrinkage),
             covariance_floor=covariance_floor,
             client=client,
@@ -466,10 +459,7 @@ def pooled_covariances(stats: ClassStatistics) -> tuple[np.ndarray, np.ndarray]:
     sum_c N_c (mu_c - mu)(mu_c - mu)^T) / N``, the classic LDA pooled
     covariance, recovered without any per-class Gram matrix.
     """
-    centred = stats.moments.centred()
     N = stats.moments.n
-    mu = stats.moments.mean
-    total = centred.gram / N
-    between = between_class_scatter(stats.counts, stats.class_means, mu) / N
-    within = total - between
-    return 0.5 * (total + total.T), 0.5 * (within + within.T)
+    total = stats.moments.centred().gram / N
+    between = between_class_scatter(stats.counts, stats.class_means, stats.moments.mean) / N
+    return symmetrize(total), symmetrize(total - between)

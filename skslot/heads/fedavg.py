@@ -124,9 +124,7 @@ class LinearHeadUpdate:
             A new update with the same head.
         """
         counts = None if self.class_rows is None else self.class_rows * factor
-        return LinearHeadUpdate(
-            self.classes, self.coef, self.intercept, self.n * factor, self.n_iter, counts
-        )
+        return replace(self, n=self.n * factor, class_rows=counts)
 
     def to_arrays(self) -> ArrayMessage:
         """The message a client sends (see :mod:`skslot.wire.arrays`).
@@ -285,7 +283,6 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
     """
 
     statistics_type = LinearHeadUpdate
-    private_release = "local_head"
     server_params = ("weighting",)
     _parameter_constraints: ClassVar[dict] = {
         "C": [Interval(Real, 0.0, None, closed="neither")],

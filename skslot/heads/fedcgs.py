@@ -13,9 +13,9 @@ from ..defaults import LABEL_MIX
 from ..label_mix import LABEL_MIXES
 from ..ledoit_wolf import oas_shrinkage
 from ._base import LinearHeadMixin, OneShotHead
+from ._fitting import GRAM
 from ._linear_scores import UNSCORED
-from ._statistics import ClassStatistics, pooled_covariances
-from ._strategy import GRAM
+from ._statistics import ClassStatistics
 
 __all__ = ["FedCGSClassifier"]
 
@@ -93,7 +93,6 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
     statistics_type = ClassStatistics
     strategy = GRAM
     server_params = ("covariance", "shrinkage", "priors")
-    private_release = "statistics"
     _parameter_constraints: ClassVar[dict] = {
         "covariance": [Options(("total", "within"))],
         "shrinkage": [Interval(Real, 0.0, None, closed="left"), Options(("oas",))],
@@ -138,8 +137,7 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         if maps is not None:
             statistics = [s.aligned(t) for s, t in zip(statistics, maps, strict=True)]
         stats = ClassStatistics.combine(statistics)
-        total, within = pooled_covariances(stats)
-        S = total if self.covariance == "total" else within
+        S = stats._covariance(self.covariance)
         m = S.shape[0]
         shrinkage = self._ridge_of(S, int(stats.counts.sum()))
         ridge = shrinkage * np.trace(S) / m

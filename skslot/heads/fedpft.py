@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import clone
@@ -19,12 +19,9 @@ from ..defaults import LABEL_MIX
 from ..label_mix import LABEL_MIXES
 from ._base import OneShotHead
 from ._covariance_forms import low_rank_of_covariance, low_rank_plus_diagonal
+from ._fitting import STATISTICS
 from ._linear_scores import UNSCORED
 from ._mixtures import ClassMixture, ClassMixtures, _as_python, _as_transmitted
-from ._strategy import STATISTICS
-
-if TYPE_CHECKING:
-    from ..privacy._statistics import ClassMoments
 
 __all__ = ["ClassMixture", "ClassMixtures", "FedPFTClassifier"]
 
@@ -117,7 +114,6 @@ class FedPFTClassifier(OneShotHead):
     statistics_type = ClassMixtures
     strategy = STATISTICS
     server_params = ("estimator",)
-    private_release = "statistics"
     _parameter_constraints: ClassVar[dict] = {
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "covariance_type": [Options(COVARIANCE_TYPES)],
@@ -196,14 +192,10 @@ class FedPFTClassifier(OneShotHead):
     def _client_statistics(
         self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
     ) -> ClassMixtures:
-        n_components = self.n_components
-
-        def mixture(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            rows = X[y == classes[k]].astype(np.float64, copy=False)
-            return self._fit_mixture(rows, min(n_components, rows.shape[0]), seed)
-
         counts = [int(np.sum(y == label)) for label in classes]
-        return self._message(classes, counts, X.shape[1], mixture)
+        return self._message(
+            classes, counts, X.shape[1], lambda k: self._fit_mixture(X[y == classes[k]], seed)
+        )
 
     def _message(
         self,
@@ -246,39 +238,31 @@ class FedPFTClassifier(OneShotHead):
             rounding=float(np.finfo(dtype).eps),
         )
 
-    def mixtures_of_moments(self, moments: ClassMoments) -> ClassMixtures:
+    def mixtures_of_moments(self, moments: Any) -> ClassMixtures:
         """The message of one Gaussian per class with the given moments.
 
-        What a private client sends (its moments are a release,
-        :func:`~skslot.privacy.private_class_moments`): the covariances in this
-        head's ``covariance_type`` plus ``reg_covar``, cast to ``transmit_dtype``.
+        What a client sends whose class moments are not those of its rows (a
+        private client's release, :func:`~skslot.privacy.private_class_moments`): the
+        covariances in this head's ``covariance_type`` plus ``reg_covar``, cast to
+        ``transmit_dtype``.
 
         Parameters
         ----------
         moments : ClassMoments
-            Each class's count, mean and covariance.
+            Each class's count, mean and covariance (``classes``, ``counts``,
+            ``means`` and ``covariances``).
 
         Returns
         -------
         ClassMixtures
         """
-        m = moments.means.shape[1]
-        rank = self._rank(m)
-
-        def gaussian(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            mean, cov = moments.means[k], moments.covariances[k]
-            if self.covariance_type == "lowrank":
-                params = low_rank_of_covariance(cov, rank, self.reg_covar)
-            elif self.covariance_type == "full":
-                params = cov + self.reg_covar * np.eye(m)
-            else:
-                params = np.diagonal(cov) + self.reg_covar
-                if self.covariance_type == "spherical":
-                    params = np.array([params.mean()])
-            return np.ones(1), mean[None], params[None]
-
         counts = [int(c) for c in moments.counts]
-        return self._message(np.asarray(moments.classes), counts, m, gaussian)
+        return self._message(
+            np.asarray(moments.classes),
+            counts,
+            moments.means.shape[1],
+            lambda k: self._gaussian(moments.means[k], moments.covariances[k], rows=False),
+        )
 
     def _rank(self, n_features: int | None = None) -> int:
         """The low-rank factor's width (0 unless ``covariance_type="lowrank"``).
@@ -291,28 +275,19 @@ class FedPFTClassifier(OneShotHead):
         return self.rank if n_features is None else min(self.rank, n_features)
 
     def _fit_mixture(
-        self, rows: np.ndarray, n_components: int, seed: int | None
+        self, rows: np.ndarray, seed: int | None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Weights, means and covariances (spherical: shape (k, 1)) of one class.
+        """Weights, means and covariances (spherical: shape (k, 1)) of one class's rows, of
+        ``n_components`` components (at most one per row).
 
         One component is the maximum-likelihood Gaussian, in closed form (what
         :class:`~sklearn.mixture.GaussianMixture` converges to, without EM).
         """
+        rows = rows.astype(np.float64, copy=False)
+        n_components = min(self.n_components, rows.shape[0])
         if n_components == 1:
             mean = rows.mean(axis=0)
-            centred = rows - mean
-            if self.covariance_type == "lowrank":
-                rank = self._rank(rows.shape[1])
-                factors = low_rank_plus_diagonal(centred, rank, self.reg_covar)
-                return np.ones(1), mean[None], factors[None]
-            if self.covariance_type == "full":
-                cov = centred.T @ centred / rows.shape[0]
-                cov.flat[:: cov.shape[0] + 1] += self.reg_covar
-            else:
-                cov = (centred**2).mean(axis=0) + self.reg_covar
-                if self.covariance_type == "spherical":
-                    cov = np.array([cov.mean()])
-            return np.ones(1), mean[None], cov[None]
+            return self._gaussian(mean, rows - mean, rows=True)
         from sklearn.mixture import GaussianMixture  # on use: a Flower process per message
 
         gm = GaussianMixture(
@@ -325,6 +300,25 @@ class FedPFTClassifier(OneShotHead):
         if self.covariance_type == "spherical":
             covariances = covariances[:, None]
         return gm.weights_, gm.means_, covariances
+
+    def _gaussian(
+        self, mean: np.ndarray, spread: np.ndarray, *, rows: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One component of mean ``mean`` and the covariance of ``spread``, the centred rows
+        (``rows``) or the covariance itself, in the form of ``covariance_type``, plus
+        ``reg_covar``."""
+        kind, reg = self.covariance_type, self.reg_covar
+        if kind == "lowrank":
+            factors = low_rank_plus_diagonal if rows else low_rank_of_covariance
+            form = factors(spread, self._rank(mean.shape[0]), reg)
+        elif kind == "full":
+            form = spread.T @ spread / spread.shape[0] if rows else spread.copy()
+            form.flat[:: form.shape[0] + 1] += reg
+        else:
+            form = ((spread**2).mean(axis=0) if rows else np.diagonal(spread)) + reg
+            if kind == "spherical":
+                form = np.array([form.mean()])
+        return np.ones(1), mean[None], form[None]
 
     def _synthetic_rows(
         self, statistics: list, classes: np.ndarray, maps: list | None
@@ -355,11 +349,10 @@ class FedPFTClassifier(OneShotHead):
         self, statistics: list, classes: np.ndarray, maps: list | None
     ) -> None:
         drawn = self._synthetic_rows(statistics, classes, maps)
-        X_parts = [X for X, _ in drawn]
-        y_parts = [y for _, y in drawn]
-        if not X_parts:
+        if not drawn:
             raise ValueError("no client sent any class mixture (too few rows per class)")
-        y_syn = np.concatenate(y_parts)
+        X_syn = np.vstack([X for X, _ in drawn])
+        y_syn = np.concatenate([y for _, y in drawn])
         if np.unique(y_syn).shape[0] < 2:
             raise ValueError(
                 "the clients' mixtures cover fewer than 2 classes; lower min_samples_per_class"
@@ -370,7 +363,7 @@ class FedPFTClassifier(OneShotHead):
             from sklearn.linear_model import LogisticRegression  # on use, as GaussianMixture
 
             base = LogisticRegression(max_iter=1000)
-        self.estimator_ = clone(base).fit(np.vstack(X_parts), y_syn)
+        self.estimator_ = clone(base).fit(X_syn, y_syn)
         self.classes_ = classes
         self.skipped_classes_ = [message.skipped for message in statistics]
         self.n_synthetic_ = y_syn.shape[0]

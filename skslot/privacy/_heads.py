@@ -1,15 +1,15 @@
 """Each head's private release of a client's statistics, and a head fitted on such releases.
 
-A head names the release its clients' statistics are charged to
-(:attr:`~skslot.heads.OneShotHead.private_release`); how that release is made
-is written here, once per head, from the mechanisms of
-:mod:`skslot.privacy._statistics`: FedCGS's class sums, counts and Gram matrix
-(:func:`private_class_statistics`), FedPFT's class moments, from which its
+A head knows nothing of privacy: its private release is written here, once per
+head class (an entry of :data:`_RELEASES`: the release of the plan it is
+charged to, and its mechanism from :mod:`skslot.privacy._statistics`), and
+wraps the head's statistics as Flower's ``LocalDpMod`` wraps a handler.
+FedCGS releases its class sums, counts and Gram matrix
+(:func:`private_class_statistics`), FedPFT its class moments, from which its
 one Gaussian per class is post-processing (:func:`private_class_moments`),
-and O-FedAvg's local head by output perturbation (:func:`private_local_head`).
+and O-FedAvg its local head by output perturbation (:func:`private_local_head`).
 The protocol's private client (:class:`skslot.privacy.client.PrivateRelease`)
-and :class:`PrivateClassifier` both release through
-:func:`released_statistics`.
+and :class:`PrivateClassifier` both release through :func:`released_statistics`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,34 @@ from ._statistics import (
 )
 from ._summary import noise_seed
 
-__all__ = ["PrivateClassifier", "released_statistics", "statistics_release_problem"]
+__all__ = [
+    "PrivateClassifier",
+    "private_release",
+    "released_statistics",
+    "statistics_release_problem",
+]
+
+
+def private_release(head: OneShotHead) -> str | None:
+    """The release (:data:`skslot.privacy.RELEASES`) a private client's statistics for
+    ``head`` are charged to; ``None`` for a head class with no private release.
+
+    Parameters
+    ----------
+    head : OneShotHead
+
+    Returns
+    -------
+    str or None
+
+    Examples
+    --------
+    >>> from skslot.heads import FedPFTClassifier, OneShotFedAvgClassifier
+    >>> private_release(FedPFTClassifier()), private_release(OneShotFedAvgClassifier())
+    ('statistics', 'local_head')
+    """
+    entry = _RELEASES.get(type(head))
+    return None if entry is None else entry[0]
 
 
 def statistics_release_problem(head: OneShotHead) -> str | None:
@@ -67,7 +94,7 @@ def statistics_release_problem(head: OneShotHead) -> str | None:
     FedPFTClassifier: a private release fits one Gaussian per class; ...
     """
     name = type(head).__name__
-    if head.private_release is None or _mechanism(head) is None:
+    if private_release(head) is None:
         return (
             f"{name} has no private release (its messages would be exact statistics of the "
             "clients' rows); use FedCGSClassifier, FedPFTClassifier or OneShotFedAvgClassifier"
@@ -91,8 +118,8 @@ def released_statistics(
 ) -> Any:
     """A client's statistics of ``X, y`` for ``head``, its release under ``ledger``.
 
-    Charged to the head's :attr:`~skslot.heads.OneShotHead.private_release`;
-    asking again returns the first release.
+    Charged to the head's release (:func:`private_release`); asking again
+    returns the first release.
 
     Parameters
     ----------
@@ -122,9 +149,8 @@ def released_statistics(
     why = statistics_release_problem(head)
     if why:
         raise ValueError(why)
-    release = _mechanism(head)
-    assert release is not None  # statistics_release_problem: every head here has one
-    return release(head, X, y, classes, ledger)
+    release, mechanism = _RELEASES[type(head)]
+    return mechanism(head, X, y, classes, ledger, release)
 
 
 def _class_statistics(
@@ -133,11 +159,12 @@ def _class_statistics(
     y: np.ndarray,
     classes: np.ndarray,
     ledger: PrivacyLedger,
+    release: str,
 ) -> Any:
     """FedCGS: the class sums, counts and Gram matrix, one Gaussian mechanism."""
     clip = float(ledger.budget.clip_norm)
     return ledger.release(
-        str(head.private_release),
+        release,
         lambda sigma, rng: private_class_statistics(
             X, y, classes, clip_norm=clip, sigma=sigma, rng=rng
         ),
@@ -152,11 +179,12 @@ def _class_gaussians(
     y: np.ndarray,
     classes: np.ndarray,
     ledger: PrivacyLedger,
+    release: str,
 ) -> Any:
     """FedPFT: one Gaussian per class, post-processing of the released class moments."""
     clip = float(ledger.budget.clip_norm)
     moments = ledger.release(
-        str(head.private_release),
+        release,
         lambda sigma, rng: private_class_moments(
             X, y, classes, clip_norm=clip, sigma=sigma, rng=rng
         ),
@@ -172,11 +200,12 @@ def _local_head(
     y: np.ndarray,
     classes: np.ndarray,
     ledger: PrivacyLedger,
+    release: str,
 ) -> Any:
     """O-FedAvg: the local head by output perturbation, over every class of the run."""
     clip = float(ledger.budget.clip_norm)
 
-    def release(sigma: float, rng: np.random.Generator) -> LinearHeadUpdate:
+    def draw(sigma: float, rng: np.random.Generator) -> LinearHeadUpdate:
         coef, intercept = private_local_head(
             X,
             np.searchsorted(classes, y),
@@ -190,24 +219,18 @@ def _local_head(
         # no iteration count: how long the solver took depends on the rows
         return LinearHeadUpdate(classes, coef, intercept, X.shape[0], 0)
 
-    return ledger.release(
-        str(head.private_release),
-        release,
-        n=X.shape[0],
-        sensitivity=LOCAL_HEAD_SENSITIVITY * head.C * clip * clip,
-    )
+    sensitivity = LOCAL_HEAD_SENSITIVITY * head.C * clip * clip
+    return ledger.release(release, draw, n=X.shape[0], sensitivity=sensitivity)
 
 
-#: Each head's release of a client's statistics, by head class (a subclass: its base's).
-_MECHANISMS: dict[type, Callable[..., Any]] = {
-    FedCGSClassifier: _class_statistics,
-    FedPFTClassifier: _class_gaussians,
-    OneShotFedAvgClassifier: _local_head,
+#: Each head's private release, by head class (exactly: a subclass, whose statistics may
+#: differ, has none unless it has its own entry): the release of the plan its clients'
+#: statistics are charged to, and ``mechanism(head, X, y, classes, ledger, release)``.
+_RELEASES: dict[type, tuple[str, Callable[..., Any]]] = {
+    FedCGSClassifier: ("statistics", _class_statistics),
+    FedPFTClassifier: ("statistics", _class_gaussians),
+    OneShotFedAvgClassifier: ("local_head", _local_head),
 }
-
-
-def _mechanism(head: OneShotHead) -> Callable[..., Any] | None:
-    return next((_MECHANISMS[k] for k in type(head).__mro__ if k in _MECHANISMS), None)
 
 
 def _head_has(name: str) -> Callable[[Any], bool]:
@@ -302,7 +325,7 @@ class PrivateClassifier(
         why = statistics_release_problem(self.head)
         if why:
             raise ValueError(why)
-        budget, release = self.privacy, str(self.head.private_release)
+        budget, release = self.privacy, str(private_release(self.head))
         # fresh entropy per client, or (with a warning) one seed per client from the budget's
         base = None if budget.random_state is None else noise_seed(budget.random_state)
         spent: dict[Any, float] = {}

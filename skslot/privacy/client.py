@@ -24,7 +24,7 @@ from .._moments import ShiftedMoments, clip_factors
 from ..heads import LinearScores
 from ..label_shift import class_sums
 from ..low_rank import Summary, TransportMap
-from ._heads import released_statistics
+from ._heads import private_release, released_statistics
 from ._lifetime import run_key
 from ._plan import logger, null_rows, refusal, rows_digest
 from ._statistics import CLASS_COUNTS_SENSITIVITY, private_class_counts
@@ -123,7 +123,7 @@ def private_summary_problem(head: OneShotHead, epsilon: float | None) -> str | N
         "give the client a privacy budget instead (ClientParty's privacy, OneShotProtocol's "
         "privacy; in a deployment the run config's epsilon), under which its statistics are "
         "released privately and its summary derived from them"
-        if head.private_release is not None
+        if private_release(head) is not None
         else "use FedCGS or O-FedAvg with epsilon, or no epsilon"
     )
     return (
@@ -348,7 +348,7 @@ class PrivateRelease:
         GaussianSummary
         """
         party, ledger = self.party, self.ledger
-        floor, release = request.covariance_floor, party.head.private_release
+        floor, release = request.covariance_floor, private_release(party.head)
         if release is not None and party.head.strategy.uploads_statistics:
             return ledger.result(release).summary(
                 covariance=request.summary_covariance, covariance_floor=floor, client=party.label

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._accounting import RELEASES, releases_at
+from ._heads import private_release
 
 if TYPE_CHECKING:
     from ..heads import OneShotHead
@@ -46,7 +47,7 @@ def head_releases(head: OneShotHead) -> tuple[str, ...]:
     -------
     tuple of str
     """
-    made = {head.private_release, "evaluation"}
+    made = {private_release(head), "evaluation"}
     if head.strategy.trains_locally:
         made |= {"summary", "class_counts"}
     return tuple(r for r in RELEASES if r in made)

@@ -1,7 +1,7 @@
 """One run's state on the server: the accepted clients, the reference, the report.
 
 :class:`RunState` is what the stages' server steps and the heads' strategies
-(:class:`skslot.heads._strategy.ServerSide`) see of a run: each change to the
+(:class:`skslot.heads._fitting.ServerSide`) see of a run: each change to the
 run's clients (one entered, rejected or dropped, a weight capped) and to its
 reference (built, built again) is one named method that also writes the
 report; the stages' server steps write their own results into the report.

@@ -23,6 +23,7 @@ import numpy as np
 from ...defence.consistency import misplaced_class_means
 from ...heads._fitting import local_heads
 from ...low_rank import Summary, TransportMap
+from ...privacy._heads import private_release
 from ...privacy.client import map_digest
 from ...wire import MessageFormatError
 from ...wire.arrays import sample_count_problem
@@ -251,7 +252,7 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
     check = staticmethod(check)
 
     def private_problem(self, party: Party, request: UpdatesRequest) -> str | None:
-        if party.head.private_release != "local_head":
+        if private_release(party.head) != "local_head":
             return f"{type(party.head).__name__} trains no local head"
         state = party.state
         if "local_head" not in state.releases or state.summary is None:
