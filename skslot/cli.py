@@ -46,21 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     flower.add_argument("directory", help="the App directory to write (created if needed)")
     for part in DeploymentConfig.parts().values():
         title = part.__name__.removesuffix("Settings").lower() + " settings"
-        group = flower.add_argument_group(title, _first_line(part))
+        first_line = (part.__doc__ or "").strip().splitlines()[0].replace("``", "'")
+        group = flower.add_argument_group(title, first_line)
         for s in part.settings():
-            group.add_argument(
-                "--" + s.key,
-                dest=s.name,
-                default=None,
-                metavar=s.metavar,
-                help=s.help_line(),
-            )
+            s.add_option(group)
     return parser
-
-
-def _first_line(part: type) -> str:
-    """The first line of a settings part's docstring, as plain text."""
-    return (part.__doc__ or "").strip().splitlines()[0].replace("``", "'")
 
 
 def _flower_app(args: argparse.Namespace) -> int:

@@ -88,7 +88,10 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         ``fit`` and ``partial_fit``, and has no differentially private
         release (``epsilon`` is refused).
     form : {"dense", "low-rank", "auto"}, default="dense"
-        How each summary is held.  ``"dense"``: a
+        How each client holds and sends its summary: ``"dense"`` (an ``m x m``
+        covariance), ``"low-rank"`` (its exact factor form, for clients with
+        no more rows than features) or ``"auto"`` (the factor form where every
+        client holds no more rows than features).  ``"dense"``: a
         :class:`~skslot.GaussianSummary` from mergeable power sums (``O(n m^2)``
         time, ``O(m^2)`` memory), the one that merges (``partial_fit``, :meth:`merge`).
         ``"low-rank"``: the same Ledoit-Wolf covariance in factor form, a
@@ -99,7 +102,10 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         ``fit``: ``partial_fit``, :meth:`merge`, ``covariance="within"`` and
         ``epsilon`` need ``"dense"``.  ``"auto"``: ``"low-rank"`` where every
         client holds no more rows than features and nothing above needs
-        ``"dense"``, else ``"dense"`` (:attr:`form_` says which).
+        ``"dense"``, else ``"dense"`` (:attr:`form_` says which).  Where
+        every client sends its factor form and their ranks add up to fewer
+        than ``m``, the reference is built on the span of the factors
+        (:class:`~skslot.BuresBarycenter`), the dense way otherwise.
     covariance_floor : float, default=1e-8
         Relative floor (``>= 0``) on the smallest eigenvalue of each
         covariance, see :func:`~skslot.ledoit_wolf.ledoit_wolf_summary`.  Only acts on degenerate

@@ -270,7 +270,7 @@ def test_the_documentation_is_written_from_the_declarations(monkeypatch):
             entry = f"{s.name} : {s.doc_type}, default="
             assert entry in part.__doc__
             assert " ".join(s.help.split()) in " ".join(part.__doc__.split())
-            assert DeploymentConfig.__dict__[s.name].__doc__ == f"{s.help}."
+            assert " ".join(s.details.split()) in " ".join(part.__doc__.split())
 
 
 def test_class_names_are_sent_as_positions_and_labels_are_checked():
@@ -414,6 +414,12 @@ def test_each_setting_of_a_library_parameter_is_read_from_its_declaration():
                         PrivacyBudget(**{"epsilon": 1.0, parameter: beyond})
                     else:
                         owner(**{parameter: beyond})
+        # its help (the first sentence, as plain text) and details: the owner's numpydoc
+        pointer = f"See :class:`~{path}`'s ``{parameter}``."
+        entry = " ".join(inspect.getdoc(owner).split())
+        entry = entry[entry.index(f" {parameter} : ") :][:2000]
+        assert " ".join(s.help.split()[:4]) in entry[:200], s.name
+        assert s.details.endswith(pointer) and s.details.removesuffix(pointer).strip() in entry
         default = inspect.signature(owner).parameters[parameter].default
         # a deployment's own defaults: 2 clients, the summaries' form, no privacy
         assert s.default == default or s.name in ("min_clients", "summary_form", "epsilon")
@@ -425,7 +431,7 @@ def test_each_setting_of_a_library_parameter_is_read_from_its_declaration():
     generated = {a.dest: a for a in bench._actions if a.dest in BENCH_SETTINGS}
     assert set(generated) == set(BENCH_SETTINGS)
     for dest, name in BENCH_SETTINGS.items():
-        action, s = generated[dest], owned[name]
+        action, s = generated[dest], DeploymentConfig.setting(name)
         assert action.help.startswith(s.help) and action.metavar == s.metavar, dest
         assert action.default == getattr(BenchmarkConfig, dest)
         with pytest.raises(ValueError, match=s.name):  # its check, the setting's
@@ -439,4 +445,5 @@ BENCH_SETTINGS = {
     "mean_tau": "mean_tau",
     "form": "summary_form",
     "validation_fraction": "validation_fraction",
+    "clients_per_domain": "clients_per_domain",
 }

@@ -159,13 +159,12 @@ def summarise(records: list[dict], main_tau: float, case: str = "domain") -> lis
     """
     records = [r for r in records if r.get("case", "domain") == case]
     macro = macro_accuracies(records)
-    if case != "domain":  # SLOT's own records stand at a key of their own
-        label_mix = macro_accuracies(records, LABEL_MIX_SELECTION)
-        macro.update({(a, h, LABEL_MIX_SELECTION, s): v for (a, h, _, s), v in label_mix.items()})
+    for kind in (LABEL_MIX_SELECTION, *BASELINES):  # each at a key of its own, for seeds_at
+        found = macro_accuracies(records, kind)
+        macro.update({(a, h, kind, s): v for (a, h, _, s), v in found.items()})
     # the federated choice runs the domain case's alignment: shown in that case alone
     kinds = ("auto", "auto-norefit") if case == "domain" else ()
     auto_macro = {kind: macro_accuracies(records, kind) for kind in kinds}
-    baseline_macro = {name: macro_accuracies(records, name) for name in BASELINES}
     rows = []
     alphas = list(dict.fromkeys(r["alpha"] for r in records))
     heads = list(dict.fromkeys(r["head"] for r in records))
@@ -180,18 +179,13 @@ def summarise(records: list[dict], main_tau: float, case: str = "domain") -> lis
 
             def fixed(tau: Any, alpha: Any = alpha, head: str = head) -> list[dict]:
                 """The fixed-tau records of this (alpha, head) at ``tau`` (or SLOT's own)."""
-                if tau == LABEL_MIX_SELECTION:
-                    return [
-                        r
-                        for r in records
-                        if (r["alpha"], r["head"], r.get("selection"))
-                        == (alpha, head, LABEL_MIX_SELECTION)
-                    ]
+                selection = LABEL_MIX_SELECTION if tau == LABEL_MIX_SELECTION else "fixed"
                 return [
                     r
                     for r in records
-                    if (r["alpha"], r["head"], r["tau"], r.get("selection", "fixed"))
-                    == (alpha, head, tau, "fixed")
+                    if (r["alpha"], r["head"], r.get("selection", "fixed"))
+                    == (alpha, head, selection)
+                    and (selection != "fixed" or r["tau"] == tau)
                 ]
 
             def per_domain(tau: float | str) -> dict[str, np.ndarray]:
@@ -230,13 +224,7 @@ def summarise(records: list[dict], main_tau: float, case: str = "domain") -> lis
                 "per_client": _per_client(fixed(0.0), per_domain(0.0), per_domain(slot_key)),
             }
             for name in BASELINES:
-                values = 100 * np.array(
-                    [
-                        v
-                        for (a, h, _, _), v in baseline_macro[name].items()
-                        if (a, h) == (alpha, head)
-                    ]
-                )
+                values = seeds_at(name)
                 if values.size:
                     key = name.lower().replace("-", "_")
                     row[key], row[f"{key}_std"] = float(values.mean()), float(values.std())

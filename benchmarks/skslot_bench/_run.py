@@ -6,6 +6,7 @@ import shutil
 import sys
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -339,7 +340,12 @@ def evaluate_run(
                     }
                 )
 
-    def fit_heads(Z_train: np.ndarray, Z_test: np.ndarray, tau: float, selection: str) -> None:
+    def fit_heads(aligner: Any, tau: float, selection: str) -> None:
+        """Every head on the rows ``aligner`` transforms (``None``: the rows as they are)."""
+        Z_train, Z_test = X_train, X_test
+        if aligner is not None:
+            Z_train = np.asarray(aligner.transform(X_train, client=train_client))
+            Z_test = np.asarray(aligner.transform(X_test, client=part.test_client))
         for name, factory in factories.items():
             head = factory(seed).fit(Z_train, y_train, client=train_client)
             record(
@@ -351,37 +357,19 @@ def evaluate_run(
                 derived=head.strategy.derives_summary,
             )
 
-    for tau in config.taus:
-        if tau == 0:  # without SLOT: the rows as they are, whatever mean_tau
-            fit_heads(X_train, X_test, tau, "fixed")
-            continue
-        slot.set_params(tau=tau)
-        fit_heads(
-            np.asarray(slot.transform(X_train, client=train_client)),
-            np.asarray(slot.transform(X_test, client=part.test_client)),
-            tau,
-            "fixed",
-        )
+    for tau in config.taus:  # tau 0: without SLOT, the rows as they are, whatever mean_tau
+        if tau != 0:
+            slot.set_params(tau=tau)
+        fit_heads(slot if tau != 0 else None, tau, "fixed")
     # the own-mix case's alignment, the library's default whatever the domain case's settings:
     # each client's domain offset (measured within classes) moved fully, its covariance kept
     domain_case = {"mean_tau": slot.mean_tau, "client_tau": slot.client_tau}
     slot.set_params(label_mix="client", tau=None, mean_tau=MEAN_TAU, client_tau=CLIENT_TAU)
-    fit_heads(
-        np.asarray(slot.transform(X_train, client=train_client)),
-        np.asarray(slot.transform(X_test, client=part.test_client)),
-        slot.tau_value,
-        LABEL_MIX_SELECTION,
-    )
+    fit_heads(slot, slot.tau_value, LABEL_MIX_SELECTION)
     slot.set_params(label_mix="federation", **domain_case)
     if config.baselines:
         for name, baseline in LOCAL_BASELINES.items():
-            scaler = clone(baseline).fit(X_train, client=train_client)
-            fit_heads(
-                np.asarray(scaler.transform(X_train, client=train_client)),
-                np.asarray(scaler.transform(X_test, client=part.test_client)),
-                0.0,
-                name,
-            )
+            fit_heads(clone(baseline).fit(X_train, client=train_client), 0.0, name)
         # the covariance part alone, every client alike, on the fitted reference and summaries
         coral = SLOTTransformer.from_reference(
             slot.reference_,
@@ -392,12 +380,7 @@ def evaluate_run(
             unknown_client="identity",
             barycenter=BuresBarycenter(form=config.form),
         )
-        fit_heads(
-            np.asarray(coral.transform(X_train, client=train_client)),
-            np.asarray(coral.transform(X_test, client=part.test_client)),
-            1.0,
-            "CORAL",
-        )
+        fit_heads(coral, 1.0, "CORAL")
     if config.auto:
         for name, factory in factories.items():
             head = factory(seed)
@@ -467,10 +450,7 @@ def data_warnings(caught: Sequence[tuple[str, str]], runs: int) -> list[str]:
     >>> data_warnings([("DataWarning", "client 'a' has 1 training row(s)")] * 2, 5)
     ["client 'a' has 1 training row(s) (2 of 5 runs)"]
     """
-    counts: dict[str, int] = {}
-    for category, message in caught:
-        if category == DataWarning.__name__:
-            counts[message] = counts.get(message, 0) + 1
+    counts = Counter(message for category, message in caught if category == DataWarning.__name__)
     return [f"{message} ({n} of {runs} runs)" for message, n in counts.items()]
 
 
@@ -480,11 +460,8 @@ def describe_warnings(caught: Sequence[tuple[str, str]], width: int = 60) -> str
     >>> describe_warnings([("ConvergenceWarning", "lbfgs failed to converge")] * 3)
     '3 warnings from the runs: ConvergenceWarning x3 (lbfgs failed to converge)'
     """
-    first: dict[str, str] = {}
-    counts: dict[str, int] = {}
-    for category, message in caught:
-        first.setdefault(category, message)
-        counts[category] = counts.get(category, 0) + 1
+    counts = Counter(category for category, _ in caught)
+    first = dict(reversed(caught))  # each category's first message
     shown = []
     for category, n in counts.items():
         message = first[category]

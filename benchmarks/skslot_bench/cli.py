@@ -1,8 +1,9 @@
 """The ``skslot bench`` command: the reproduction benchmark, on the embedded data or a table.
 
-:func:`add_arguments` declares its options (those that are a run's settings
-made from their declarations, :func:`skslot.flower.settings.owned`);
-:func:`run` runs it.  ``skslot bench`` (:mod:`skslot.cli`) is this command.
+:func:`add_arguments` declares its options (those that are a run's settings,
+:data:`SETTING_OPTIONS`, made from their declarations by
+:meth:`skslot.flower.Setting.add_option`); :func:`run` runs it.  ``skslot bench``
+(:mod:`skslot.cli`) is this command.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from . import (
     summarise,
     write_outputs,
 )
-from ._run import CLIENT_TABLE_TITLE, OWN_MIX_LABEL
+from ._run import CLIENT_TABLE_TITLE, OWN_MIX_LABEL, SPLITS
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "run"]
 
@@ -59,12 +60,16 @@ DESCRIPTION = (
     "my.csv --label COL --client COL [--split given --split-column COL] [--skew none]."
 )
 
-#: The defaults of ``skslot bench``: the paper's grid (BenchmarkConfig's defaults) on the
-#: embedded digits (its time: docs/results/readme_times.md).
-DEFAULT_ALPHAS = BenchmarkConfig.alphas
-DEFAULT_TAUS = BenchmarkConfig.taus
-DEFAULT_SEEDS = len(BenchmarkConfig.seeds)
-SPLIT_CHOICES = ("random", "given")
+#: The options that are settings of a run: :class:`BenchmarkConfig`'s field to the setting
+#: (:class:`~skslot.flower.DeploymentConfig`'s), whose declaration makes the option.
+SETTING_OPTIONS = {
+    "summary_covariance": "summary_covariance",
+    "client_tau": "client_tau",
+    "mean_tau": "mean_tau",
+    "form": "summary_form",
+    "validation_fraction": "validation_fraction",
+    "clients_per_domain": "clients_per_domain",
+}
 
 
 def _alphas(text: str) -> tuple[float | None, ...]:
@@ -87,10 +92,6 @@ def _floats(text: str) -> tuple[float, ...]:
     if any(not 0.0 <= t <= 1.0 for t in values):
         raise argparse.ArgumentTypeError(f"taus must lie in [0, 1], got {text!r}")
     return values
-
-
-def _shown_fraction(value: float | None) -> str:
-    return "none" if value is None else f"{value:g}"
 
 
 def _heads(text: str) -> tuple[str, ...]:
@@ -144,6 +145,9 @@ def _positive_int(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare ``skslot bench``'s options on ``parser``.
 
+    The defaults are :class:`BenchmarkConfig`'s, the paper's grid, on the
+    embedded digits (its time: docs/results/readme_times.md).
+
     Parameters
     ----------
     parser : argparse.ArgumentParser
@@ -174,7 +178,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--split",
-        choices=SPLIT_CHOICES,
+        choices=SPLITS,
         default=None,
         help="'random': the paper's stratified 70/30 split per client; 'given': your own "
         "train/test column (--split-column), its test rows tested, all other rows trained on "
@@ -194,8 +198,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="'dirichlet': the label skew of --alphas; 'none': the clients as they are, every "
         "training row kept (the same as --alphas none) (default: dirichlet)",
     )
-    for name in ("summary_covariance", "client_tau", "mean_tau"):
-        _setting_option(parser, f"--{name.replace('_', '-')}", name, name)
+    for field, name in SETTING_OPTIONS.items():
+        default = getattr(BenchmarkConfig, field)
+        DeploymentConfig.setting(name).add_option(parser, field, default=default, check=True)
     parser.add_argument(
         "--alphas",
         type=_alphas,
@@ -205,15 +210,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--taus",
         type=_floats,
-        default=DEFAULT_TAUS,
+        default=BenchmarkConfig.taus,
         help="tau sweep in [0, 1]; must include 0, the baseline; --main-tau is added if "
         "missing (default: 0,0.2,0.4,0.6,0.8,1)",
     )
     parser.add_argument(
         "--seeds",
         type=_positive_int,
-        default=DEFAULT_SEEDS,
-        help=f"number of seeds (default: {DEFAULT_SEEDS})",
+        default=len(BenchmarkConfig.seeds),
+        help=f"number of seeds (default: {len(BenchmarkConfig.seeds)})",
     )
     parser.add_argument(
         "--heads",
@@ -228,13 +233,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"tau reported in the table (default: {BenchmarkConfig.main_tau:g})",
     )
     parser.add_argument(
-        "--clients-per-domain",
-        type=_positive_int,
-        default=1,
-        help="clients each domain's rows are dealt into before the Dirichlet step "
-        "(the paper's finer partitions; default: 1)",
-    )
-    parser.add_argument(
         "--preprocess",
         choices=sorted(PREPROCESS),
         default="none",
@@ -247,14 +245,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="parallel runs: a count, or -1 for every core (joblib's convention); each run "
         "uses one BLAS thread, so the results do not depend on it (default: 2)",
     )
-    _setting_option(parser, "--form", "summary_form", "form")
     parser.add_argument(
         "--no-auto",
         dest="auto",
         action="store_false",
         help="skip the federated choice of tau by validation (the 'auto' column)",
     )
-    _setting_option(parser, "--validation-fraction", "validation_fraction", "validation_fraction")
     parser.add_argument(
         "--out", default=None, help="output folder (default: skslot-results/<dataset>)"
     )
@@ -267,29 +263,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--quiet", action="store_true", help="no progress lines (a bar in a terminal)"
-    )
-
-
-def _setting_option(parser: argparse.ArgumentParser, flag: str, name: str, field: str) -> None:
-    """A ``bench`` option that is a setting of a run (:class:`DeploymentConfig`'s ``name``,
-    declared once): its check, help and choices the declaration's, its default
-    :class:`BenchmarkConfig`'s ``field``."""
-    setting = DeploymentConfig.setting(name)
-    default = getattr(BenchmarkConfig, field)
-
-    def parse(text: str) -> object:
-        try:
-            return setting.check(setting.from_text(text))
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc).removesuffix(f" {setting.where}")) from None
-
-    parser.add_argument(
-        flag,
-        dest=field,
-        type=parse,
-        default=default,
-        metavar=setting.metavar,
-        help=setting.help_line(_shown_fraction(default) if setting.kind is float else str(default)),
     )
 
 
@@ -310,7 +283,7 @@ def _resolve(args: argparse.Namespace) -> None:
             raise _UsageError("--skew none keeps the clients as they are: leave out --alphas")
         args.alphas = (None,)
     elif args.alphas is None:
-        args.alphas = DEFAULT_ALPHAS
+        args.alphas = BenchmarkConfig.alphas
     column_options = [
         f"--{name}" for name in ("label", "client", "features") if getattr(args, name) is not None
     ]
@@ -473,16 +446,11 @@ def run(args: argparse.Namespace) -> int:
             seeds=tuple(range(args.seeds)),
             heads=args.heads,
             main_tau=args.main_tau,
-            clients_per_domain=args.clients_per_domain,
             preprocess=args.preprocess,
             n_jobs=args.n_jobs,
             auto=args.auto,
-            validation_fraction=args.validation_fraction,
             split=args.split,
-            summary_covariance=args.summary_covariance,
-            client_tau=args.client_tau,
-            mean_tau=args.mean_tau,
-            form=args.form,
+            **{field: getattr(args, field) for field in SETTING_OPTIONS},
         )
     except ValueError as exc:
         print(f"skslot bench: {exc}", file=sys.stderr)
@@ -504,7 +472,7 @@ def run(args: argparse.Namespace) -> int:
     kind = "" if args.summary_covariance == "total" else f"-{args.summary_covariance}"
     kind += "" if args.client_tau == BenchmarkConfig.client_tau else f"-{args.client_tau}"
     if args.mean_tau != BenchmarkConfig.mean_tau:
-        kind += f"-mean-tau-{_shown_fraction(args.mean_tau)}"
+        kind += f"-mean-tau-{DeploymentConfig.setting('mean_tau').shown(args.mean_tau)}"
     kind += "" if args.form == BenchmarkConfig.form else f"-{args.form}"
     out = args.out or os.path.join("skslot-results", data.name + kind)
     used = {

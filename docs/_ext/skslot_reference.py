@@ -9,7 +9,7 @@ commands, from :func:`skslot.cli.build_parser`. Nothing is typed twice.
 from __future__ import annotations
 
 import argparse
-import os
+import functools
 
 from docutils import nodes
 from docutils.parsers.rst import Directive
@@ -72,21 +72,16 @@ class CommandLineHelp(Directive):
     def run(self) -> list[nodes.Node]:
         from skslot.cli import build_parser
 
-        columns = os.environ.get("COLUMNS")
-        os.environ["COLUMNS"] = "88"  # argparse's width, whatever the builder's terminal
-        try:
-            parser = build_parser()
-            result: list[nodes.Node] = [nodes.literal_block(text=parser.format_help())]
-            for name, sub in _subcommands(parser):
-                section = nodes.section(ids=[f"skslot-{name}"])
-                section += nodes.title(text=f"skslot {name}")
-                section += nodes.literal_block(text=sub.format_help())
-                result.append(section)
-        finally:
-            if columns is None:
-                del os.environ["COLUMNS"]
-            else:
-                os.environ["COLUMNS"] = columns
+        parser = build_parser()
+        commands = _subcommands(parser)
+        for command in (parser, *(sub for _, sub in commands)):  # 88 columns, as in a terminal
+            command.formatter_class = functools.partial(argparse.HelpFormatter, width=86)
+        result: list[nodes.Node] = [nodes.literal_block(text=parser.format_help())]
+        for name, sub in commands:
+            section = nodes.section(ids=[f"skslot-{name}"])
+            section += nodes.title(text=f"skslot {name}")
+            section += nodes.literal_block(text=sub.format_help())
+            result.append(section)
         return result
 
 

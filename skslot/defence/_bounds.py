@@ -385,22 +385,35 @@ class DefenceBounds:
 
     Parameters
     ----------
-    max_count_ratio, max_weight_ratio : float, default=100, 10
-        A client declaring more than ``max_count_ratio`` times the median
-        client's rows is rejected; the others' weights (in the barycenter and
-        the head) are capped at ``max_weight_ratio`` times the median count.
+    max_count_ratio : float, default=100
+        A client declaring more than this many times the median client's rows
+        is rejected.
+    max_weight_ratio : float, default=10
+        Each remaining client's weight, in the barycenter and the head, is
+        capped at this many times the median count.
     max_norm_ratio : float, default=10
-        A client whose local head's norm exceeds this many times the median
-        client's is rejected (heads trained locally: O-FedAvg).
+        O-FedAvg: a client whose local head's norm exceeds this many times the
+        median client's is rejected (heads trained locally).
     clip_norm_ratio : float or None, default=1
-        The local heads of the others are clipped to this many times the
-        median client's norm (:func:`clipped_norms`); ``None``: no clip.
-    max_variance_ratio, max_mean_offset : float, default=100, 10
-        Plausibility of a summary against the others' (see
-        :func:`implausible_summaries`).
+        O-FedAvg: every other client's local heads are clipped to this many
+        times the median client's norm (``None``: no clip).  Their direction
+        is kept (:func:`~skslot.defence.clipped_norms`): a client scaling its
+        coefficients moves the average no further than the clip.
+    max_variance_ratio : float, default=100
+        A summary whose mean variance ``tr(S) / m`` is more than this factor
+        above or below the clients' median is rejected
+        (:func:`~skslot.defence.implausible_summaries`, with 3 or more
+        clients).  Honest clients of the real data sets stay within 9.5
+        (docs/results/honest_bounds.md).
+    max_mean_offset : float, default=10
+        A summary whose mean lies more than this many median standard
+        deviations from the clients' coordinate-wise median mean is rejected.
+        The median standard deviation is ``sqrt(m * median variance)``;
+        honest clients stay within 2.0.
     screen_significance : float, default=0.01
-        Family-wise level of the leave-one-client-out screening's sign test
-        (:mod:`skslot.defence.screening`; Bonferroni over the clients tested).
+        Family-wise level of the screening's sign test.  The screening leaves
+        one client out at a time (:mod:`skslot.defence.screening`; Bonferroni
+        over the clients tested).
     screen_min_gain : float, default=0.02
         Smallest gain of the other clients' validation accuracy (a fraction of
         their rows) without a client that can exclude it.

@@ -35,24 +35,21 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .settings import Setting
     from .transport import FlowerTransport
 
-#: Names that work without Flower installed -> their module.
-_CONFIG = {
+#: Each public name -> its module (those of client_app, server_app and transport import Flower).
+_MODULES = {
     "AlignmentSettings": "groups",
+    "ClientData": "client_app",
     "DataSettings": "groups",
     "DefenceSettings": "groups",
     "DeploymentConfig": "config",
+    "FlowerTransport": "transport",
     "PrivacySettings": "groups",
     "ProtocolSettings": "groups",
     "RunSettings": "groups",
     "Setting": "settings",
-    "write_flower_app": "app_files",
-}
-#: Names that import Flower -> their module.
-_NEED_FLOWER = {
-    "ClientData": "client_app",
     "load_client_data": "client_app",
-    "FlowerTransport": "transport",
     "run_one_shot": "server_app",
+    "write_flower_app": "app_files",
 }
 
 __all__ = [
@@ -73,20 +70,17 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in _CONFIG:
-        value = getattr(import_module(f"{__name__}.{_CONFIG[name]}"), name)
-    elif name in _NEED_FLOWER:
-        try:
-            module = import_module(f"{__name__}.{_NEED_FLOWER[name]}")
-        except ModuleNotFoundError as exc:
-            if (exc.name or "").partition(".")[0] != "flwr":
-                raise
-            raise ImportError(
-                f"skslot.flower.{name} needs Flower: pip install 'skslot[flower]'"
-            ) from exc
-        value = getattr(module, name)
-    else:
+    if name not in _MODULES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        module = import_module(f"{__name__}.{_MODULES[name]}")
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "flwr":
+            raise
+        raise ImportError(
+            f"skslot.flower.{name} needs Flower: pip install 'skslot[flower]'"
+        ) from exc
+    value = getattr(module, name)
     globals()[name] = value  # later lookups skip this function
     return value
 

@@ -15,13 +15,9 @@ import difflib
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import Any
 
 from ..barycenter import BuresBarycenter
-from ..defence import DefenceBounds
-from ..heads import OneShotHead, head_class
 from ..privacy import PrivacyBudget
 from ..privacy._heads import private_release
 from ..privacy.client import private_summary_problem
@@ -57,13 +53,13 @@ class DeploymentConfig:
     configuration is built, before any client is contacted; an error names
     the setting, its run-config key, what it allows and the value given.
 
-    Every setting is also read as an attribute of the configuration
-    (``config.tau`` is ``config.alignment_settings.tau``): the server, the
-    clients and a user's code read a setting by the one name it has in the
-    run config, the command line and the reports, without knowing which part
-    declares it, and these attributes are written from the declarations, so
-    no list of names is kept by hand.  The parts group the declarations,
-    their checks and their documentation.
+    Every setting, and every method of a part, is also read as an attribute
+    of the configuration (``config.tau`` is ``config.alignment_settings.tau``,
+    ``config.make_head()`` is ``config.protocol_settings.make_head()``): the
+    server, the clients and a user's code read a setting by the one name it
+    has in the run config, the command line and the reports, without knowing
+    which part declares it.  The parts group the declarations, their checks
+    and their documentation.
 
     Parameters
     ----------
@@ -121,35 +117,18 @@ class DeploymentConfig:
     privacy_settings: PrivacySettings = field(default_factory=PrivacySettings)
     run_settings: RunSettings = field(default_factory=RunSettings)
 
-    def __init__(
-        self,
-        *,
-        protocol_settings: ProtocolSettings | None = None,
-        alignment_settings: AlignmentSettings | None = None,
-        defence_settings: DefenceSettings | None = None,
-        data_settings: DataSettings | None = None,
-        privacy_settings: PrivacySettings | None = None,
-        run_settings: RunSettings | None = None,
-        **settings: Any,
-    ) -> None:
-        given: dict[str, SettingsGroup | None] = {
-            "protocol_settings": protocol_settings,
-            "alignment_settings": alignment_settings,
-            "defence_settings": defence_settings,
-            "data_settings": data_settings,
-            "privacy_settings": privacy_settings,
-            "run_settings": run_settings,
-        }
-        home = self._homes()
-        unknown = sorted(set(settings) - set(home))
+    def __init__(self, **settings: Any) -> None:
+        parts = self.parts()
+        home = {s.name: attribute for attribute, part in parts.items() for s in part.settings()}
+        unknown = sorted(set(settings) - set(home) - set(parts))
         if unknown:
             close = [name for name in home if unknown[0] in name.split("_")]
             close = close or difflib.get_close_matches(unknown[0], home, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise TypeError(f"DeploymentConfig has no setting {unknown[0]!r}{hint}")
-        for attribute, part_class in self.parts().items():
-            values = {name: v for name, v in settings.items() if home[name] == attribute}
-            part = given[attribute]
+        for attribute, part_class in parts.items():
+            values = {name: v for name, v in settings.items() if home.get(name) == attribute}
+            part = settings.get(attribute)
             if part is None:
                 part = part_class(**values)
             elif not isinstance(part, part_class):
@@ -161,14 +140,13 @@ class DeploymentConfig:
             object.__setattr__(self, attribute, part)
         self._check_together()
 
-    if TYPE_CHECKING:  # each setting is an attribute (set below, from the declarations)
-
-        def __getattr__(self, name: str) -> Any: ...
-
-    @classmethod
-    def _homes(cls) -> dict[str, str]:
-        """Each setting's part: setting name -> the part's attribute."""
-        return {s.name: name for name, part in cls.parts().items() for s in part.settings()}
+    def __getattr__(self, name: str) -> Any:
+        """A setting, or a part's method, by its name (``config.tau``, ``config.make_head``)."""
+        if not name.startswith("_"):
+            for part in self.__dict__.values():
+                if hasattr(part, name):
+                    return getattr(part, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @classmethod
     def settings(cls) -> tuple[Setting, ...]:
@@ -281,90 +259,6 @@ class DeploymentConfig:
 
     # -- what the apps build from the settings --------------------------------------------
 
-    @property
-    def auto(self) -> bool:
-        """Whether ``tau`` is chosen by the federation."""
-        return self.alignment_settings.auto
-
-    @property
-    def tau_grid(self) -> tuple[float, ...]:
-        """The candidate taus of ``tau = "auto"`` (sorted)."""
-        return self.alignment_settings.tau_grid
-
-    def head_grid_values(self) -> dict[str, list] | None:
-        """Server-side head parameters searched with ``tau``, decoded (``None``: none).
-
-        Returns
-        -------
-        head_grid : dict of str to list or None
-            See :meth:`AlignmentSettings.head_grid_values`.
-        """
-        return self.alignment_settings.head_grid_values()
-
-    def make_head(self) -> OneShotHead:
-        """The run's head, with its parameters (:func:`skslot.heads.make_head`).
-
-        Returns
-        -------
-        head : OneShotHead
-            See :meth:`ProtocolSettings.make_head`.
-        """
-        return self.protocol_settings.make_head()
-
-    @property
-    def head_name(self) -> str:
-        """The head's class name, for logs."""
-        return head_class(self.head).__name__
-
-    @property
-    def class_names(self) -> list[str]:
-        """The agreed classes as listed (names, or integer labels as text)."""
-        return self.protocol_settings.class_names
-
-    @property
-    def class_set(self) -> np.ndarray:
-        """The agreed classes as the protocol sends them (:attr:`ProtocolSettings.class_set`)."""
-        return self.protocol_settings.class_set
-
-    def label_codes(
-        self, labels: Any, *, where: str = "the node's data", outside: int | None = None
-    ) -> np.ndarray:
-        """A node's labels as the protocol's class set (:meth:`ProtocolSettings.label_codes`).
-
-        Parameters
-        ----------
-        labels : array-like of shape (n_samples,)
-            The node's labels: integer labels, or class names as ``classes``
-            lists them.
-        where : str, default="the node's data"
-            Where the labels come from, for the error message.
-        outside : int, optional
-            The code of a label outside the class set; ``None``: an error.
-
-        Returns
-        -------
-        codes : ndarray of shape (n_samples,) of int64
-            Each label as its integer label, or as its class name's position
-            in ``classes``.
-
-        Raises
-        ------
-        ValueError
-            For a label outside the run's class set, naming it and the set
-            (without ``outside``).
-        """
-        return self.protocol_settings.label_codes(labels, where=where, outside=outside)
-
-    def defence_bounds(self) -> DefenceBounds | None:
-        """The defence's bounds (``None`` with the defence off).
-
-        Returns
-        -------
-        bounds : DefenceBounds or None
-            See :meth:`DefenceSettings.bounds`.
-        """
-        return self.defence_settings.bounds()
-
     def summary_estimator(self) -> GaussianSummaryEstimator:
         """How every client summarises its rows: the summary kind and its privacy.
 
@@ -427,23 +321,3 @@ class DeploymentConfig:
             privacy=self.privacy_budget(),
             config=self.to_run_config(),
         )
-
-
-def _read_from(part: str, s: Setting) -> property:
-    """``config.<setting>``: the setting's value, read from its part (its help, its docstring)."""
-
-    def read(self: DeploymentConfig) -> Any:
-        return getattr(getattr(self, part), s.name)
-
-    read.__name__ = s.name
-    read.__qualname__ = f"DeploymentConfig.{s.name}"
-    read.__doc__ = f"{s.help}."
-    return property(read)
-
-
-for _part, _class in DeploymentConfig.parts().items():
-    for _s in _class.settings():
-        if hasattr(DeploymentConfig, _s.name):  # a setting may not hide a method
-            raise TypeError(f"the setting {_s.name!r} clashes with DeploymentConfig.{_s.name}")
-        setattr(DeploymentConfig, _s.name, _read_from(_part, _s))
-del _part, _class, _s

@@ -13,12 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..defaults import (
-    CLIENT_MIX_TAU,
-    FORM,
-    LABEL_MIX,
-    TAU,
-)
+from ..defaults import CLIENT_MIX_TAU, FORM, LABEL_MIX, TAU
 from ..defence import DefenceBounds
 from ..heads import OneShotHead, head_class, make_head
 from ..label_mix import LABEL_MIXES
@@ -37,9 +32,6 @@ __all__ = [
     "ProtocolSettings",
     "RunSettings",
 ]
-
-_BOUNDS = {f.name: f.default for f in fields(DefenceBounds)}  # the defence's own defaults
-
 
 # -- the strings a run config holds --------------------------------------------------------
 
@@ -255,7 +247,13 @@ class ProtocolSettings(SettingsGroup):
 @declared
 @dataclass(frozen=True)
 class AlignmentSettings(SettingsGroup):
-    """How far each client moves its features, and how the federation chooses ``tau``."""
+    """How far each client moves its features, and how the federation chooses ``tau``.
+
+    A deployment's ``summary_form`` defaults to ``"auto"`` (a protocol
+    client's, :data:`skslot.defaults.FORM`; the estimator's is ``"dense"``):
+    each client chooses the form of its own rows.  A private summary is dense
+    (``"auto"`` resolves so, ``"low-rank"`` is refused with ``epsilon``).
+    """
 
     tau: float | str = declare(
         "default",
@@ -269,45 +267,10 @@ class AlignmentSettings(SettingsGroup):
         low=0.0,
         high=1.0,
     )
-    mean_tau: float | None = owned(
-        OneShotProtocol,
-        "mean_tau",
-        "Fraction of the mean's transport, the same for every client and candidate tau "
-        "('none': the mean follows each client's tau, the paper's geodesic)",
-        details='The paper\'s configuration is ``tau = 0.4``, ``mean-tau = "none"``, '
-        '``client-tau = "uniform"``.',
-    )
-    client_tau: str = owned(
-        OneShotProtocol,
-        "client_tau",
-        "Each client's fraction of the transport: tau for all ('uniform', the paper's), or "
-        "tau times the total-variation distance between its class proportions and the "
-        "federation's ('label-shift')",
-        details='With ``"label-shift"`` the clients upload their class counts (see '
-        ":mod:`skslot.label_shift`).",
-    )
-    summary_covariance: str = owned(
-        OneShotProtocol,
-        "summary_covariance",
-        "The covariance each client's summary transports: of all its rows ('total', the "
-        "paper's) or of its class-centred rows ('within', label-aware)",
-        details='``"within"`` has no private release of its own, so it is refused with '
-        "``epsilon`` where the summary is released (O-FedAvg); FedCGS derives it from its "
-        "released statistics.",
-    )
-    summary_form: str = owned(
-        GaussianSummaryEstimator,
-        "form",
-        "How each client holds and sends its summary: 'dense' (an m x m covariance), "
-        "'low-rank' (its exact factor form, for clients with no more rows than features) or "
-        "'auto' (each client its factor form where it holds no more fitting rows than features)",
-        details="A deployment's clients choose (``'auto'``, a protocol client's default; the "
-        "estimator's is ``'dense'``). A private summary is dense (``'auto'`` resolves so, "
-        "``'low-rank'`` is refused with ``epsilon``). The server builds the reference on the "
-        "span of the factors where every client sent one "
-        "(:func:`~skslot.low_rank.low_rank_barycenter`), the dense way otherwise.",
-        default=FORM,
-    )
+    mean_tau: float | None = owned(OneShotProtocol, "mean_tau")
+    client_tau: str = owned(OneShotProtocol, "client_tau")
+    summary_covariance: str = owned(OneShotProtocol, "summary_covariance")
+    summary_form: str = owned(GaussianSummaryEstimator, "form", default=FORM)
     taus: str = declare(
         ",".join(f"{t:g}" for t in DEFAULT_TAUS),
         "The candidates of tau = 'auto', comma-separated, distinct, in [0, 1]",
@@ -323,19 +286,8 @@ class AlignmentSettings(SettingsGroup):
         form="a JSON object of lists",
         decode=_json_grid,
     )
-    validation_fraction: float = owned(
-        OneShotProtocol,
-        "validation_fraction",
-        "The share of each class of each client held out for validation, with tau = 'auto' "
-        "or a screening",
-    )
-    selection_rule: str = owned(
-        OneShotProtocol,
-        "selection_rule",
-        "How the server chooses from the validation scores: the least-transport candidate "
-        "within one standard error of the best, or the best",
-        details="The rule is :func:`~skslot.selection.select_candidate`'s.",
-    )
+    validation_fraction: float = owned(OneShotProtocol, "validation_fraction")
+    selection_rule: str = owned(OneShotProtocol, "selection_rule")
 
     @property
     def auto(self) -> bool:
@@ -385,66 +337,15 @@ class DefenceSettings(SettingsGroup):
         details="At most ``max_dimension``.",
         low=0,
     )
-    max_count_ratio: float = owned(
-        DefenceBounds,
-        "max_count_ratio",
-        "A client declaring more than this many times the median client's rows is rejected",
-    )
-    max_weight_ratio: float = owned(
-        DefenceBounds,
-        "max_weight_ratio",
-        "Each remaining client's weight, in the barycenter and the head, is capped at this "
-        "many times the median count",
-    )
-    max_norm_ratio: float = owned(
-        DefenceBounds,
-        "max_norm_ratio",
-        "O-FedAvg: a client whose local head's norm exceeds this many times the median "
-        "client's is rejected",
-    )
-    clip_norm_ratio: float | None = owned(
-        DefenceBounds,
-        "clip_norm_ratio",
-        "O-FedAvg: every other client's local heads are clipped to this many times the "
-        "median client's norm ('none': no clip)",
-        details="Their direction kept (:func:`~skslot.defence.clipped_norms`): a client "
-        "scaling its coefficients moves the average no further than the clip.",
-    )
-    max_variance_ratio: float = owned(
-        DefenceBounds,
-        "max_variance_ratio",
-        "A summary whose mean variance tr(S) / m is more than this factor above or below the "
-        "clients' median is rejected",
-        details="With 3 or more clients; honest clients of the real data sets stay within "
-        "9.5 (docs/results/honest_bounds.md).",
-    )
-    max_mean_offset: float = owned(
-        DefenceBounds,
-        "max_mean_offset",
-        "A summary whose mean lies more than this many median standard deviations from the "
-        "clients' coordinate-wise median mean is rejected",
-        details="The median standard deviation is ``sqrt(m * median variance)``; honest "
-        "clients stay within 2.0.",
-    )
-    screen: str = owned(
-        OneShotProtocol,
-        "screen",
-        "Screen each client's contribution by the other clients' validation: 'auto' wherever "
-        "the defence is on, 'on' the same but refused without it, 'off' never",
-        details="The rules are :mod:`skslot.defence.screening`'s.  A run of four clients or more "
-        "screens (at a fixed ``tau`` too: one more exchange); the clients then hold out "
-        "validation rows, and the final head is the screened one, fitted on the fitting rows.",
-    )
-    screen_significance: float = owned(
-        DefenceBounds,
-        "screen_significance",
-        "Family-wise level of the screening's sign test",
-    )
-    screen_min_gain: float = owned(
-        DefenceBounds,
-        "screen_min_gain",
-        "Smallest gain of the other clients' validation accuracy without a client that excludes it",
-    )
+    max_count_ratio: float = owned(DefenceBounds, "max_count_ratio")
+    max_weight_ratio: float = owned(DefenceBounds, "max_weight_ratio")
+    max_norm_ratio: float = owned(DefenceBounds, "max_norm_ratio")
+    clip_norm_ratio: float | None = owned(DefenceBounds, "clip_norm_ratio")
+    max_variance_ratio: float = owned(DefenceBounds, "max_variance_ratio")
+    max_mean_offset: float = owned(DefenceBounds, "max_mean_offset")
+    screen: str = owned(OneShotProtocol, "screen")
+    screen_significance: float = owned(DefenceBounds, "screen_significance")
+    screen_min_gain: float = owned(DefenceBounds, "screen_min_gain")
 
     def _check_together(self) -> None:
         if self.n_features > self.max_dimension:
@@ -459,7 +360,7 @@ class DefenceSettings(SettingsGroup):
                 "'defence')"
             )
 
-    def bounds(self) -> DefenceBounds | None:
+    def defence_bounds(self) -> DefenceBounds | None:
         """The defence's bounds (``None`` with the defence off).
 
         Returns
@@ -471,7 +372,7 @@ class DefenceSettings(SettingsGroup):
         """
         if not self.defence:
             return None
-        return DefenceBounds(**{name: getattr(self, name) for name in _BOUNDS})
+        return DefenceBounds(**{f.name: getattr(self, f.name) for f in fields(DefenceBounds)})
 
 
 @declared
@@ -510,38 +411,33 @@ class DataSettings(SettingsGroup):
 @declared
 @dataclass(frozen=True)
 class PrivacySettings(SettingsGroup):
-    """Each client's differential-privacy budget (:mod:`skslot.privacy`)."""
+    """Each client's differential-privacy budget (:mod:`skslot.privacy`).
 
-    epsilon: float | None = owned(
-        PrivacyBudget,
-        "epsilon",
-        "The epsilon of each client's privacy budget ('none': exact values)",
-        details="One (epsilon, delta) budget per client covers everything it sends "
-        "(skslot.privacy): with FedCGS its statistics, from which the server derives its "
-        "summary, with FedPFT its class moments (one component per class), with O-FedAvg its "
-        "summary, its label-shift counts and its local head (keep the head's C times "
-        "clip-norm squared near 0.1: its noise grows with it), and its test counts; at a "
-        "fixed tau and without the screening. "
-        "A node's own 'epsilon', 'delta' and 'clip-norm' (node config) is the budget it "
-        "enforces, and it refuses a run under another.  With a head of no private release "
-        "of its own, only the summary is private.",
-        default=None,
-    )
-    delta: float = owned(
-        PrivacyBudget, "delta", "The delta of each client's (epsilon, delta) budget"
-    )
-    clip_norm: float = owned(
-        PrivacyBudget,
-        "clip_norm",
-        "Row-norm bound of the private releases, in the features' units (choose it from "
-        "public knowledge: 1 clips nothing for L2-normalised features)",
-    )
+    ``epsilon = "none"`` (the default) sends exact values.  One (epsilon,
+    delta) budget per client covers everything it sends: with FedCGS its
+    statistics, from which the server derives its summary, with FedPFT its
+    class moments (one component per class), with O-FedAvg its summary, its
+    label-shift counts and its local head (keep the head's ``C`` times
+    ``clip_norm`` squared near 0.1: its noise grows with it), and its test
+    counts; at a fixed ``tau`` and without the screening.  A node's own
+    ``epsilon``, ``delta`` and ``clip-norm`` (node config) is the budget it
+    enforces, and it refuses a run under another.  With a head of no private
+    release of its own, only the summary is private.
+    """
+
+    epsilon: float | None = owned(PrivacyBudget, "epsilon", default=None)
+    delta: float = owned(PrivacyBudget, "delta")
+    clip_norm: float = owned(PrivacyBudget, "clip_norm")
 
 
 @declared
 @dataclass(frozen=True)
 class RunSettings(SettingsGroup):
-    """Who takes part, how long the server waits, and where it writes."""
+    """Who takes part, how long the server waits, and where it writes.
+
+    A deployment's ``min_clients`` defaults to 2 (the protocol's, 1, suits a
+    simulation).
+    """
 
     num_clients: int = declare(
         0,
@@ -549,14 +445,7 @@ class RunSettings(SettingsGroup):
         "connected by then)",
         low=0,
     )
-    min_clients: int = owned(
-        OneShotProtocol,
-        "min_clients",
-        "Fewest clients that must answer every stage; below it the run fails with an error "
-        "naming who was missing or rejected",
-        details="A deployment's default is 2 (the protocol's, 1, suits a simulation).",
-        default=2,
-    )
+    min_clients: int = owned(OneShotProtocol, "min_clients", default=2)
     accept_partial: bool = declare(
         False,
         "Whether a run some node left (rejected or missing, with min-clients still met) counts "

@@ -11,9 +11,11 @@ those are :mod:`skslot.flower.groups`'.
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import math
+import re
 import sys
 import textwrap
 import typing
@@ -30,6 +32,10 @@ __all__ = ["Setting", "SettingsGroup", "declare", "declared", "find_setting", "o
 
 #: The key of a setting's declaration in its field's metadata.
 _SETTING = "skslot.setting"
+
+
+#: Marks a default not given (an :func:`owned` setting's is its owner's).
+_UNSET: Any = object()
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,8 @@ class Setting:
         ``ValueError`` for a string that stands for none.
     owner : str, default=""
         The parameter the setting is (``"skslot.protocol.OneShotProtocol.mean_tau"``,
-        :func:`owned`): its default, options and bounds are read from there.
+        :func:`owned`): its default, options, bounds, help and details are
+        read from there.
 
     Examples
     --------
@@ -228,13 +235,29 @@ class Setting:
     @property
     def shown_default(self) -> str:
         """The default as a run config writes it (``none``, ``true``, ``'FedCGS'``)."""
-        if self.default is None:
+        return self.shown(self.default)
+
+    def shown(self, value: Any) -> str:
+        """A value as a run config writes it, for the messages and the help.
+
+        Parameters
+        ----------
+        value : bool, int, float, str or None
+            A value of the setting.
+
+        Returns
+        -------
+        str
+            ``none``, ``true``, ``0.4``, ``'FedCGS'`` (a word such as ``auto``
+            unquoted).
+        """
+        if value is None:
             return "none"
-        if isinstance(self.default, bool):
-            return str(self.default).lower()
-        if isinstance(self.default, str) and self.default not in self.words:
-            return repr(self.default)
-        return f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
+        if isinstance(value, bool):
+            return str(value).lower()
+        if isinstance(value, str) and value not in self.words:
+            return repr(value)
+        return f"{value:g}" if isinstance(value, float) else str(value)
 
     @property
     def metavar(self) -> str:
@@ -261,6 +284,42 @@ class Setting:
         allowed = "" if self.options or self.kind is bool else f"{self.allowed}; "
         shown = self.shown_default if default is None else default
         return f"{self.help} ({allowed}default: {shown})".replace("%", "%%")
+
+    def add_option(
+        self, parser: Any, dest: str = "", *, default: Any = _UNSET, check: bool = False
+    ) -> None:
+        """Add the setting's command-line option, ``--<dest>`` in kebab-case, to ``parser``.
+
+        Parameters
+        ----------
+        parser : argparse.ArgumentParser or argument group
+        dest : str, default=""
+            The attribute of the parsed options ("": the setting's name).
+        default : object, optional
+            The command's default, where it is not the setting's: shown in
+            the help, and the value when the option is not given (else
+            ``None``).
+        check : bool, default=False
+            Whether the option's value is checked as it is parsed (a value
+            the setting refuses is a usage error, its message without the
+            run-config key); else the text is kept, for :meth:`from_text`.
+        """
+        dest = dest or self.name
+
+        def parse(text: str) -> Any:
+            try:
+                return self.check(self.from_text(text))
+            except ValueError as exc:
+                raise argparse.ArgumentTypeError(str(exc).removesuffix(f" {self.where}")) from None
+
+        parser.add_argument(
+            "--" + dest.replace("_", "-"),
+            dest=dest,
+            type=parse if check else str,
+            default=None if default is _UNSET else default,
+            metavar=self.metavar,
+            help=self.help_line(None if default is _UNSET else self.shown(default)),
+        )
 
     @property
     def doc_type(self) -> str:
@@ -320,21 +379,7 @@ class Setting:
         return True
 
 
-def declare(
-    default: Any,
-    help: str,
-    *,
-    details: str = "",
-    words: tuple[str, ...] = (),
-    options: tuple[str, ...] = (),
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-    nonzero: bool = False,
-    form: str = "",
-    decode: Callable[[str, str], Any] | None = None,
-) -> Any:
+def declare(default: Any, help: str, **declaration: Any) -> Any:
     """A group's dataclass field that declares a setting.
 
     Parameters
@@ -343,50 +388,30 @@ def declare(
         The field's default.
     help : str
         One plain-text sentence (:attr:`Setting.help`).
-    details, words, options, low, high, low_open, high_open, nonzero, form, decode
-        As :class:`Setting`'s attributes of the same names.
+    **declaration
+        ``details``, ``words``, ``options``, ``low``, ``high``, ``low_open``,
+        ``high_open``, ``nonzero``, ``form`` or ``decode``: as
+        :class:`Setting`'s attributes of the same names.
 
     Returns
     -------
     dataclasses.Field
         A field whose metadata holds the declaration.
     """
-    declared = {
-        "help": help,
-        "details": details,
-        "words": words,
-        "options": options,
-        "low": low,
-        "high": high,
-        "low_open": low_open,
-        "high_open": high_open,
-        "nonzero": nonzero,
-        "form": form,
-        "decode": decode,
-        "owner": "",
-    }
-    return field(default=default, metadata={_SETTING: declared})
+    return field(default=default, metadata={_SETTING: {"help": help, **declaration}})
 
 
-#: Marks an :func:`owned` setting whose default is its owner's.
-_OWNERS_DEFAULT: Any = object()
-
-
-def owned(
-    owner: type,
-    parameter: str,
-    help: str,
-    *,
-    details: str = "",
-    default: Any = _OWNERS_DEFAULT,
-) -> Any:
+def owned(owner: type, parameter: str, *, default: Any = _UNSET) -> Any:
     """A group's dataclass field for a setting that is a parameter of a library class.
 
-    The default (unless the deployment's differs, given as ``default``), the
-    options and the bounds are the owner's: its signature and its
-    ``_parameter_constraints`` (:class:`~skslot._param_validation.Interval`,
-    :class:`~skslot._param_validation.Options`), so the setting cannot drift from
-    the parameter it configures.
+    Everything but the name is the owner's, so the setting cannot drift from
+    the parameter it configures: the default (unless the deployment's
+    differs, given as ``default``) from its signature, the options and the
+    bounds from its ``_parameter_constraints``
+    (:class:`~skslot._param_validation.Interval`,
+    :class:`~skslot._param_validation.Options`), and the documentation from
+    the parameter's description in its numpydoc ``Parameters`` section: the
+    first sentence, as plain text, is the help, the rest the details.
 
     Parameters
     ----------
@@ -394,27 +419,28 @@ def owned(
         The class whose parameter this is (``OneShotProtocol``).
     parameter : str
         The parameter's name there.
-    help : str
-        One plain-text sentence (:attr:`Setting.help`).
-    details : str, default=""
-        More documentation; a pointer to the owner's parameter is added.
     default : object, optional
         The deployment's default, where it is not the owner's.
 
     Returns
     -------
     dataclasses.Field
+
+    Raises
+    ------
+    TypeError
+        Where the owner has no such parameter, or its docstring does not
+        describe it.
     """
     signature = inspect.signature(owner)
     if parameter not in signature.parameters:
         raise TypeError(f"{owner.__name__} has no parameter {parameter!r}")
-    if default is _OWNERS_DEFAULT:
+    if default is _UNSET:
         default = signature.parameters[parameter].default
+    help, *details = re.split(r"(?<=\.)\s+(?=[A-Z`])", _parameter_doc(owner, parameter), maxsplit=1)
     declared: dict[str, Any] = {
-        "help": help,
-        "details": " ".join(
-            filter(None, [details, f"See :class:`~{_path(owner)}`'s ``{parameter}``."])
-        ),
+        "help": _plain(help.removesuffix(".")),
+        "details": " ".join([*details, f"See :class:`~{_path(owner)}`'s ``{parameter}``."]),
         "owner": f"{_path(owner)}.{parameter}",
     }
     for constraint in getattr(owner, "_parameter_constraints", {}).get(parameter, []):
@@ -428,6 +454,56 @@ def owned(
                 "high_open": constraint.closed in ("left", "neither"),
             }
     return field(default=default, metadata={_SETTING: declared})
+
+
+def _parameter_doc(owner: type, parameter: str) -> str:
+    """The description of one parameter in a class's numpydoc ``Parameters`` section.
+
+    A small reader of numpydoc, so that the library needs no docs extra at
+    run time: an entry is an unindented ``name : type`` line (``a, b : type``
+    describes both), its description the indented lines below it; the
+    section ends at the next section's title.
+
+    Parameters
+    ----------
+    owner : type
+        The class (its docstring, :func:`inspect.getdoc`).
+    parameter : str
+        The parameter's name.
+
+    Returns
+    -------
+    description : str
+        The description, its lines joined, single-spaced (reStructuredText).
+
+    Raises
+    ------
+    TypeError
+        Where the docstring does not describe ``parameter``.
+    """
+    lines = (inspect.getdoc(owner) or "").splitlines()
+    start = lines.index("Parameters") + 2 if "Parameters" in lines else len(lines)
+    entries: dict[str, list[str]] = {}
+    described: list[str] = []
+    for line, below in zip(lines[start:], [*lines[start + 1 :], ""], strict=True):
+        if below.startswith("---"):
+            break
+        if line[:1].isspace():
+            described.append(line.strip())
+        elif line:
+            described = []
+            for name in line.partition(" : ")[0].split(","):
+                entries[name.strip()] = described
+    if not entries.get(parameter):
+        raise TypeError(f"{owner.__name__}'s docstring does not describe {parameter!r}")
+    return " ".join(" ".join(entries[parameter]).split())
+
+
+def _plain(text: str) -> str:
+    """reStructuredText as plain text: a role as its target, a literal as its text."""
+    text = re.sub(r":\w+:`~[\w.]*?(\w+)`", r"\1", text)  # :class:`~a.B` -> B
+    text = re.sub(r":\w+:`([^`]+)`", r"\1", text)
+    return re.sub(r"``(.+?)``", lambda literal: literal[1].replace('"', "'"), text)
 
 
 def _path(owner: type) -> str:
@@ -483,15 +559,9 @@ def parameters_section(cls: type[SettingsGroup]) -> str:
     for s in cls._settings:
         default = json.dumps(s.default) if isinstance(s.default, str) else repr(s.default)
         lines.append(f"{s.name} : {s.doc_type}, default={default}")
-        text = f"{s.help}. {s.details} Run config: ``{s.key}``, {s.allowed}."
-        lines += textwrap.wrap(
-            " ".join(text.split()),
-            width=79,
-            initial_indent="    ",
-            subsequent_indent="    ",
-            break_long_words=False,
-            break_on_hyphens=False,
-        )
+        text = " ".join(f"{s.help}. {s.details} Run config: ``{s.key}``, {s.allowed}.".split())
+        text = textwrap.fill(text, 75, break_long_words=False, break_on_hyphens=False)
+        lines.append(textwrap.indent(text, "    "))
     return "\n".join(lines) + "\n"
 
 

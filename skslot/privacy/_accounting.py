@@ -261,11 +261,14 @@ class PrivacyBudget:
     Parameters
     ----------
     epsilon : float
-        The privacy loss bound of everything the client releases in the run, ``> 0``.
+        The epsilon of the client's (epsilon, delta) budget: the privacy loss
+        bound (``> 0``) of everything the client releases in the run.
     delta : float, default=1e-5
-        The failure probability, in ``(0, 1)``; well below ``1 / n``.
+        The delta of the client's (epsilon, delta) budget: the failure
+        probability, in ``(0, 1)``; well below ``1 / n``.
     clip_norm : float, default=1.0
-        Every row is scaled to Euclidean norm at most ``clip_norm`` before a
+        Row-norm bound of the private releases, in the features' units: every
+        row is scaled to Euclidean norm at most ``clip_norm`` before a
         release.  Choose it from public knowledge (``1`` clips nothing for
         L2-normalised features); a choice made from the data would leak.
     shares : mapping of str to float, optional

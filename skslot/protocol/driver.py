@@ -90,8 +90,12 @@ class OneShotProtocol(ProtocolParameters):
     head_grid : dict of str to list, optional
         Server-side head parameters searched with ``tau``.
     validation_fraction : float, default=0.2
+        The share of each class of each client held out for validation, with
+        ``tau="auto"`` or a screening.
     selection_rule : {"one-standard-error", "best"}, default="one-standard-error"
-        How the validation chooses (:func:`~skslot.selection.select_candidate`).
+        How the server chooses from the validation scores: the
+        least-transport candidate within one standard error of the best, or
+        the best.  The rule is :func:`~skslot.selection.select_candidate`'s.
     refit : bool, default=True
         With ``tau = "auto"`` and no screening, refit the chosen candidate on
         all rows (the validation parts too).  A screened run never refits:
@@ -104,30 +108,40 @@ class OneShotProtocol(ProtocolParameters):
         Screen the clients against each other and cap their weights; ``None``
         accepts every client whose messages pass their checks.
     min_clients : int, default=1
-        Fewest clients that must complete every stage.
+        Fewest clients that must complete every stage; below it the run fails
+        with a :class:`~skslot.protocol.ProtocolRunError` whose report names
+        who was missing or rejected.
     random_state : int, RandomState or None, default=None
         Seeds the clients' validation splits (one per client, by position).
     evaluate : bool, default=True
         Run the ``evaluation`` stage (clients score the global head on their
         test rows).
     client_tau : {"uniform", "label-shift"}, default="label-shift"
-        Each client's fraction of the transport: ``tau`` for all, or ``tau``
-        times the total-variation distance between its class proportions and
-        the federation's (:mod:`skslot.label_shift`; the clients then upload
-        their class counts, checked against their summary and statistics).
+        Each client's fraction of the transport: ``tau`` for all
+        (``"uniform"``, the paper's), or ``tau`` times the total-variation
+        distance between its class proportions and the federation's
+        (``"label-shift"``).  With ``"label-shift"`` the clients upload their
+        class counts, checked against their summary and statistics
+        (:mod:`skslot.label_shift`).
     summary_covariance : {"total", "within"}, default="total"
-        What the clients' summaries describe (all rows, or class-centred
-        rows: :class:`~skslot.GaussianSummaryEstimator`), so the server checks
-        each client's statistics against its summary of that kind, or derives
-        the summary of that kind from them (FedCGS).
+        The covariance each client's summary transports: of all its rows
+        (``"total"``, the paper's) or of its class-centred rows (``"within"``,
+        label-aware).  The server checks each client's statistics against
+        its summary of that kind, or derives the summary of that kind from
+        them (FedCGS); see :class:`~skslot.GaussianSummaryEstimator`'s
+        ``covariance``.  ``"within"`` has no private release of its own, so
+        a private run refuses it where the summary itself is released
+        (O-FedAvg); FedCGS derives it from its released statistics.
     covariance_floor : float, default=1e-8
         The clients' summaries' ``covariance_floor``
         (:class:`~skslot.GaussianSummaryEstimator`), for the summaries the
         server derives from a client's statistics (FedCGS).
     mean_tau : float or None, default=1.0
         Fraction of the mean's transport, the same for every client and every
-        candidate ``tau`` (:class:`~skslot.SLOTTransformer`'s ``mean_tau``);
-        ``None``: the mean follows each client's ``tau``.
+        candidate ``tau`` (``None``: the mean follows each client's ``tau``,
+        the paper's geodesic).  See :class:`~skslot.SLOTTransformer`'s
+        ``mean_tau``; the paper's configuration is ``tau=0.4``,
+        ``mean_tau=None``, ``client_tau="uniform"``.
     screen : {"auto", "on", "off"}, default="auto"
         Screen each client's contribution by the others' validation
         (:mod:`skslot.defence.screening`, thresholds from ``defence``): ``"auto"``
