@@ -24,7 +24,7 @@ A node's data comes from its *node config* (``flower-supernode --node-config``):
   column; default: the table's ``split`` column if it has one; without one,
   a stratified ``test-size`` share of each class is held out with the run's
   ``seed``).  Labels must be in the run's class set
-  (:attr:`~skslot.flower.DeploymentConfig.classes`: class names, or integer
+  (:attr:`~skslot.flower.ProtocolSettings.classes`: class names, or integer
   labels); a private node names none of its labels outside it to the server
   (its rows with one enter as null rows,
   :func:`~skslot.privacy.null_rows`).
