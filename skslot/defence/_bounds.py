@@ -41,20 +41,6 @@ from .._param_validation import Interval, Options, validate_parameter_constraint
 from ..low_rank import Summary
 from .screening import ScreeningEvidence, strongest_case
 
-__all__ = [
-    "DefenceBounds",
-    "NoDefence",
-    "capped_counts",
-    "clipped_norms",
-    "implausible_counts",
-    "implausible_norms",
-    "implausible_summaries",
-    "norm_ratios",
-    "ratios_to_median",
-    "summary_deviations",
-]
-
-
 #: The bounds' defaults (:class:`DefenceBounds`), written once.
 MAX_COUNT_RATIO, MAX_WEIGHT_RATIO, MAX_NORM_RATIO, CLIP_NORM_RATIO = 100.0, 10.0, 10.0, 1.0
 MAX_VARIANCE_RATIO, MAX_MEAN_OFFSET = 100.0, 10.0

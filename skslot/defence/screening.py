@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 from scipy.special import ndtr
@@ -212,16 +212,10 @@ class ScreeningEvidence:
             The fields, the floats rounded to six digits.
         """
         return {
-            "voters": self.voters,
-            "accuser": self.accuser,
-            "agreeing": self.agreeing,
-            "better": self.better,
-            "worse": self.worse,
-            "rows": self.rows,
+            **asdict(self),
             "gain": round(self.gain, 6),
             "p_value": float(f"{self.p_value:.6g}"),
             "threshold": float(f"{self.threshold:.6g}"),
-            "excluded": self.excluded,
         }
 
     def reason(self) -> str:

@@ -1,8 +1,8 @@
 """What a reference built from some of the clients gives each of them.
 
-The run's reference (:meth:`skslot.protocol.state.RunState.build_reference`)
-and the references the screening compares against, each built without one
-client (:meth:`~skslot.protocol.state.RunState.alignment_without`), are the
+The run's reference (:meth:`skslot.protocol.state.RunState.adopt`) and the
+references the screening compares against, each built without one client
+(:meth:`~skslot.defence.aggregation.DefendedAggregation.screen`), are the
 same computation on different sets of clients: the barycenter of their
 summaries, each client's full map onto it (its mean moved to its destination
 with ``label_mix="client"``) and each client's fraction of ``tau``.  An

@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -16,16 +17,16 @@ from ..defaults import VALIDATION_FRACTION
 from ..exceptions import lone_classes, lone_text, shown_labels
 from ..heads import OneShotHead
 from ..low_rank import Summary
-from ..selection import (
-    Selection,
-    validation_split,
-)
+from ..selection import Candidate, Selection, validation_split
 from .parameters import ProtocolParameters
 from .report import ProtocolReport, ProtocolRunError, logger
-from .roster import order_key, split_seeds
-from .stages import evaluation, screening, updates, upload, validation
+from .roster import split_seeds
+from .stages import evaluation, updates, upload, validation
 from .state import RunState
 from .transport import Transport
+
+if TYPE_CHECKING:
+    from ..defence.aggregation import DefendedAggregation
 
 __all__ = ["OneShotProtocol", "ProtocolResult", "held_out_rows"]
 
@@ -195,50 +196,32 @@ class OneShotProtocol(ProtocolParameters):
             When fewer than ``min_clients`` clients complete a stage, or a
             server step fails on the clients' values; its ``report`` says why.
         """
+        from ..defence.aggregation import DefendedAggregation  # it wraps this module's stages
+
         run = RunState(self, transport, np.asarray(classes))
         try:
-            return self._stages(run)
+            return self._stages(run, DefendedAggregation(run))
         except ProtocolRunError:
             run.account.report(run.report)  # what each client spent before the run failed
             raise
 
-    def _stages(self, run: RunState) -> ProtocolResult:
-        """The stages of :meth:`run`, in order, on the run's state."""
-        strategy, head = self.head.strategy, self.head
+    def _stages(self, run: RunState, defence: DefendedAggregation) -> ProtocolResult:
+        """The stages of :meth:`run`, in order, on the run's state; each aggregation step
+        handed to the defence around it."""
         upload.collect(run)  # each upload checked against itself
-        run.weigh()  # the defence: clients against each other, weight caps
-        run.build_reference()  # the reference step, without clients that break it
-        selection, heads = None, []
+        defence.weigh()  # the defence: clients against each other, weight caps
+        defence.build_reference()  # the reference step, without clients that break it
+        selection: Selection | None = None
+        heads: list = []
         if run.splits:
             taus = sorted({c.tau for c in self.candidates})
-            while True:
-                run.screened = False
-                self._local_heads(run, "updates", taus, "fit")
-                heads = strategy.fit_candidates(head, self.candidates, run)
-                chosen = self.candidates[0]
-                if self.auto:
-                    selection = validation.choose(run, heads)
-                    chosen = selection.candidate
-                if run.screens:
-                    screening.screen(run, chosen, heads)
-                    run.ever_screened |= run.screened
-                # a client excluded, or missing since the reference was built: the
-                # reference, the candidates, the choice and the screening again without it
-                if not _refresh_reference(run, run.report.stages[-1], taus):
-                    break
-            if run.ever_screened or not self.refit:
-                # what enters the final head is what the screening judged (or chose)
-                final = heads[self.candidates.index(chosen)]
-                run.report.final_head = _final_fitting(run, strategy.trains_locally)
-            else:
-                self._local_heads(run, "refit", [chosen.tau], "all")
-                final = strategy.fit_final(head, chosen, run)
-                run.report.final_head = "every accepted client's rows"
+            fit = partial(self._candidates, run, defence, taus)
+            selection, heads, chosen = defence.candidates(fit, taus)
+            refit = partial(self._final_head, run, defence, "refit", chosen)
+            final = defence.final_head(heads, chosen, refit)
         else:
             (chosen,) = self.candidates
-            self._local_heads(run, "updates", [chosen.tau], "all")
-            final = strategy.fit_final(head, chosen, run)
-            run.report.final_head = "every accepted client's rows"
+            final = self._final_head(run, defence, "updates", chosen)
         run.report.tau = float(chosen.tau)
         untrained = final.untrained_classes()
         run.report.untrained_classes = untrained.tolist()
@@ -267,7 +250,7 @@ class OneShotProtocol(ProtocolParameters):
         run.report.status = "completed"
         run.account.report(run.report)
         order, alignment = run.roster.order, run.alignment
-        assert alignment is not None  # built before any head (run.build_reference)
+        assert alignment is not None  # built before any head (defence.build_reference)
         return ProtocolResult(
             run.report,
             final,
@@ -280,68 +263,39 @@ class OneShotProtocol(ProtocolParameters):
             {c: alignment.tau_scale(c) for c in order},
         )
 
-    def _local_heads(self, run: RunState, stage: str, taus: Sequence[float], part: str) -> None:
-        """Stages "updates" and "refit", for a head that trains locally.
+    def _candidates(
+        self, run: RunState, defence: DefendedAggregation, taus: Sequence[float]
+    ) -> tuple[Selection | None, list, Candidate]:
+        """The candidate heads on the clients' fitting rows at ``taus``, and the choice."""
+        self._local_heads(run, defence, "updates", taus, "fit")
+        heads = self.head.strategy.fit_candidates(self.head, self.candidates, run)
+        if not self.auto:
+            return None, heads, self.candidates[0]
+        selection = validation.choose(run, heads)
+        return selection, heads, selection.candidate
 
-        A client rejected or missing here leaves the reference it helped
-        build: the reference is built again without it and the local heads
-        asked for again on it.
-        """
-        if not self.head.strategy.trains_locally:
-            return
-        while True:
-            updates.collect(run, stage, taus, part)
-            if not _refresh_reference(run, stage, taus):
-                return
+    def _final_head(
+        self, run: RunState, defence: DefendedAggregation, stage: str, chosen: Candidate
+    ) -> OneShotHead:
+        """The head at ``chosen`` on every accepted client's rows (their local heads asked for
+        at ``stage``)."""
+        self._local_heads(run, defence, stage, [chosen.tau], "all")
+        final = self.head.strategy.fit_final(self.head, chosen, run)
+        run.report.final_head = "every accepted client's rows"
+        return final
 
-
-def _refresh_reference(run: RunState, stage: str, taus: Sequence[float]) -> bool:
-    """Whether the run goes round again: its reference rebuilt without a client that left it,
-    or the screened local heads (at ``taus``) carried onto it (:meth:`RunState.stale_reference`)."""
-    action = run.stale_reference(stage)
-    if action is None and run.account.private and run.roster.order != run.report.reference_clients:
-        logger.info("skslot: a private run keeps its reference: the local heads are released once")
-    if action == "carry":
-        run.carry_heads(stage, taus)
-    elif action == "rebuild":
-        run.rebuild_reference(stage)
-    return action is not None
-
-
-def _final_fitting(run: RunState, trains_locally: bool) -> str:
-    """What a final head fitted on the clients' fitting contributions was fitted on."""
-    if run.screened:
-        unscreenable = sorted(
-            (
-                c
-                for c in (run.report.screening or {}).get("unscreenable", {})
-                if c in run.roster.order
-            ),
-            key=order_key,
-        )
-        return "the screened contributions: every accepted client's fitting rows" + (
-            f" (not screenable: {', '.join(run.report.name(c) for c in unscreenable)})"
-            if unscreenable
-            else ""
-        )
-    if not run.ever_screened:
-        return "every accepted client's fitting rows"
-    left = f"{len(run.roster.order)} clients left cannot be screened again"
-    if trains_locally and run.heads_carried is not None:  # the heads the screening judged
-        return (
-            "the screened contributions: every accepted client's local heads on its fitting "
-            "rows, carried onto the reference built without the excluded client, as the "
-            f"screening compared them ({left} heads trained on it)"
-        )
-    if trains_locally:  # a client missing since: new local heads on a new reference
-        return (
-            "every accepted client's local heads on its fitting rows, trained again on the "
-            f"reference built without the client(s) gone, not screened ({left})"
-        )
-    return (
-        "the screened contributions (every accepted client's fitting statistics), aligned "
-        f"on the reference built without the excluded client(s) ({left})"
-    )
+    def _local_heads(
+        self,
+        run: RunState,
+        defence: DefendedAggregation,
+        stage: str,
+        taus: Sequence[float],
+        part: str,
+    ) -> None:
+        """Stages "updates" and "refit", for a head that trains locally (until the reference
+        stands: :meth:`~skslot.defence.aggregation.DefendedAggregation.local_heads`)."""
+        if self.head.strategy.trains_locally:
+            defence.local_heads(partial(updates.collect, run, stage, taus, part), stage, taus)
 
 
 def held_out_rows(

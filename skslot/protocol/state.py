@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ..defence import NoDefence
-from ..defence.culprits import SERVER_STEP_ERRORS, culprits
-from ..defence.screening import MIN_REMAINING, MIN_VOTERS
+from ..defence.culprits import SERVER_STEP_ERRORS
+from ..defence.screening import MIN_VOTERS
 from ..label_mix import domain_offsets
 from ..label_shift import label_shift_distances
 from ..low_rank import Summary, TransportMap
@@ -61,35 +61,15 @@ class RunState:
         #: The reference, each client's full map onto it and fraction of ``tau``.
         self.alignment: Alignment | None = None
         self.has_reference: set = set()
-        #: Per part of the rows ("fit", "all"), each client's local heads by its fraction.
-        self._local_heads: dict[str, dict[Hashable, dict[float, Any]]] = {}
+        #: Per part of the rows ("fit", "all"), each client's local heads by its fraction,
+        #: received on the current reference.
+        self.local_heads_received: dict[str, dict[Hashable, dict[float, Any]]] = {}
         #: A private run's plan as the clients check it, and what each client spent.
         self.account = RunAccount(settings.privacy, settings.releases)
         #: Whether this run screens: the protocol screens and enough clients can vote.
         self.screens = settings.screening and len(self.report.nodes) > MIN_VOTERS
-        if settings.privacy is not None and settings.screen == "auto" and self.defence.screens:
-            self.report.screening = {
-                "skipped": "a private run: the screening's validation counts are not "
-                "released under the clients' budget",
-                "excluded": [],
-            }
-        elif settings.screening and not self.screens:
-            self.report.screening = {
-                "skipped": f"{len(self.report.nodes)} clients: the screening needs "
-                f"{MIN_VOTERS + 1} (a case rests on {MIN_REMAINING} other clients once the "
-                "strongest accuser is left out)",
-                "excluded": [],
-            }
         #: Whether the clients hold out validation rows (to choose ``tau``, or to screen).
         self.splits = settings.auto or self.screens
-        #: Whether the last screening round could judge the clients' contributions.
-        self.screened = False
-        #: Whether any screening round could.
-        self.ever_screened = False
-        #: The clients whose screened local heads were carried onto the reference built
-        #: without a client the screening excluded (too few left to screen heads trained
-        #: on it), or ``None``.
-        self.heads_carried: list | None = None
 
     @property
     def checks_local_heads(self) -> bool:
@@ -113,28 +93,6 @@ class RunState:
         dict of address to int
         """
         return split_seeds(self.roster.parties, self.settings.random_state)
-
-    def weigh(self) -> None:
-        """The defence: reject clients out of line with the others, cap the rest's weights."""
-        order = self.roster.order
-        reasons, capped = self.defence.check_summaries(
-            [self.roster.clients[c].summary for c in order]
-        )
-        for k, why in sorted(reasons.items()):
-            self.roster.reject("upload", order[k], f"implausible: {why}")
-        self.roster.keep("upload", [c for k, c in enumerate(order) if k not in reasons])
-        for c, weight in zip(self.roster.order, capped, strict=True):
-            client = self.roster.clients[c]
-            client.weight = float(weight)
-            n = client.summary.n
-            if weight < n:
-                factor = weight / n
-                self.report.capped[c] = round(factor, 6)
-                logger.warning("%s: weight capped to %.3g of its rows", self.report.name(c), factor)
-                if client.statistics is not None:
-                    client.statistics = client.statistics.scaled(factor)
-                if client.validation is not None:
-                    client.validation = client.validation.scaled(factor)
 
     def weight_factor(self, c: Hashable) -> float:
         """Client ``c``'s capped weight as a fraction of its rows.
@@ -264,35 +222,34 @@ class RunState:
 
     # -- the reference -------------------------------------------------------------------
 
-    def build_reference(self, stage: str = "upload") -> None:
-        """The reference, every client's map and fraction of ``tau``.
+    def adopt(self, alignment: Alignment) -> bool:
+        """Make ``alignment``, built from the clients in, the run's reference and maps.
 
-        Clients whose summaries break the reference are found
-        (:meth:`_culprits`), rejected at ``stage`` (the upload, or the stage
-        after which the reference is built again) and the reference built
-        without them.
+        Where the reference changed, each client gets it with its next request.  The defence
+        builds it
+        (:meth:`~skslot.defence.aggregation.DefendedAggregation.build_reference`).
 
         Parameters
         ----------
-        stage : str, default="upload"
-            The stage at which the clients that break the reference are rejected.
+        alignment : Alignment
+            The alignment of the accepted clients (:meth:`alignment_of`).
+
+        Returns
+        -------
+        bool
+            Whether the reference changed (one fixed before the run stays the same).
         """
-        while True:
-            order = self.roster.order
-            try:
-                alignment = self.alignment_of(order)
-            except SERVER_STEP_ERRORS as exc:
-                culprits = self._culprits(order, exc)
-                for c in culprits:
-                    self.roster.reject(stage, c, f"its summary breaks the reference: {exc}")
-                self.roster.keep(stage, [c for c in order if c not in culprits])
-                continue
-            break
+        changed = self.alignment is None or alignment.reference is not self.alignment.reference
+        if changed:
+            self.has_reference.clear()
         self.alignment = alignment
         self.report.barycenter_iterations = alignment.n_iter
-        self.report.reference_clients = list(order)
+        self.report.reference_clients = self.roster.order
         if self.settings.client_tau != "uniform":
-            self.report.tau_scales = {c: round(alignment.tau_scale(c), 6) for c in order}
+            self.report.tau_scales = {
+                c: round(alignment.tau_scale(c), 6) for c in self.roster.order
+            }
+        return changed
 
     def alignment_of(self, order: Sequence[Hashable]) -> Alignment:
         """The reference of the clients ``order``, their maps and fractions of ``tau``.
@@ -324,26 +281,6 @@ class RunState:
             built.reference, full_maps, destinations, self._tau_scales(order), built.n_iter
         )
 
-    def alignment_without(self, c: Hashable) -> Alignment:
-        """The run's alignment had client ``c`` never sent its summary: the reference, the
-        other clients' maps and fractions of ``tau``, built from theirs alone.
-
-        Parameters
-        ----------
-        c : hashable
-            An accepted client.
-
-        Returns
-        -------
-        Alignment
-
-        Raises
-        ------
-        ValueError, ArithmeticError, numpy.linalg.LinAlgError, MemoryError
-            Where the others' values break the step.
-        """
-        return self.alignment_of([k for k in self.roster.order if k != c])
-
     def _mean_destinations(
         self, order: Sequence[Hashable], full_maps: Mapping[Hashable, TransportMap]
     ) -> dict[Hashable, np.ndarray]:
@@ -369,134 +306,6 @@ class RunState:
             return means
         offsets = domain_offsets(np.stack([n for n, _ in parts]), np.stack([s for _, s in parts]))
         return {c: means[c] - offset for c, offset in zip(order, offsets, strict=True)}
-
-    def stale_reference(self, stage: str) -> str | None:
-        """What a reference some client it was built from has since left calls for.
-
-        A client rejected or missing after the reference was built (at the
-        updates stage, or excluded by the screening) must not shape the
-        reference of the final head, so it is built again without it
-        (``"rebuild"``, :meth:`rebuild_reference`).  Not in a private run once
-        local heads were released: each client releases its one head on one
-        map, so the reference stays as the released heads were trained on it
-        (``None``).  Nor after a screening leaves too few clients to screen
-        again, for a head that trains locally: heads trained on a new
-        reference would enter the final head unjudged, so the screened heads of
-        the clients left are carried onto the reference built without the
-        excluded client, as the screening compared them (``"carry"``,
-        :meth:`carry_heads`: the candidates and the choice are made again
-        without it).  Changes nothing.
-
-        Parameters
-        ----------
-        stage : str
-            The stage just run.
-
-        Returns
-        -------
-        {"rebuild", "carry"} or None
-            ``None`` where the reference stands (current, or released on).
-        """
-        if self.roster.order == self.report.reference_clients:
-            return None
-        if self.account.private and self._local_heads:
-            return None
-        if (
-            stage == "screening"
-            and self._local_heads
-            and len(self.roster.order) <= MIN_VOTERS
-            and self.settings.head.strategy.trains_locally
-        ):
-            return "carry"
-        return "rebuild"
-
-    def carry_heads(self, stage: str, taus: Sequence[float]) -> None:
-        """Build the reference again without the clients gone and carry the local heads of
-        the clients left onto it (see :meth:`stale_reference`).
-
-        Each head, trained on its client's rows mapped onto the old reference,
-        becomes the head that scores the same rows mapped onto the new one the
-        same (:meth:`~skslot.heads.fedavg.LinearHeadUpdate.rebased`): the heads
-        the screening compared without the excluded client, no new training.
-
-        Parameters
-        ----------
-        stage : str
-            The stage at which the clients that break the new reference are rejected.
-        taus : sequence of float
-            The run's fractions the heads were trained at.
-        """
-        maps = zip(self.roster.order, self.maps(), strict=True)
-        before = {c: (m, self.client_taus(c, taus)) for c, m in maps}
-        previous = self.reference
-        self.build_reference(stage)
-        self.heads_carried = list(self.roster.order)
-        if self.reference is previous:  # a fixed reference stays the same: nothing to carry
-            return
-        self.has_reference.clear()
-        after = dict(zip(self.roster.order, self.maps(), strict=True))
-        for cache in self._local_heads.values():
-            for c in list(cache):
-                if c not in after:
-                    del cache[c]
-                    continue
-                old_map, fractions = before[c]
-                carried = {}
-                for t, fraction in zip(taus, fractions, strict=True):
-                    if fraction in cache[c]:
-                        (new_fraction,) = self.client_taus(c, [t])
-                        carried[new_fraction] = cache[c][fraction].rebased(
-                            old_map.geodesic(t), after[c].geodesic(t)
-                        )
-                cache[c] = carried
-        logger.info(
-            "skslot: the screened local heads of %d clients carried onto the reference built "
-            "without the excluded client",
-            len(self.roster.order),
-        )
-
-    def rebuild_reference(self, stage: str) -> None:
-        """Build the reference, the maps and the clients' fractions of ``tau`` again from the
-        clients still in; each gets the new reference with its next request, and the local
-        heads trained on the old one are dropped.
-
-        Parameters
-        ----------
-        stage : str
-            The stage at which the clients that break the new reference are rejected.
-        """
-        gone = [c for c in self.report.reference_clients if c not in self.roster.clients]
-        logger.info(
-            "skslot: the reference is built again without %s",
-            ", ".join(self.report.name(c) for c in gone),
-        )
-        previous = self.reference
-        self.build_reference(stage)
-        if self.reference is not previous:  # a fixed reference stays the same
-            self.has_reference.clear()
-            self._local_heads.clear()
-
-    def _culprits(self, order: list, error: Exception) -> list[Hashable]:
-        """The clients whose summaries break the reference (:func:`skslot.defence.culprits`);
-        the run fails where none can be named."""
-        summaries = [self.roster.clients[c].summary for c in order]
-        weights = [self.roster.clients[c].weight for c in order]
-
-        def build(kept: list[int], max_iter: int) -> object:
-            return self.settings.reference.build(
-                [order[i] for i in kept],
-                [summaries[i] for i in kept],
-                [weights[i] for i in kept],
-                max_iter=max_iter,
-            )
-
-        found = culprits(order, build, self.settings.min_clients)
-        if not found:
-            raise ProtocolRunError(
-                f"the reference could not be built from the clients' summaries: {error}",
-                self.report,
-            ) from error
-        return found
 
     def _tau_scales(self, order: Sequence[Hashable]) -> dict[Hashable, float]:
         """Each of ``order``'s factor of ``tau``, from their class counts (all 1: uniform)."""
@@ -580,7 +389,7 @@ class RunState:
         dict of address to dict of float to head
             The cache itself, filled by the stages that receive the heads.
         """
-        return self._local_heads.setdefault(part, {})
+        return self.local_heads_received.setdefault(part, {})
 
     def local_heads(self, part: str, tau: float) -> list:
         """Each accepted client's local head at the run's ``tau`` on ``part`` of its rows.

@@ -4,8 +4,10 @@ paired counts back.
 Each client compares, on its held-out rows, the head of all clients with the
 head without each other client (:func:`paired_counts`: three counts per
 comparison); the server ties the counts to the client's class counts
-(:func:`check`) and excludes the client with the strongest case against it
-(:mod:`skslot.defence.screening`, with the defence's thresholds).  The head that is
+(:func:`check`), and the defence around the aggregation excludes the client with
+the strongest case against it
+(:meth:`~skslot.defence.aggregation.DefendedAggregation.screen`, the rules of
+:mod:`skslot.defence.screening` with the defence's thresholds).  The head that is
 screened is the final head, each client predicting with it as it will
 (under its own label mix where the head serves each client's own): nothing
 the screening did not judge enters it.
@@ -13,29 +15,22 @@ the screening did not judge enters it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...defence.culprits import SERVER_STEP_ERRORS
-from ...defence.screening import MIN_VOTERS, comparable_classes
 from ...heads import LinearScores
 from ...low_rank import Summary, TransportMap, summary_from_bytes, summary_to_bytes
-from ...selection import Candidate, validation_sizes
 from ...wire import MessageFormatError
 from ...wire.arrays import ArrayMessage, read_array
 from ...wire.payload import Payload, ReceivedPayload, array_list
 from ...wire.summary_codec import MAX_COUNT
-from ..transport import Exchange
 from ._stage import ClientWire, ServerWire, Stage
 
 if TYPE_CHECKING:
-    from ...heads import OneShotHead
-    from ..alignment import Alignment
     from ..party import Party
-    from ..state import RunState
 
 __all__ = [
     "STAGE",
@@ -44,7 +39,6 @@ __all__ = [
     "ScreeningStage",
     "check",
     "paired_counts",
-    "screen",
 ]
 
 #: The groups of arrays the heads and the counts travel in.
@@ -289,152 +283,6 @@ def check(counts: PairedCounts, expected_rows: np.ndarray) -> str | None:
     if np.any(better + worse > rows):
         return "more discordant rows than rows scored"
     return None
-
-
-def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) -> list:
-    """The server's step: each client's contribution judged by the others' validation.
-
-    ``heads`` are the candidate heads on every client's fitting rows; the one
-    at ``candidate`` is compared, on each client's held-out rows, with the
-    head without each other client (:mod:`skslot.defence.screening`).  The client
-    with the strongest case against it is rejected with the evidence (unless
-    fewer than ``min_clients`` would remain), and so are voters whose counts
-    fail their checks.  The weight caps stay those of the upload stage.
-
-    Parameters
-    ----------
-    run : RunState
-    candidate : Candidate
-        The chosen candidate.
-    heads : sequence of OneShotHead
-        The candidate heads, in the order of the protocol's candidates.
-
-    Returns
-    -------
-    list
-        Every client it removed (the run then builds the reference again
-        without them, chooses and screens again).
-    """
-    settings, report = run.settings, run.report
-    order = run.roster.order
-    earlier = (report.screening or {}).get("excluded", [])  # by an earlier round
-    voters = [c for c in order if run.roster.clients[c].upload.n_validation > 0]
-    if len(order) <= MIN_VOTERS or len(voters) < MIN_VOTERS:
-        report.screening = {  # an earlier round's evidence stays
-            **(report.screening or {}),
-            "skipped": f"{len(order)} clients, {len(voters)} with validation rows: the "
-            f"screening needs {MIN_VOTERS + 1} clients and {MIN_VOTERS} with validation rows",
-            "excluded": earlier,
-        }
-        return []
-    counts = list(run.roster.class_counts(order).values())
-    masks = comparable_classes(counts)
-    # the full head predicts among every class, as the final head does (declared counts,
-    # unchecked for O-FedAvg, never narrow what is compared)
-    every_class = np.ones(run.classes.shape[0], dtype=bool)
-    fraction = settings.validation_fraction  # each client's validation rows per class:
-    sizes = {c: validation_sizes(n, fraction) for c, n in zip(order, counts, strict=True)}
-    head = settings.head
-    without: dict[int, LinearScores] = {}
-    #: per left-out client, the alignment built without it (the others' statistics aligned
-    #: or their local heads carried onto it); its maps are dropped once the head is fitted
-    rebuilt: dict[int, Alignment] = {}
-    unfit: dict[Hashable, str] = {}
-    for k, c in enumerate(order):  # only where some voter has something to compare
-        if not masks[k].any() or not any(v != c for v in voters):
-            continue
-        try:
-            maps = None
-            if run.alignment is not None:
-                alignment = run.alignment_without(c)
-                # a reference fixed before the run is the same without it: nothing to send
-                if alignment.reference is not run.reference:
-                    rebuilt[k] = alignment
-                    maps = _maps_without(run, alignment, k)
-            without[k] = head.strategy.leave_one_out(
-                head, candidate, run, k, maps=maps
-            ).linear_scores()
-        except SERVER_STEP_ERRORS as exc:  # e.g. too few classes left: not screenable
-            rebuilt.pop(k, None)
-            unfit[c] = f"the head without it could not be fitted: {type(exc).__name__}: {exc}"
-            continue
-        if k in rebuilt:
-            rebuilt[k] = replace(rebuilt[k], full_maps={})
-    full = heads[settings.candidates.index(candidate)].linear_scores()
-    targets = {c: [k for k in without if order[k] != c] for c in voters}
-    requests = {
-        c: ScreeningRequest(
-            run.reference_for(c),
-            full,
-            tuple(without[k] for k in targets[c]),
-            masks[targets[c]],
-            run.client_taus(c, [candidate.tau])[0],
-            every_class,
-            tuple(rebuilt[k].reference_for(c) if k in rebuilt else None for k in targets[c]),
-            tuple(
-                float(candidate.tau) * rebuilt[k].tau_scale(c) if k in rebuilt else 0.0
-                for k in targets[c]
-            ),
-        )
-        for c in voters
-        if targets[c]
-    }
-    exchange = run.exchange("screening", requests) if requests else Exchange()
-    votes: dict[Hashable, dict[Hashable, tuple[int, int, int]]] = {c: {} for c in order}
-    refused = [c for c in exchange.rejected if c in requests]
-    for c in requests:
-        if c not in exchange.replies:
-            continue  # missing (the transport said why), or refused on the wire
-        reply: PairedCounts = exchange.replies[c]
-        expected = [int(sizes[c][masks[k]].sum()) for k in targets[c]]
-        why = check(reply, np.array(expected, dtype=np.int64))
-        if why:
-            run.roster.reject("screening", c, why)
-            refused.append(c)
-            continue
-        for i, k in enumerate(targets[c]):
-            votes[order[k]][c] = (int(reply.better[i]), int(reply.worse[i]), int(reply.rows[i]))
-    flagged, evidence = run.defence.strongest_case(votes)
-    room = (
-        len(run.roster.order) - len(refused) - settings.min_clients > 0
-    )  # the missing left already
-    excluded = [flagged] if flagged is not None and room else []
-    kept = [flagged] if flagged is not None and not room else []
-    report.screening = {
-        "candidate": candidate.describe(),
-        "clients": {c: e.describe() for c, e in evidence.items()},
-        "excluded": [*earlier, *excluded],
-        "unscreenable": {
-            **{
-                c: "the other clients hold fewer than two classes"
-                if not masks[k].any()
-                else "no other client's counts on it were received"
-                if evidence[c].voters == 0
-                else f"only {evidence[c].voters} other clients scored rows for it: a case "
-                f"needs {MIN_VOTERS}"
-                for k, c in enumerate(order)
-                if c not in unfit and evidence[c].voters < MIN_VOTERS
-            },
-            **unfit,
-        },
-        "kept": {c: "excluding it would leave fewer than min_clients" for c in kept},
-    }
-    # the round judged the contributions if it could have excluded any of them
-    run.screened = any(e.voters >= MIN_VOTERS for e in evidence.values())
-    for c in excluded:
-        run.roster.reject("screening", c, evidence[c].reason())
-    run.roster.keep("screening", [c for c in order if c not in excluded and c not in refused])
-    return excluded + refused
-
-
-def _maps_without(run: RunState, alignment: Alignment, k: int) -> list[TransportMap | None]:
-    """Every client's map onto ``alignment``'s reference, ``None`` for the ``k``-th (left out)."""
-    order = run.roster.order
-    kept = [c for i, c in enumerate(order) if i != k]
-    means = [run.roster.clients[c].summary.mean for c in kept]
-    maps: list[TransportMap | None] = list(alignment.maps(kept, run.settings.mean_tau, means))
-    maps.insert(k, None)
-    return maps
 
 
 class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
