@@ -305,7 +305,7 @@ class AlignmentSettings(SettingsGroup):
         "estimator's is ``'dense'``). A private summary is dense (``'auto'`` resolves so, "
         "``'low-rank'`` is refused with ``epsilon``). The server builds the reference on the "
         "span of the factors where every client sent one "
-        "(:func:`~skslot.low_rank.low_rank_barycenter`), the dense way otherwise.",
+        "(:class:`~skslot.BuresBarycenter`), the dense way otherwise.",
         default=FORM,
     )
     taus: str = declare(

@@ -15,7 +15,6 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import clone
 
-from ..low_rank import TransportMap
 from ..maps import GaussianMap
 
 if TYPE_CHECKING:
@@ -244,7 +243,7 @@ def local_heads(
     X: np.ndarray,
     y: np.ndarray,
     classes: np.ndarray,
-    full_map: TransportMap,
+    full_map: GaussianMap,
     taus: Sequence[float],
     *,
     client_index: int = 0,
@@ -262,7 +261,7 @@ def local_heads(
         The rows to train on and their labels.
     classes : ndarray
         The global class set.
-    full_map : GaussianMap or LowRankMap
+    full_map : GaussianMap
         The client's full map onto the reference (in factor form on the low-rank path).
     taus : sequence of float
         The fractions of the map to align the rows with.

@@ -29,7 +29,7 @@ from ._fitting import (
 
 if TYPE_CHECKING:
     from ..gaussian import GaussianSummary
-    from ..low_rank import TransportMap
+    from ..maps import GaussianMap
     from ..selection import Candidate
 
 __all__ = [
@@ -52,7 +52,7 @@ class ServerSide(Protocol):
     def validation_statistics(self) -> list:
         """Each accepted client's validation statistics (``None`` where it has none)."""
 
-    def maps(self) -> list[TransportMap] | None:
+    def maps(self) -> list[GaussianMap] | None:
         """Each accepted client's full map onto the reference (``None`` without SLOT)."""
 
     def local_heads(self, part: str, tau: float) -> list:
@@ -121,7 +121,7 @@ class HeadStrategy:
         server: ServerSide,
         k: int,
         *,
-        maps: Sequence[TransportMap | None] | None = None,
+        maps: Sequence[GaussianMap | None] | None = None,
     ) -> HeadT:
         """Server: the head at ``candidate`` on the fitting rows of all clients but the k-th.
 

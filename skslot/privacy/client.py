@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._moments import ShiftedMoments, clip_factors
+from ..gaussian import GaussianSummary
 from ..heads import LinearScores
-from ..low_rank import Summary, TransportMap
+from ..maps import GaussianMap
 from ._heads import released_statistics
 from ._lifetime import run_key
 from ._plan import logger, null_rows, refusal, rows_digest
@@ -267,7 +268,9 @@ def private_run(party: Party, request: UploadRequest) -> PrivacyLedger:
     return ledger
 
 
-def released_summary(party: Party, ledger: PrivacyLedger, covariance_floor: float) -> Summary:
+def released_summary(
+    party: Party, ledger: PrivacyLedger, covariance_floor: float
+) -> GaussianSummary:
     """A private client's summary of its rows, the release ``"summary"`` of its ledger.
 
     The rows are clipped to the budget's norm and summed about zero; the mean
@@ -287,7 +290,7 @@ def released_summary(party: Party, ledger: PrivacyLedger, covariance_floor: floa
     """
     X, clip_norm = party.X, ledger.budget.clip_norm
 
-    def release(sigma: float, rng: np.random.Generator) -> Summary:
+    def release(sigma: float, rng: np.random.Generator) -> GaussianSummary:
         moments = ShiftedMoments.from_rows(
             X, shift=np.zeros(X.shape[1]), fourth_order=False, clip_norm=clip_norm
         )
@@ -369,12 +372,12 @@ def evaluation_digest(head: LinearScores, tau: float) -> str:
     ).hexdigest()
 
 
-def map_digest(aligned: TransportMap, part: str) -> str:
+def map_digest(aligned: GaussianMap, part: str) -> str:
     """The digest of the map and part of the rows a private local head is released for.
 
     Parameters
     ----------
-    aligned : GaussianMap or LowRankMap
+    aligned : GaussianMap
         The client's map at the head's fraction.
     part : {"fit", "all"}
 
@@ -387,7 +390,7 @@ def map_digest(aligned: TransportMap, part: str) -> str:
 
 
 def private_aligned_rows(
-    X: np.ndarray, y: np.ndarray, aligned: TransportMap, classes: np.ndarray, clip_norm: float
+    X: np.ndarray, y: np.ndarray, aligned: GaussianMap, classes: np.ndarray, clip_norm: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """A private client's rows as its local head is trained on them: each clipped to
     ``clip_norm`` in float64, then aligned, and each aligned row that is not finite (a
@@ -401,7 +404,7 @@ def private_aligned_rows(
     ----------
     X : ndarray of shape (n, m)
     y : ndarray of shape (n,)
-    aligned : GaussianMap or LowRankMap
+    aligned : GaussianMap
         The client's map at the run's fraction.
     classes : ndarray
     clip_norm : float
@@ -489,7 +492,7 @@ class PrivateRelease:
         """
         return fitting.oas_shrinkage(covariance)
 
-    def summary(self, fitting: Any, request: UploadRequest) -> Summary:
+    def summary(self, fitting: Any, request: UploadRequest) -> GaussianSummary:
         """The summary of the released statistics, or the release ``"summary"``.
 
         Parameters
@@ -547,14 +550,14 @@ class PrivateRelease:
         return None
 
     def local_head_rows(
-        self, full_map: TransportMap, taus: Sequence[float], part: str
-    ) -> Callable[[np.ndarray, np.ndarray, TransportMap], tuple[np.ndarray, np.ndarray]]:
+        self, full_map: GaussianMap, taus: Sequence[float], part: str
+    ) -> Callable[[np.ndarray, np.ndarray, GaussianMap], tuple[np.ndarray, np.ndarray]]:
         """The run's one local head's rows: clipped, then aligned (:func:`private_aligned_rows`);
         the map it is released for recorded (:func:`map_digest`).
 
         Parameters
         ----------
-        full_map : GaussianMap or LowRankMap
+        full_map : GaussianMap
         taus : sequence of float
             The one fraction of the run's local head.
         part : {"fit", "all"}
@@ -568,7 +571,7 @@ class PrivateRelease:
         party.state.local_head = map_digest(full_map.geodesic(tau), part)
         clip, classes = self.ledger.budget.clip_norm, party.classes
 
-        def rows(X: np.ndarray, y: np.ndarray, aligned: TransportMap) -> tuple:
+        def rows(X: np.ndarray, y: np.ndarray, aligned: GaussianMap) -> tuple:
             return private_aligned_rows(X, y, aligned, classes, clip)
 
         return rows

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._validation import check_feature_scale
+from ..gaussian import GaussianSummary
 from ..heads import LinearScores
 from ..label_shift import class_counts
-from ..low_rank import Summary, TransportMap
+from ..maps import GaussianMap
 from ..privacy.client import PrivateRelease, private_answer
 from .party import ClientRelease, Party
 from .stages import STAGES
@@ -158,7 +159,7 @@ class ExactRelease:
         strategy = self.party.head.strategy
         return strategy.derived_shrinkage(fitting, X, y, covariance=covariance)
 
-    def summary(self, fitting: Any, request: UploadRequest) -> Summary:
+    def summary(self, fitting: Any, request: UploadRequest) -> GaussianSummary:
         """The summary of the client's fitting rows.
 
         Parameters
@@ -168,7 +169,7 @@ class ExactRelease:
 
         Returns
         -------
-        GaussianSummary or LowRankGaussianSummary
+        GaussianSummary
         """
         return self.party.summarise()
 
@@ -199,13 +200,13 @@ class ExactRelease:
         return None
 
     def local_head_rows(
-        self, full_map: TransportMap, taus: Sequence[float], part: str
-    ) -> Callable[[np.ndarray, np.ndarray, TransportMap], tuple[np.ndarray, np.ndarray]] | None:
+        self, full_map: GaussianMap, taus: Sequence[float], part: str
+    ) -> Callable[[np.ndarray, np.ndarray, GaussianMap], tuple[np.ndarray, np.ndarray]] | None:
         """``None``: the rows aligned as they are.
 
         Parameters
         ----------
-        full_map : GaussianMap or LowRankMap
+        full_map : GaussianMap
         taus : sequence of float
         part : {"fit", "all"}
 

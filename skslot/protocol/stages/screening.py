@@ -21,8 +21,9 @@ import numpy as np
 
 from ...defence.culprits import SERVER_STEP_ERRORS
 from ...defence.screening import MIN_VOTERS, comparable_classes
+from ...gaussian import GaussianSummary
 from ...heads import LinearScores
-from ...low_rank import Summary, TransportMap, summary_from_bytes, summary_to_bytes
+from ...maps import GaussianMap
 from ...selection import Candidate, validation_sizes
 from ...wire import MessageFormatError
 from ...wire.arrays import ArrayMessage, read_array
@@ -70,7 +71,7 @@ class ScreeningRequest:
 
     Parameters
     ----------
-    reference : GaussianSummary, LowRankGaussianSummary or None
+    reference : GaussianSummary or None
         The reference, with a client's first request after it was built.
     full : LinearScores
     left_out : tuple of LinearScores
@@ -78,7 +79,7 @@ class ScreeningRequest:
     tau : float
     full_mask : ndarray of bool, shape (C,), optional
         The classes the full head predicts among (``None``: every class).
-    references : tuple of (GaussianSummary, LowRankGaussianSummary or None), optional
+    references : tuple of (GaussianSummary or None), optional
         Per left-out head, the reference built without its client; ``None``
         (or an empty tuple: for every head) where the head is on the run's
         reference (one fixed before the run).
@@ -87,13 +88,13 @@ class ScreeningRequest:
         onto it.
     """
 
-    reference: Summary | None
+    reference: GaussianSummary | None
     full: LinearScores
     left_out: tuple[LinearScores, ...]
     masks: np.ndarray
     tau: float
     full_mask: np.ndarray | None = None
-    references: tuple[Summary | None, ...] = ()
+    references: tuple[GaussianSummary | None, ...] = ()
     fractions: tuple[float, ...] = ()
 
 
@@ -161,14 +162,14 @@ def paired_counts(
     full: LinearScores,
     left_out: Sequence[LinearScores],
     masks: np.ndarray,
-    full_map: TransportMap,
+    full_map: GaussianMap,
     tau: float,
     X: np.ndarray,
     y: np.ndarray,
     classes: np.ndarray,
     *,
     full_mask: np.ndarray | None = None,
-    left_out_maps: Sequence[TransportMap | None] | None = None,
+    left_out_maps: Sequence[GaussianMap | None] | None = None,
     class_counts: np.ndarray | None = None,
 ) -> PairedCounts:
     """Compare the full head with each left-out head on the validation rows.
@@ -196,7 +197,7 @@ def paired_counts(
         The heads without one other client each.
     masks : ndarray of bool, shape (len(left_out), C)
         The classes each comparison predicts among.
-    full_map : GaussianMap or LowRankMap
+    full_map : GaussianMap
         This client's full map onto the reference.
     tau : float
         This client's fraction of its map.
@@ -206,7 +207,7 @@ def paired_counts(
         The global class set.
     full_mask : ndarray of bool, shape (C,), optional
         The classes the full head predicts among; ``None``: every class.
-    left_out_maps : sequence of (GaussianMap, LowRankMap or None), optional
+    left_out_maps : sequence of (GaussianMap or None), optional
         Per left-out head, the map (at its fraction) that aligns the rows it
         scores; ``None``: the full map at ``tau``.
     class_counts : ndarray of shape (C,), optional
@@ -427,12 +428,12 @@ def screen(run: RunState, candidate: Candidate, heads: Sequence[OneShotHead]) ->
     return excluded + refused
 
 
-def _maps_without(run: RunState, alignment: Alignment, k: int) -> list[TransportMap | None]:
+def _maps_without(run: RunState, alignment: Alignment, k: int) -> list[GaussianMap | None]:
     """Every client's map onto ``alignment``'s reference, ``None`` for the ``k``-th (left out)."""
     order = run.roster.order
     kept = [c for i, c in enumerate(order) if i != k]
     means = [run.roster.clients[c].summary.mean for c in kept]
-    maps: list[TransportMap | None] = list(alignment.maps(kept, run.settings.mean_tau, means))
+    maps: list[GaussianMap | None] = list(alignment.maps(kept, run.settings.mean_tau, means))
     maps.insert(k, None)
     return maps
 
@@ -476,7 +477,7 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
         rebuilt = zip(heads, request.references, request.fractions, strict=True)
         for arrays, reference, tau in rebuilt if request.references else ():
             if reference is not None:  # the reference built without this head's client
-                data = summary_to_bytes(reference, wire.summary_dtype)
+                data = reference.smaller_form(wire.summary_dtype).to_bytes(wire.summary_dtype)
                 arrays["reference"] = np.frombuffer(data, dtype=np.uint8)
                 arrays["tau"] = np.array([tau], dtype=np.float64)
         full = request.full.to_arrays()
@@ -521,7 +522,7 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
 
 def _left_out_reference(
     arrays: dict[str, np.ndarray], wire: ClientWire
-) -> tuple[Summary | None, float]:
+) -> tuple[GaussianSummary | None, float]:
     """A left-out head's reference built without its client, and this client's fraction of
     its map onto it (popped from the head's arrays), if it carries one."""
     data, tau = arrays.pop("reference", None), arrays.pop("tau", None)
@@ -531,7 +532,7 @@ def _left_out_reference(
         raise MessageFormatError("a left-out head's reference needs its bytes and a fraction")
     if tau.shape != (1,) or not np.isfinite(tau[0]) or not 0.0 <= tau[0] <= 1.0:
         raise MessageFormatError("a left-out head's fraction of the map must lie in [0, 1]")
-    reference = summary_from_bytes(data.tobytes(), expected_dimension=wire.n_features)
+    reference = GaussianSummary.from_bytes(data.tobytes(), expected_dimension=wire.n_features)
     return reference, float(tau[0])
 
 
