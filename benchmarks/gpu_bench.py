@@ -9,11 +9,11 @@ For m in {512, 1024, 2048, 4096} and K in {4, 32} clients, prints the time of
 
 and the transform throughput (rows per second of ``GaussianMap.apply``) for
 float32 and float64, with the ratio CPU / GPU.  Then the low-rank path
-(:mod:`skslot.low_rank`, K clients of ``--low-rank-rows`` rows, fewer than
+(summaries in factor form, K clients of ``--low-rank-rows`` rows, fewer than
 ``m``): each client's factor summary (NumPy), the server step
-(``low_rank_barycenter``: the ``d x d`` fixed point and every map, ``d`` the
-sum of the ranks) with the fixed point in NumPy or on the device, and
-``LowRankMap.apply``'s throughput on NumPy rows and on device tensors.
+(``BuresBarycenter.fit``: the ``d x d`` fixed point and every map, ``d`` the
+sum of the ranks) with the fixed point in NumPy or on the device, and the
+factor-form ``GaussianMap.apply``'s throughput on NumPy rows and on device tensors.
 NumPy measurements that would not fit the time budget are skipped and marked;
 the script stops measuring NumPy once ``--budget`` seconds have passed, so it
 finishes unattended in under 3 minutes on one GPU.
@@ -38,9 +38,9 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_info
 
-from skslot import GaussianMap, GaussianSummaryEstimator
+from skslot import BuresBarycenter, GaussianMap, GaussianSummaryEstimator
 from skslot.barycenter import bures_wasserstein_barycenter
-from skslot.low_rank import LowRankGaussianSummary, low_rank_barycenter
+from skslot.ledoit_wolf import low_rank_summary
 
 
 def synchronise(device: torch.device) -> None:
@@ -192,18 +192,19 @@ def main() -> None:
             if K * (n - 1) >= m:
                 continue  # the ranks span R^m: the estimators take the dense path
             parts = [rng.normal(k, 1.0 + k, size=(n, m)) for k in range(K)]
-            t_summary = timed(lambda p=parts[0]: LowRankGaussianSummary.from_rows(p), cpu)
-            summaries = [LowRankGaussianSummary.from_rows(p) for p in parts]
+            t_summary = timed(lambda p=parts[0]: low_rank_summary(p), cpu)
+            summaries = [low_rank_summary(p) for p in parts]
             d = sum(s.rank for s in summaries)
-            low_rank_barycenter(summaries, device=device, max_iter=2)  # warm-up
-            t_gpu = timed(lambda s=summaries: low_rank_barycenter(s, device=device), device)
+            on_device = BuresBarycenter(device=device)
+            on_device.fit(summaries)  # warm-up
+            t_gpu = timed(lambda s=summaries, b=on_device: b.fit(s), device)
             estimate = 15 * per_flop * K * d**3 if per_flop else 0.0
             if numpy_allowed(estimate):
-                t_cpu = timed(lambda s=summaries: low_rank_barycenter(s), cpu)
+                t_cpu = timed(lambda s=summaries: BuresBarycenter().fit(s), cpu)
                 step = f"{t_cpu:.3f} | {t_gpu:.4f} | {t_cpu / t_gpu:.1f}x"
             else:
                 step = f"skipped (est. {estimate:.0f}) | {t_gpu:.4f} | -"
-            T = low_rank_barycenter(summaries, device=device).maps[0].geodesic(0.6)
+            T = on_device.maps()[0].geodesic(0.6)
             rows = args.transform_rows
             X = torch.randn(rows, m, device=device, dtype=torch.float32)
             T.apply(X[:1000])  # warm-up

@@ -3,13 +3,13 @@
 Clients of ``n`` rows in ``m`` dimensions (the data of ``benchmarks/large_m.py``:
 Gaussian rows, scaled per feature and shifted per client).  For each case, in
 one process: each client's summary (``GaussianSummaryEstimator`` against
-``LowRankGaussianSummary.from_rows``), the barycenter (``BuresBarycenter``
-against ``low_rank_barycenter``, both to the same tolerance 1e-10) and every
-client's map onto it (``BuresBarycenter.maps`` against the ``LowRankMap`` objects
-``low_rank_barycenter`` makes with the barycenter, counted in its time), the
-largest relative difference between the two paths' barycenters and maps, the
-size of a client's float32 summary, and the low-rank server step's peak
-memory (``tracemalloc``).  Where the dense barycenter would take too long it
+``skslot.ledoit_wolf.low_rank_summary``, the factor form), the barycenter
+(``BuresBarycenter`` on dense summaries against the same on factor-form ones,
+both to the same tolerance 1e-10) and every client's map onto it
+(``BuresBarycenter.maps``: the factor-form maps are made with the barycenter,
+counted in its time), the largest relative difference between the two paths'
+barycenters and maps, the size of a client's float32 summary, and the low-rank
+server step's peak memory (``tracemalloc``).  Where the dense barycenter would take too long it
 runs one iteration (``--dense-iterations 1``) and its time is that iteration's
 times the low-rank run's count (the ``d x d`` iterates are the dense ones
 restricted to the span, from the same start), and its maps are timed on one
@@ -38,7 +38,7 @@ from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_info
 
 from skslot import BuresBarycenter, GaussianMap, GaussianSummaryEstimator
-from skslot.low_rank import LowRankGaussianSummary, low_rank_barycenter
+from skslot.ledoit_wolf import low_rank_summary
 
 TOL = 1e-10
 
@@ -83,13 +83,14 @@ def run(case: Case) -> dict:
         dense, t_dense_summaries = timed(
             lambda: [GaussianSummaryEstimator().fit(X).summaries_[None] for X in rows]
         )
-    low, t_low_summaries = timed(lambda: [LowRankGaussianSummary.from_rows(X) for X in rows])
+    low, t_low_summaries = timed(lambda: [low_rank_summary(X) for X in rows])
 
     tracemalloc.start()
-    barycenter, t_low_bary = timed(lambda: low_rank_barycenter(low, tol=TOL))
+    barycenter, t_low_bary = timed(lambda: BuresBarycenter(tol=TOL).fit(low))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    reference, result, low_maps = barycenter.reference, barycenter.result, barycenter.maps
+    reference, n_iter = barycenter.reference_, barycenter.n_iter_
+    low_maps = list(barycenter.maps().values())
     t_low_maps = 0.0  # made with the barycenter, from its last factorisations
 
     iterations = None if case.full_dense else 1
@@ -106,17 +107,17 @@ def run(case: Case) -> dict:
         )
         dense_iterations = bary.n_iter_
     else:  # one iteration, and one map, scaled: the dense path's cost, not its result
-        t_dense_bary *= result.n_iter
+        t_dense_bary *= n_iter
         _, t_one_map = timed(lambda: GaussianMap.optimal_transport(dense[0], bary.reference_))
         t_dense_maps = t_one_map * case.K
         bary_diff = map_diff = None
-        dense_iterations = result.n_iter
+        dense_iterations = n_iter
     dense_bytes = len(dense[0].to_bytes(dtype="float32"))
     low_bytes = 4 * low[0].n_values()
     return {
         "case": case,
         "d": reference.rank,
-        "iterations": (dense_iterations, result.n_iter),
+        "iterations": (dense_iterations, n_iter),
         "summary": (t_dense_summaries / case.K, t_low_summaries / case.K),
         "barycenter": (t_dense_bary, t_low_bary),
         "maps": (t_dense_maps, t_low_maps),
@@ -124,7 +125,7 @@ def run(case: Case) -> dict:
         "peak_mb": peak / 1e6,
         "bary_diff": bary_diff,
         "map_diff": map_diff,
-        "residual": result.residual,
+        "residual": barycenter.residual_,
     }
 
 
@@ -184,7 +185,7 @@ def main() -> None:
 
 def streaming(case: Case) -> None:
     """The low-rank server step with the clients' blocks held, and streamed one at a time."""
-    low = [LowRankGaussianSummary.from_rows(X) for X in client_rows(case)]
+    low = [low_rank_summary(X) for X in client_rows(case)]
     d = sum(s.rank for s in low)
     threads = sorted({(i["internal_api"], i["num_threads"]) for i in threadpool_info()})
     print("# The low-rank server step, held or streamed over clients\n")
@@ -198,15 +199,14 @@ def streaming(case: Case) -> None:
     fitted = {}
     for batch in (None, 1):
         tracemalloc.start()
-        result, seconds = timed(lambda b=batch: low_rank_barycenter(low, tol=TOL, client_batch=b))
+        bary, seconds = timed(lambda b=batch: BuresBarycenter(tol=TOL, client_batch=b).fit(low))
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        fitted[batch] = result
-        print(f"| {batch} | {seconds:.1f} | {result.result.n_iter} | {peak / 1e6:.0f} |")
+        fitted[batch] = bary.maps().values()
+        print(f"| {batch} | {seconds:.1f} | {bary.n_iter_} | {peak / 1e6:.0f} |")
     rows = np.random.default_rng(1).normal(size=(5, case.m))
     diff = max(
-        rel(a.apply(rows), b.apply(rows))
-        for a, b in zip(fitted[None].maps, fitted[1].maps, strict=True)
+        rel(a.apply(rows), b.apply(rows)) for a, b in zip(fitted[None], fitted[1], strict=True)
     )
     floor = 2 * case.K * d * d * 8 / 1e6
     print(

@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from .gaussian import GaussianSummary
     from .label_mix import ClientPriorClassifier
-    from .low_rank import LowRankGaussianSummary, LowRankMap
     from .maps import GaussianMap
     from .pipeline import make_slot_pipeline
     from .summary import GaussianSummaryEstimator
@@ -46,8 +45,6 @@ _SUBMODULE_OF = {
     "GaussianSummary": "gaussian",
     "GaussianSummaryEstimator": "summary",
     "InvalidSummaryError": "exceptions",
-    "LowRankGaussianSummary": "low_rank",
-    "LowRankMap": "low_rank",
     "SLOTTransformer": "transformer",
     "SingleClientWarning": "exceptions",
     "SmallClientWarning": "exceptions",
@@ -66,8 +63,6 @@ __all__ = [
     "GaussianSummary",
     "GaussianSummaryEstimator",
     "InvalidSummaryError",
-    "LowRankGaussianSummary",
-    "LowRankMap",
     "SLOTTransformer",
     "SingleClientWarning",
     "SmallClientWarning",

@@ -20,7 +20,7 @@ held at one thread.)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -31,6 +31,7 @@ __all__ = [
     "RootInBasis",
     "SymmetricEigh",
     "cholesky_factor",
+    "common_basis",
     "is_positive_definite",
     "solve_lower_transposed",
     "sym_eigh",
@@ -39,6 +40,10 @@ __all__ = [
     "trace_sqrt",
     "upper_triangle",
 ]
+
+#: A direction of a new basis whose residual against the span so far is below
+#: this norm is taken as inside the span (its part outside is round-off).
+SPAN_TOL = 1e-10
 
 
 class SymmetricEigh(NamedTuple):
@@ -175,3 +180,35 @@ def is_positive_definite(A: Any) -> bool:
     except module.LinAlgError:
         return False
     return True
+
+
+def common_basis(bases: Sequence[np.ndarray]) -> np.ndarray:
+    """An orthonormal basis of the sum of the spans of orthonormal bases.
+
+    Block Gram-Schmidt with re-orthogonalisation: each basis is projected off
+    the span so far twice, and the directions of its residual with singular
+    value above :data:`SPAN_TOL` join it (``O(m d sum r_k)`` time).
+
+    Parameters
+    ----------
+    bases : sequence of ndarray of shape (m, r_k)
+        Orthonormal columns each.
+
+    Returns
+    -------
+    V : ndarray of shape (m, d)
+        Orthonormal, with ``d <= min(m, sum r_k)``.
+    """
+    m = bases[0].shape[0]
+    V = np.zeros((m, 0))
+    for U in bases:
+        R = U - V @ (V.T @ U)
+        R -= V @ (V.T @ R)
+        if R.shape[1] == 0:
+            continue
+        left, sv, _ = np.linalg.svd(R, full_matrices=False)
+        new = left[:, sv > SPAN_TOL]
+        new -= V @ (V.T @ new)
+        new, _ = np.linalg.qr(new)
+        V = np.hstack([V, new])
+    return V

@@ -4,6 +4,24 @@
 (:func:`bures_wasserstein_barycenter`) is in :mod:`skslot._barycenter_kernel`
 and the scheduler of blocks of clients in :mod:`skslot._client_blocks`, both
 importable from here.
+
+Summaries in factor form (``Sigma_k = U_k diag(e_k) U_k^T + c_k (I - U_k U_k^T)``,
+see :mod:`skslot.gaussian`) act as their scalar ``c_k`` on the orthogonal
+complement of ``V = span(U_1, ..., U_K)`` (of dimension ``d <= sum r_k``), and
+the Bures-Wasserstein fixed point keeps that block structure, so [1]_::
+
+    Sigma_b = V B V^T + c_b (I - V V^T),   B = barycenter of V^T Sigma_k V,
+    c_b = (sum_k w_k c_k^{1/2})^2
+
+(:func:`_low_rank_barycenter`, ``O(K d^3 + m d^2)`` instead of ``O(K m^3)``).
+When ``d`` reaches ``m`` the span is the whole space and these are the dense
+formulas.
+
+References
+----------
+.. [1] Agueh and Carlier, "Barycenters in the Wasserstein space", SIAM Journal
+   on Mathematical Analysis, 2011 (the fixed-point characterisation whose
+   invariant subspaces are used here).
 """
 
 from __future__ import annotations
@@ -11,7 +29,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from numbers import Integral, Real
-from typing import Any, ClassVar, TypeGuard
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse
@@ -30,17 +48,14 @@ from ._barycenter_kernel import (
 )
 from ._client_blocks import _client_blocks, _in_parallel
 from ._doc_link import DocLinkMixin
+from ._linalg import common_basis, sym_eigh
 from ._param_validation import Interval, Options, ParameterValidationMixin
 from ._validation import client_weights, unchanged_on_error
 from .defaults import COVARIANCE_FLOOR, FORM
 from .exceptions import SingleClientWarning, warn_single_client
 from .gaussian import GaussianSummary, as_summary_list
-from .low_rank import LowRankGaussianSummary, as_dense, low_rank_barycenter
 from .maps import GaussianMap
 from .summary import GaussianSummaryEstimator
-
-#: The summary types the server step takes.
-SUMMARY_KINDS = (GaussianSummary, LowRankGaussianSummary)
 
 __all__ = [
     "BarycenterResult",
@@ -58,15 +73,13 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
     barycenter of the client covariances (see
     :func:`bures_wasserstein_barycenter`), with ``w_k = n_k / N`` by default.
 
-    Summaries in factor form (:class:`~skslot.low_rank.LowRankGaussianSummary`,
+    Summaries in factor form (:class:`~skslot.GaussianSummary` with a basis,
     from ``GaussianSummaryEstimator(form="low-rank")``) whose ranks add up to
-    fewer than ``m`` take the exact low-rank path
-    (:func:`~skslot.low_rank.low_rank_barycenter`): the fixed point runs on
-    the ``d``-dimensional span of the clients' bases, no ``m x m`` matrix is
-    formed, the reference is a low-rank summary and the maps are
-    :class:`~skslot.low_rank.LowRankMap`.  Otherwise (a dense summary among
-    them, or ranks that span ``R^m``) every summary is made dense and the
-    dense path runs.
+    fewer than ``m`` take the exact low-rank path (the module docstring): the
+    fixed point runs on the ``d``-dimensional span of the clients' bases, no
+    ``m x m`` matrix is formed, and the reference and the maps are in factor
+    form.  Otherwise (a dense summary among them, or ranks that span ``R^m``)
+    every summary is made dense and the dense path runs.
 
     Parameters
     ----------
@@ -128,9 +141,9 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
     clients_ : list
         Client labels, in the order of ``weights_`` (positions ``0 .. K-1`` when
         the summaries carry no label).
-    summaries_ : list of GaussianSummary or LowRankGaussianSummary
+    summaries_ : list of GaussianSummary
         The clients' summaries as given (or as summarised from rows).
-    reference_ : GaussianSummary or LowRankGaussianSummary
+    reference_ : GaussianSummary
         The reference ``N(mean_, covariance_)`` with ``n`` the total count;
         it travels back to clients with its ``to_bytes``.
     n_iter_ : int
@@ -207,9 +220,9 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         Parameters
         ----------
         X : list or dict of summaries, or array-like of shape (n_samples, m)
-            Client summaries (:class:`GaussianSummary` or
-            :class:`~skslot.low_rank.LowRankGaussianSummary`; a dict is keyed
-            by client label), or rows that are first summarised per ``client``.
+            Client summaries (:class:`GaussianSummary`, in either form; a dict
+            is keyed by client label), or rows that are first summarised per
+            ``client``.
         y : None
             Ignored.
         client : array-like of shape (n_samples,), optional
@@ -225,7 +238,7 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
             if _is_summaries(X):
                 if client is not None:
                     raise ValueError("client is only used when X holds rows, not summaries")
-                labels, items = as_summary_list(X, kinds=SUMMARY_KINDS)
+                labels, items = as_summary_list(X)
                 self.n_features_in_ = items[0].dimension
             else:
                 est = GaussianSummaryEstimator(
@@ -243,24 +256,24 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
             self.weights_ = client_weights("weights", self.weights, [s.n for s in items])
             self.clients_ = labels
             self.summaries_ = items
-            if _takes_low_rank_path(items):
+            if all(s.basis is not None for s in items) and sum(s.rank for s in items) < (
+                items[0].dimension
+            ):  # every summary in factor form, their ranks leaving part of R^m to them
                 self._fit_low_rank(items)
             else:
-                self._fit_dense([as_dense(s) for s in items], X)
+                self._fit_dense([s.to_dense() for s in items], X)
         self._warn_unconverged()
         return self
 
-    def _fit_low_rank(self, items: list[LowRankGaussianSummary]) -> None:
+    def _fit_low_rank(self, items: list[GaussianSummary]) -> None:
         """The reference and maps on the span of the clients' bases."""
-        fitted = low_rank_barycenter(
+        self.reference_, self._low_rank_maps, result = _low_rank_barycenter(
             items, self.weights_, device=self.device, **self._fixed_point_settings()
         )
         self.form_ = "low-rank"
-        self.mean_ = fitted.reference.mean
+        self.mean_ = self.reference_.mean
         self.covariance_: np.ndarray | None = None
-        self.reference_: GaussianSummary | LowRankGaussianSummary = fitted.reference
-        self._set_record(fitted.result)
-        self._low_rank_maps = fitted.maps
+        self._set_record(result)
 
     def _fit_dense(self, items: list[GaussianSummary], X: Any) -> None:
         """The dense fixed point on the ``m x m`` covariances."""
@@ -318,8 +331,8 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         Returns
         -------
         maps : dict
-            :class:`~skslot.maps.GaussianMap` per client label
-            (:class:`~skslot.low_rank.LowRankMap` on the low-rank path).
+            :class:`~skslot.maps.GaussianMap` per client label (in factor form
+            on the low-rank path).
         """
         check_is_fitted(self, "reference_")
         if self.form_ == "low-rank":
@@ -333,7 +346,7 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
                 )
             }
 
-        summaries = [as_dense(s) for s in self.summaries_]  # the covariances, decomposed again
+        summaries = [s.to_dense() for s in self.summaries_]  # the covariances, decomposed again
         # streamed (client_batch set at fit); one block if it was unset since by set_params
         batch = len(summaries) if self.client_batch is None else self.client_batch
         blocks = _client_blocks(len(summaries), batch)
@@ -356,16 +369,52 @@ def _maps_onto(factor: np.ndarray, mean: np.ndarray, summaries: list) -> list[Ga
     ]
 
 
-def _takes_low_rank_path(summaries: list) -> TypeGuard[list[LowRankGaussianSummary]]:
-    """Whether every summary is low rank and their ranks leave part of ``R^m`` to them."""
-    if not all(isinstance(s, LowRankGaussianSummary) for s in summaries):
-        return False
-    return sum(s.rank for s in summaries) < summaries[0].dimension
-
-
 def _is_summaries(X: Any) -> bool:
-    if isinstance(X, SUMMARY_KINDS):
+    if isinstance(X, GaussianSummary):
         return True
     if isinstance(X, Mapping) and not scipy.sparse.issparse(X):  # dok is a dict
         return True
-    return isinstance(X, (list, tuple)) and bool(X) and isinstance(X[0], SUMMARY_KINDS)
+    return isinstance(X, (list, tuple)) and bool(X) and isinstance(X[0], GaussianSummary)
+
+
+def _low_rank_barycenter(
+    summaries: list[GaussianSummary], weights: np.ndarray, **settings: Any
+) -> tuple[GaussianSummary, list[GaussianMap], BarycenterResult]:
+    """The barycenter of summaries in factor form on the span of their bases (module docstring).
+
+    With ``V`` the common basis (:func:`~skslot._linalg.common_basis`, ``d``
+    columns), the reference is ``V B V^T + c_b (I - V V^T)`` where ``B`` is
+    the ``d x d`` barycenter of ``V^T Sigma_k V`` (the dense fixed point, run
+    with ``settings``: on ``device`` in torch, or streamed over blocks of
+    clients, each map then costing one more ``d x d`` eigendecomposition) and
+    ``c_b = (sum_k w_k c_k^{1/2})^2``; the mean is ``sum_k w_k mu_k``.
+    Client ``k``'s map is ``V L_k V^T + (c_b / c_k)^{1/2} (I - V V^T)`` with
+    ``L_k`` the dense map between the restrictions, written with the
+    iteration's factor ``B = F F^T``: ``L_k = F (F^T V^T Sigma_k V F)^{-1/2} F^T``
+    (no new factorisation).  Returns the reference, the maps in the clients'
+    order and the iteration's record.
+    """
+    V = common_basis([s.basis for s in summaries])
+    complement = float(weights @ np.sqrt([s.complement for s in summaries])) ** 2
+    mean = np.einsum("k,km->m", weights, np.stack([s.mean for s in summaries]))
+    blocks = np.stack([s.project(V) for s in summaries])
+    if V.shape[1] == 0:
+        result = BarycenterResult(np.zeros((0, 0)), np.zeros((0, 0)), None, 1, 0.0, True)
+        inner: list = [None] * len(summaries)
+        basis, eigenvalues = V, np.zeros(0)
+    else:
+        result = bures_wasserstein_barycenter(blocks, weights, **settings)
+        # streamed over blocks of clients: one decomposition per map
+        inner = result.inner or [_inner_eigh(block, result.factor) for block in blocks]
+        eig = sym_eigh(result.covariance)
+        basis, eigenvalues = V @ eig.eigenvectors, eig.eigenvalues
+    n = sum(s.n for s in summaries)
+    reference = GaussianSummary(
+        n, mean, basis=basis, eigenvalues=eigenvalues, complement=complement
+    )
+    scales = np.sqrt(complement / np.array([s.complement for s in summaries]))
+    maps = [
+        GaussianMap.from_factors(result.factor, root, s.mean, mean, basis=V, complement=float(a))
+        for s, root, a in zip(summaries, inner, scales, strict=True)
+    ]
+    return reference, maps, result

@@ -2,7 +2,8 @@
 
 The shrinkage is scikit-learn's (:func:`sklearn.covariance.ledoit_wolf_shrinkage`),
 computed from mergeable power sums (:class:`~skslot._moments.ShiftedMoments`) or,
-for a low-rank summary, from traces of the rows' ``n x n`` Gram matrix.
+for a summary in factor form (:func:`low_rank_summary`), from traces of the
+rows' ``n x n`` Gram matrix.
 :class:`~skslot.GaussianSummaryEstimator` applies them per client.
 """
 
@@ -13,20 +14,28 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ._linalg import sym_eigh, symmetrize
 from ._moments import ShiftedMoments
 from ._validation import check_client_size
 from .defaults import COVARIANCE_FLOOR
-from .gaussian import GaussianSummary
+from .gaussian import ORTHONORMAL_TOL, GaussianSummary
 
 __all__ = [
     "floor_shift",
     "ledoit_wolf_shrinkage",
     "ledoit_wolf_summary",
+    "low_rank_summary",
     "oas_shrinkage",
     "shrinkage_from_traces",
     "shrunk_summary",
     "within_class_summary",
 ]
+
+
+#: Eigenvalues of the sample covariance below this fraction of the largest
+#: (times the number of rows) are round-off: their directions belong to the
+#: complement, where the covariance is ``c`` anyway.
+RANK_RTOL = 1e-13
 
 
 def ledoit_wolf_summary(
@@ -77,14 +86,116 @@ def ledoit_wolf_summary(
     .. [1] Ledoit and Wolf, "A well-conditioned estimator for large-dimensional
        covariance matrices", Journal of Multivariate Analysis, 2004.
     """
-    n = check_client_size(moments.n, client)
-    centred = moments.centred()
-    S = centred.gram / n
-    S = 0.5 * (S + S.T)
-    shrinkage = ledoit_wolf_shrinkage(S, _fourth_order_sum(centred), n)
-    return shrunk_summary(
-        n, moments.mean, S, shrinkage, covariance_floor=covariance_floor, client=client
+    # the within-class summary of one class
+    return within_class_summary([moments], covariance_floor=covariance_floor, client=client)
+
+
+def low_rank_summary(
+    X: object, *, covariance_floor: float = COVARIANCE_FLOOR, client: int | str | None = None
+) -> GaussianSummary:
+    """The exact Ledoit-Wolf summary of rows, in factor form.
+
+    With ``Z`` the centred rows, the eigenvectors of ``S = Z^T Z / n``
+    with non-zero eigenvalues ``lambda`` are ``U = Z^T W diag(n lambda)^{-1/2}``
+    for ``Z Z^T = W diag(n lambda) W^T`` (an ``n x n`` eigenproblem; see
+    :func:`_covariance_eigh` for when it falls back to a QR factorisation); the
+    shrinkage needs only ``tr S``, ``||S||_F^2`` (from ``lambda``) and the
+    row norms (:func:`shrinkage_from_traces`).  The covariance
+    ``U diag(e) U^T + c (I - U U^T)``, ``e = (1 - s) lambda + c``, ``c = s mu``
+    (plus the floor) is that of :func:`ledoit_wolf_summary` (and
+    scikit-learn's :class:`~sklearn.covariance.LedoitWolf`), floor included,
+    to round-off, in ``O(n^2 m)`` time and ``O(n m)`` memory.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, m)
+        The client's rows, ``n >= 2``.
+    covariance_floor : float, default=1e-8
+        The relative floor on the smallest eigenvalue (see :func:`ledoit_wolf_summary`).
+    client : int, str or None, default=None
+        The client label the summary carries.
+
+    Returns
+    -------
+    summary : GaussianSummary
+        In factor form, of rank at most ``min(n - 1, m)``.
+
+    Raises
+    ------
+    ValueError
+        If ``X`` is not a finite 2-D array with at least 2 rows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.covariance import LedoitWolf
+    >>> X = np.random.default_rng(0).normal(size=(20, 300))  # fewer rows than dimensions
+    >>> s = low_rank_summary(X)
+    >>> s.rank, s.dimension  # the centred rows span 19 dimensions
+    (19, 300)
+    >>> bool(np.allclose(s.covariance, LedoitWolf().fit(X).covariance_, rtol=0, atol=1e-12))
+    True
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] < 2 or X.shape[1] < 1:
+        raise ValueError(f"X must be 2-D with at least 2 rows, got shape {X.shape}")
+    if not np.all(np.isfinite(X)):
+        raise ValueError("X contains NaN or infinite values")
+    n, m = X.shape
+    shifted = X - X[0]  # about a row, as the dense power sums: exact zeros for equal rows
+    offset = shifted.mean(axis=0)
+    mean = X[0] + offset
+    Z = shifted - offset
+    lam, U = _covariance_eigh(Z)
+    trace = float(lam.sum())
+    s4 = float(np.sum(np.einsum("ij,ij->i", Z, Z) ** 2))
+    shrinkage = shrinkage_from_traces(trace, float(lam @ lam), s4, n, m)
+    mu = trace / m
+    shift = floor_shift(mu, shrinkage, mean, covariance_floor=covariance_floor, client=client)
+    if m == 1:  # S is mu itself: no complement to speak of, the span is the line
+        e, c, U, shrinkage = np.array([mu + shift]), mu + shift, np.ones((1, 1)), 0.0
+    else:
+        c = shrinkage * mu + shift
+        e = (1.0 - shrinkage) * lam + c
+    return GaussianSummary(
+        n, mean, shrinkage=shrinkage, client=client, basis=U, eigenvalues=e, complement=c
     )
+
+
+def _covariance_eigh(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The non-zero eigenvalues of ``S = Z^T Z / n`` and their orthonormal eigenvectors.
+
+    For ``n < m`` from the ``n x n`` Gram ``Z Z^T = W diag(n lambda) W^T``:
+    ``U = Z^T W diag(n lambda)^{-1/2}``, whose columns are orthonormal up to
+    ``eps lambda_max / lambda_i``; when that exceeds
+    :data:`~skslot.gaussian.ORTHONORMAL_TOL` / 100 (nearly dependent rows),
+    from the thin QR factorisation ``Z^T = Q R`` instead, ``U = Q W'`` with
+    ``R R^T = W' diag(n lambda) W'^T`` (exactly orthonormal, four times the
+    cost).  For ``n >= m`` from ``S`` itself.  Eigenvalues below
+    :data:`RANK_RTOL` ``n`` times the largest are round-off and left out.
+    """
+    n, m = Z.shape
+
+    def kept(eig):
+        keep = eig.eigenvalues > RANK_RTOL * n * max(float(eig.eigenvalues[-1]), 0.0)
+        return eig.eigenvalues[keep] / n, eig.eigenvectors[:, keep]
+
+    if n >= m:
+        return kept(sym_eigh(symmetrize(Z.T @ Z)))
+    lam, W = kept(sym_eigh(symmetrize(Z @ Z.T)))
+    U = Z.T @ (W / np.sqrt(n * lam))
+    error = U.T @ U
+    error.flat[:: U.shape[1] + 1] -= 1.0
+    if U.shape[1] == 0:
+        return lam, U
+    if float(np.max(np.abs(error))) <= ORTHONORMAL_TOL / 100:
+        # the nearest orthonormal columns (the same span, O(m r^2)): what a decoder accepts
+        # as the float64 arithmetic of a basis (BASIS_ROUNDING)
+        Q, R = np.linalg.qr(U)
+        return lam, Q * np.sign(np.diagonal(R))
+    Q, R = np.linalg.qr(Z.T)
+    lam, W = kept(sym_eigh(symmetrize(R @ R.T)))
+    return lam, Q @ W
 
 
 def _fourth_order_sum(moments: ShiftedMoments) -> float:

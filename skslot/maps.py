@@ -18,6 +18,16 @@ Formulas (each written once, here):
   ``S_2^{1/2} S_1 S_2^{1/2}``.  skslot uses the Cholesky factor: no
   eigendecomposition of ``S_2`` is needed.
 
+* Between Gaussians whose covariances act as scalars ``c_1``, ``c_2`` on the
+  orthogonal complement of the span of an orthonormal ``V`` (``d`` columns:
+  the factor form of :class:`~skslot.GaussianSummary`, ``V`` the span of both
+  bases), ``A`` keeps that block structure::
+
+      A = V L V^T + (c_2 / c_1)^{1/2} (I - V V^T),   L = the map above between V^T S_1 V
+                                                         and V^T S_2 V
+
+  a ``d x d`` map plus a scalar, applied to rows in ``O(n m d)``.
+
 * Its displacement interpolation (McCann geodesic) [3]_::
 
       T^tau = (1 - tau) Id + tau T,   W2(T^tau # G_1, G_2) = (1 - tau) W2(G_1, G_2)
@@ -58,13 +68,21 @@ References
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ._backend import empty_like_rows, matmul_into, to_backend
-from ._linalg import RootInBasis, SymmetricEigh, cholesky_factor, sym_eigh, trace_sqrt
+from ._linalg import (
+    RootInBasis,
+    SymmetricEigh,
+    cholesky_factor,
+    common_basis,
+    sym_eigh,
+    symmetrize,
+    trace_sqrt,
+)
 from ._moments import ShiftedMoments
 from .gaussian import GaussianSummary
 
@@ -114,18 +132,28 @@ def _check_same_dimension(a: GaussianSummary, b: GaussianSummary) -> None:
 
 @dataclass(frozen=True, eq=False)
 class GaussianMap:
-    """An affine map ``x -> A x + b`` between Gaussians.
+    """An affine map ``x -> A x + b`` between Gaussians, dense or in factor form.
+
+    Dense, ``A`` is ``linear`` (``m x m``).  In factor form (``basis`` given)
+    ``A = V L V^T + a (I - V V^T)``: ``L = linear`` (``d x d``) on the span of
+    the orthonormal ``V = basis`` and the scalar ``a = complement`` on its
+    complement, applied to rows in ``O(n m d)`` without an ``m x m`` matrix
+    (the maps between summaries in factor form, see the module docstring).
 
     Parameters
     ----------
-    linear : ndarray of shape (m, m)
-        ``A`` (symmetric positive definite for an optimal-transport map).
+    linear : ndarray of shape (m, m), or (d, d) in factor form
+        ``A`` (symmetric positive definite for an optimal-transport map), or ``L``.
     offset : ndarray of shape (m,)
         ``b``.
     anchor : ndarray of shape (m,) or None, default=None
         A point whose image :meth:`geodesic` keeps (the source mean, for a
         map whose mean moves by a fraction of its own:
         :meth:`with_mean_fraction`); ``None``: the geodesic moves every point.
+    basis : ndarray of shape (m, d) or None, default=None
+        ``V``, orthonormal (factor form); ``None`` for a dense map.
+    complement : float, default=1.0
+        ``a``, the map on the complement of ``V``'s span (factor form).
 
     Examples
     --------
@@ -143,22 +171,33 @@ class GaussianMap:
     linear: np.ndarray
     offset: np.ndarray
     anchor: np.ndarray | None = None
+    basis: np.ndarray | None = field(default=None, kw_only=True)
+    complement: float = field(default=1.0, kw_only=True)
+
+    @property
+    def form(self) -> str:
+        """``"dense"`` or ``"low-rank"`` (the factor form)."""
+        return "dense" if self.basis is None else "low-rank"
 
     @classmethod
-    def identity(cls, dimension: int) -> GaussianMap:
+    def identity(cls, dimension: int, *, form: str = "dense") -> GaussianMap:
         """The map ``x -> x``.
 
         Parameters
         ----------
         dimension : int
             The dimension ``m`` it acts on.
+        form : {"dense", "low-rank"}, default="dense"
+            ``A = I``, or in factor form an empty basis and ``a = 1``.
 
         Returns
         -------
         map : GaussianMap
             ``A = I``, ``b = 0``.
         """
-        return cls(np.eye(dimension), np.zeros(dimension))
+        if form == "dense":
+            return cls(np.eye(dimension), np.zeros(dimension))
+        return cls(np.zeros((0, 0)), np.zeros(dimension), basis=np.zeros((dimension, 0)))
 
     @classmethod
     def optimal_transport(
@@ -167,17 +206,27 @@ class GaussianMap:
         target: GaussianSummary,
         *,
         target_factor: np.ndarray | None = None,
+        basis: np.ndarray | None = None,
     ) -> GaussianMap:
-        """The Monge map pushing ``N(source)`` onto ``N(target)``.
+        """The Monge map pushing ``N(source)`` onto ``N(target)``, in the form of ``target``.
+
+        A dense target gets a dense map (a factor-form ``source`` is formed
+        densely); a target in factor form gets a map in factor form (a dense
+        ``source`` is taken in its full eigenbasis), the dense formula on the
+        span of the two bases and ``(c_t / c_s)^{1/2}`` on its complement.
 
         Parameters
         ----------
         source, target : GaussianSummary
             The Gaussians, of the same dimension.
         target_factor : ndarray of shape (m, m), optional
-            A factor ``F`` of the target covariance, ``F F^T = S_t``, to reuse
+            A factor ``F`` of a dense target covariance, ``F F^T = S_t``, to reuse
             (one factorisation of the reference serves every client).
             Default: its Cholesky factor.
+        basis : ndarray of shape (m, d), optional
+            Orthonormal columns whose span holds both bases, for a target in
+            factor form (the reference's basis holds every client's): saves
+            computing the common one.
 
         Returns
         -------
@@ -190,9 +239,17 @@ class GaussianMap:
             If the dimensions differ.
         """
         _check_same_dimension(source, target)
-        F = cholesky_factor(target.covariance) if target_factor is None else target_factor
-        inner = sym_eigh(F.T @ source.covariance @ F)
-        return cls.from_factors(F, inner, source.mean, target.mean)
+        if target.basis is None:
+            source = source.to_dense()
+            F = cholesky_factor(target.covariance) if target_factor is None else target_factor
+            inner = sym_eigh(F.T @ source.covariance @ F)
+            return cls.from_factors(F, inner, source.mean, target.mean)
+        source = source.to_low_rank()
+        V = common_basis([target.basis, source.basis]) if basis is None else basis
+        a = float(np.sqrt(target.complement / source.complement))
+        F = cholesky_factor(target.project(V))
+        inner = sym_eigh(F.T @ source.project(V) @ F)
+        return cls.from_factors(F, inner, source.mean, target.mean, basis=V, complement=a)
 
     @classmethod
     def from_factors(
@@ -201,37 +258,64 @@ class GaussianMap:
         inner_eigh: SymmetricEigh | RootInBasis,
         source_mean: np.ndarray,
         target_mean: np.ndarray,
+        *,
+        basis: np.ndarray | None = None,
+        complement: float = 1.0,
     ) -> GaussianMap:
         """Map from a factor ``F`` of ``S_t`` and the eigendecomposition of ``F^T S_s F``.
 
         Parameters
         ----------
-        target_factor : ndarray of shape (m, m)
-            ``F``, with ``F F^T = S_t``.
+        target_factor : ndarray of shape (m, m), or (d, d) in factor form
+            ``F``, with ``F F^T = S_t`` (restricted to the span of ``basis``).
         inner_eigh : SymmetricEigh or RootInBasis
             The eigendecomposition of ``F^T S_s F``, or its square root in a
             basis (what the mixed-precision barycenter ends with): anything
-            whose ``inv_sqrt()`` is ``(F^T S_s F)^{-1/2}``.
+            whose ``inv_sqrt()`` is ``(F^T S_s F)^{-1/2}`` (unused for an
+            empty span, ``d = 0``).
         source_mean, target_mean : ndarray of shape (m,)
             ``mu_s`` and ``mu_t``.
+        basis : ndarray of shape (m, d), optional
+            ``V``, for a map in factor form.
+        complement : float, default=1.0
+            ``a``, the map on the complement of ``V``'s span (factor form).
 
         Returns
         -------
         map : GaussianMap
-            ``A = F (F^T S_s F)^{-1/2} F^T`` and ``b = mu_t - A mu_s``.
+            ``A = F (F^T S_s F)^{-1/2} F^T`` (on the span of ``V``) and
+            ``b = mu_t - A mu_s``.
         """
-        A = target_factor @ inner_eigh.inv_sqrt() @ target_factor.T
-        A = 0.5 * (A + A.T)
-        return cls(A, target_mean - A @ source_mean)
+        A = target_factor  # an empty span's (d = 0)
+        if A.size:
+            A = target_factor @ inner_eigh.inv_sqrt() @ target_factor.T
+            A = 0.5 * (A + A.T)
+        T = cls(A, target_mean, basis=basis, complement=complement)
+        return dataclasses.replace(T, offset=target_mean - T._linear_part(source_mean))
 
     def dense(self) -> GaussianMap:
-        """This map as an ``m x m`` map: itself (as :meth:`skslot.low_rank.LowRankMap.dense`).
+        """This map with its ``m x m`` matrix (itself when dense; ``O(m^2)`` memory).
 
         Returns
         -------
         map : GaussianMap
         """
-        return self
+        if self.basis is None:
+            return self
+        V, a = self.basis, self.complement
+        A = V @ (self.linear - a * np.eye(V.shape[1])) @ V.T
+        A.flat[:: V.shape[0] + 1] += a
+        anchor = None if self.anchor is None else self.anchor.copy()
+        return GaussianMap(symmetrize(A), self.offset.copy(), anchor)
+
+    def _linear_part(self, X: Any) -> Any:
+        """``A x`` of a vector, ``X A^T`` of rows (NumPy; factor form in ``O(n m d)``)."""
+        if self.basis is None:
+            return self.linear @ X if X.ndim == 1 else X @ self.linear.T
+        if X.ndim == 1:
+            return self._linear_part(X[None, :])[0]
+        inner = self.linear - self.complement * np.eye(self.linear.shape[0])
+        return _factor_rows(self.basis, inner, self.complement, X)
 
     def geodesic(self, tau: float) -> GaussianMap:
         """``T^tau = (1 - tau) Id + tau T``, a fraction ``tau`` of the way.
@@ -239,7 +323,7 @@ class GaussianMap:
         For an anchored map (:meth:`with_mean_fraction`) the linear part moves
         the same way and the anchor's image stays: the mean keeps its own
         fraction, whatever ``tau``.  Geodesics compose: ``T.geodesic(s).geodesic(t)``
-        is ``T.geodesic(s * t)``.
+        is ``T.geodesic(s * t)``.  In factor form ``L`` and ``a`` move alike.
 
         Parameters
         ----------
@@ -252,12 +336,14 @@ class GaussianMap:
         map : GaussianMap
             ``T^tau``.
         """
-        A = tau * self.linear
-        A.flat[:: A.shape[0] + 1] += 1.0 - tau
+        L = tau * self.linear
+        L.flat[:: L.shape[0] + 1] += 1.0 - tau
+        a = (1.0 - tau) + tau * self.complement
+        T = dataclasses.replace(self, linear=L, offset=tau * self.offset, complement=a)
         if self.anchor is None:
-            return GaussianMap(A, tau * self.offset)
-        image = self.linear @ self.anchor + self.offset
-        return GaussianMap(A, image - A @ self.anchor, self.anchor)
+            return T
+        image = self._linear_part(self.anchor) + self.offset
+        return dataclasses.replace(T, offset=image - T._linear_part(self.anchor))
 
     def with_mean_fraction(self, mean_tau: float | None, source_mean: np.ndarray) -> GaussianMap:
         """This map with the source mean moved ``mean_tau`` of the way to its image.
@@ -300,8 +386,9 @@ class GaussianMap:
         mu = np.asarray(source_mean, dtype=np.float64)
         if mu.shape != self.offset.shape:
             raise ValueError(f"source_mean must have shape {self.offset.shape}, got {mu.shape}")
-        image = self.linear @ mu + self.offset
-        return GaussianMap(self.linear, mu + mean_tau * (image - mu) - self.linear @ mu, mu)
+        mapped = self._linear_part(mu)
+        image = mapped + self.offset
+        return dataclasses.replace(self, offset=mu + mean_tau * (image - mu) - mapped, anchor=mu)
 
     def push(self, summary: GaussianSummary) -> GaussianSummary:
         """Image of a Gaussian: ``N(A mu + b, A S A^T)``.
@@ -314,7 +401,7 @@ class GaussianMap:
         Returns
         -------
         image : GaussianSummary
-            Its image, with ``summary``'s count and client label (no shrinkage).
+            Its image, dense, with ``summary``'s count and client label (no shrinkage).
         """
         (mean,), (cov,) = self.push_gaussians(summary.mean[None], summary.covariance[None])
         return GaussianSummary(summary.n, mean, cov, client=summary.client)
@@ -338,7 +425,7 @@ class GaussianMap:
         covariances : ndarray of shape (J, m, m)
             The images' covariances, exactly symmetric.
         """
-        A = self.linear
+        A = self.dense().linear
         cov = A @ covariances @ A.T
         return means @ A.T + self.offset, 0.5 * (cov + cov.swapaxes(-1, -2))
 
@@ -357,7 +444,7 @@ class GaussianMap:
         sums : ndarray of shape (C, m)
             The sums of the rows' images.
         """
-        return sums @ self.linear.T + np.multiply.outer(counts, self.offset)
+        return self._linear_part(sums) + np.multiply.outer(counts, self.offset)
 
     def push_moments(self, moments: ShiftedMoments) -> ShiftedMoments:
         """Power sums of the images ``T(x_i)``, exactly, from those of the ``x_i``.
@@ -383,7 +470,7 @@ class GaussianMap:
         """
         if moments.fourth_order:
             raise ValueError("fourth-order power sums cannot be pushed through an affine map")
-        A = self.linear
+        A = self.dense().linear
         gram = A @ moments.gram @ A.T
         return ShiftedMoments(
             moments.n,
@@ -399,7 +486,7 @@ class GaussianMap:
         out: np.ndarray | None = None,
         chunk_size: int | None = None,
     ) -> np.ndarray:
-        """``X A^T + b`` computed in ``X``'s floating dtype.
+        """``X A^T + b`` computed in ``X``'s floating dtype (in factor form in ``O(n m d)``).
 
         Parameters
         ----------
@@ -418,17 +505,32 @@ class GaussianMap:
         """
         if out is None:
             out = empty_like_rows(X, tuple(X.shape))
-        At = to_backend(self.linear.T, X, dtype=out.dtype)
+        a = self.complement
+        if self.basis is None:
+            At = to_backend(self.linear.T, X, dtype=out.dtype)
+        else:
+            V = to_backend(self.basis, X, dtype=out.dtype)
+            inner = self.linear - a * np.eye(self.linear.shape[0])
+            inner = to_backend(inner, X, dtype=out.dtype)
         b = to_backend(self.offset, X, dtype=out.dtype)
-        step = X.shape[0] if chunk_size is None else max(int(chunk_size), 1)
-        for start in range(0, X.shape[0], max(step, 1)):
+        step = max(X.shape[0] if chunk_size is None else int(chunk_size), 1)
+        for start in range(0, X.shape[0], step):
             rows = slice(start, start + step)
-            matmul_into(X[rows], At, out[rows])
-            out[rows] += b
+            if self.basis is None:
+                matmul_into(X[rows], At, out[rows])
+                out[rows] += b
+            else:
+                out[rows] = _factor_rows(V, inner, a, X[rows]) + b
         return out
 
 
-def with_mean_image(ot_map: Any, mean: np.ndarray, image: np.ndarray) -> Any:
+def _factor_rows(V: Any, inner: Any, a: float, X: Any) -> Any:
+    """``X A = a X + (X V) (L - a I) V^T`` for the symmetric ``A`` of a map in factor form,
+    given ``inner = L - a I`` (NumPy or torch)."""
+    return a * X + ((X @ V) @ inner) @ V.T
+
+
+def with_mean_image(ot_map: GaussianMap, mean: np.ndarray, image: np.ndarray) -> GaussianMap:
     """``ot_map`` with its offset changed so that it sends ``mean`` to ``image``.
 
     The linear part, hence the covariance's transport, is unchanged: what
@@ -437,14 +539,14 @@ def with_mean_image(ot_map: Any, mean: np.ndarray, image: np.ndarray) -> Any:
 
     Parameters
     ----------
-    ot_map : GaussianMap or LowRankMap
+    ot_map : GaussianMap
         A full (unanchored) map.
     mean, image : ndarray of shape (m,)
 
     Returns
     -------
-    GaussianMap or LowRankMap
-        Of ``ot_map``'s kind.
+    GaussianMap
+        Of ``ot_map``'s form.
 
     Examples
     --------
@@ -459,7 +561,7 @@ def with_mean_image(ot_map: Any, mean: np.ndarray, image: np.ndarray) -> Any:
 
 
 def rebased_scores(
-    coef: np.ndarray, intercept: np.ndarray, source: Any, target: Any
+    coef: np.ndarray, intercept: np.ndarray, source: GaussianMap, target: GaussianMap
 ) -> tuple[np.ndarray, np.ndarray]:
     """Linear scores of rows mapped by ``source``, as scores of the same rows mapped by ``target``.
 
@@ -480,7 +582,7 @@ def rebased_scores(
         ``W``.
     intercept : ndarray of shape (C,)
         ``b``.
-    source, target : GaussianMap or LowRankMap
+    source, target : GaussianMap
         The map the rows were scored after, and the one they will be (its
         linear part invertible: an optimal-transport map's, or a fraction of
         it, is symmetric positive definite).

@@ -32,15 +32,16 @@ from ._validation import (
 )
 from .defaults import COVARIANCE_FLOOR, DELTA
 from .exceptions import SmallClientWarning, shown_labels, warn_once
+from .gaussian import GaussianSummary
 from .ledoit_wolf import (
     floor_shift,
     ledoit_wolf_shrinkage,
     ledoit_wolf_summary,
+    low_rank_summary,
     shrinkage_from_traces,
     shrunk_summary,
     within_class_summary,
 )
-from .low_rank import LowRankGaussianSummary
 from .privacy._accounting import MAX_EPSILON, gaussian_noise_scale
 from .privacy._summary import (
     SUMMARY_SENSITIVITY,
@@ -54,6 +55,7 @@ __all__ = [  # the formulas live in skslot.ledoit_wolf, and are importable from 
     "floor_shift",
     "ledoit_wolf_shrinkage",
     "ledoit_wolf_summary",
+    "low_rank_summary",
     "shrinkage_from_traces",
     "shrunk_summary",
     "within_class_summary",
@@ -62,7 +64,7 @@ __all__ = [  # the formulas live in skslot.ledoit_wolf, and are importable from 
 #: What a summary's covariance describes: all rows, or class-centred rows.
 COVARIANCES = ("total", "within")
 #: How a summary is held: a dense ``m x m`` covariance, or low rank plus a multiple of the
-#: identity (:class:`~skslot.low_rank.LowRankGaussianSummary`); ``"auto"``: low rank where
+#: identity (the factor form of :class:`~skslot.GaussianSummary`); ``"auto"``: low rank where
 #: every client holds no more rows than features and the summary allows it, else dense.
 FORMS = ("auto", "dense", "low-rank")
 
@@ -94,11 +96,11 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         client holds no more rows than features).  ``"dense"``: a
         :class:`~skslot.GaussianSummary` from mergeable power sums (``O(n m^2)``
         time, ``O(m^2)`` memory), the one that merges (``partial_fit``, :meth:`merge`).
-        ``"low-rank"``: the same Ledoit-Wolf covariance in factor form, a
-        :class:`~skslot.low_rank.LowRankGaussianSummary` computed from the
+        ``"low-rank"``: the same Ledoit-Wolf covariance in factor form
+        (:func:`~skslot.ledoit_wolf.low_rank_summary`), computed from the
         client's ``n x n`` Gram matrix (``O(n^2 m)`` time, ``O(n m)`` memory;
         exact, and much cheaper when clients hold fewer rows than features,
-        see :mod:`skslot.low_rank`).  It needs each client's rows in one
+        see :mod:`skslot.gaussian`).  It needs each client's rows in one
         ``fit``: ``partial_fit``, :meth:`merge`, ``covariance="within"`` and
         ``epsilon`` need ``"dense"``.  ``"auto"``: ``"low-rank"`` where every
         client holds no more rows than features and nothing above needs
@@ -140,8 +142,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
     ----------
     summaries_ : dict
         :class:`~skslot.GaussianSummary` per client label (key ``None`` when
-        ``client`` was not given); a
-        :class:`~skslot.low_rank.LowRankGaussianSummary` in the low-rank form.
+        ``client`` was not given), in factor form in the low-rank form.
     form_ : {"dense", "low-rank"}
         The form the summaries are held in (``form`` with ``"auto"`` resolved).
     clients_ : list
@@ -424,10 +425,8 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         for label, rows in zip(labels, groups, strict=True):
             check_client_size(rows.size, label)
 
-        def summarise(label: Any, rows: np.ndarray) -> LowRankGaussianSummary:
-            return LowRankGaussianSummary.from_rows(
-                X[rows], covariance_floor=self.covariance_floor, client=label
-            )
+        def summarise(label: Any, rows: np.ndarray) -> GaussianSummary:
+            return low_rank_summary(X[rows], covariance_floor=self.covariance_floor, client=label)
 
         summaries = Parallel(n_jobs=self.n_jobs, prefer="threads")(
             delayed(summarise)(label, rows) for label, rows in zip(labels, groups, strict=True)
@@ -443,7 +442,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         for est in (self, *others):
             fitted = getattr(est, "summaries_", {}).values()
             low_rank = getattr(est, "form", "dense") == "low-rank" or any(
-                isinstance(s, LowRankGaussianSummary) for s in fitted
+                s.basis is not None for s in fitted
             )
             if low_rank:
                 raise ValueError(

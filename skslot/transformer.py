@@ -24,7 +24,6 @@ from ._validation import (
     fitted_client,
 )
 from .barycenter import (
-    SUMMARY_KINDS,
     BuresBarycenter,
     SingleClientWarning,
     as_summary_list,
@@ -35,7 +34,6 @@ from .exceptions import SmallClientWarning, UnknownClientWarning, shown_labels, 
 from .gaussian import GaussianSummary
 from .label_mix import LABEL_MIXES, domain_offsets
 from .label_shift import CLIENT_TAU_RULES, class_sums, label_shift_distances
-from .low_rank import LowRankGaussianSummary, LowRankMap, optimal_transport_map
 from .maps import GaussianMap, with_mean_image
 from .summary import GaussianSummaryEstimator
 
@@ -147,13 +145,13 @@ class SLOTTransformer(
     Attributes
     ----------
     summaries_ : dict
-        Client label to :class:`~skslot.GaussianSummary`
-        (:class:`~skslot.low_rank.LowRankGaussianSummary` with ``form="low-rank"``).
-    reference_ : GaussianSummary or LowRankGaussianSummary
+        Client label to :class:`~skslot.GaussianSummary` (in factor form with
+        ``form="low-rank"``).
+    reference_ : GaussianSummary
         The barycenter reference (in factor form on the low-rank path).
     maps_ : dict
         Client label to its full (``tau = 1``) :class:`~skslot.maps.GaussianMap`
-        (:class:`~skslot.low_rank.LowRankMap` on the low-rank path).
+        (in factor form on the low-rank path).
     tau_scales_ : dict
         Client label to the factor of ``tau`` its rows move by: 1 with
         ``client_tau="uniform"``, ``d_k`` with ``"label-shift"``.
@@ -246,10 +244,10 @@ class SLOTTransformer(
 
     def _anchored(
         self,
-        full: GaussianMap | LowRankMap,
-        source: GaussianSummary | LowRankGaussianSummary,
+        full: GaussianMap,
+        source: GaussianSummary,
         label: Any = _NO_CLIENT,
-    ) -> GaussianMap | LowRankMap:
+    ) -> GaussianMap:
         """A client's full map with its mean moved by ``mean_tau`` (as it is without).
 
         With ``label_mix="client"`` and the client's domain offset measured,
@@ -272,11 +270,11 @@ class SLOTTransformer(
             n_jobs=bary.n_jobs,
         )
 
-    def _full_map(
-        self, summary: GaussianSummary | LowRankGaussianSummary
-    ) -> GaussianMap | LowRankMap:
+    def _full_map(self, summary: GaussianSummary) -> GaussianMap:
         """A client's full (``tau = 1``) map onto the fitted reference, in the reference's form."""
-        return optimal_transport_map(summary, self.reference_, target_factor=self._reference_factor)
+        return GaussianMap.optimal_transport(
+            summary, self.reference_, target_factor=self._reference_factor
+        )
 
     @property
     def _chunk_size(self) -> int:
@@ -392,8 +390,8 @@ class SLOTTransformer(
     @classmethod
     def from_reference(
         cls,
-        reference: GaussianSummary | LowRankGaussianSummary,
-        summaries: GaussianSummary | LowRankGaussianSummary | list | Mapping,
+        reference: GaussianSummary,
+        summaries: GaussianSummary | list | Mapping,
         *,
         tau: float | None = None,
         tau_scales: Mapping[Any, float] | None = None,
@@ -407,13 +405,12 @@ class SLOTTransformer(
 
         Parameters
         ----------
-        reference : GaussianSummary or LowRankGaussianSummary
+        reference : GaussianSummary
             The server's reference (``BuresBarycenter.reference_``); the maps
             are in its form.
         summaries : summary, list or dict of summaries
-            This party's own summary (or several, keyed by client label), a
-            :class:`~skslot.GaussianSummary` or a
-            :class:`~skslot.low_rank.LowRankGaussianSummary`.
+            This party's own summary (or several, keyed by client label), each
+            a :class:`~skslot.GaussianSummary` (in either form).
         tau : float or None, default=None
             Fraction of the covariance's transport, in ``[0, 1]`` (``None``:
             the default of ``label_mix``).
@@ -459,20 +456,15 @@ class SLOTTransformer(
         """
         self = cls(tau=tau, **params)
         self._validate_params()
-        if not isinstance(reference, SUMMARY_KINDS):
-            raise TypeError(
-                "reference must be a GaussianSummary or a LowRankGaussianSummary, got "
-                f"{type(reference).__name__}"
-            )
-        if isinstance(summaries, SUMMARY_KINDS):
+        if not isinstance(reference, GaussianSummary):
+            raise TypeError(f"reference must be a GaussianSummary, got {type(reference).__name__}")
+        if isinstance(summaries, GaussianSummary):
             summaries = {summaries.client: summaries}
         else:  # labelled by client, by position when unlabelled; duplicates rejected
-            summaries = dict(zip(*as_summary_list(summaries, kinds=SUMMARY_KINDS), strict=True))
+            summaries = dict(zip(*as_summary_list(summaries), strict=True))
         self.reference_ = reference
         self._reference_factor = (
-            None
-            if isinstance(reference, LowRankGaussianSummary)
-            else cholesky_factor(reference.covariance)
+            None if reference.basis is not None else cholesky_factor(reference.covariance)
         )
         self.summaries_ = dict(summaries)
         self.maps_ = {label: self._full_map(s) for label, s in self.summaries_.items()}
@@ -498,14 +490,12 @@ class SLOTTransformer(
             checked[label] = offset
         return checked
 
-    def _map_for(self, label: Any, X: np.ndarray | None) -> GaussianMap | LowRankMap:
+    def _map_for(self, label: Any, X: np.ndarray | None) -> GaussianMap:
         full = self.maps_.get(label)
         if full is None:
             assert X is not None  # the callers pass the rows of a client not in maps_
             if self.unknown_client == "identity":
-                if isinstance(self.reference_, LowRankGaussianSummary):
-                    return LowRankMap.identity(X.shape[1])
-                return GaussianMap.identity(X.shape[1])
+                return GaussianMap.identity(X.shape[1], form=self.reference_.form)
             if self.unknown_client == "error":
                 raise ValueError(
                     f"client {label!r} was not seen during fit{self._near_miss([label])} "
@@ -538,7 +528,7 @@ class SLOTTransformer(
         federation's)."""
         return default_tau(self.label_mix) if self.tau is None else float(self.tau)
 
-    def client_map(self, client: Any) -> GaussianMap | LowRankMap:
+    def client_map(self, client: Any) -> GaussianMap:
         """The affine map ``transform`` applies to the rows of ``client``, a fitted client.
 
         Its fractions are this transformer's (``tau`` scaled by the client's
@@ -552,7 +542,7 @@ class SLOTTransformer(
 
         Returns
         -------
-        map : GaussianMap or LowRankMap
+        map : GaussianMap
             ``x -> A x + b`` for the client's rows (in factor form on the
             low-rank path).
         """

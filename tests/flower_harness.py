@@ -23,7 +23,6 @@ from flwr.supercore.task_identity import TaskIdentity
 from skslot import GaussianSummary
 from skslot.flower import messages
 from skslot.heads import ClassStatistics, FedCGSClassifier
-from skslot.low_rank import summary_from_bytes
 from skslot.protocol import Evaluation, ServerWire, UploadRequest
 from skslot.protocol.stages import evaluation as evaluation_stage
 from skslot.protocol.stages import updates as updates_stage
@@ -236,7 +235,7 @@ def own_summary(reply: Message) -> GaussianSummary:
     """The summary a client's upload reply carries, or the one the server derives from it."""
     config = reply.content.config_records[messages.CONFIG]
     if sends_summary(reply):
-        return summary_from_bytes(config["summary"])
+        return GaussianSummary.from_bytes(config["summary"])
     record = reply.content.array_records[upload_stage.STATISTICS]
     arrays = {n: a.numpy() for n, a in record.items()}
     C, m = arrays["sums"].shape

@@ -44,7 +44,6 @@ from skslot.flower.client_app import (  # noqa: E402
 )
 from skslot.heads import HEADS, OneShotFedAvgClassifier, make_head, message_bytes  # noqa: E402
 from skslot.label_mix import own_mix_accuracy  # noqa: E402
-from skslot.low_rank import summary_from_bytes  # noqa: E402
 from skslot.privacy import LifetimeBudget, refusal  # noqa: E402
 from skslot.protocol import ClientParty, ProtocolRunError, UploadRequest  # noqa: E402
 from skslot.protocol.stages import upload as upload_stage  # noqa: E402
@@ -405,7 +404,7 @@ def test_nodes_of_few_rows_send_their_factor_form_and_the_run_is_the_dense_one(
     assert low.summary_values == {node: m * (r + 1) + r + 2 for node in wide_node_configs}
     assert dense.summary_values == {node: m * (m + 1) // 2 + m + 1 for node in wide_node_configs}
     assert set(low.summary_payload_bytes.values()) == {40 + 8 + (m * (r + 1) + r) * 8}
-    received = summary_from_bytes(reference)
+    received = GaussianSummary.from_bytes(reference)
     assert isinstance(received, GaussianSummary)
     assert len(reference) == received.payload_size("float64")
     # the dense barycenter runs in mixed precision: equal to its tolerance, as a matrix
@@ -680,7 +679,7 @@ def _factor(complement=1.0, eigenvalue=2.0, skew=0.0, m=M, client=3, n=100) -> b
     client may write them."""
     from types import SimpleNamespace
 
-    from skslot.wire import encode_low_rank_summary
+    from skslot.wire import encode_summary
 
     U = np.linalg.qr(np.random.default_rng(1).normal(size=(m, 2)))[0]
     U[:, 1] += skew * U[:, 0]
@@ -688,7 +687,7 @@ def _factor(complement=1.0, eigenvalue=2.0, skew=0.0, m=M, client=3, n=100) -> b
         n=n, mean=np.zeros(m), basis=U, eigenvalues=np.array([2.0, 3.0]),
         complement=1.0, shrinkage=0.1, client=client,
     )  # fmt: skip
-    payload = encode_low_rank_summary(fields, "float64")
+    payload = encode_summary(fields, "float64")
     payload = _patched(payload, 32, struct.pack("<d", complement))
     return _patched(payload, 40 + 8 + 8 * m, struct.pack("<d", eigenvalue))
 

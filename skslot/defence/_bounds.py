@@ -38,7 +38,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._param_validation import Interval, Options, validate_parameter_constraints
-from ..low_rank import Summary
+from ..gaussian import GaussianSummary
 from .screening import ScreeningEvidence, strongest_case
 
 #: The bounds' defaults (:class:`DefenceBounds`), written once.
@@ -75,7 +75,7 @@ def ratios_to_median(values: Sequence[float] | np.ndarray) -> np.ndarray | None:
 
 
 def summary_deviations(
-    summaries: Sequence[Summary],
+    summaries: Sequence[GaussianSummary],
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """How far each summary lies from the others: variance ratio and mean offset.
 
@@ -115,7 +115,7 @@ def summary_deviations(
 
 
 def implausible_summaries(
-    summaries: Sequence[Summary],
+    summaries: Sequence[GaussianSummary],
     *,
     max_variance_ratio: float = MAX_VARIANCE_RATIO,
     max_mean_offset: float = MAX_MEAN_OFFSET,
@@ -468,7 +468,9 @@ class DefenceBounds:
             votes, significance=self.screen_significance, min_gain=self.screen_min_gain
         )
 
-    def check_summaries(self, summaries: Sequence[Summary]) -> tuple[dict[int, str], np.ndarray]:
+    def check_summaries(
+        self, summaries: Sequence[GaussianSummary]
+    ) -> tuple[dict[int, str], np.ndarray]:
         """Positions of implausible clients with the reason, and the others' capped weights.
 
         Parameters
@@ -589,7 +591,9 @@ class NoDefence(DefenceBounds):
     checks_consistency: ClassVar[bool] = False
     screens: ClassVar[bool] = False
 
-    def check_summaries(self, summaries: Sequence[Summary]) -> tuple[dict[int, str], np.ndarray]:
+    def check_summaries(
+        self, summaries: Sequence[GaussianSummary]
+    ) -> tuple[dict[int, str], np.ndarray]:
         return {}, np.array([float(s.n) for s in summaries])
 
     def implausible_test_sizes(self, sizes: Sequence[int]) -> dict[int, str]:

@@ -37,7 +37,7 @@ from .screening import MIN_REMAINING, MIN_VOTERS, comparable_classes
 
 if TYPE_CHECKING:
     from ..heads import LinearScores, OneShotHead
-    from ..low_rank import TransportMap
+    from ..maps import GaussianMap
     from ..protocol.state import RunState
     from ..selection import Candidate, Selection
 
@@ -440,7 +440,7 @@ class DefendedAggregation:
             kept = [o for o in order if o != c]
             try:
                 alignment = run.alignment_of(kept)
-                maps: list[TransportMap | None] | None = None
+                maps: list[GaussianMap | None] | None = None
                 # a reference fixed before the run is the same without it: nothing to send
                 if alignment.reference is not run.reference:
                     means = [run.roster.clients[o].summary.mean for o in kept]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..low_rank import Summary
+from ..gaussian import GaussianSummary
 
 if TYPE_CHECKING:
     from ._bounds import DefenceBounds
@@ -33,7 +33,7 @@ __all__ = [
 
 
 def inconsistent_statistics(
-    summary: Summary,
+    summary: GaussianSummary,
     mean: np.ndarray,
     covariance_trace: float,
     n_described: int | None = None,
@@ -127,7 +127,7 @@ SPREAD_RTOL = 0.1
 
 
 def collapsed_spread(
-    summary: Summary,
+    summary: GaussianSummary,
     class_counts: np.ndarray,
     class_means: np.ndarray,
     *,

@@ -27,7 +27,6 @@ from flwr.common.logger import FLOWER_LOGGER, log
 from flwr.serverapp import Grid, ServerApp
 
 from ..heads import LinearScores
-from ..low_rank import summary_to_bytes
 from ..protocol import ProtocolReport, ProtocolRunError
 from ..protocol.report import logger as protocol_logger
 from . import messages
@@ -124,7 +123,7 @@ def run_one_shot(
     return (
         result.report,
         result.head.linear_scores(),
-        summary_to_bytes(result.reference, config.summary_dtype),
+        result.reference.smaller_form(config.summary_dtype).to_bytes(config.summary_dtype),
     )
 
 

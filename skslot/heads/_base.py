@@ -30,7 +30,6 @@ from .._validation import (
 )
 from ..exceptions import warn_lone_classes
 from ..label_mix import client_counts_of, prior_shifts, row_clients
-from ..low_rank import LowRankMap
 from ..maps import GaussianMap
 from ..wire import message_bytes
 from ._fitting import LOCAL_TRAINING, HeadStrategy
@@ -173,7 +172,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         statistics: Sequence,
         classes: ArrayLike,
         *,
-        maps: Sequence[GaussianMap | LowRankMap] | None = None,
+        maps: Sequence[GaussianMap] | None = None,
     ) -> OneShotHead:
         """Server step: build the global head from the clients' statistics.
 
@@ -183,11 +182,11 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
             One client's statistics each (what :meth:`client_statistics` returns).
         classes : array-like
             The global class set.
-        maps : sequence of GaussianMap or LowRankMap, optional
+        maps : sequence of GaussianMap, optional
             One affine map per client, applied by the server to that client's
             statistics (statistics of unaligned rows, pushed exactly through
             the client's ``T_k^tau``); a map in factor form
-            (:class:`~skslot.low_rank.LowRankMap`, what a
+            (what a
             :class:`~skslot.SLOTTransformer` holds in factor form) is pushed as
             its ``m x m`` matrix, of the size of the statistics' Gram matrices.  Only heads with
             a :class:`~skslot.heads._fitting.StatisticsStrategy` (FedCGS, FedPFT)

@@ -27,7 +27,6 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import clone
 
-from ..low_rank import TransportMap
 from ..maps import GaussianMap
 
 if TYPE_CHECKING:
@@ -254,7 +253,7 @@ def local_heads(
     X: np.ndarray,
     y: np.ndarray,
     classes: np.ndarray,
-    full_map: TransportMap,
+    full_map: GaussianMap,
     taus: Sequence[float],
     *,
     client_index: int = 0,
@@ -272,7 +271,7 @@ def local_heads(
         The rows to train on and their labels.
     classes : ndarray
         The global class set.
-    full_map : GaussianMap or LowRankMap
+    full_map : GaussianMap
         The client's full map onto the reference (in factor form on the low-rank path).
     taus : sequence of float
         The fractions of the map to align the rows with.
@@ -323,7 +322,7 @@ class ServerSide(Protocol):
     def validation_statistics(self) -> list:
         """Each accepted client's validation statistics (``None`` where it has none)."""
 
-    def maps(self) -> list[TransportMap] | None:
+    def maps(self) -> list[GaussianMap] | None:
         """Each accepted client's full map onto the reference (``None`` without SLOT)."""
 
     def local_heads(self, part: str, tau: float) -> list:
@@ -394,7 +393,7 @@ class HeadStrategy:
         server: ServerSide,
         k: int,
         *,
-        maps: Sequence[TransportMap | None] | None = None,
+        maps: Sequence[GaussianMap | None] | None = None,
     ) -> HeadT:
         """Server: the head at ``candidate`` on the fitting rows of all clients but the k-th.
 

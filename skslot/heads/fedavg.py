@@ -14,8 +14,7 @@ from .._param_validation import Interval, Options
 from .._validation import client_weights
 from ..defaults import LABEL_MIX
 from ..label_mix import LABEL_MIXES, averaged_log_prior
-from ..low_rank import TransportMap
-from ..maps import rebased_scores
+from ..maps import GaussianMap, rebased_scores
 from ..wire import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, read_array, read_count, read_sample_count
 from ._base import LinearHeadMixin, OneShotHead
@@ -90,7 +89,7 @@ class LinearHeadUpdate:
         """
         return replace(self, coef=factor * self.coef, intercept=factor * self.intercept)
 
-    def rebased(self, source: TransportMap, target: TransportMap) -> LinearHeadUpdate:
+    def rebased(self, source: GaussianMap, target: GaussianMap) -> LinearHeadUpdate:
         """The update as a head of rows mapped by ``target`` instead of ``source``.
 
         Every row of its client scores the same (:func:`~skslot.maps.rebased_scores`):
@@ -99,7 +98,7 @@ class LinearHeadUpdate:
 
         Parameters
         ----------
-        source, target : GaussianMap or LowRankMap
+        source, target : GaussianMap
             The client's map the head was trained after, and the one it is carried to.
 
         Returns

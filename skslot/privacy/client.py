@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._moments import ShiftedMoments, clip_factors
+from ..gaussian import GaussianSummary
 from ..heads import LinearScores
 from ..label_shift import class_sums
-from ..low_rank import Summary, TransportMap
+from ..maps import GaussianMap
 from ._heads import private_release, released_statistics
 from ._lifetime import run_key
 from ._plan import logger, null_rows, refusal, rows_digest
@@ -226,12 +227,12 @@ def evaluation_digest(head: LinearScores, tau: float) -> str:
     return _digest(*head.to_arrays().values(), np.asarray(repr(float(tau)).encode()))
 
 
-def map_digest(aligned: TransportMap, part: str) -> str:
+def map_digest(aligned: GaussianMap, part: str) -> str:
     """The digest of the map and part of the rows a private local head is released for.
 
     Parameters
     ----------
-    aligned : GaussianMap or LowRankMap
+    aligned : GaussianMap
         The client's map at the head's fraction.
     part : {"fit", "all"}
 
@@ -334,7 +335,7 @@ class PrivateRelease:
         """
         return fitting.oas_shrinkage(covariance)
 
-    def summary(self, fitting: Any, request: UploadRequest) -> Summary:
+    def summary(self, fitting: Any, request: UploadRequest) -> GaussianSummary:
         """The summary of the released statistics, or the release ``"summary"``.
 
         Parameters
@@ -355,7 +356,7 @@ class PrivateRelease:
             )
         X, clip_norm = party.X, ledger.budget.clip_norm
 
-        def mechanism(sigma: float, rng: np.random.Generator) -> Summary:
+        def mechanism(sigma: float, rng: np.random.Generator) -> GaussianSummary:
             zero = np.zeros(X.shape[1])
             moments = ShiftedMoments.from_rows(
                 X, shift=zero, fourth_order=False, clip_norm=clip_norm
@@ -426,8 +427,8 @@ class PrivateRelease:
         return class_sums(X, y, self.party.classes)
 
     def local_head_rows(
-        self, full_map: TransportMap, taus: Sequence[float], part: str
-    ) -> Callable[[np.ndarray, np.ndarray, TransportMap], tuple[np.ndarray, np.ndarray]]:
+        self, full_map: GaussianMap, taus: Sequence[float], part: str
+    ) -> Callable[[np.ndarray, np.ndarray, GaussianMap], tuple[np.ndarray, np.ndarray]]:
         """The run's one local head's rows, the map it is released for recorded
         (:func:`map_digest`).
 
@@ -440,7 +441,7 @@ class PrivateRelease:
 
         Parameters
         ----------
-        full_map : GaussianMap or LowRankMap
+        full_map : GaussianMap
         taus : sequence of float
             The one fraction of the run's local head.
         part : {"fit", "all"}
@@ -454,7 +455,7 @@ class PrivateRelease:
         party.state.local_head = map_digest(full_map.geodesic(tau), part)
         clip_norm, classes = self.ledger.budget.clip_norm, party.classes
 
-        def rows(X: np.ndarray, y: np.ndarray, aligned: TransportMap) -> tuple:
+        def rows(X: np.ndarray, y: np.ndarray, aligned: GaussianMap) -> tuple:
             X = np.asarray(X, dtype=np.float64)
             norms = np.linalg.norm(X, axis=1)
             X = X * clip_factors(np.where(np.isfinite(norms), norms, np.inf), clip_norm)[:, None]

@@ -13,11 +13,12 @@ reference it is sent and the map the server applies to its statistics.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..low_rank import Summary, TransportMap
+from ..gaussian import GaussianSummary
+from ..maps import GaussianMap
 
 __all__ = ["Alignment"]
 
@@ -28,9 +29,9 @@ class Alignment:
 
     Parameters
     ----------
-    reference : GaussianSummary or LowRankGaussianSummary
+    reference : GaussianSummary
         The barycenter of the clients' summaries.
-    full_maps : mapping of address to GaussianMap or LowRankMap
+    full_maps : mapping of address to GaussianMap
         Each client's full map onto it (at ``tau = 1``; its mean image at the
         client's destination where it has one).
     destinations : mapping of address to ndarray
@@ -42,13 +43,13 @@ class Alignment:
         The barycenter's iterations.
     """
 
-    reference: Summary
-    full_maps: Mapping[Hashable, TransportMap]
+    reference: GaussianSummary
+    full_maps: Mapping[Hashable, GaussianMap]
     destinations: Mapping[Hashable, np.ndarray] = field(default_factory=dict)
     tau_scales: Mapping[Hashable, float] = field(default_factory=dict)
     n_iter: int = 0
 
-    def reference_for(self, c: Hashable) -> Summary:
+    def reference_for(self, c: Hashable) -> GaussianSummary:
         """The reference client ``c`` maps onto: about its own destination, where it has one.
 
         Parameters
@@ -58,10 +59,10 @@ class Alignment:
 
         Returns
         -------
-        GaussianSummary or LowRankGaussianSummary
+        GaussianSummary
         """
         if c in self.destinations:
-            return replace(self.reference, mean=self.destinations[c])
+            return self.reference.replace(mean=self.destinations[c])
         return self.reference
 
     def tau_scale(self, c: Hashable) -> float:
@@ -79,7 +80,7 @@ class Alignment:
 
     def maps(
         self, order: Sequence[Hashable], mean_tau: float | None, means: Sequence[np.ndarray]
-    ) -> list[TransportMap]:
+    ) -> list[GaussianMap]:
         """Each client's map at ``tau = 1``: its full map, or that scaled by its factor of ``tau``.
 
         With ``mean_tau`` the map is anchored at the client's mean, which
@@ -97,7 +98,7 @@ class Alignment:
 
         Returns
         -------
-        list of GaussianMap or LowRankMap
+        list of GaussianMap
             In ``order``.
         """
         scaled = []
@@ -106,7 +107,7 @@ class Alignment:
             scaled.append(full if scale == 1.0 else full.geodesic(scale))
         return scaled
 
-    def full_map(self, c: Hashable, mean_tau: float | None, mean: np.ndarray) -> TransportMap:
+    def full_map(self, c: Hashable, mean_tau: float | None, mean: np.ndarray) -> GaussianMap:
         """Client ``c``'s full map as the client applies it: at ``tau = 1``, anchored at its
         mean, which moves by ``mean_tau`` (unless the map came anchored).
 
@@ -121,7 +122,7 @@ class Alignment:
 
         Returns
         -------
-        GaussianMap or LowRankMap
+        GaussianMap
         """
         full = self.full_maps[c]
         if full.anchor is None:  # a fitted transformer's maps come anchored

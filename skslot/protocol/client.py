@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._validation import check_feature_scale
+from ..gaussian import GaussianSummary
 from ..heads import LinearScores
 from ..label_shift import class_counts, class_sums
-from ..low_rank import Summary, TransportMap
+from ..maps import GaussianMap
 from ..privacy.client import PrivateRelease, private_answer, private_summary_problem
 from .party import ClientRelease, Party
 from .stages import STAGES
@@ -162,7 +163,7 @@ class ExactRelease:
         strategy = self.party.head.strategy
         return strategy.derived_shrinkage(fitting, X, y, covariance=covariance)
 
-    def summary(self, fitting: Any, request: UploadRequest) -> Summary:
+    def summary(self, fitting: Any, request: UploadRequest) -> GaussianSummary:
         """The summary of the client's fitting rows.
 
         Parameters
@@ -172,7 +173,7 @@ class ExactRelease:
 
         Returns
         -------
-        GaussianSummary or LowRankGaussianSummary
+        GaussianSummary
         """
         return self.party.summarise()
 
@@ -220,13 +221,13 @@ class ExactRelease:
         return class_sums(X, y, self.party.classes)
 
     def local_head_rows(
-        self, full_map: TransportMap, taus: Sequence[float], part: str
-    ) -> Callable[[np.ndarray, np.ndarray, TransportMap], tuple[np.ndarray, np.ndarray]] | None:
+        self, full_map: GaussianMap, taus: Sequence[float], part: str
+    ) -> Callable[[np.ndarray, np.ndarray, GaussianMap], tuple[np.ndarray, np.ndarray]] | None:
         """``None``: the rows aligned as they are.
 
         Parameters
         ----------
-        full_map : GaussianMap or LowRankMap
+        full_map : GaussianMap
         taus : sequence of float
         part : {"fit", "all"}
 

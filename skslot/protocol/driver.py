@@ -15,8 +15,8 @@ from .._backend import as_host_rows
 from .._validation import check_client_labels, check_open_fraction, check_row_labels
 from ..defaults import VALIDATION_FRACTION
 from ..exceptions import lone_classes, lone_text, shown_labels
+from ..gaussian import GaussianSummary
 from ..heads import OneShotHead
-from ..low_rank import Summary
 from ..selection import Candidate, Selection, validation_split
 from .parameters import ProtocolParameters
 from .report import ProtocolReport, ProtocolRunError, logger
@@ -41,10 +41,10 @@ class ProtocolResult:
     head : OneShotHead
         The final global head.
     tau : float
-    reference : GaussianSummary or LowRankGaussianSummary
+    reference : GaussianSummary
     clients : list
         The accepted clients' addresses, in the order of ``summaries``.
-    summaries : list of GaussianSummary or LowRankGaussianSummary
+    summaries : list of GaussianSummary
         The accepted clients' summaries as received.
     selection : Selection or None
         With ``tau = "auto"``, the choice and its table.
@@ -59,7 +59,7 @@ class ProtocolResult:
     report: ProtocolReport
     head: OneShotHead
     tau: float
-    reference: Summary
+    reference: GaussianSummary
     clients: list
     summaries: list
     selection: Selection | None = None

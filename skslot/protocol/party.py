@@ -12,15 +12,11 @@ import numpy as np
 from .._param_validation import validate_parameter_constraints
 from .._validation import check_client_size
 from ..defaults import FORM, VALIDATION_FRACTION
+from ..gaussian import GaussianSummary
 from ..heads import LinearScores, OneShotHead
 from ..heads._base import ONE_SHOT_HEAD
 from ..label_shift import class_counts
-from ..low_rank import (
-    Summary,
-    TransportMap,
-    optimal_transport_map,
-    summary_from_bytes,
-)
+from ..maps import GaussianMap
 from ..privacy import LifetimeBudget, PrivacyBudget, PrivacyLedger, null_rows
 from ..selection import validation_split
 from ..summary import GaussianSummaryEstimator
@@ -82,7 +78,7 @@ class ClientRelease(Protocol):
         float
         """
 
-    def summary(self, fitting: Any, request: UploadRequest) -> Summary:
+    def summary(self, fitting: Any, request: UploadRequest) -> GaussianSummary:
         """The summary the client sends (the step keeps it as the server decodes it).
 
         Parameters
@@ -93,7 +89,7 @@ class ClientRelease(Protocol):
 
         Returns
         -------
-        GaussianSummary or LowRankGaussianSummary
+        GaussianSummary
         """
 
     def class_counts(self, fitting: Any) -> np.ndarray:
@@ -137,14 +133,14 @@ class ClientRelease(Protocol):
         """
 
     def local_head_rows(
-        self, full_map: TransportMap, taus: Sequence[float], part: str
-    ) -> Callable[[np.ndarray, np.ndarray, TransportMap], tuple[np.ndarray, np.ndarray]] | None:
+        self, full_map: GaussianMap, taus: Sequence[float], part: str
+    ) -> Callable[[np.ndarray, np.ndarray, GaussianMap], tuple[np.ndarray, np.ndarray]] | None:
         """How the rows a local head is trained on are made from the client's rows, or
         ``None`` for the rows aligned as they are.
 
         Parameters
         ----------
-        full_map : GaussianMap or LowRankMap
+        full_map : GaussianMap
             The client's full map.
         taus : sequence of float
             The fractions of the local heads (a private client makes one).
@@ -198,9 +194,9 @@ class ClientState:
 
     Parameters
     ----------
-    summary : GaussianSummary, LowRankGaussianSummary or None, default=None
+    summary : GaussianSummary or None, default=None
         The client's summary, exactly as the server received it.
-    reference : GaussianSummary, LowRankGaussianSummary or None, default=None
+    reference : GaussianSummary or None, default=None
         The server's reference, once received.
     client_index : int or None, default=None
         The client's position in the run's order, received with the upload
@@ -208,7 +204,7 @@ class ClientState:
     split_seed : int or None, default=None
         The seed of its validation split, received with the upload request
         (``None``: no split).
-    fixed_map : GaussianMap, LowRankMap or None, default=None
+    fixed_map : GaussianMap or None, default=None
         Where the run's maps were fitted before it
         (:class:`~skslot.protocol.stages.reference.FixedReference`), this
         client's map among them, used in place of the one its summary would
@@ -242,11 +238,11 @@ class ClientState:
         a client whose rows changed refuses the rest of the run.
     """
 
-    summary: Summary | None = None
-    reference: Summary | None = None
+    summary: GaussianSummary | None = None
+    reference: GaussianSummary | None = None
     client_index: int | None = None
     split_seed: int | None = None
-    fixed_map: TransportMap | None = None
+    fixed_map: GaussianMap | None = None
     mean_tau: float | None = None
     releases: tuple[str, ...] = ()
     noise_seed: int | None = None
@@ -304,7 +300,7 @@ class ClientState:
         ClientState
         """
         summary, reference = (
-            summary_from_bytes(values[name]) if name in values else None
+            GaussianSummary.from_bytes(values[name]) if name in values else None
             for name in ("summary", "reference")
         )
         index, seed, mean_tau = values["client-index"], values["split-seed"], values["mean-tau"]
@@ -478,12 +474,12 @@ class Party:
         counts = self.state.released_counts
         return None if counts is None else np.asarray(counts, dtype=np.int64)
 
-    def summarise(self) -> Summary:
+    def summarise(self) -> GaussianSummary:
         """The summary of this client's fitting rows (all its training rows without a split).
 
         Returns
         -------
-        GaussianSummary or LowRankGaussianSummary
+        GaussianSummary
             In the estimator's form: by default the factor form where the
             client holds no more fitting rows than features.
         """
@@ -526,17 +522,17 @@ class Party:
             raise RuntimeError(f"{stage} was requested, but this run has no validation split")
         return self.X[split[1]], self.y[split[1]]
 
-    def full_map(self, reference: Summary | None = None) -> TransportMap:
+    def full_map(self, reference: GaussianSummary | None = None) -> GaussianMap:
         """This client's full map onto the reference (the reference stored on first receipt).
 
         Parameters
         ----------
-        reference : GaussianSummary or LowRankGaussianSummary, optional
+        reference : GaussianSummary, optional
             The reference, where the request carries it.
 
         Returns
         -------
-        GaussianMap or LowRankMap
+        GaussianMap
             The map at ``tau = 1``, its mean moved by the run's ``mean_tau``.
         """
         state = self.state
@@ -548,22 +544,22 @@ class Party:
             raise RuntimeError("this client has not received the reference of this run")
         return self.map_onto(state.reference)
 
-    def map_onto(self, reference: Summary) -> TransportMap:
+    def map_onto(self, reference: GaussianSummary) -> GaussianMap:
         """This client's full map onto ``reference``, its mean moved by the run's ``mean_tau``
         (the reference is not stored: the screening's references built without one client).
 
         Parameters
         ----------
-        reference : GaussianSummary or LowRankGaussianSummary
+        reference : GaussianSummary
 
         Returns
         -------
-        GaussianMap or LowRankMap
-            In the reference's form (:func:`~skslot.low_rank.optimal_transport_map`).
+        GaussianMap
+            In the reference's form (:meth:`~skslot.GaussianMap.optimal_transport`).
         """
         state = self.state
         if state.summary is None:
             raise RuntimeError("this client has no summary of this run (no upload stage ran)")
         own = state.summary
-        full = optimal_transport_map(own, reference)
+        full = GaussianMap.optimal_transport(own, reference)
         return full.with_mean_fraction(state.mean_tau, own.mean)

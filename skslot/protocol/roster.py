@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._validation import spawn_seeds
-from ..low_rank import Summary
+from ..gaussian import GaussianSummary
 from .report import ProtocolReport, ProtocolRunError
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class Member:
     validation: Any = None
 
     @property
-    def summary(self) -> Summary:
+    def summary(self) -> GaussianSummary:
         """Its summary (sent, or derived by the server from its statistics)."""
         summary = self.upload.summary
         assert summary is not None  # an upload enters with it (Roster.enter)

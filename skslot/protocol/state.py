@@ -17,10 +17,10 @@ import numpy as np
 from ..defence import NoDefence
 from ..defence.culprits import SERVER_STEP_ERRORS
 from ..defence.screening import MIN_VOTERS
+from ..gaussian import GaussianSummary
 from ..label_mix import domain_offsets
 from ..label_shift import label_shift_distances
-from ..low_rank import Summary, TransportMap
-from ..maps import with_mean_image
+from ..maps import GaussianMap, with_mean_image
 from ..privacy.server import RunAccount
 from .alignment import Alignment
 from .report import ProtocolReport, ProtocolRunError, logger
@@ -151,7 +151,7 @@ class RunState:
             self.roster.keep(stage, [c for c in self.roster.order if c not in result.missing])
         return result
 
-    def reference_for(self, c: Hashable) -> Summary | None:
+    def reference_for(self, c: Hashable) -> GaussianSummary | None:
         """The reference the first time a client is sent a message after it was built.
 
         Parameters
@@ -161,7 +161,7 @@ class RunState:
 
         Returns
         -------
-        GaussianSummary, LowRankGaussianSummary or None
+        GaussianSummary or None
             The reference, or ``None`` if ``c`` was already sent it (or none is built).
         """
         if c in self.has_reference or self.alignment is None:
@@ -170,7 +170,7 @@ class RunState:
         return self.alignment.reference_for(c)
 
     @property
-    def reference(self) -> Summary | None:
+    def reference(self) -> GaussianSummary | None:
         """The run's reference (``None`` before it is built)."""
         return None if self.alignment is None else self.alignment.reference
 
@@ -282,7 +282,7 @@ class RunState:
         )
 
     def _mean_destinations(
-        self, order: Sequence[Hashable], full_maps: Mapping[Hashable, TransportMap]
+        self, order: Sequence[Hashable], full_maps: Mapping[Hashable, GaussianMap]
     ) -> dict[Hashable, np.ndarray]:
         """Where each client's mean moves with ``label_mix="client"`` (none otherwise).
 
@@ -340,7 +340,7 @@ class RunState:
         """
         return [self.roster.clients[c].validation for c in self.roster.order]
 
-    def full_map(self, c: Hashable) -> TransportMap:
+    def full_map(self, c: Hashable) -> GaussianMap:
         """Client ``c``'s full map as the client applies it (at ``tau = 1``, its mean moved by
         the run's ``mean_tau``).
 
@@ -351,13 +351,13 @@ class RunState:
 
         Returns
         -------
-        GaussianMap or LowRankMap
+        GaussianMap
         """
         mean = self.roster.clients[c].summary.mean
         assert self.alignment is not None  # built before any map is asked for
         return self.alignment.full_map(c, self.settings.mean_tau, mean)
 
-    def maps(self) -> list[TransportMap]:
+    def maps(self) -> list[GaussianMap]:
         """Each client's map at ``tau = 1``: its full map, or that scaled by its factor of ``tau``.
 
         With ``mean_tau`` the map is anchored at the client's mean, which
@@ -368,7 +368,7 @@ class RunState:
 
         Returns
         -------
-        list of GaussianMap or LowRankMap
+        list of GaussianMap
             In the run's order.
         """
         order = self.roster.order

@@ -4,9 +4,8 @@ Nothing here needs Flower.  Every decoder raises a subclass of
 :class:`WireFormatError` (itself a :class:`ValueError`):
 
 ================================  ============================================
-:class:`SummaryFormatError`       a Gaussian summary's payload, dense or
-                                  in factor form
-                                  (:mod:`skslot.wire.summary_codec`)
+:class:`SummaryFormatError`       a Gaussian summary's payload, in either
+                                  form (:mod:`skslot.wire.summary_codec`)
 :class:`StatisticsFormatError`    a head message of named arrays
                                   (:mod:`skslot.wire.arrays`)
 :class:`MessageFormatError`       a transport message or its ``.npy`` buffers
@@ -30,11 +29,8 @@ from .arrays import (
 )
 from .npy import npy_header, read_npy_arrays
 from .summary_codec import (
-    decode_low_rank_summary,
     decode_summary,
-    encode_low_rank_summary,
     encode_summary,
-    low_rank_payload_size,
     summary_dimension,
     summary_payload_size,
 )
@@ -45,11 +41,8 @@ __all__ = [
     "SummaryFormatError",
     "WireFormatError",
     "check_psd_up_to_rounding",
-    "decode_low_rank_summary",
     "decode_summary",
-    "encode_low_rank_summary",
     "encode_summary",
-    "low_rank_payload_size",
     "message_bytes",
     "npy_header",
     "read_array",

@@ -1,6 +1,6 @@
-"""The byte formats of a Gaussian summary (never pickle), dense and factor, and their decoders.
+"""The byte format of a Gaussian summary (never pickle), in either form, and its decoder.
 
-Both formats share a little-endian header (magic, format version, dtype code,
+Both forms share a little-endian header (magic, format version, dtype code,
 flags, dimension ``m``, ...), an optional client label (an int64, or a uint16
 length and UTF-8 bytes) and values in float16, float32 or float64:
 
@@ -12,20 +12,19 @@ length and UTF-8 bytes) and values in float16, float32 or float64:
   ``m r`` entries of the basis, row by row: ``m (r + 1) + r`` values (at
   ``m = 4096``, ``r = 99`` in float32: 1.6 MB instead of 33.6 MB dense).
 
-Each decoder checks the structure (header, dimension, rank, count, label,
-exact length: all before anything the header sizes is allocated) and that the
-values are finite; the summary types validate the values
-(:meth:`GaussianSummary.from_bytes <skslot.GaussianSummary.from_bytes>`,
-:meth:`LowRankGaussianSummary.from_bytes
-<skslot.low_rank.LowRankGaussianSummary.from_bytes>`).  The codec works on
-the plain fields of a summary (:class:`SummaryFields`, :class:`LowRankFields`,
-or any object with the same attributes).
+The decoder reads the form from the magic, checks the structure (header,
+dimension, rank, count, label, exact length: all before anything the header
+sizes is allocated), that the values are finite and that a basis is
+orthonormal up to its dtype's rounding; :class:`~skslot.GaussianSummary`
+validates the values (:meth:`GaussianSummary.from_bytes
+<skslot.GaussianSummary.from_bytes>`).  The codec works on the plain fields of
+a summary (:class:`SummaryFields`, or any object with the same attributes).
 """
 
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -34,14 +33,10 @@ from ._errors import SummaryFormatError
 
 __all__ = [
     "SUMMARY_DTYPES",
-    "LowRankFields",
     "SummaryFields",
     "check_wire_label",
-    "decode_low_rank_summary",
     "decode_summary",
-    "encode_low_rank_summary",
     "encode_summary",
-    "low_rank_payload_size",
     "summary_dimension",
     "summary_payload_size",
 ]
@@ -51,7 +46,9 @@ class SummaryFields(NamedTuple):
     """The fields of a Gaussian summary, as the wire format carries them.
 
     What :func:`decode_summary` returns: structurally checked, not yet
-    validated as a summary (``GaussianSummary(*fields)`` does that).
+    validated as a summary (``GaussianSummary(*fields)`` does that).  The
+    covariance is given dense, or (``covariance=None``) in factor form
+    ``U diag(e) U^T + c (I - U U^T)``.
 
     Parameters
     ----------
@@ -59,94 +56,43 @@ class SummaryFields(NamedTuple):
         Number of samples summarised.
     mean : ndarray of shape (m,)
         The mean.
-    covariance : ndarray of shape (m, m)
-        The covariance, symmetric by construction.
+    covariance : ndarray of shape (m, m) or None
+        The dense covariance, symmetric by construction; ``None`` in factor form.
     shrinkage : float or None
         The Ledoit-Wolf shrinkage intensity, if the payload carries one.
     client : int, str or None
         The client label, if the payload carries one.
+    basis : ndarray of shape (m, r) or None, default=None
+        ``U``, orthonormal columns (factor form).
+    eigenvalues : ndarray of shape (r,) or None, default=None
+        ``e`` (factor form).
+    complement : float or None, default=None
+        ``c`` (factor form).
     """
 
     n: int
     mean: np.ndarray
-    covariance: np.ndarray
+    covariance: np.ndarray | None
     shrinkage: float | None
     client: int | str | None
-
-
-class LowRankFields(NamedTuple):
-    """The fields of a low-rank summary, as the wire format carries them.
-
-    Parameters
-    ----------
-    n : int
-        Number of samples summarised.
-    mean : ndarray of shape (m,)
-    basis : ndarray of shape (m, r)
-        As sent: orthonormal up to the dtype's rounding, not yet checked.
-    eigenvalues : ndarray of shape (r,)
-    complement : float
-    shrinkage : float or None
-    client : int, str or None
-    dtype : str
-        The precision the values travelled in (what the basis's rounding is).
-    """
-
-    n: int
-    mean: np.ndarray
-    basis: np.ndarray
-    eigenvalues: np.ndarray
-    complement: float
-    shrinkage: float | None
-    client: int | str | None
-    dtype: str = "float64"
-
-
-class _Moments(Protocol):
-    """The attributes every summary's encoder reads: count, mean, shrinkage, label."""
-
-    @property
-    def n(self) -> int: ...
-
-    @property
-    def mean(self) -> np.ndarray: ...
-
-    @property
-    def shrinkage(self) -> float | None: ...
-
-    @property
-    def client(self) -> int | str | None: ...
-
-
-class _Summary(_Moments, Protocol):
-    """What the encoder reads: the attributes of :class:`SummaryFields`."""
-
-    @property
-    def covariance(self) -> np.ndarray: ...
-
-
-class _LowRank(_Moments, Protocol):
-    """What the encoder reads: the attributes of :class:`LowRankFields`."""
-
-    @property
-    def basis(self) -> np.ndarray: ...
-
-    @property
-    def eigenvalues(self) -> np.ndarray: ...
-
-    @property
-    def complement(self) -> float: ...
+    basis: np.ndarray | None = None
+    eigenvalues: np.ndarray | None = None
+    complement: float | None = None
 
 
 #: Largest sample count a payload may declare (exactly representable in float64).
 MAX_COUNT = 2**53
 #: Default largest dimension accepted by :func:`decode_summary`.
 DEFAULT_MAX_DIMENSION = 16384
+#: What the float64 arithmetic of a basis (a thin QR factorisation, then an
+#: eigenbasis of the small Gram) leaves of ``||U^T U - I||_max``: some hundred
+#: float64 epsilons at a few hundred rows, which the decoder accepts.
+BASIS_ROUNDING = 1e-12
 
 _MAGIC = b"SKSG"
-#: The magic of the factor format, whose header holds the version and the dimension
-#: where the dense format's does.
-LOW_RANK_MAGIC = b"SKSL"
+#: The magic of the factor form, whose header holds the version and the dimension
+#: where the dense form's does.
+_LOW_RANK_MAGIC = b"SKSL"
 _FORMAT_VERSION = 1
 _HEADER = struct.Struct("<4sBBBxIQd")  # magic, version, dtype, flags, m, n, shrinkage
 # magic, version, dtype, flags, m, r, n, shrinkage, complement
@@ -260,112 +206,19 @@ def _packed(values: np.ndarray, dt: np.dtype) -> np.ndarray:
     return packed
 
 
-def _payload(
-    header: struct.Struct,
-    magic: bytes,
-    summary: _Moments,
-    dt: np.dtype,
-    dims: tuple[int, ...],
-    tail: tuple[float, ...],
-    packed: np.ndarray,
-) -> bytes:
-    """The header (``dims`` after the flags, ``tail`` after the shrinkage), label and values."""
-    flags = 0 if summary.shrinkage is None else _FLAG_SHRINKAGE
-    label_flag, label = _label_bytes(summary.client)
-    shrinkage = np.nan if summary.shrinkage is None else summary.shrinkage
-    fields = (magic, _FORMAT_VERSION, _DTYPE_CODES[dt.name], flags | label_flag, *dims)
-    return header.pack(*fields, summary.n, shrinkage, *tail) + label + packed.tobytes()
-
-
-def _header(
-    payload: object,
-    header: struct.Struct,
-    magic: bytes,
-    names: tuple[str, str],
-    max_dimension: int,
-    expected_dimension: int | None,
-) -> tuple[bytes, tuple]:
-    """The payload's bytes and header fields, its structure checked before any allocation.
-
-    ``names``: the format as the bad-magic and the version errors name it.
-    """
-    if not isinstance(payload, (bytes, bytearray, memoryview)):
-        raise SummaryFormatError(f"payload must be bytes, got {type(payload).__name__}")
-    data = bytes(payload)
-    if len(data) < header.size:
-        raise SummaryFormatError(
-            f"payload truncated: {len(data)} bytes, shorter than the {header.size}-byte header"
-        )
-    fields = header.unpack_from(data)
-    found, version, dtype_code, flags, m = fields[:5]
-    if found != magic:
-        raise SummaryFormatError(f"payload is not a skslot {names[0]} (bad magic)")
-    if version != _FORMAT_VERSION:
-        raise SummaryFormatError(
-            f"unsupported {names[1]} format version {version} "
-            f"(this skslot reads version {_FORMAT_VERSION})"
-        )
-    if dtype_code not in _DTYPES:
-        raise SummaryFormatError(f"unknown dtype code {dtype_code}")
-    if flags & ~(_FLAG_SHRINKAGE | _FLAG_INT_LABEL | _FLAG_STR_LABEL) or (
-        flags & _FLAG_INT_LABEL and flags & _FLAG_STR_LABEL
-    ):
-        raise SummaryFormatError(f"invalid header flags {flags:#x}")
-    if m < 1 or m > max_dimension:
-        raise SummaryFormatError(f"dimension {m} outside the accepted range [1, {max_dimension}]")
-    if expected_dimension is not None and m != expected_dimension:
-        raise SummaryFormatError(
-            f"dimension mismatch: payload has dimension {m}, expected {expected_dimension}"
-        )
-    return data, fields
-
-
-def _values(
-    data: bytes,
-    header: struct.Struct,
-    fields: tuple,
-    count: int,
-    *,
-    n: int,
-    shrinkage: float,
-    finite: tuple[float, ...] = (),
-) -> tuple[np.ndarray, int | str | None, float | None]:
-    """The ``count`` values after the header and the label, the label and the shrinkage.
-
-    ``finite``: header values that must be finite as the values must.
-    """
-    flags = fields[3]
-    if not 2 <= n <= MAX_COUNT:
-        raise SummaryFormatError(f"n must be between 2 and 2**53, payload says {n}")
-    client, offset = read_label(data, header.size, flags)
-    dt = _DTYPES[fields[2]]
-    expected = offset + count * dt.itemsize
-    if len(data) != expected:
-        kind = "truncated" if len(data) < expected else "oversized"
-        raise SummaryFormatError(
-            f"payload {kind}: {len(data)} bytes, the header implies {expected}"
-        )
-    values = np.frombuffer(data, dtype=dt, offset=offset).astype(np.float64)
-    if not (np.all(np.isfinite(values)) and np.all(np.isfinite(finite))):
-        raise SummaryFormatError("payload decodes to NaN or infinite values")
-    if not flags & _FLAG_SHRINKAGE:
-        return values, client, None
-    if not np.isfinite(shrinkage):
-        raise SummaryFormatError("shrinkage is not finite")
-    return values, client, float(shrinkage)
-
-
-def encode_summary(summary: _Summary, dtype: str | np.dtype = "float32") -> bytes:
-    """The payload of a summary's fields with its values in ``dtype`` (the dense format).
+def encode_summary(summary: Any, dtype: str | np.dtype = "float32") -> bytes:
+    """The payload of a summary's fields with its values in ``dtype``, in the summary's form.
 
     Parameters
     ----------
     summary : GaussianSummary or SummaryFields
         The fields to encode (anything with the attributes of
-        :class:`SummaryFields`), with a finite mean and a symmetric positive
-        definite covariance, as a :class:`~skslot.GaussianSummary` holds them.
+        :class:`SummaryFields`; the factor form where ``basis`` is set), with
+        a finite mean and a symmetric positive definite covariance, as a
+        :class:`~skslot.GaussianSummary` holds them.
     dtype : {"float16", "float32", "float64"}, default="float32"
-        The precision of the transmitted values.
+        The precision of the transmitted values (the count, shrinkage and
+        complement travel in the header, exactly).
 
     Returns
     -------
@@ -378,33 +231,58 @@ def encode_summary(summary: _Summary, dtype: str | np.dtype = "float32") -> byte
         If ``dtype`` is not float16, float32 or float64.
     SummaryFormatError
         If a value overflows ``dtype``, the rounded covariance is no longer
-        positive definite (use a wider dtype then), or the client label does
-        not fit the format.
+        positive definite or an eigenvalue rounds to zero (use a wider dtype
+        then), or the client label does not fit the format.
     """
     dt = _wire_dtype(dtype)
     mean = np.asarray(summary.mean, dtype=np.float64)
     m = mean.shape[0]
-    values = np.concatenate([mean, upper_triangle(np.asarray(summary.covariance, np.float64))])
-    packed = _packed(values, dt)
-    if dt.itemsize < 8:
-        rounded = symmetric_from_upper(packed[m:].astype(np.float64), m)
-        if not is_positive_definite(rounded):
+    basis = getattr(summary, "basis", None)
+    dims: tuple[int, ...]  # after the flags: m, and the factor form's rank
+    tail: tuple[float, ...] = ()  # after the shrinkage: the factor form's complement
+    if basis is None:
+        covariance = np.asarray(summary.covariance, np.float64)
+        packed = _packed(np.concatenate([mean, upper_triangle(covariance)]), dt)
+        if dt.itemsize < 8:
+            rounded = symmetric_from_upper(packed[m:].astype(np.float64), m)
+            if not is_positive_definite(rounded):
+                raise SummaryFormatError(
+                    f"covariance rounded to {dt.name} is not positive definite; "
+                    "send it in a wider dtype"
+                )
+        header, magic, dims = _HEADER, _MAGIC, (m,)
+    else:
+        basis = np.asarray(basis, dtype=np.float64)
+        eigenvalues = np.asarray(summary.eigenvalues, dtype=np.float64)
+        r = basis.shape[1]
+        packed = _packed(np.concatenate([mean, eigenvalues, basis.ravel()]), dt)
+        if r and float(packed[m : m + r].min()) <= 0.0:
             raise SummaryFormatError(
-                f"covariance rounded to {dt.name} is not positive definite; "
-                "send it in a wider dtype"
+                f"an eigenvalue rounds to zero in {dt.name}; send it in a wider dtype"
             )
-    return _payload(_HEADER, _MAGIC, summary, dt, (m,), (), packed)
+        header, magic, dims = _LOW_RANK_HEADER, _LOW_RANK_MAGIC, (m, r)
+        tail = (float(summary.complement),)
+    flags = 0 if summary.shrinkage is None else _FLAG_SHRINKAGE
+    label_flag, label = _label_bytes(summary.client)
+    shrinkage = np.nan if summary.shrinkage is None else summary.shrinkage
+    fields = (magic, _FORMAT_VERSION, _DTYPE_CODES[dt.name], flags | label_flag, *dims)
+    return header.pack(*fields, summary.n, shrinkage, *tail) + label + packed.tobytes()
 
 
-def summary_payload_size(summary: _Summary, dtype: str | np.dtype = "float32") -> int:
+def summary_payload_size(
+    summary: Any, dtype: str | np.dtype = "float32", *, form: str | None = None
+) -> int:
     """Length of :func:`encode_summary`'s payload in ``dtype``, without encoding the values.
 
     Parameters
     ----------
     summary : GaussianSummary or SummaryFields
-        The fields to encode (only the mean's length and the client label are read).
+        The fields to encode (only the mean's length, the basis's shape and
+        the client label are read).
     dtype : {"float16", "float32", "float64"}, default="float32"
         The precision of the transmitted values.
+    form : {"dense", "low-rank"}, optional
+        The form to size; default: the summary's own (factor where ``basis`` is set).
 
     Returns
     -------
@@ -414,7 +292,52 @@ def summary_payload_size(summary: _Summary, dtype: str | np.dtype = "float32") -
     dt = _wire_dtype(dtype)
     m = len(summary.mean)
     label = _label_bytes(summary.client)[1]
-    return _HEADER.size + len(label) + (m * (m + 1) // 2 + m) * dt.itemsize
+    basis = getattr(summary, "basis", None)
+    if form == "dense" or (form is None and basis is None):
+        return _HEADER.size + len(label) + (m * (m + 1) // 2 + m) * dt.itemsize
+    r = np.shape(summary.basis)[1]
+    return _LOW_RANK_HEADER.size + len(label) + (m + r + m * r) * dt.itemsize
+
+
+def _header(
+    payload: object, max_dimension: int, expected_dimension: int | None, *, decoding: bool = True
+) -> tuple[bytes, struct.Struct, tuple]:
+    """The payload's bytes, its form's header layout and the header's fields.
+
+    The magic (either form's), the version, the dtype and flags (where
+    ``decoding``) and the dimension are checked before any allocation.
+    """
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise SummaryFormatError(f"payload must be bytes, got {type(payload).__name__}")
+    data = bytes(payload)
+    header = _LOW_RANK_HEADER if data[:4] == _LOW_RANK_MAGIC else _HEADER
+    if len(data) < header.size:
+        raise SummaryFormatError(
+            f"payload truncated: {len(data)} bytes, shorter than the {header.size}-byte header"
+        )
+    fields = header.unpack_from(data)
+    magic, version, dtype_code, flags, m = fields[:5]
+    if magic not in (_MAGIC, _LOW_RANK_MAGIC):
+        raise SummaryFormatError("payload is not a skslot Gaussian summary (bad magic)")
+    if version != _FORMAT_VERSION:
+        raise SummaryFormatError(
+            f"unsupported summary format version {version} "
+            f"(this skslot reads version {_FORMAT_VERSION})"
+        )
+    if decoding and dtype_code not in _DTYPES:
+        raise SummaryFormatError(f"unknown dtype code {dtype_code}")
+    if decoding and (
+        flags & ~(_FLAG_SHRINKAGE | _FLAG_INT_LABEL | _FLAG_STR_LABEL)
+        or (flags & _FLAG_INT_LABEL and flags & _FLAG_STR_LABEL)
+    ):
+        raise SummaryFormatError(f"invalid header flags {flags:#x}")
+    if m < 1 or m > max_dimension:
+        raise SummaryFormatError(f"dimension {m} outside the accepted range [1, {max_dimension}]")
+    if expected_dimension is not None and m != expected_dimension:
+        raise SummaryFormatError(
+            f"dimension mismatch: payload has dimension {m}, expected {expected_dimension}"
+        )
+    return data, header, fields
 
 
 def summary_dimension(
@@ -424,9 +347,7 @@ def summary_dimension(
 
     A server learns each upload's dimension this way, decides the run's, and
     decodes only the summaries of that dimension: a payload announcing another
-    costs no allocation.  Both formats are read: the dense one and the
-    factor one, whose headers place the
-    version and the dimension alike.
+    costs no allocation.  Either form is read.
 
     Parameters
     ----------
@@ -446,23 +367,7 @@ def summary_dimension(
         If the payload is not bytes, is shorter than the header, or its magic,
         format version or dimension is invalid.
     """
-    if not isinstance(payload, (bytes, bytearray, memoryview)):
-        raise SummaryFormatError(f"payload must be bytes, got {type(payload).__name__}")
-    if len(payload) < _HEADER.size:
-        raise SummaryFormatError(
-            f"payload truncated: {len(payload)} bytes, shorter than the {_HEADER.size}-byte header"
-        )
-    magic, version, _, _, m, _, _ = _HEADER.unpack_from(payload)
-    if magic not in (_MAGIC, LOW_RANK_MAGIC):
-        raise SummaryFormatError("payload is not a skslot Gaussian summary (bad magic)")
-    if version != _FORMAT_VERSION:
-        raise SummaryFormatError(
-            f"unsupported summary format version {version} "
-            f"(this skslot reads version {_FORMAT_VERSION})"
-        )
-    if m < 1 or m > max_dimension:
-        raise SummaryFormatError(f"dimension {m} outside the accepted range [1, {max_dimension}]")
-    return int(m)
+    return int(_header(payload, max_dimension, None, decoding=False)[2][4])
 
 
 def decode_summary(
@@ -470,15 +375,19 @@ def decode_summary(
     *,
     expected_dimension: int | None = None,
     max_dimension: int = DEFAULT_MAX_DIMENSION,
+    max_rank: int | None = None,
 ) -> SummaryFields:
-    """Decode a payload written by :func:`encode_summary` into its fields.
+    """Decode a payload written by :func:`encode_summary` into its fields, in its form.
 
-    The structure is checked: the header, the dimension, the count, the
-    client label and the payload's length, and the values must be finite.
-    The values are not validated as a summary (positive definite covariance,
-    magnitudes): :meth:`GaussianSummary.from_bytes
-    <skslot.GaussianSummary.from_bytes>` builds the summary from these fields
-    and does, so receive summaries with it.
+    The structure is checked: the header, the dimension, the rank, the count,
+    the client label and the payload's length, and the values must be
+    finite.  A basis must be orthonormal up to what its dtype's rounding and
+    the float64 arithmetic that made it explain (``|U^T U - I| <= max(64 eps,
+    BASIS_ROUNDING)``); it is then made orthonormal again (a QR
+    factorisation, the same span).  The values are not validated as a
+    summary (positive definite covariance, magnitudes):
+    :meth:`GaussianSummary.from_bytes <skslot.GaussianSummary.from_bytes>`
+    builds the summary from these fields and does, so receive summaries with it.
 
     Parameters
     ----------
@@ -488,12 +397,15 @@ def decode_summary(
         Reject a payload of any other dimension.
     max_dimension : int, default=16384
         Reject a header announcing a larger dimension before allocating.
+    max_rank : int, optional
+        Reject a factor form announcing a larger rank before allocating
+        (default: the dimension).
 
     Returns
     -------
     fields : SummaryFields
-        The count, mean, covariance (exactly symmetric), shrinkage and client
-        label the payload carries.
+        The count, mean, covariance (exactly symmetric) or its factors,
+        shrinkage and client label the payload carries.
 
     Raises
     ------
@@ -501,116 +413,53 @@ def decode_summary(
         If the payload is not bytes, is truncated or longer than its header
         implies, has another magic, format version, dtype or unknown flags,
         declares ``n < 2`` or ``n > 2**53``, has a dimension outside
-        ``[1, max_dimension]`` or other than ``expected_dimension``, or
-        decodes to non-finite values.
+        ``[1, max_dimension]`` or other than ``expected_dimension``, a rank
+        above the dimension or ``max_rank``, a basis that is not orthonormal,
+        or decodes to non-finite values.
     """
-    names = ("Gaussian summary", "summary")
-    data, fields = _header(payload, _HEADER, _MAGIC, names, max_dimension, expected_dimension)
-    m, n, shrinkage = fields[4:]
-    count = m + m * (m + 1) // 2
-    values, client, shrink = _values(data, _HEADER, fields, count, n=n, shrinkage=shrinkage)
-    return SummaryFields(int(n), values[:m], symmetric_from_upper(values[m:], m), shrink, client)
-
-
-def encode_low_rank_summary(summary: _LowRank, dtype: str | np.dtype = "float32") -> bytes:
-    """The payload of a low-rank summary's fields with its values in ``dtype``.
-
-    Parameters
-    ----------
-    summary : LowRankGaussianSummary or LowRankFields
-    dtype : {"float16", "float32", "float64"}, default="float32"
-        The precision of the mean, eigenvalues and basis (the count,
-        shrinkage and complement travel in the header, exactly).
-
-    Returns
-    -------
-    payload : bytes
-
-    Raises
-    ------
-    ValueError
-        If ``dtype`` is not float16, float32 or float64.
-    SummaryFormatError
-        If a value overflows ``dtype``, an eigenvalue rounds to zero, or the
-        client label does not fit the format.
-    """
-    dt = _wire_dtype(dtype)
-    mean = np.asarray(summary.mean, dtype=np.float64)
-    basis = np.asarray(summary.basis, dtype=np.float64)
-    eigenvalues = np.asarray(summary.eigenvalues, dtype=np.float64)
-    m, r = basis.shape
-    packed = _packed(np.concatenate([mean, eigenvalues, basis.ravel()]), dt)
-    if r and float(packed[m : m + r].min()) <= 0.0:
+    data, header, fields = _header(payload, max_dimension, expected_dimension)
+    dtype_code, flags, m = fields[2:5]
+    if header is _HEADER:
+        n, shrinkage = fields[5:]
+        complement, count = 0.0, m + m * (m + 1) // 2
+    else:
+        r, n, shrinkage, complement = fields[5:]
+        highest = m if max_rank is None else min(m, max_rank)
+        if r > highest:
+            raise SummaryFormatError(f"rank {r} above the accepted {highest} (dimension {m})")
+        count = m + r + m * r
+    if not 2 <= n <= MAX_COUNT:
+        raise SummaryFormatError(f"n must be between 2 and 2**53, payload says {n}")
+    client, offset = read_label(data, header.size, flags)
+    dt = _DTYPES[dtype_code]
+    expected = offset + count * dt.itemsize
+    if len(data) != expected:
+        kind = "truncated" if len(data) < expected else "oversized"
         raise SummaryFormatError(
-            f"an eigenvalue rounds to zero in {dt.name}; send it in a wider dtype"
+            f"payload {kind}: {len(data)} bytes, the header implies {expected}"
         )
-    tail = (float(summary.complement),)
-    return _payload(_LOW_RANK_HEADER, LOW_RANK_MAGIC, summary, dt, (m, r), tail, packed)
-
-
-def low_rank_payload_size(summary: _LowRank, dtype: str | np.dtype = "float32") -> int:
-    """Length of :func:`encode_low_rank_summary`'s payload, without encoding the values.
-
-    Parameters
-    ----------
-    summary : LowRankGaussianSummary or LowRankFields
-    dtype : {"float16", "float32", "float64"}, default="float32"
-
-    Returns
-    -------
-    size : int
-    """
-    dt = _wire_dtype(dtype)
-    m, r = np.shape(summary.basis)
-    label = _label_bytes(summary.client)[1]
-    return _LOW_RANK_HEADER.size + len(label) + (m + r + m * r) * dt.itemsize
-
-
-def decode_low_rank_summary(
-    payload: bytes | bytearray | memoryview,
-    *,
-    expected_dimension: int | None = None,
-    max_dimension: int = DEFAULT_MAX_DIMENSION,
-    max_rank: int | None = None,
-) -> LowRankFields:
-    """Decode a payload written by :func:`encode_low_rank_summary` into its fields.
-
-    Parameters
-    ----------
-    payload : bytes-like
-        The received bytes.  Nothing is unpickled or evaluated.
-    expected_dimension : int, optional
-        Reject a payload of any other dimension.
-    max_dimension : int, default=16384
-        Reject a header announcing a larger dimension.
-    max_rank : int, optional
-        Reject a header announcing a larger rank (default: the dimension).
-
-    Returns
-    -------
-    fields : LowRankFields
-
-    Raises
-    ------
-    SummaryFormatError
-        If the payload is not bytes, is truncated or longer than its header
-        implies, has another magic, format version, dtype or unknown flags,
-        announces a dimension outside ``[1, max_dimension]`` or other than
-        ``expected_dimension``, a rank above the dimension or ``max_rank``,
-        ``n < 2`` or ``n > 2**53``, or decodes to non-finite values.
-    """
-    names = ("low-rank summary", "low-rank summary")
-    data, fields = _header(
-        payload, _LOW_RANK_HEADER, LOW_RANK_MAGIC, names, max_dimension, expected_dimension
-    )
-    m, r, n, shrinkage, complement = fields[4:]
-    highest = m if max_rank is None else min(m, max_rank)
-    if r > highest:
-        raise SummaryFormatError(f"rank {r} above the accepted {highest} (dimension {m})")
-    count = m + r + m * r
-    values, client, shrink = _values(
-        data, _LOW_RANK_HEADER, fields, count, n=n, shrinkage=shrinkage, finite=(complement,)
-    )
-    mean, eigenvalues, basis = values[:m], values[m : m + r], values[m + r :].reshape(m, r)
-    dtype = _DTYPES[fields[2]].name
-    return LowRankFields(int(n), mean, basis, eigenvalues, float(complement), shrink, client, dtype)
+    values = np.frombuffer(data, dtype=dt, offset=offset).astype(np.float64)
+    if not (np.all(np.isfinite(values)) and np.isfinite(complement)):
+        raise SummaryFormatError("payload decodes to NaN or infinite values")
+    shrink = None
+    if flags & _FLAG_SHRINKAGE:
+        if not np.isfinite(shrinkage):
+            raise SummaryFormatError("shrinkage is not finite")
+        shrink = float(shrinkage)
+    if header is _HEADER:
+        return SummaryFields(
+            int(n), values[:m], symmetric_from_upper(values[m:], m), shrink, client
+        )
+    mean, eigenvalues, U = values[:m], values[m : m + r], values[m + r :].reshape(m, r)
+    if r:
+        gram = U.T @ U
+        gram.flat[:: r + 1] -= 1.0
+        allowed = max(64 * float(np.finfo(dt).eps), BASIS_ROUNDING)
+        if float(np.max(np.abs(gram))) > allowed:
+            raise SummaryFormatError(
+                f"basis is not orthonormal: |U^T U - I| reaches {np.max(np.abs(gram)):.2e}, "
+                f"above the {allowed:.1e} that {dt.name} rounding explains"
+            )
+        Q, R = np.linalg.qr(U)
+        U = Q * np.sign(np.diagonal(R))  # the nearest orthonormal columns, the same span
+    return SummaryFields(int(n), mean, None, shrink, client, U, eigenvalues, float(complement))

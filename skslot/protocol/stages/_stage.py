@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 import numpy as np
 
+from ...gaussian import GaussianSummary
 from ...heads import LinearScores
-from ...low_rank import Summary, summary_from_bytes, summary_to_bytes
 from ...wire import MessageFormatError, StatisticsFormatError, WireFormatError
 from ...wire.payload import ConfigValue, Payload, ReceivedPayload
 
@@ -51,7 +51,7 @@ class ServerWire:
     dimension: int = 0
 
     def with_reference(
-        self, values: dict[str, ConfigValue], reference: Summary | None
+        self, values: dict[str, ConfigValue], reference: GaussianSummary | None
     ) -> dict[str, ConfigValue]:
         """A request's settings with the reference, where it travels, in the run's precision.
 
@@ -59,7 +59,7 @@ class ServerWire:
         ----------
         values : dict
             The request's other settings.
-        reference : GaussianSummary, LowRankGaussianSummary or None
+        reference : GaussianSummary or None
             ``None`` where the client already holds it.
 
         Returns
@@ -67,7 +67,8 @@ class ServerWire:
         dict
         """
         if reference is not None:
-            values["reference"] = summary_to_bytes(reference, self.summary_dtype)
+            dtype = self.summary_dtype
+            values["reference"] = reference.smaller_form(dtype).to_bytes(dtype)
         return values
 
 
@@ -86,7 +87,7 @@ class ClientWire:
     classes: np.ndarray
     n_features: int
 
-    def reference(self, payload: ReceivedPayload) -> Summary | None:
+    def reference(self, payload: ReceivedPayload) -> GaussianSummary | None:
         """The reference a request carries, if any, at this client's dimension.
 
         Parameters
@@ -95,12 +96,12 @@ class ClientWire:
 
         Returns
         -------
-        GaussianSummary, LowRankGaussianSummary or None
+        GaussianSummary or None
         """
         data = payload.optional("reference", bytes)
         if data is None:
             return None
-        return summary_from_bytes(data, expected_dimension=self.n_features)
+        return GaussianSummary.from_bytes(data, expected_dimension=self.n_features)
 
     @property
     def head_bytes(self) -> int:
@@ -110,7 +111,7 @@ class ClientWire:
     @property
     def reference_bytes(self) -> int:
         """Most bytes one reference of this dimension takes on the wire (in float64): it
-        travels in the smaller of its forms (:func:`~skslot.low_rank.summary_to_bytes`), so
+        travels in the smaller of its forms (:meth:`~skslot.GaussianSummary.smaller_form`), so
         at most the dense form's ``m (m + 3) / 2`` values."""
         m = self.n_features
         return 8 * (m * (m + 3) // 2) + 4096

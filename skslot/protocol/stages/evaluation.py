@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...gaussian import GaussianSummary
 from ...heads import LinearScores
 from ...label_mix import own_mix_accuracy
-from ...low_rank import Summary, TransportMap
+from ...maps import GaussianMap
 from ...privacy.client import evaluation_digest
 from ...wire.payload import Payload, ReceivedPayload
 from ._stage import ClientWire, ServerWire, Stage
@@ -48,13 +49,13 @@ class EvaluationRequest:
 
     Parameters
     ----------
-    reference : GaussianSummary, LowRankGaussianSummary or None
+    reference : GaussianSummary or None
         The reference, with a client's first request after it was built.
     head : LinearScores
     tau : float
     """
 
-    reference: Summary | None
+    reference: GaussianSummary | None
     head: LinearScores
     tau: float
 
@@ -82,7 +83,7 @@ def correct_rows(
     X_test: np.ndarray,
     y_test: np.ndarray,
     request: EvaluationRequest,
-    full_map: TransportMap,
+    full_map: GaussianMap,
 ) -> np.ndarray:
     """Which of the client's test rows the request's head predicts right, aligned at its ``tau``.
 
@@ -96,7 +97,7 @@ def correct_rows(
     X_test, y_test : ndarray
         Its test rows and labels.
     request : EvaluationRequest
-    full_map : GaussianMap or LowRankMap
+    full_map : GaussianMap
         The client's full map.
 
     Returns

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
 from ...barycenter import BuresBarycenter
 from ...exceptions import SingleClientWarning
-from ...low_rank import Summary, TransportMap, summary_to_bytes
+from ...gaussian import GaussianSummary
+from ...maps import GaussianMap
 
 __all__ = ["FixedReference", "Reference", "ReferenceStep"]
 
@@ -22,16 +23,16 @@ class Reference:
 
     Parameters
     ----------
-    reference : GaussianSummary or LowRankGaussianSummary
+    reference : GaussianSummary
         The barycenter of the clients' summaries.
-    maps : dict of address to GaussianMap or LowRankMap
+    maps : dict of address to GaussianMap
         Each client's full map onto ``reference`` (at ``tau = 1``).
     n_iter : int
         The barycenter's iterations.
     """
 
-    reference: Summary
-    maps: dict[Hashable, TransportMap]
+    reference: GaussianSummary
+    maps: dict[Hashable, GaussianMap]
     n_iter: int
 
 
@@ -67,7 +68,7 @@ class ReferenceStep:
     def build(
         self,
         clients: Sequence[Hashable],
-        summaries: Sequence[Summary],
+        summaries: Sequence[GaussianSummary],
         weights: Sequence,
         *,
         max_iter: int | None = None,
@@ -78,7 +79,7 @@ class ReferenceStep:
         ----------
         clients : sequence of addresses
             The clients, in the order of ``summaries``.
-        summaries : sequence of GaussianSummary or LowRankGaussianSummary
+        summaries : sequence of GaussianSummary
             One per client.
         weights : sequence of float
             The clients' weights as the server accepted them (used unless the
@@ -95,7 +96,7 @@ class ReferenceStep:
         if len(clients) != len(summaries):
             raise ValueError(f"{len(clients)} clients for {len(summaries)} summaries")
         # the barycenter keys its maps by each summary's position, given back to its address
-        labelled = [replace(s, client=k) for k, s in enumerate(summaries)]
+        labelled = [s.replace(client=k) for k, s in enumerate(summaries)]
         barycenter = clone(self.barycenter)
         if isinstance(barycenter.weights, str) and barycenter.weights == "samples":
             barycenter.set_params(weights=list(weights))
@@ -106,8 +107,9 @@ class ReferenceStep:
             if len(clients) == 1:  # a probe of one client's summary
                 warnings.simplefilter("ignore", SingleClientWarning)
             barycenter.fit(labelled)
-        if self.wire_dtype is not None:
-            summary_to_bytes(barycenter.reference_, self.wire_dtype)  # raises if it cannot travel
+        dtype = self.wire_dtype
+        if dtype is not None:
+            barycenter.reference_.smaller_form(dtype).to_bytes(dtype)  # raises if it cannot travel
         maps = barycenter.maps()  # by position
         by_address = {c: maps[k] for k, c in enumerate(clients)}
         return Reference(barycenter.reference_, by_address, int(barycenter.n_iter_))
@@ -118,16 +120,16 @@ class FixedReference(ReferenceStep):
 
     Parameters
     ----------
-    reference : GaussianSummary or LowRankGaussianSummary
+    reference : GaussianSummary
         The fitted reference.
-    maps : mapping of address to GaussianMap or LowRankMap
+    maps : mapping of address to GaussianMap
         Each client's fitted map onto it.
     n_iter : int, default=0
         The barycenter iterations it took, for the report.
     """
 
     def __init__(
-        self, reference: Summary, maps: Mapping[Hashable, TransportMap], n_iter: int = 0
+        self, reference: GaussianSummary, maps: Mapping[Hashable, GaussianMap], n_iter: int = 0
     ) -> None:
         self.fixed = Reference(reference, dict(maps), n_iter)
 
@@ -148,7 +150,7 @@ class FixedReference(ReferenceStep):
         Parameters
         ----------
         clients : sequence of addresses
-        summaries : sequence of GaussianSummary or LowRankGaussianSummary
+        summaries : sequence of GaussianSummary
             Ignored.
         weights : sequence of float
             Ignored.

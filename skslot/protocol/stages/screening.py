@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...gaussian import GaussianSummary
 from ...heads import LinearScores
-from ...low_rank import Summary, TransportMap, summary_from_bytes, summary_to_bytes
+from ...maps import GaussianMap
 from ...wire import MessageFormatError
 from ...wire.arrays import ArrayMessage, read_array
 from ...wire.payload import Payload, ReceivedPayload, array_list
@@ -64,7 +65,7 @@ class ScreeningRequest:
 
     Parameters
     ----------
-    reference : GaussianSummary, LowRankGaussianSummary or None
+    reference : GaussianSummary or None
         The reference, with a client's first request after it was built.
     full : LinearScores
     left_out : tuple of LinearScores
@@ -72,7 +73,7 @@ class ScreeningRequest:
     tau : float
     full_mask : ndarray of bool, shape (C,), optional
         The classes the full head predicts among (``None``: every class).
-    references : tuple of (GaussianSummary, LowRankGaussianSummary or None), optional
+    references : tuple of (GaussianSummary or None), optional
         Per left-out head, the reference built without its client; ``None``
         (or an empty tuple: for every head) where the head is on the run's
         reference (one fixed before the run).
@@ -81,13 +82,13 @@ class ScreeningRequest:
         onto it.
     """
 
-    reference: Summary | None
+    reference: GaussianSummary | None
     full: LinearScores
     left_out: tuple[LinearScores, ...]
     masks: np.ndarray
     tau: float
     full_mask: np.ndarray | None = None
-    references: tuple[Summary | None, ...] = ()
+    references: tuple[GaussianSummary | None, ...] = ()
     fractions: tuple[float, ...] = ()
 
 
@@ -155,14 +156,14 @@ def paired_counts(
     full: LinearScores,
     left_out: Sequence[LinearScores],
     masks: np.ndarray,
-    full_map: TransportMap,
+    full_map: GaussianMap,
     tau: float,
     X: np.ndarray,
     y: np.ndarray,
     classes: np.ndarray,
     *,
     full_mask: np.ndarray | None = None,
-    left_out_maps: Sequence[TransportMap | None] | None = None,
+    left_out_maps: Sequence[GaussianMap | None] | None = None,
     class_counts: np.ndarray | None = None,
 ) -> PairedCounts:
     """Compare the full head with each left-out head on the validation rows.
@@ -190,7 +191,7 @@ def paired_counts(
         The heads without one other client each.
     masks : ndarray of bool, shape (len(left_out), C)
         The classes each comparison predicts among.
-    full_map : GaussianMap or LowRankMap
+    full_map : GaussianMap
         This client's full map onto the reference.
     tau : float
         This client's fraction of its map.
@@ -200,7 +201,7 @@ def paired_counts(
         The global class set.
     full_mask : ndarray of bool, shape (C,), optional
         The classes the full head predicts among; ``None``: every class.
-    left_out_maps : sequence of (GaussianMap, LowRankMap or None), optional
+    left_out_maps : sequence of (GaussianMap or None), optional
         Per left-out head, the map (at its fraction) that aligns the rows it
         scores; ``None``: the full map at ``tau``.
     class_counts : ndarray of shape (C,), optional
@@ -324,7 +325,7 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
         rebuilt = zip(heads, request.references, request.fractions, strict=True)
         for arrays, reference, tau in rebuilt if request.references else ():
             if reference is not None:  # the reference built without this head's client
-                data = summary_to_bytes(reference, wire.summary_dtype)
+                data = reference.smaller_form(wire.summary_dtype).to_bytes(wire.summary_dtype)
                 arrays["reference"] = np.frombuffer(data, dtype=np.uint8)
                 arrays["tau"] = np.array([tau], dtype=np.float64)
         full = request.full.to_arrays()
@@ -369,7 +370,7 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
 
 def _left_out_reference(
     arrays: dict[str, np.ndarray], wire: ClientWire
-) -> tuple[Summary | None, float]:
+) -> tuple[GaussianSummary | None, float]:
     """A left-out head's reference built without its client, and this client's fraction of
     its map onto it (popped from the head's arrays), if it carries one."""
     data, tau = arrays.pop("reference", None), arrays.pop("tau", None)
@@ -379,7 +380,7 @@ def _left_out_reference(
         raise MessageFormatError("a left-out head's reference needs its bytes and a fraction")
     if tau.shape != (1,) or not np.isfinite(tau[0]) or not 0.0 <= tau[0] <= 1.0:
         raise MessageFormatError("a left-out head's fraction of the map must lie in [0, 1]")
-    reference = summary_from_bytes(data.tobytes(), expected_dimension=wire.n_features)
+    reference = GaussianSummary.from_bytes(data.tobytes(), expected_dimension=wire.n_features)
     return reference, float(tau[0])
 
 

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...defence.consistency import misplaced_class_means
+from ...gaussian import GaussianSummary
 from ...heads._fitting import local_heads
-from ...low_rank import Summary, TransportMap
+from ...maps import GaussianMap
 from ...privacy._heads import private_release
 from ...privacy.client import map_digest
 from ...wire import MessageFormatError
@@ -59,7 +60,7 @@ class UpdatesRequest:
 
     Parameters
     ----------
-    reference : GaussianSummary, LowRankGaussianSummary or None
+    reference : GaussianSummary or None
         The reference, with a client's first request after it was built.
     taus : tuple of float
         The fractions of the client's map to train at.
@@ -67,7 +68,7 @@ class UpdatesRequest:
         The fitting rows, or all the client's training rows.
     """
 
-    reference: Summary | None
+    reference: GaussianSummary | None
     taus: tuple[float, ...]
     part: str
 
@@ -129,7 +130,7 @@ def check(
 
 
 def misplaced_means(
-    updates: Sequence, taus: Sequence[float], full_map: TransportMap, upload: Upload
+    updates: Sequence, taus: Sequence[float], full_map: GaussianMap, upload: Upload
 ) -> str | None:
     """Why a client's local heads do not place its own class means in their classes.
 
@@ -148,7 +149,7 @@ def misplaced_means(
         The client's heads, one per fraction.
     taus : sequence of float
         The client's fractions of its map the heads were trained at.
-    full_map : GaussianMap or LowRankMap
+    full_map : GaussianMap
         The client's full map, as it applies it.
     upload : Upload
         The client's upload.

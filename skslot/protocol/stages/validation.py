@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...gaussian import GaussianSummary
 from ...heads import LinearScores
-from ...low_rank import Summary, TransportMap
+from ...maps import GaussianMap
 from ...selection import Selection, select_candidate, validation_sizes
 from ...wire.arrays import ArrayMessage, read_array
 from ...wire.payload import Payload, ReceivedPayload, array_list
@@ -47,7 +48,7 @@ class ValidationRequest:
 
     Parameters
     ----------
-    reference : GaussianSummary, LowRankGaussianSummary or None
+    reference : GaussianSummary or None
         The reference, with a client's first request after it was built.
     heads : tuple of LinearScores
         The candidate heads.
@@ -55,7 +56,7 @@ class ValidationRequest:
         Each candidate's fraction of this client's map.
     """
 
-    reference: Summary | None
+    reference: GaussianSummary | None
     heads: tuple[LinearScores, ...]
     taus: tuple[float, ...]
 
@@ -149,7 +150,7 @@ class ValidationCounts:
 def score_candidates(
     heads: Sequence[LinearScores],
     taus: Sequence[float],
-    full_map: TransportMap,
+    full_map: GaussianMap,
     X: np.ndarray,
     y: np.ndarray,
     classes: np.ndarray,
@@ -167,7 +168,7 @@ def score_candidates(
         The candidate heads, as received.
     taus : sequence of float
         Each candidate's ``tau``.
-    full_map : GaussianMap or LowRankMap
+    full_map : GaussianMap
         This client's full (``tau = 1``) map onto the reference.
     X, y : ndarray
         The client's validation rows and labels.

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ....low_rank import Summary, smaller_form, summary_from_bytes, summary_to_bytes
+from ....gaussian import GaussianSummary
 from ....privacy import RELEASES
 from ....summary import COVARIANCES
 from ....wire import (
@@ -99,23 +99,23 @@ def _read_header(
     return upload, summary, dimension
 
 
-def as_decoded(summary: Summary, dtype: str | None) -> Summary:
+def as_decoded(summary: GaussianSummary, dtype: str | None) -> GaussianSummary:
     """The summary as the server decodes it from the wire.
 
     Parameters
     ----------
-    summary : GaussianSummary or LowRankGaussianSummary
+    summary : GaussianSummary
     dtype : {"float16", "float32", "float64"} or None
         The precision the summary travels in; ``None``: as is.
 
     Returns
     -------
-    GaussianSummary or LowRankGaussianSummary
-        In the form it travels in, the smaller of the two (:func:`summary_to_bytes`).
+    GaussianSummary
+        In the form it travels in, the smaller of the two (:meth:`~GaussianSummary.smaller_form`).
     """
     if dtype is None:
-        return smaller_form(summary, "float64")
-    return summary_from_bytes(summary_to_bytes(summary, dtype))
+        return summary.smaller_form("float64")
+    return GaussianSummary.from_bytes(summary.smaller_form(dtype).to_bytes(dtype))
 
 
 class UploadCodec(Stage[UploadRequest, Upload]):
@@ -210,7 +210,8 @@ class UploadCodec(Stage[UploadRequest, Upload]):
             "n-validation": reply.n_validation,
         }
         if reply.summary is not None:
-            values["summary"] = summary_to_bytes(reply.summary, request.summary_dtype or "float64")
+            dtype = request.summary_dtype or "float64"
+            values["summary"] = reply.summary.smaller_form(dtype).to_bytes(dtype)
         else:  # derived from the statistics: the server needs their dimension to decode them
             values["dimension"] = int(reply.statistics.n_features)
         if reply.shrinkage is not None:
@@ -267,7 +268,7 @@ class UploadCodec(Stage[UploadRequest, Upload]):
                 if dimension != m:
                     raise StatisticsFormatError(f"dimension {dimension}, expected {m}")
                 if summary is not None:
-                    decoded = summary_from_bytes(  # a factor form's rank: below its rows
+                    decoded = GaussianSummary.from_bytes(  # a factor form's rank: below its rows
                         summary,
                         expected_dimension=m,
                         max_dimension=wire.max_dimension,

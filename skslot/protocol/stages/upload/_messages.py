@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ....defaults import COVARIANCE_FLOOR
-from ....low_rank import Summary
+from ....gaussian import GaussianSummary
 
 __all__ = ["CLASS_SUMS", "STATISTICS", "VALIDATION_STATISTICS", "Upload", "UploadRequest"]
 
@@ -93,7 +93,7 @@ class Upload:
 
     Parameters
     ----------
-    summary : GaussianSummary, LowRankGaussianSummary or None
+    summary : GaussianSummary or None
         The summary of the fitting rows (``None`` where the server derives it).
     n_fit : int
         The fitting rows.
@@ -121,7 +121,7 @@ class Upload:
         their sums, shape ``(C, m)``.
     """
 
-    summary: Summary | None
+    summary: GaussianSummary | None
     n_fit: int
     n_test: int
     statistics: Any = None
