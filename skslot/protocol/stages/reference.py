@@ -108,7 +108,7 @@ class ReferenceStep:
             barycenter.fit(labelled)
         if self.wire_dtype is not None:
             summary_to_bytes(barycenter.reference_, self.wire_dtype)  # raises if it cannot travel
-        maps = barycenter.maps()  # by position
+        maps = barycenter.maps()  # by position, given back to each address
         by_address = {c: maps[k] for k, c in enumerate(clients)}
         return Reference(barycenter.reference_, by_address, int(barycenter.n_iter_))
 
@@ -165,6 +165,4 @@ class FixedReference(ReferenceStep):
             If the fitted reference has no map for one of ``clients``.
         """
         self.check_clients(clients)
-        return Reference(
-            self.fixed.reference, {c: self.fixed.maps[c] for c in clients}, self.fixed.n_iter
-        )
+        return replace(self.fixed, maps={c: self.fixed.maps[c] for c in clients})
