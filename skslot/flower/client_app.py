@@ -51,7 +51,7 @@ from ..datasets._tables import DEFAULT_SPLIT_COLUMN, table_columns, table_kind
 from ..defaults import DELTA, LIFETIME_DELTA
 from ..privacy import LifetimeBudget, PrivacyBudget, refusal
 from ..protocol import ClientParty, ClientState
-from ..protocol.stages import STAGES, ClientWire, Stage
+from ..protocol.stages import STAGES, Stage
 from ..selection import validation_split
 from . import messages
 from .config import DeploymentConfig
@@ -135,17 +135,11 @@ def load_client_data(
         path = _node_value(node_config, "data", str)
         client = node_config.get("client-id", node_id)
         if _is_split_archive(path):
-            with np.load(path, allow_pickle=False) as archive:
-                X_train, y_train, X_test, y_test = (
-                    archive[key] for key in ("X_train", "y_train", "X_test", "y_test")
-                )
+            with np.load(path, allow_pickle=False) as npz:
+                X, y, X_test, y_test = (npz[k] for k in ("X_train", "y_train", "X_test", "y_test"))
+            source = "its own .npz of train and test rows"
             return ClientData(
-                client,
-                X_train.astype(np.float64),
-                y_train,
-                X_test.astype(np.float64),
-                y_test,
-                "its own .npz of train and test rows",
+                client, X.astype(np.float64), y, X_test.astype(np.float64), y_test, source
             )
         return _own_table(path, node_config, config, client)
     pid = _node_value(node_config, "partition-id", int)
@@ -197,55 +191,42 @@ def _own_table(
         split=split,
         finite=not private,
     )
-    # a private node's labels outside the class set are not named to anyone (see _data)
+    # a private node's labels outside the class set are not named to anyone (see _party)
     y = config.label_codes(table.classes[table.y], where=path, outside=-1 if private else None)
     if table.is_test is not None:
-        test = table.is_test
-    elif private:
-        # a private node's split must not depend on its labels (its sizes are public):
-        # round(test_size * n) rows drawn by position alone
-        n = y.shape[0]
-        order = np.random.default_rng(config.seed).permutation(n)
-        test = np.zeros(n, dtype=bool)
-        test[order[: round(config.test_size * n)]] = True
+        test, held = table.is_test, f"test rows from its {split!r} column"
     else:
-        test = np.zeros(y.shape[0], dtype=bool)
-        _, held_out = validation_split(y, config.test_size, config.seed)
-        test[held_out] = True
-    held = (
-        f"test rows from its {split!r} column"
-        if table.is_test is not None
-        else f"test rows drawn ({config.test_size:g} of them, seed {config.seed})"
-    )
+        n, held = y.shape[0], f"test rows drawn ({config.test_size:g} of them, seed {config.seed})"
+        test = np.zeros(n, dtype=bool)
+        if private:
+            # a private node's split must not depend on its labels (its sizes are public):
+            # round(test_size * n) rows drawn by position alone
+            order = np.random.default_rng(config.seed).permutation(n)
+            test[order[: round(config.test_size * n)]] = True
+        else:
+            test[validation_split(y, config.test_size, config.seed)[1]] = True
     source = f"its own .{table_kind(path)} table, {held}"  # a .csv.gz is a .csv
     return ClientData(client, table.X[~test], y[~test], table.X[test], y[test], source)
 
 
-def _settings(context: Context) -> tuple[DeploymentConfig, PrivacyBudget | None]:
-    """The run's configuration and the budget this node releases under."""
-    config = DeploymentConfig.from_run_config(context.run_config)
-    return config, node_privacy(context.node_config, config)
+def _party(
+    context: Context, config: DeploymentConfig, privacy: PrivacyBudget | None
+) -> tuple[ClientParty, ClientData]:
+    """This node as a party of the protocol (its rows, its budget and its state of this run),
+    and its data.
 
-
-def _data(context: Context, config: DeploymentConfig, private: bool) -> ClientData:
-    """This node's rows (a private node's rows with a label outside the class set, or a value
-    that is not finite, are its party's null rows: nothing names them)."""
+    A private node's rows with a label outside the class set, or a value that
+    is not finite, are its party's null rows: nothing names them.
+    """
     data = load_client_data(context.node_config, config, context.node_id)
-    if not private:
+    if privacy is None:
         unknown = np.setdiff1d(np.concatenate([data.y_train, data.y_test]), config.class_set)
         if unknown.size:
             raise ValueError(
                 f"labels {unknown.tolist()} are not in the run's class set {config.classes!r}"
             )
-    return data
-
-
-def _party(
-    context: Context, config: DeploymentConfig, data: ClientData, privacy: PrivacyBudget | None
-) -> ClientParty:
-    """This node as a party of the protocol: its rows, its budget and its state of this run."""
     stored = context.state.config_records.get(STATE)
-    return ClientParty(
+    party = ClientParty(
         data.X_train,
         data.y_train,
         head=config.make_head(),
@@ -259,6 +240,7 @@ def _party(
         privacy=privacy,
         lifetime=node_lifetime(context.node_config),
     )
+    return party, data
 
 
 def node_privacy(node_config: Mapping[str, Any], config: DeploymentConfig) -> PrivacyBudget | None:
@@ -354,14 +336,9 @@ def reply_seconds(node_config: Mapping[str, Any]) -> float:
     return float(value)
 
 
-def _wait_until(deadline: float) -> None:
-    remaining = deadline - time.monotonic()
-    if remaining > 0:
-        time.sleep(remaining)
-
-
 def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
-    """The ``ClientApp`` handler of one message type: decode, the stage's client step, encode.
+    """The ``ClientApp`` handler of one message type: the party's side of the message
+    (:meth:`~skslot.protocol.ClientParty.serve`: decode, the stage's client step, encode).
 
     The party's state of the run (its summary as the server decoded it, the
     reference once received) is kept in the run's ``context.state`` between
@@ -372,13 +349,11 @@ def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
         start = time.monotonic()
         party, answered = None, False
         try:
-            config, privacy = _settings(context)
+            config = DeploymentConfig.from_run_config(context.run_config)
+            privacy = node_privacy(context.node_config, config)
             try:
-                data = _data(context, config, privacy is not None)
-                wire = ClientWire(config.class_set, int(data.X_train.shape[1]))
-                request = stage.decode_request(messages.received(message), wire)
-                party = _party(context, config, data, privacy)
-                reply = party.answer(stage.name, request)
+                party, data = _party(context, config, privacy)
+                content = messages.content(party.serve(stage.name, messages.received(message)))
                 answered = True
             except Exception:
                 if privacy is None:
@@ -391,12 +366,11 @@ def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
                 if party is not None and (answered or privacy is not None):
                     kept: dict[str, ConfigRecordValues] = dict(party.state.to_config())
                     context.state[STATE] = ConfigRecord(kept)
-            content = messages.content(stage.encode_reply(reply, request))
             if stage.name == "upload":  # what this node read, for the run's report
                 content[messages.SOURCE] = ConfigRecord({"source": data.source})
             return Message(content, reply_to=message)
         finally:  # a reply, or an error, no sooner than the node's reply-seconds
-            _wait_until(start + reply_seconds(context.node_config))
+            time.sleep(max(0.0, start + reply_seconds(context.node_config) - time.monotonic()))
 
     handle.__doc__ = f"Answer the {stage.message_type!r} message: {stage.name} stage."
     return handle
@@ -404,13 +378,11 @@ def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
 
 app = ClientApp()
 
-#: The handler of each message type ("updates" and "refit" share one).
-_FIRST_STAGE: dict[str, Stage] = {}
+#: The handler of each message type ("updates" and "refit" share one: the first stage's).
+HANDLERS: dict[str, Callable[[Message, Context], Message]] = {}
 for _stage in STAGES.values():
-    _FIRST_STAGE.setdefault(_stage.message_type, _stage)
-HANDLERS: dict[str, Callable[[Message, Context], Message]] = {
-    message_type: _handler(stage) for message_type, stage in _FIRST_STAGE.items()
-}
+    if _stage.message_type not in HANDLERS:
+        HANDLERS[_stage.message_type] = _handler(_stage)
 for _type, _handle in HANDLERS.items():
     _category, _, _action = _type.partition(".")
     getattr(app, _category)(_action)(_handle)

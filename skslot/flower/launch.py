@@ -116,23 +116,28 @@ def _one_line(text: str, most: int = 600) -> str:
     return text if len(text) <= most else text[: most - 3] + "..."
 
 
-def _json_of(stdout: str) -> dict | None:
-    """The JSON object a ``flwr ... --format json`` command printed, or ``None``."""
-    start = stdout.find("{")
-    if start < 0:
-        return None
+def _flwr_json(command: list[str], env: Mapping[str, str], key: str) -> tuple[Any, str]:
+    """What a ``flwr ... --format json`` command answered under ``key``, else ``None`` and why."""
     try:
-        value = json.loads(stdout[start:])
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, check=False, timeout=_CLI_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"flwr {command[1]} did not answer within {_CLI_TIMEOUT:g} s"
+    try:
+        payload = json.loads(done.stdout[done.stdout.index("{") :])
+    except ValueError:  # no JSON object printed
+        payload = None
+    payload = payload if isinstance(payload, dict) else {}
+    if payload.get("success") and payload.get(key):
+        return payload[key], ""
+    why = payload.get("error-message") or done.stderr or done.stdout
+    return None, _one_line(why or "no reply")
 
 
 def _run_config_dir(app_dir: Path, run_config: Sequence[str]) -> Path | None:
     """The ``output-dir`` the run will use: the App's default with the overrides applied."""
     from flwr.common.config import get_fused_config_from_dir, parse_config_args
-
-    from .groups import RunSettings
 
     try:
         fused = get_fused_config_from_dir(app_dir, parse_config_args(list(run_config)))
@@ -164,27 +169,24 @@ class _Stream:
             text=True,
             bufsize=1,
         )
-        self.thread = threading.Thread(target=self._copy, args=(self.process,), daemon=True)
+        self.thread = threading.Thread(target=self._copy, args=(self.process.stdout,), daemon=True)
         self.thread.start()
 
-    def _copy(self, process: subprocess.Popen) -> None:
-        with process.stdout:  # type: ignore[union-attr]  # closed when the stream ends
-            self._copy_lines(process)
-
-    def _copy_lines(self, process: subprocess.Popen) -> None:
+    def _copy(self, lines: IO[str]) -> None:
         position, replay = 0, True
-        for line in process.stdout:  # type: ignore[union-attr]
-            plain = _ANSI.sub("", line)
-            if "Starting logstream for run_id" in plain or plain.startswith("Using SuperLink:"):
-                continue  # the CLI's own lines, at every attach
-            if replay and self.shown.startswith(line, position):
-                position += len(line)  # shown before the stream dropped
-                continue
-            if replay:  # from here on the log is new (or not the one shown: show it all)
-                self.shown, replay = self.shown[:position], False
-            self.out.write(line)
-            self.out.flush()
-            self.shown += line
+        with lines:  # closed when the stream ends
+            for line in lines:
+                plain = _ANSI.sub("", line)
+                if "Starting logstream for run_id" in plain or plain.startswith("Using SuperLink:"):
+                    continue  # the CLI's own lines, at every attach
+                if replay and self.shown.startswith(line, position):
+                    position += len(line)  # shown before the stream dropped
+                    continue
+                if replay:  # from here on the log is new (or not the one shown: show it all)
+                    self.shown, replay = self.shown[:position], False
+                self.out.write(line)
+                self.out.flush()
+                self.shown += line
 
     def wait(self, timeout: float | None) -> int | None:
         """The stream's exit code, or ``None`` if it still runs after ``timeout`` seconds."""
@@ -263,35 +265,21 @@ def launch(
     app_dir = Path(app_dir).expanduser().resolve()
     connection = [superlink] if superlink else []
     command = [*flwr, "run", str(app_dir), *connection, "--format", "json"]
-    for value in run_config:
-        command += ["--run-config", value]
-    for value in federation_config:
-        command += ["--federation-config", value]
-    try:
-        started = subprocess.run(
-            command, env=env, capture_output=True, text=True, check=False, timeout=_CLI_TIMEOUT
-        )
-    except subprocess.TimeoutExpired:
-        why = f"flwr run did not answer within {_CLI_TIMEOUT:g} s"
+    command += [arg for value in run_config for arg in ("--run-config", value)]
+    command += [arg for value in federation_config for arg in ("--federation-config", value)]
+    started, why = _flwr_json(command, env, "run-id")
+    if started is None:
         return RunOutcome(NOT_STARTED, None, "not started", why)
-    payload = _json_of(started.stdout)
-    if not payload or not payload.get("success") or not payload.get("run-id"):
-        why = (payload or {}).get("error-message") or started.stderr or started.stdout
-        return RunOutcome(NOT_STARTED, None, "not started", _one_line(why or "no reply"))
-    run_id = int(payload["run-id"])
+    run_id = int(started)
     folder_root = Path(output_dir) if output_dir else _run_config_dir(app_dir, run_config)
     deadline = None if timeout is None else time.monotonic() + timeout
     log = _Stream([*flwr, "log", str(run_id), *connection, "--stream"], env, out)
-
-    def left() -> float | None:
-        return None if deadline is None else max(0.0, deadline - time.monotonic())
-
     status, details, unreachable_since, code = "", "", None, None
     try:
         while True:
             if stream:
                 log.attach()
-                code = log.wait(left())
+                code = log.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
                 if code not in (0, None) and unreachable_since is None:
                     print(
                         "skslot: the log stream dropped; asking the SuperLink", file=out, flush=True
@@ -305,12 +293,8 @@ def launch(
             if status == "unreachable":
                 unreachable_since = unreachable_since or now
                 if now - unreachable_since > reconnect_timeout:
-                    return RunOutcome(
-                        UNKNOWN,
-                        run_id,
-                        status,
-                        f"the SuperLink was unreachable for {reconnect_timeout:g} s: {details}",
-                    )
+                    why = f"the SuperLink was unreachable for {reconnect_timeout:g} s: {details}"
+                    return RunOutcome(UNKNOWN, run_id, status, why)
             else:
                 unreachable_since = None
             if deadline is not None and now >= deadline:
@@ -326,23 +310,10 @@ def launch(
 def _status(flwr: list[str], connection: list[str], run_id: int, env: Mapping) -> tuple[str, str]:
     """Flower's status of the run and its details, or ``("unreachable", why)``."""
     command = [*flwr, "ls", *connection, "--run-id", str(run_id), "--format", "json"]
-    try:
-        listed = subprocess.run(
-            command,
-            env=dict(env),
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=_CLI_TIMEOUT,
-        )
-    except subprocess.TimeoutExpired:
-        return "unreachable", f"flwr ls did not answer within {_CLI_TIMEOUT:g} s"
-    payload = _json_of(listed.stdout)
-    if not payload or not payload.get("success") or not payload.get("runs"):
-        why = (payload or {}).get("error-message") or listed.stderr or listed.stdout
-        return "unreachable", _one_line(why or "no reply")
-    run = payload["runs"][0]
-    return str(run.get("status", "")), str(run.get("status-details", ""))
+    runs, why = _flwr_json(command, env, "runs")
+    if runs is None:
+        return "unreachable", why
+    return str(runs[0].get("status", "")), str(runs[0].get("status-details", ""))
 
 
 def _ended_by_report(root: Path | None, run_id: int, stream_ended: bool) -> tuple[str, str]:
@@ -375,17 +346,16 @@ def _outcome(
     folder = None if root is None else root / f"run-{run_id}"
     report = None if folder is None else _read_report(folder)
     # Flower may mark the run finished before its stopped ServerApp has written its end
-    deadline = time.monotonic() + settle
-    while report is not None and report.get("status") == "running":
-        if time.monotonic() > deadline:
-            break
+    settled = time.monotonic() + settle
+    while (report or {}).get("status") == "running" and time.monotonic() <= settled:
         time.sleep(0.5)
         report = _read_report(folder)  # type: ignore[arg-type]
+    data = report or {}
     if report is None:
         folder = None
-    if status == "finished:completed" and (report is None or report.get("status") == "completed"):
-        if report is None:
+        if status == "finished:completed":
             return RunOutcome(COMPLETED, run_id, status, "the ServerApp completed")
+    elif status == "finished:completed" and report.get("status") == "completed":
         accuracy = report.get("macro_accuracy")
         what = f"macro accuracy {accuracy:.4f}" if isinstance(accuracy, float) else "completed"
         mix, case = report.get("config", {}).get("label-mix"), report.get("accuracy_case")
@@ -401,11 +371,11 @@ def _outcome(
             )
             return RunOutcome(PARTIAL, run_id, status, _one_line(why, 2000), folder, report)
         return RunOutcome(COMPLETED, run_id, status, f"{what}; outputs in {folder}", folder, report)
-    if report is not None and report.get("status") == "failed" and report.get("error"):
-        why = report["error"]
+    if data.get("status") == "failed" and data.get("error"):
+        why = data["error"]
         if why.startswith("stopped") and details and details != "N/A":
             why += f": {details}"  # why Flower stopped it
-    elif report is not None and report.get("status") == "running":
+    elif data.get("status") == "running":
         why = f"{details} (its report.json still says 'running': the ServerApp was killed)"
     else:
         why = details if details and details != "N/A" else status

@@ -122,9 +122,7 @@ def received(message: Message) -> ReceivedPayload:
         raise MessageFormatError(f"the other party reported an error: {message.error.reason}")
     records = message.content
     config: Mapping[str, object] = records.config_records.get(CONFIG, {})
-    arrays = {}
-    for name, record in records.array_records.items():
-        arrays[name] = {key: array.data for key, array in record.items()}
+    arrays = {name: {k: a.data for k, a in r.items()} for name, r in records.array_records.items()}
     metrics = {name: dict(record) for name, record in records.metric_records.items()}
     return ReceivedPayload(dict(config), arrays, metrics)
 

@@ -21,6 +21,7 @@ report at ``"running"``: it never looks completed.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from datetime import datetime, timezone
@@ -146,23 +147,15 @@ class RunOutputs:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         stem = f"run-{run_id}" if run_id else datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         for k in range(1, 10_000):
-            path = self.output_dir / (stem if k == 1 else f"{stem}-{k}")
-            try:
-                path.mkdir()
-            except FileExistsError:
-                continue
-            break
+            self.path = self.output_dir / (stem if k == 1 else f"{stem}-{k}")
+            with contextlib.suppress(FileExistsError):
+                self.path.mkdir()
+                break
         else:  # pragma: no cover - ten thousand runs with one id
             raise FileExistsError(f"no free run folder {stem}-<k> in {self.output_dir}")
-        self.path = path
-
-    @property
-    def name(self) -> str:
-        """The run folder's name."""
-        return self.path.name
 
     def _point(self, pointer: str) -> None:
-        _write_atomically(self.output_dir / pointer, f"{self.name}\n".encode())
+        _write_atomically(self.output_dir / pointer, f"{self.path.name}\n".encode())
 
     def start(self, report: ProtocolReport) -> None:
         """``report.json`` saying ``running``, and ``latest`` pointing at this run.
@@ -174,16 +167,6 @@ class RunOutputs:
         """
         write_outputs(self.path, report)
         self._point(LATEST)
-
-    def update(self, report: ProtocolReport) -> None:
-        """Rewrite ``report.json`` of a run still going on.
-
-        Parameters
-        ----------
-        report : ProtocolReport
-            The run's report so far.
-        """
-        write_outputs(self.path, report)
 
     def completed(self, report: ProtocolReport, scores: LinearScores, reference: bytes) -> None:
         """The head, the reference, the final report, then ``last-completed``.

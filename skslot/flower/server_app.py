@@ -104,36 +104,34 @@ def run_one_shot(
     try:
         result = protocol.run(transport, config.class_set)
     except ProtocolRunError as exc:
-        exc.report.waits = transport.waits
-        _report_data(exc.report, transport.sources)
+        _report_transport(exc.report, transport)
         raise
-    result.report.waits = transport.waits
-    _report_data(result.report, transport.sources)
+    report = result.report
+    _report_transport(report, transport)
     if config.epsilon is not None and not private:
-        result.report.privacy = PRIVACY_SCOPE
+        report.privacy = PRIVACY_SCOPE
     elif private:
-        protocol_logger.info("skslot: %s", result.report.privacy)
-    left_out = result.report.left_out()
+        protocol_logger.info("skslot: %s", report.privacy)
+    left_out = report.left_out()
     protocol_logger.info(
         "skslot: %d of %d node(s) took part%s",
-        len(result.report.nodes) - len(left_out),
-        len(result.report.nodes),
-        "".join(f"; {result.report.name(n)} {why}" for n, why in left_out.items()),
+        len(report.nodes) - len(left_out),
+        len(report.nodes),
+        "".join(f"; {report.name(n)} {why}" for n, why in left_out.items()),
     )
-    return (
-        result.report,
-        result.head.linear_scores(),
-        result.reference.smaller_form(config.summary_dtype).to_bytes(config.summary_dtype),
-    )
+    reference = result.reference.smaller_form(config.summary_dtype).to_bytes(config.summary_dtype)
+    return report, result.head.linear_scores(), reference
 
 
 #: The run-config settings only a node that reads a partition of ``dataset`` uses.
 PARTITION_SETTINGS = ("dataset", "alpha", "clients_per_domain")
 
 
-def _report_data(report: ProtocolReport, sources: dict) -> None:
-    """The report says what each node read; without a partition, not the partition settings."""
-    report.data = dict(sources)
+def _report_transport(report: ProtocolReport, transport: FlowerTransport) -> None:
+    """The transport's waits and what each node read into the report; without a partition,
+    not the partition settings."""
+    report.waits, report.data = transport.waits, dict(transport.sources)
+    sources = transport.sources
     if sources and not any(text.startswith(messages.PARTITION) for text in sources.values()):
         for name in PARTITION_SETTINGS:
             report.config.pop(DeploymentConfig.setting(name).key, None)
@@ -179,17 +177,6 @@ def alignment(config: DeploymentConfig, tau: float) -> str:
     return f"+ SLOT (tau={tau:.2f}{chosen})"
 
 
-def _start_outputs(context: Context, report: ProtocolReport) -> RunOutputs | None:
-    """This run's folder in the run config's ``output-dir``, its report saying "running"."""
-    output_dir = context.run_config.get(RunSettings.setting("output_dir").key)
-    if not isinstance(output_dir, str) or not output_dir:
-        return None
-    outputs = RunOutputs(output_dir, report.run_id)
-    outputs.start(report)
-    log(logging.INFO, "skslot: this run writes to %s", outputs.path)
-    return outputs
-
-
 app = ServerApp()
 
 
@@ -207,7 +194,12 @@ def main(grid: Grid, context: Context) -> None:
     started = ProtocolReport(
         config=dict(context.run_config), run_id=context.run_id or None, started_at=utc_now()
     )
-    outputs = _start_outputs(context, started)
+    output_dir = context.run_config.get(RunSettings.setting("output_dir").key)
+    outputs = None
+    if isinstance(output_dir, str) and output_dir:  # this run's folder, its report "running"
+        outputs = RunOutputs(output_dir, started.run_id)
+        outputs.start(started)
+        log(logging.INFO, "skslot: this run writes to %s", outputs.path)
     try:
         config = DeploymentConfig.from_run_config(context.run_config)
         started.config = config.to_run_config()
@@ -223,11 +215,8 @@ def main(grid: Grid, context: Context) -> None:
         if outputs is not None:
             outputs.failed(failed)
         raise
-    report.run_id, report.started_at, report.finished_at = (
-        started.run_id,
-        started.started_at,
-        utc_now(),
-    )
+    report.run_id, report.started_at = started.run_id, started.started_at
+    report.finished_at = utc_now()
     log(logging.INFO, "skslot: data read: %s", read_data(report))
     assert report.tau is not None  # a completed run's
     log(

@@ -28,16 +28,16 @@ from collections import Counter
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-import numpy as np
 from flwr.app import Message, RecordDict
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid
 
-from ..heads import OneShotHead
+from ..protocol.in_process import CodecTransport
 from ..protocol.report import client_name, logger
-from ..protocol.stages import STAGES, ServerWire
+from ..protocol.stages import STAGES, Stage
 from ..protocol.transport import Exchange
 from ..wire import WireFormatError
+from ..wire.payload import Payload, ReceivedPayload
 from . import messages
 
 __all__ = ["FlowerTransport"]
@@ -50,7 +50,7 @@ def _seconds(value: float) -> str:
     return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
 
 
-class FlowerTransport:
+class FlowerTransport(CodecTransport):
     """Moves the protocol's stages over a Flower ``Grid`` (server side).
 
     Parameters
@@ -98,34 +98,16 @@ class FlowerTransport:
         progress_interval: float = 10.0,
         retry_interval: float = 10.0,
     ) -> None:
+        super().__init__(
+            summary_dtype=summary_dtype, n_features=n_features, max_dimension=max_dimension
+        )
         self.grid = grid
-        self.summary_dtype, self.n_features = summary_dtype, n_features
-        self.max_dimension = max_dimension
-        self.wire: ServerWire | None = None
         self.num_clients = num_clients
         self.connect_timeout, self.reply_timeout = connect_timeout, reply_timeout
         self.progress_interval, self.retry_interval = progress_interval, retry_interval
         self.waits: dict[str, dict] = {}
         self.sources: dict[Hashable, str] = {}
         self._labels: dict[Hashable, Any] = {}  # the label each node's summary declared
-
-    def open(self, head: OneShotHead, classes: np.ndarray) -> None:
-        """Start a run: the head and class set its replies are decoded with.
-
-        Parameters
-        ----------
-        head : OneShotHead
-            The run's head: it decodes the statistics and bounds their size.
-        classes : ndarray
-            The run's class set.
-        """
-        self.wire = ServerWire(
-            head,
-            np.asarray(classes),
-            summary_dtype=self.summary_dtype,
-            n_features=self.n_features,
-            max_dimension=self.max_dimension,
-        )
 
     def parties(self) -> list[Hashable]:
         """The connected nodes (waiting up to ``connect_timeout`` for ``num_clients``).
@@ -136,26 +118,21 @@ class FlowerTransport:
             The nodes' ids, sorted.
         """
         start = time.monotonic()
-        deadline = start + self.connect_timeout
         while True:
             nodes: list[Hashable] = [*sorted(self.grid.get_node_ids())]
-            if (self.num_clients and len(nodes) >= self.num_clients) or (
-                time.monotonic() > deadline
-            ):
-                self.waits["connect"] = {
-                    "seconds": round(time.monotonic() - start, 3),
-                    "nodes": len(nodes),
-                }
-                logger.info(
-                    "skslot: %d node(s) connected (%s)",
-                    len(nodes),
-                    _seconds(time.monotonic() - start),
-                )
-                return nodes
+            waited = time.monotonic() - start
+            if (
+                self.num_clients and len(nodes) >= self.num_clients
+            ) or waited > self.connect_timeout:
+                break
             time.sleep(0.5)
+        self.waits["connect"] = {"seconds": round(waited, 3), "nodes": len(nodes)}
+        logger.info("skslot: %d node(s) connected (%s)", len(nodes), _seconds(waited))
+        return nodes
 
     def exchange(self, stage: str, requests: Mapping[Hashable, Any]) -> Exchange:
-        """Send one message per node, wait for the replies, decode each with its stage's codec.
+        """Send one message per node, wait for the replies, decode each with its stage's codec
+        (:meth:`~skslot.protocol.in_process.CodecTransport.exchange`).
 
         Parameters
         ----------
@@ -167,44 +144,54 @@ class FlowerTransport:
         -------
         Exchange
         """
-        codec, wire = STAGES[stage], self.wire
-        if wire is None:
-            raise RuntimeError("the transport is not open: call open(head, classes) first")
-        result = Exchange()
-        contents = {
-            node: messages.content(codec.encode_request(request, wire))
-            for node, request in requests.items()
-        }
-        received, sends, why_missing = self._wait(stage, codec.message_type, contents)
-        for node, content in contents.items():
-            result.bytes_sent[node] = messages.payload_bytes(content) * max(sends[node], 1)
-        for node, reply in list(received.items()):
-            if reply.has_error():
-                result.rejected[node] = f"client error: {reply.error.reason}"
-                del received[node]
-                continue
-            result.bytes_received[node] = messages.payload_bytes(reply.content)
-            if stage == "upload":
-                self.sources[node] = messages.source_of(reply) or "not said"
-        result.missing = {
-            node: why_missing.get(node, "did not answer in time")
-            for node in requests
-            if node not in received and node not in result.rejected
-        }
-        payloads = {}
-        for node, reply in received.items():
-            try:
-                payloads[node] = messages.received(reply)
-            except WireFormatError as exc:
-                result.rejected[node] = str(exc)
-        replies, rejected = codec.decode_replies(payloads, requests, wire)
-        result.replies.update(replies)
-        result.rejected.update(rejected)
-        for node, reply in replies.items():
-            label = codec.label(reply)  # shown in logs once a node names itself
+        result = super().exchange(stage, requests)
+        for node, reply in result.replies.items():
+            label = STAGES[stage].label(reply)  # shown in logs once a node names itself
             if label is not None:
                 self._labels[node] = label
         return result
+
+    def deliver(
+        self, stage: Stage, payloads: Mapping[Hashable, Payload], result: Exchange
+    ) -> dict[Hashable, ReceivedPayload]:
+        """Each payload as a Flower message to its node; the replies that came in time.
+
+        Parameters
+        ----------
+        stage : Stage
+            The stage whose messages these are.
+        payloads : mapping of node id to Payload
+            The encoded requests.
+        result : Exchange
+            Where the bytes sent and received are counted, a node whose reply
+            is an error or not a well-formed message is rejected, and one that
+            did not answer in time is missing (with why).
+
+        Returns
+        -------
+        dict of node id to ReceivedPayload
+            The replies received, to be decoded.
+        """
+        contents = {node: messages.content(payload) for node, payload in payloads.items()}
+        received, sends, why_missing = self._wait(stage, contents)
+        decoded = {}
+        for node, content in contents.items():
+            result.bytes_sent[node] = messages.payload_bytes(content) * max(sends[node], 1)
+            if node not in received:
+                result.missing[node] = why_missing.get(node, "did not answer in time")
+                continue
+            reply = received[node]
+            if reply.has_error():
+                result.rejected[node] = f"client error: {reply.error.reason}"
+                continue
+            result.bytes_received[node] = messages.payload_bytes(reply.content)
+            if stage.name == "upload":
+                self.sources[node] = messages.source_of(reply) or "not said"
+            try:
+                decoded[node] = messages.received(reply)
+            except WireFormatError as exc:
+                result.rejected[node] = str(exc)
+        return decoded
 
     # -- waiting for a stage's replies -------------------------------------------------
 
@@ -222,30 +209,73 @@ class FlowerTransport:
         """
         return client_name(node, self._labels.get(node))
 
-    def _names(self, nodes: list, most: int = 3) -> str:
-        shown = ", ".join(self.name(n) for n in nodes[:most])
-        return shown + (f" and {len(nodes) - most} more" if len(nodes) > most else "")
-
     def _wait(
-        self, stage: str, message_type: str, contents: Mapping[Hashable, RecordDict]
+        self, stage: Stage, contents: Mapping[Hashable, RecordDict]
     ) -> tuple[dict[Hashable, Message], Counter, dict[Hashable, str]]:
         """Push the stage's messages, then poll for the replies until all came or time is up.
 
         Returns each node's first reply (later ones, and replies from nodes
-        not asked, are ignored) and how many times each node was sent its
-        message.  A message the SuperLink reports lost (its reply expired or
-        unavailable, the node unavailable, or the push refused) is sent again
-        to that node after ``retry_interval`` seconds, within the stage's
-        ``reply_timeout``; a node that has not answered by then is missing.
-        A progress line is logged every ``progress_interval`` seconds while
-        the server waits, and one when the stage ends.
+        not asked, are ignored), how many times each node was sent its
+        message, and why each node that did not answer is missing.  A message
+        the SuperLink reports lost (its reply expired or unavailable, the node
+        unavailable, or the push refused) is sent again to that node after
+        ``retry_interval`` seconds, within the stage's ``reply_timeout``; a
+        node that has not answered by then is missing.  A progress line is
+        logged every ``progress_interval`` seconds while the server waits, and
+        one when the stage ends.
         """
         due = dict.fromkeys(contents, 0.0)  # nodes to (re)send to, and when
         pending: dict[str, Hashable] = {}  # message id -> node, sent and not answered
         answered: dict[Hashable, Message] = {}
         sends: Counter = Counter()
         lost: dict[Hashable, str] = {}
-        self._push(stage, message_type, list(contents), contents, pending, due, sends, lost)
+
+        def retry(node: Hashable, why: str, what: str) -> None:
+            lost[node], due[node] = why, time.monotonic() + self.retry_interval
+            logger.warning(
+                "skslot: stage %s: %s; sending it again in %g s",
+                stage.name,
+                what,
+                self.retry_interval,
+            )
+
+        def push(ready: list) -> None:
+            outgoing = [
+                Message(
+                    contents[node],
+                    dst_node_id=node,
+                    message_type=stage.message_type,
+                    group_id=stage.name,
+                )
+                for node in ready
+            ]
+            ids: list[str | None] = list(self.grid.push_messages(outgoing))
+            for node, message_id in zip(ready, ids + [None] * (len(ready) - len(ids)), strict=True):
+                if message_id:
+                    pending[message_id] = node
+                    sends[node] += 1
+                    del due[node]
+                else:
+                    why = "the SuperLink did not take the message"
+                    retry(node, why, f"{why} to {self.name(node)}")
+
+        def take(reply: Message) -> None:
+            meta = reply.metadata
+            if meta.src_node_id == SUPERLINK_NODE_ID:  # the SuperLink's note: lost on the way
+                node = pending.pop(meta.reply_to_message_id, None)
+                if node is not None and node not in answered and node not in pending.values():
+                    why = str(reply.error.reason) if reply.has_error() else "no reply"
+                    retry(
+                        node, why, f"the message to {self.name(node)} or its reply was lost ({why})"
+                    )
+            elif meta.src_node_id in contents and meta.src_node_id not in answered:
+                node = meta.src_node_id  # else not asked, or a duplicate: ignored
+                answered[node] = reply
+                due.pop(node, None)
+                for message_id in [m for m, n in pending.items() if n == node]:
+                    del pending[message_id]
+
+        push(list(contents))
         start = time.monotonic()  # as Grid.send_and_receive: the timeout runs from the push
         deadline = start + self.reply_timeout
         next_line = start + self.progress_interval
@@ -254,15 +284,24 @@ class FlowerTransport:
             now = time.monotonic()
             ready = [node for node, at in due.items() if at <= now]
             if ready:
-                self._push(stage, message_type, ready, contents, pending, due, sends, lost)
+                push(ready)
             if pending:
                 for reply in self.grid.pull_messages(list(pending)):
-                    self._take(stage, reply, contents, pending, due, answered, lost)
+                    take(reply)
             now = time.monotonic()
             if len(answered) == len(contents) or now >= deadline:
                 break
             if self.progress_interval and now >= next_line:
-                self._progress(stage, contents, answered, now - start)
+                waiting = [self.name(node) for node in contents if node not in answered]
+                more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
+                logger.info(
+                    "skslot: stage %s: %d of %d clients answered (%s); waiting for %s",
+                    stage.name,
+                    len(answered),
+                    len(contents),
+                    _seconds(now - start),
+                    ", ".join(waiting[:3]) + more,
+                )
                 next_line = now + self.progress_interval
             wake = min([deadline, *due.values()] + ([next_line] if self.progress_interval else []))
             time.sleep(max(0.0, min(pause, wake - now)))
@@ -275,7 +314,7 @@ class FlowerTransport:
             + (f" (sent {sends[node]} times; last lost: {lost[node]})" if node in lost else "")
             for node in missing
         }
-        self.waits[stage] = {
+        self.waits[stage.name] = {
             "seconds": round(elapsed, 3),
             "asked": len(contents),
             "answered": len(answered),
@@ -285,74 +324,9 @@ class FlowerTransport:
         # the driver warns about each missing node, with the reason given here
         logger.info(
             "skslot: stage %s: %d of %d clients answered (%s)",
-            stage,
+            stage.name,
             len(answered),
             len(contents),
             _seconds(elapsed),
         )
         return answered, sends, why
-
-    def _push(self, stage, message_type, ready, contents, pending, due, sends, lost) -> None:
-        outgoing = [
-            Message(
-                contents[node],
-                dst_node_id=node,
-                message_type=message_type,
-                group_id=stage,
-            )
-            for node in ready
-        ]
-        ids: list[str | None] = list(self.grid.push_messages(outgoing))
-        ids += [None] * (len(ready) - len(ids))
-        now = time.monotonic()
-        for node, message_id in zip(ready, ids, strict=True):
-            if message_id:
-                pending[message_id] = node
-                sends[node] += 1
-                del due[node]
-            else:
-                lost[node] = "the SuperLink did not take the message"
-                due[node] = now + self.retry_interval
-                logger.warning(
-                    "skslot: stage %s: the SuperLink did not take the message to %s; "
-                    "sending it again in %g s",
-                    stage,
-                    self.name(node),
-                    self.retry_interval,
-                )
-
-    def _take(self, stage, reply, contents, pending, due, answered, lost) -> None:
-        meta = reply.metadata
-        if meta.src_node_id == SUPERLINK_NODE_ID:  # the SuperLink's note: lost on the way
-            node = pending.pop(meta.reply_to_message_id, None)
-            if node is None or node in answered or node in pending.values():
-                return
-            lost[node] = reply.error.reason if reply.has_error() else "no reply"
-            due[node] = time.monotonic() + self.retry_interval
-            logger.warning(
-                "skslot: stage %s: the message to %s or its reply was lost (%s); "
-                "sending it again in %g s",
-                stage,
-                self.name(node),
-                lost[node],
-                self.retry_interval,
-            )
-            return
-        node = meta.src_node_id
-        if node not in contents or node in answered:
-            return  # not asked, or a duplicate: ignored
-        answered[node] = reply
-        due.pop(node, None)
-        for message_id in [m for m, n in pending.items() if n == node]:
-            del pending[message_id]
-
-    def _progress(self, stage, contents, answered, elapsed) -> None:
-        waiting = [node for node in contents if node not in answered]
-        logger.info(
-            "skslot: stage %s: %d of %d clients answered (%s); waiting for %s",
-            stage,
-            len(answered),
-            len(contents),
-            _seconds(elapsed),
-            self._names(waiting),
-        )

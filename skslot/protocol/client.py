@@ -15,9 +15,10 @@ from ..label_shift import class_counts, class_sums
 from ..maps import GaussianMap
 from ..privacy.client import PrivateRelease, private_answer, private_summary_problem
 from .party import ClientRelease, Party
-from .stages import STAGES
+from .stages import STAGES, ClientWire
 
 if TYPE_CHECKING:
+    from ..wire.payload import Payload, ReceivedPayload
     from .stages.upload import UploadRequest
 
 __all__ = ["ClientParty", "ExactRelease"]
@@ -89,6 +90,32 @@ class ClientParty(Party):
         if self.privacy is not None:
             return private_answer(self, STAGES[stage], request)
         return STAGES[stage].answer(self, request)
+
+    def serve(self, stage: str, payload: ReceivedPayload) -> Payload:
+        """This client's side of one message: the request decoded with the client's checks,
+        answered (:meth:`answer`) and the reply encoded, as each transport delivers it.
+
+        Parameters
+        ----------
+        stage : str
+            A stage of :data:`~skslot.protocol.stages.STAGES`.
+        payload : ReceivedPayload
+            The request as received.
+
+        Returns
+        -------
+        Payload
+            The encoded reply.
+
+        Raises
+        ------
+        WireFormatError
+            If the request fails its checks.
+        """
+        codec = STAGES[stage]
+        wire = ClientWire(self.classes, int(np.shape(self.X)[1]))
+        request = codec.decode_request(payload, wire)
+        return codec.encode_reply(self.answer(stage, request), request)
 
     def release(self) -> ClientRelease:
         """How this client releases what it sends: exactly, or under its privacy budget

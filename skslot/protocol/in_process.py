@@ -1,4 +1,13 @@
-"""The in-process transport: clients are objects holding their rows."""
+"""The transports' server side, written once, and the in-process transport.
+
+:class:`CodecTransport` is what both transports share: each request encoded
+by its stage's codec, each reply decoded with the server's checks
+(:meth:`~skslot.protocol.stages.Stage.decode_replies`).  A transport adds
+how the payloads travel (:meth:`CodecTransport.deliver`): to a
+:class:`~skslot.protocol.ClientParty` in this process
+(:class:`InProcessTransport`), or as Flower messages
+(:class:`~skslot.flower.FlowerTransport`).
+"""
 
 from __future__ import annotations
 
@@ -9,16 +18,89 @@ import numpy as np
 
 from .._validation import check_option
 from .client import ClientParty
-from .stages import STAGES, ClientWire, ServerWire
+from .stages import STAGES, ServerWire, Stage
 from .transport import Exchange
 
 if TYPE_CHECKING:
     from ..heads import OneShotHead
+    from ..wire.payload import Payload, ReceivedPayload
 
-__all__ = ["InProcessTransport"]
+__all__ = ["CodecTransport", "InProcessTransport"]
 
 
-class InProcessTransport:
+class CodecTransport:
+    """A transport whose messages are the stages' payloads (:class:`~skslot.protocol.Transport`).
+
+    Parameters
+    ----------
+    **wire
+        The run's wire settings and bounds (:class:`~skslot.protocol.ServerWire`:
+        ``summary_dtype``, ``n_features``, ``max_dimension``).
+    """
+
+    def __init__(self, **wire: Any) -> None:
+        self.wire_settings = wire
+        self.wire: ServerWire | None = None
+
+    def open(self, head: OneShotHead, classes: np.ndarray) -> None:
+        """Start a run: the head and class set its replies are decoded with.
+
+        Parameters
+        ----------
+        head : OneShotHead
+            The run's head: it decodes the statistics and bounds their size.
+        classes : ndarray
+            The run's class set.
+        """
+        self.wire = ServerWire(head, np.asarray(classes), **self.wire_settings)
+
+    def exchange(self, stage: str, requests: Mapping[Hashable, Any]) -> Exchange:
+        """Each request of ``stage`` encoded, delivered, and its reply decoded and checked.
+
+        Parameters
+        ----------
+        stage : str
+            A stage of :data:`~skslot.protocol.stages.STAGES`.
+        requests : mapping of address to request
+
+        Returns
+        -------
+        Exchange
+        """
+        wire = self.wire
+        if wire is None:
+            raise RuntimeError("the transport is not open: a protocol run opens it")
+        codec, result = STAGES[stage], Exchange()
+        sent = {address: codec.encode_request(r, wire) for address, r in requests.items()}
+        replies, rejected = codec.decode_replies(self.deliver(codec, sent, result), requests, wire)
+        result.replies.update(replies)
+        result.rejected.update(rejected)
+        return result
+
+    def deliver(
+        self, stage: Stage, payloads: Mapping[Hashable, Payload], result: Exchange
+    ) -> dict[Hashable, ReceivedPayload]:
+        """Move each request's payload to its client and bring the replies' payloads back.
+
+        Parameters
+        ----------
+        stage : Stage
+            The stage whose messages these are.
+        payloads : mapping of address to Payload
+            The encoded requests.
+        result : Exchange
+            Where the clients that refused, failed or did not answer are
+            recorded, with the bytes moved where the transport counts them.
+
+        Returns
+        -------
+        dict of address to ReceivedPayload
+            The replies received, to be decoded.
+        """
+        raise NotImplementedError
+
+
+class InProcessTransport(CodecTransport):
     """Delivers each request to a :class:`~skslot.protocol.ClientParty` in this process.
 
     Parameters
@@ -34,31 +116,20 @@ class InProcessTransport:
     Notes
     -----
     Each message makes the trip a Flower message makes, in memory: the
-    request is encoded by its stage's codec and decoded with the client's
-    checks (:meth:`~skslot.protocol.stages.Stage.decode_request`), the client
-    answers with its stage's client step (:meth:`ClientParty.answer`), as a
-    Flower ``ClientApp`` does, and its reply is encoded and decoded with the
-    server's checks (:meth:`~skslot.protocol.stages.Stage.decode_replies`).
-    Every check of a reply is thus the one a Flower run makes.  Values travel
-    in float64: an in-process run computes what the parties compute (the
-    Flower transport casts summaries and the reference to their wire
-    precision).
+    request is encoded by its stage's codec, the client decodes it with its
+    checks, answers with its stage's client step and encodes its reply
+    (:meth:`ClientParty.serve`, as a Flower ``ClientApp`` does), and the reply
+    is decoded with the server's checks
+    (:meth:`~skslot.protocol.stages.Stage.decode_replies`).  Every check of a
+    reply is thus the one a Flower run makes.  Values travel in float64: an
+    in-process run computes what the parties compute (the Flower transport
+    casts summaries and the reference to their wire precision).
     """
 
     def __init__(self, clients: Mapping[Hashable, ClientParty], *, errors: str = "raise") -> None:
+        super().__init__(summary_dtype="float64")
         self.clients = dict(clients)
         self.errors = check_option("errors", errors, ("raise", "reject"))
-        self.wire: ServerWire | None = None
-
-    def open(self, head: OneShotHead, classes: np.ndarray) -> None:
-        """Start a run: the head and class set its replies are decoded with.
-
-        Parameters
-        ----------
-        head : OneShotHead
-        classes : ndarray
-        """
-        self.wire = ServerWire(head, np.asarray(classes), summary_dtype="float64")
 
     def parties(self) -> list[Hashable]:
         """The clients' addresses.
@@ -69,38 +140,33 @@ class InProcessTransport:
         """
         return list(self.clients)
 
-    def exchange(self, stage: str, requests: Mapping[Hashable, Any]) -> Exchange:
-        """Each client's answer to its request at ``stage``, through the stage's codec.
+    def deliver(
+        self, stage: Stage, payloads: Mapping[Hashable, Payload], result: Exchange
+    ) -> dict[Hashable, ReceivedPayload]:
+        """Each client's encoded reply to its payload, made by the client in this process.
 
         Parameters
         ----------
-        stage : str
-            A stage of :data:`~skslot.protocol.stages.STAGES`.
-        requests : mapping of address to request
+        stage : Stage
+            The stage whose messages these are.
+        payloads : mapping of address to Payload
+            The encoded requests.
+        result : Exchange
+            Where a client whose step failed is rejected (with ``errors="reject"``).
 
         Returns
         -------
-        Exchange
+        dict of address to ReceivedPayload
+            The replies, to be decoded.
         """
-        if self.wire is None:
-            raise RuntimeError("the transport is not open: a protocol run opens it")
-        codec = STAGES[stage]
-        result = Exchange()
-        payloads = {}
-        for address, request in requests.items():
-            party = self.clients[address]
-            wire = ClientWire(party.classes, int(np.shape(party.X)[1]))
+        received = {}
+        for address, payload in payloads.items():
             try:
-                received = codec.decode_request(
-                    codec.encode_request(request, self.wire).received(), wire
-                )
-                reply = party.answer(stage, received)
-                payloads[address] = codec.encode_reply(reply, received).received()
+                reply = self.clients[address].serve(stage.name, payload.received())
             except (ValueError, ArithmeticError, RuntimeError) as exc:
                 if self.errors == "raise":
                     raise
                 result.rejected[address] = f"client error: {type(exc).__name__}: {exc}"
-        replies, rejected = codec.decode_replies(payloads, requests, self.wire)
-        result.replies.update(replies)
-        result.rejected.update(rejected)
-        return result
+                continue
+            received[address] = reply.received()
+        return received

@@ -108,7 +108,11 @@ class ProtocolParameters:
         validate_parameter_constraints(self._parameter_constraints, vars(self), type(self).__name__)
         head._validate_params()
         if privacy is not None:
-            _check_private_run(self)
+            why = private_run_problem(
+                head, auto=self.auto, screen=screen, summary_covariance=summary_covariance
+            )
+            if why:
+                raise ValueError(f"privacy: {why}")
         if screen == "on" and not (defence or NoDefence()).screens:
             raise ValueError(
                 "screen='on' needs a defence: its thresholds are the DefenceBounds' "
@@ -116,11 +120,10 @@ class ProtocolParameters:
             )
         #: The candidates ``(tau, server parameters)``: the grid, or the fixed ``tau``.
         grid = check_tau_grid(taus)
-        self.candidates = (
-            tuple(candidate_grid(head, grid, head_grid))
-            if self.tau == "auto"
-            else (Candidate(float(self.tau)),)
-        )
+        if self.auto:
+            self.candidates = tuple(candidate_grid(head, grid, head_grid))
+        else:
+            self.candidates = (Candidate(float(self.tau)),)
         self.config = dict(config or {})
 
     @property
@@ -159,10 +162,9 @@ class ProtocolParameters:
         """What each client releases under the run's privacy budget (none without one)."""
         if self.privacy is None:
             return ()
-        made = {  # the releases a run may leave out (upload.OPTIONAL_RELEASES), when it does
-            "evaluation": self.evaluate,
-            "class_counts": self.client_tau == "label-shift",  # the label-shift rule's input
-        }
+        # the releases a run may leave out (upload.OPTIONAL_RELEASES), when it does: the
+        # evaluation's count, the class counts (the label-shift rule's input)
+        made = {"evaluation": self.evaluate, "class_counts": self.client_tau == "label-shift"}
         return tuple(r for r in head_releases(self.head) if made.get(r, True))
 
 
@@ -210,15 +212,3 @@ def private_run_problem(
             "set summary_covariance to 'total'"
         )
     return None
-
-
-def _check_private_run(protocol: ProtocolParameters) -> None:
-    """A private run's settings (:func:`private_run_problem`)."""
-    why = private_run_problem(
-        protocol.head,
-        auto=protocol.auto,
-        screen=protocol.screen,
-        summary_covariance=protocol.summary_covariance,
-    )
-    if why:
-        raise ValueError(f"privacy: {why}")

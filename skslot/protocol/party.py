@@ -3,8 +3,9 @@ as the stages read them (:class:`~skslot.protocol.ClientParty` answers with them
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -251,36 +252,22 @@ class ClientState:
     released_counts: tuple[int, ...] | None = None
     rows_digest: str | None = None
 
-    def to_config(self) -> dict[str, int | float | bytes]:
-        """The state as scalar settings, to keep between a transport's calls.
+    def to_config(self) -> dict[str, bytes]:
+        """The state as bytes settings, to keep between a transport's calls.
 
-        Summaries are kept in float64: the values received or derived (a factor
-        form's basis is made orthonormal again when read back, a change at
-        rounding level).
+        The summaries are kept in float64, the other values as one JSON object.
+        Summaries are kept as received or derived (a factor form's basis is
+        made orthonormal again when read back, a change at rounding level).
 
         Returns
         -------
-        dict of str to int, float or bytes
+        dict of str to bytes
             What :meth:`from_config` reads back.
         """
         if self.fixed_map is not None:
             raise ValueError("a state with a fixed map is kept in process only")
-        values: dict[str, int | float | bytes] = {
-            "client-index": -1 if self.client_index is None else self.client_index,
-            "split-seed": -1 if self.split_seed is None else self.split_seed,
-            "mean-tau": -1.0 if self.mean_tau is None else float(self.mean_tau),
-            "releases": ",".join(self.releases).encode(),
-            "noise-seed": -1 if self.noise_seed is None else self.noise_seed,
-        }
-        if self.evaluation is not None:
-            values["evaluation-digest"] = self.evaluation[0].encode()
-            values["evaluation-count"] = self.evaluation[1]
-        if self.local_head is not None:
-            values["local-head-digest"] = self.local_head.encode()
-        if self.rows_digest is not None:
-            values["rows-digest"] = self.rows_digest.encode()
-        if self.released_counts is not None:
-            values["released-counts"] = ",".join(map(str, self.released_counts)).encode()
+        kept = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_JSON}
+        values = {"state": json.dumps(kept).encode()}
         for name in ("summary", "reference"):
             summary = getattr(self, name)
             if summary is not None:
@@ -288,46 +275,27 @@ class ClientState:
         return values
 
     @classmethod
-    def from_config(cls, values: dict[str, Any]) -> ClientState:
+    def from_config(cls, values: Mapping[str, Any]) -> ClientState:
         """The state :meth:`to_config` wrote.
 
         Parameters
         ----------
-        values : mapping of str to int, float or bytes
+        values : mapping of str to bytes
 
         Returns
         -------
         ClientState
         """
-        summary, reference = (
-            GaussianSummary.from_bytes(values[name]) if name in values else None
-            for name in ("summary", "reference")
-        )
-        index, seed, mean_tau = values["client-index"], values["split-seed"], values["mean-tau"]
-        releases = bytes(values.get("releases", b"")).decode()
-        noise_seed = values.get("noise-seed", -1)
-        evaluation = None
-        if "evaluation-digest" in values:
-            digest = bytes(values["evaluation-digest"]).decode()
-            evaluation = (digest, int(values["evaluation-count"]))
-        local_head = values.get("local-head-digest")
-        counts = values.get("released-counts")
-        rows = values.get("rows-digest")
-        return cls(
-            summary,
-            reference,
-            client_index=None if index < 0 else index,
-            split_seed=None if seed < 0 else seed,
-            mean_tau=None if mean_tau < 0 else mean_tau,
-            releases=tuple(releases.split(",")) if releases else (),
-            noise_seed=None if noise_seed < 0 else int(noise_seed),
-            evaluation=evaluation,
-            local_head=None if local_head is None else bytes(local_head).decode(),
-            released_counts=None
-            if counts is None
-            else tuple(int(c) for c in bytes(counts).decode().split(",")),
-            rows_digest=None if rows is None else bytes(rows).decode(),
-        )
+        kept: dict[str, Any] = json.loads(bytes(values["state"]))
+        kept = {name: tuple(v) if isinstance(v, list) else v for name, v in kept.items()}
+        for name in ("summary", "reference"):
+            if name in values:
+                kept[name] = GaussianSummary.from_bytes(values[name])
+        return cls(**kept)
+
+
+#: The state's values not kept as JSON: the summaries (bytes) and a fixed map (in process).
+_NOT_JSON = ("summary", "reference", "fixed_map")
 
 
 class Party:
@@ -431,10 +399,8 @@ class Party:
         -------
         str or None
         """
-        if not self.head.strategy.derives_summary:
-            return None
         own = (self.estimator.covariance, self.estimator.covariance_floor)
-        if own == (covariance, covariance_floor):
+        if not self.head.strategy.derives_summary or own == (covariance, covariance_floor):
             return None
         return (
             f"this client summarises with covariance={own[0]!r}, covariance_floor={own[1]!r}, "
@@ -557,9 +523,8 @@ class Party:
         GaussianMap
             In the reference's form (:meth:`~skslot.GaussianMap.optimal_transport`).
         """
-        state = self.state
-        if state.summary is None:
+        own = self.state.summary
+        if own is None:
             raise RuntimeError("this client has no summary of this run (no upload stage ran)")
-        own = state.summary
         full = GaussianMap.optimal_transport(own, reference)
-        return full.with_mean_fraction(state.mean_tau, own.mean)
+        return full.with_mean_fraction(self.state.mean_tau, own.mean)

@@ -308,9 +308,7 @@ def left_out(nodes: Sequence, rejected: Mapping, missing: Mapping) -> dict:
 
 
 def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
+    if isinstance(value, np.generic | np.ndarray):  # a NumPy scalar or array as Python values
         return value.tolist()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 

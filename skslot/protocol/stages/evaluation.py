@@ -19,7 +19,6 @@ import numpy as np
 from ...gaussian import GaussianSummary
 from ...heads import LinearScores
 from ...label_mix import own_mix_accuracy
-from ...maps import GaussianMap
 from ...privacy.client import evaluation_digest
 from ...wire.payload import Payload, ReceivedPayload
 from ._stage import ClientWire, ServerWire, Stage
@@ -35,7 +34,6 @@ __all__ = [
     "EvaluationRequest",
     "EvaluationStage",
     "check",
-    "correct_rows",
     "evaluate",
 ]
 
@@ -76,36 +74,6 @@ class Evaluation:
     n_correct: int
     n_test: int
     own_mix: float | None = None
-
-
-def correct_rows(
-    party: Party,
-    X_test: np.ndarray,
-    y_test: np.ndarray,
-    request: EvaluationRequest,
-    full_map: GaussianMap,
-) -> np.ndarray:
-    """Which of the client's test rows the request's head predicts right, aligned at its ``tau``.
-
-    Where the head serves each client's own label mix, it predicts with the
-    client's :attr:`~skslot.protocol.ClientParty.prior_counts`: its own
-    counts, or under a privacy budget those it released.
-
-    Parameters
-    ----------
-    party : Party
-    X_test, y_test : ndarray
-        Its test rows and labels.
-    request : EvaluationRequest
-    full_map : GaussianMap
-        The client's full map.
-
-    Returns
-    -------
-    ndarray of bool of shape (n_test,)
-    """
-    aligned = full_map.geodesic(request.tau).apply(X_test)
-    return request.head.predict(aligned, class_counts=party.prior_counts) == y_test
 
 
 def check(evaluation: Evaluation, n_test: int, asks_own_mix: bool) -> str | None:
@@ -236,7 +204,8 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
 
         @cache
         def rows() -> np.ndarray:  # predicted once, for the count and the own-mix figure
-            return correct_rows(party, X_test, y_test, request, full_map)
+            aligned = full_map.geodesic(request.tau).apply(X_test)
+            return request.head.predict(aligned, class_counts=party.prior_counts) == y_test
 
         def own_mix() -> float | None:  # on its exact training mix: an exact client's figure
             mix = party.class_counts
@@ -268,14 +237,11 @@ class EvaluationStage(Stage[EvaluationRequest, Evaluation]):
     def decode_reply(
         self, payload: ReceivedPayload, request: EvaluationRequest, wire: ServerWire
     ) -> Evaluation:
-        own = None
-        if "own-mix-accuracy" in payload.metrics.get(EVALUATION, {}):
-            own = float(payload.metric(EVALUATION, "own-mix-accuracy", (float, int)))
-        return Evaluation(
-            payload.metric(EVALUATION, "n-correct", int),
-            payload.metric(EVALUATION, "n-test", int),
-            own,
-        )
+        n_correct, n_test = (payload.metric(EVALUATION, k, int) for k in ("n-correct", "n-test"))
+        if "own-mix-accuracy" not in payload.metrics.get(EVALUATION, {}):
+            return Evaluation(n_correct, n_test)
+        own = payload.metric(EVALUATION, "own-mix-accuracy", (float, int))
+        return Evaluation(n_correct, n_test, float(own))
 
 
 STAGE = EvaluationStage()

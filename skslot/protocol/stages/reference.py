@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
@@ -110,7 +110,7 @@ class ReferenceStep:
         dtype = self.wire_dtype
         if dtype is not None:
             barycenter.reference_.smaller_form(dtype).to_bytes(dtype)  # raises if it cannot travel
-        maps = barycenter.maps()  # by position
+        maps = barycenter.maps()  # by position, given back to each address
         by_address = {c: maps[k] for k, c in enumerate(clients)}
         return Reference(barycenter.reference_, by_address, int(barycenter.n_iter_))
 
@@ -167,6 +167,4 @@ class FixedReference(ReferenceStep):
             If the fitted reference has no map for one of ``clients``.
         """
         self.check_clients(clients)
-        return Reference(
-            self.fixed.reference, {c: self.fixed.maps[c] for c in clients}, self.fixed.n_iter
-        )
+        return replace(self.fixed, maps={c: self.fixed.maps[c] for c in clients})

@@ -119,8 +119,7 @@ def check(
         if rows is None or upload is None:
             continue
         if part == "fit" and upload.class_sums is not None:
-            declared = upload.class_sums[0]
-            if not np.array_equal(rows, declared):
+            if not np.array_equal(rows, upload.class_sums[0]):
                 return "its local head's class counts are not those of its fitting rows"
         if upload.class_counts is not None:
             counts = upload.class_counts
@@ -222,14 +221,12 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
     for k, why in run.defence.implausible_updates(list(norms.values())).items():
         run.roster.reject(stage, order[k], f"implausible: {why}")
         del received[order[k]]
-    kept = list(received)
-    factors = run.defence.clipped_updates([norms[c] for c in kept])
-    for c, factor in zip(kept, factors, strict=True):
+    factors = run.defence.clipped_updates([norms[c] for c in received])
+    for c, factor in zip(list(received), factors, strict=True):
         if factor < 1.0:
             received[c] = [u.clipped(factor) for u in received[c]]
             run.report.clipped[c] = round(float(factor), 6)
-    for c, updates in received.items():
-        cache.setdefault(c, {}).update(zip(wanted[c], updates, strict=True))
+        cache.setdefault(c, {}).update(zip(wanted[c], received[c], strict=True))
     run.roster.keep(stage, [c for c in run.roster.order if c in received or c not in requests])
 
 
@@ -274,13 +271,12 @@ class UpdatesStage(Stage[UpdatesRequest, LocalHeads]):
 
     def answer(self, party: Party, request: UpdatesRequest) -> LocalHeads:
         full_map = party.full_map(request.reference)
-        split = party.split
-        rows = split[0] if request.part == "fit" and split is not None else slice(None)
+        X, y = party.fitting_rows() if request.part == "fit" else (party.X, party.y)
         release = party.release()
         heads = local_heads(
             party.head,
-            party.X[rows],
-            party.y[rows],
+            X,
+            y,
             party.classes,
             full_map,
             request.taus,

@@ -268,24 +268,23 @@ def choose(run: RunState, heads: Sequence[OneShotHead]) -> Selection:
     exchange = run.exchange("validation", requests)
     counts: dict[Hashable, ValidationCounts] = {}
     for c in requests:
-        if c in exchange.rejected:
-            left_out[c] = f"rejected: {exchange.rejected[c]}"
-            continue
-        if c not in exchange.replies:
-            left_out[c] = "did not answer the validation stage"
-            continue
-        reply, upload = exchange.replies[c], run.roster.clients[c].upload
-        totals = (
-            None
-            if upload.class_counts is None
-            else validation_sizes(upload.class_counts, settings.validation_fraction)
-        )
-        why = check(reply, len(candidates), run.classes.shape[0], upload.n_validation, totals)
-        if why:
+        why = exchange.rejected.get(c)
+        if c in exchange.replies:
+            upload = run.roster.clients[c].upload
+            n = upload.class_counts
+            totals = None if n is None else validation_sizes(n, settings.validation_fraction)
+            why = check(
+                exchange.replies[c],
+                len(candidates),
+                run.classes.shape[0],
+                upload.n_validation,
+                totals,
+            )
+            if not why:
+                counts[c] = exchange.replies[c]
+                continue
             run.roster.reject("validation", c, why)
-            left_out[c] = f"rejected: {why}"
-            continue
-        counts[c] = reply
+        left_out[c] = f"rejected: {why}" if why else "did not answer the validation stage"
     selection = run.server_step(
         "the choice of tau", lambda: select_candidate(candidates, counts, settings.selection_rule)
     )
