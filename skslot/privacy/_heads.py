@@ -219,8 +219,9 @@ def _local_head(
         # no iteration count: how long the solver took depends on the rows
         return LinearHeadUpdate(classes, coef, intercept, X.shape[0], 0)
 
-    sensitivity = LOCAL_HEAD_SENSITIVITY * head.C * clip * clip
-    return ledger.release(release, draw, n=X.shape[0], sensitivity=sensitivity)
+    return ledger.release(
+        release, draw, n=X.shape[0], sensitivity=LOCAL_HEAD_SENSITIVITY * head.C * clip * clip
+    )
 
 
 #: Each head's private release, by head class (exactly: a subclass, whose statistics may
