@@ -211,14 +211,6 @@ class InstanceOf(_Constraint):
         return f"an instance of {self.type.__module__}.{self.type.__qualname__}"
 
 
-class _NoneConstraint(_Constraint):
-    def is_satisfied_by(self, value: Any) -> bool:
-        return value is None
-
-    def __str__(self) -> str:
-        return "None"
-
-
 class _Boolean(_Constraint):
     def is_satisfied_by(self, value: Any) -> bool:
         return isinstance(value, (bool, np.bool_))
@@ -259,7 +251,7 @@ def _make_constraint(constraint: Any) -> _Constraint:
     if isinstance(constraint, _Constraint):
         return constraint
     if constraint is None:
-        return _NoneConstraint()
+        return InstanceOf(type(None), "None")
     if isinstance(constraint, str) and constraint in _NAMED:
         return _NAMED[constraint]
     if isinstance(constraint, type):

@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from difflib import get_close_matches
 from numbers import Integral, Real
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from sklearn.base import OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils import assert_all_finite, check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
-from ._backend import as_host_rows, is_tensor
+from ._backend import as_host_rows, empty_like_rows, is_tensor, row_index
+from ._param_validation import Interval, Options
 
 if TYPE_CHECKING:
     from ._moments import RowMagnitude
 
 __all__ = [
     "ROUTING_HINT",
+    "ClientTransformerMixin",
     "check_classification_data",
     "check_client_labels",
     "check_feature_scale",
@@ -30,8 +34,8 @@ __all__ = [
     "check_option",
     "check_positive_int",
     "check_row_labels",
+    "client_rows",
     "client_weights",
-    "fitted_client",
     "spawn_seeds",
     "unchanged_on_error",
 ]
@@ -74,34 +78,116 @@ def _as_label(value: Any) -> int | str:
     return value
 
 
-def fitted_client(clients: Sequence, client: Any) -> Any:
-    """``client``, or the single client ``fit`` saw when ``client`` is ``None``.
+class ClientTransformerMixin(OneToOneFeatureMixin, TransformerMixin):
+    """A transformer that takes ``client``: each row goes through its client's function.
 
-    Parameters
-    ----------
-    clients : sequence
-        The client labels ``fit`` saw.
-    client : object
-        The client labels given to ``transform`` or ``predict``, or ``None``.
-
-    Returns
-    -------
-    client : object
-        ``client``, or the only fitted label when it is ``None``.
-
-    Raises
-    ------
-    ValueError
-        With the routing hint, when ``client`` is ``None`` and ``fit`` saw
-        several clients.
+    ``fit_transform`` passes ``client`` to ``fit`` and ``transform``, and the
+    rows keep their floating dtype.  A subclass holds ``clients_`` (the labels ``fit`` saw) and
+    ``unknown_client`` (``"fit"``, ``"error"`` or ``"identity"``), defines
+    ``_client_transform(label, X)``, the function applied to the rows of
+    client ``label`` (``X``: those rows, given for a client ``fit`` did not
+    see, else ``None``), and says in ``_fits_unknown`` what
+    ``unknown_client="fit"`` does with a new client's rows.
     """
-    if client is not None:
-        return client
-    if len(clients) != 1:
-        raise ValueError(
-            f"transform needs client labels: fit saw {len(clients)} clients. {ROUTING_HINT}"
-        )
-    return clients[0]
+
+    clients_: list
+    unknown_client: str
+    _fits_unknown: ClassVar[str]
+    _client_transform: Callable[[Any, Any], Callable[[Any], Any]]
+
+    def _transform_by_client(self, X: Any, client: Any) -> tuple[Any, list]:
+        """Each row of ``X`` through its client's function, and the clients ``fit`` did not see.
+
+        ``client`` may be ``None`` where ``fit`` saw a single client (a
+        :class:`ValueError` with :data:`ROUTING_HINT` otherwise).  Every
+        function is made before any is applied, so a new client that cannot
+        be mapped raises before any work.
+        """
+        if client is None:
+            if len(self.clients_) != 1:
+                raise ValueError(
+                    f"transform needs client labels: fit saw {len(self.clients_)} clients. "
+                    + ROUTING_HINT
+                )
+            client = self.clients_[0]
+        labels, codes = check_client_labels(client, X.shape[0])
+        if len(labels) == 1:  # every row the same client's: no row selection
+            rows = [slice(None)]
+        else:
+            rows = [row_index(np.flatnonzero(codes == i), X) for i in range(len(labels))]
+        fitted = set(self.clients_)
+        functions = [
+            self._client_transform(label, None if label in fitted else X[r])
+            for label, r in zip(labels, rows, strict=True)
+        ]
+        unknown = [label for label in labels if label not in fitted]
+        if len(labels) == 1:
+            return functions[0](X), unknown
+        out = empty_like_rows(X, tuple(X.shape))
+        for r, function in zip(rows, functions, strict=True):
+            out[r] = function(X[r])
+        return out, unknown
+
+    def _fits_new_client(self, label: Any, X: Any) -> bool:
+        """Whether the rows ``X`` of ``label``, a client ``fit`` did not see, are fitted
+        (``unknown_client="fit"``) rather than left unchanged (``"identity"``).
+
+        Raises
+        ------
+        ValueError
+            With ``unknown_client="error"``, or ``"fit"`` and fewer than 2 rows.
+        """
+        if self.unknown_client == "error":
+            raise ValueError(
+                f"client {label!r} was not seen during fit{self._near_miss([label])} (fitted "
+                f"clients: {self.clients_}); set unknown_client='fit' to "
+                f"{self._fits_unknown}, or 'identity' to leave them unchanged"
+            )
+        if self.unknown_client == "fit" and X.shape[0] < 2:
+            raise ValueError(
+                f"{type(self).__name__}: client {label!r} was not seen during fit and has "
+                f"{X.shape[0]} row in this transform; unknown_client='fit' needs at least 2 to "
+                f"{self._fits_unknown} (transform a new client's rows together, or set "
+                "unknown_client='identity' or 'error')"
+            )
+        return self.unknown_client == "fit"
+
+    def _near_miss(self, unknown: list) -> str:
+        """``" (did you mean 'a'?)"``: the fitted labels an unseen text label nearly spells."""
+        fitted = [str(label) for label in self.clients_]
+        meant = {
+            close: label
+            for label in unknown
+            if isinstance(label, str)
+            for close in get_close_matches(label.strip(), fitted, n=1, cutoff=0.8)
+        }
+        if not meant:
+            return ""
+        return " (" + ", ".join(f"{v!r}: did you mean {k!r}?" for k, v in meant.items()) + ")"
+
+    def fit_transform(self, X: Any, y: Any = None, *, client: Any = None) -> Any:
+        """``fit(X, y, client=client).transform(X, client=client)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The rows of every client.
+        y : array-like of shape (n_samples,), default=None
+            Passed to ``fit``.
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client label of each row (``None``: one client).
+
+        Returns
+        -------
+        X_new : ndarray, DataFrame or tensor of shape (n_samples, n_features)
+            The transformed rows (see ``transform``).
+        """
+        return self.fit(X, y, client=client).transform(X, client=client)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
 
 
 def check_row_labels(y: Any, n_samples: int) -> np.ndarray:
@@ -213,6 +299,25 @@ def check_client_labels(client: Any, n_samples: int) -> tuple[list, np.ndarray]:
     return labels, codes
 
 
+def client_rows(client: Any, n_samples: int) -> dict[Any, np.ndarray]:
+    """Each client's row indices, by label (:func:`check_client_labels`: sorted labels).
+
+    Parameters
+    ----------
+    client : None, int, str or array-like of shape (n_samples,)
+        The client labels, as :func:`check_client_labels` takes them.
+    n_samples : int
+        The number of rows.
+
+    Returns
+    -------
+    dict of label to ndarray of int
+        The sorted indices of each client's rows.
+    """
+    labels, codes = check_client_labels(client, n_samples)
+    return {label: np.flatnonzero(codes == k) for k, label in enumerate(labels)}
+
+
 def check_rows(
     estimator: Any,
     X: Any,
@@ -259,16 +364,10 @@ def check_rows(
         raise
 
 
-def _checked_rows(
-    estimator: Any, X: Any, reset: bool, ensure_min_samples: int, ensure_all_finite: bool
-) -> Any:
+def _checked_rows(estimator: Any, X: Any, reset: bool, min_samples: int, finite: bool) -> Any:
     if not is_tensor(X):
         return check_host_rows(
-            estimator,
-            X,
-            reset=reset,
-            ensure_min_samples=ensure_min_samples,
-            ensure_all_finite=ensure_all_finite,
+            estimator, X, reset=reset, ensure_min_samples=min_samples, ensure_all_finite=finite
         )
     import torch
 
@@ -279,14 +378,14 @@ def _checked_rows(
         raise ValueError("Complex data not supported")
     if X.dtype not in (torch.float32, torch.float64):
         X = X.to(torch.float64)
-    if X.shape[0] < ensure_min_samples:
+    if X.shape[0] < min_samples:
         raise ValueError(
             f"Found array with {X.shape[0]} sample(s) (shape={tuple(X.shape)}) while a "
-            f"minimum of {ensure_min_samples} is required by {name}."
+            f"minimum of {min_samples} is required by {name}."
         )
     if X.shape[1] < 1:
         raise ValueError(f"Found array with 0 feature(s) (shape={tuple(X.shape)})")
-    if ensure_all_finite:
+    if finite:
         check_finite_rows(estimator, X)
     if reset:
         estimator.n_features_in_ = int(X.shape[1])
@@ -327,14 +426,7 @@ def check_finite_rows(estimator: Any, X: Any) -> None:
     assert_all_finite(X, input_name="X", estimator_name=type(estimator).__name__)
 
 
-def check_host_rows(
-    estimator: Any,
-    X: Any,
-    *,
-    reset: bool,
-    ensure_min_samples: int = 1,
-    ensure_all_finite: bool = True,
-) -> np.ndarray:
+def check_host_rows(estimator: Any, X: Any, **checks: Any) -> np.ndarray:
     """``validate_data`` on host NumPy rows, float64 or float32 kept.
 
     Any array goes in (tensors and other Array API arrays are read into host
@@ -346,26 +438,17 @@ def check_host_rows(
         The estimator whose ``n_features_in_`` is set or checked.
     X : array-like of shape (n_samples, n_features)
         The rows.
-    reset : bool
-        Record the number of features (``fit``) rather than check it.
-    ensure_min_samples : int, default=1
-        The fewest rows accepted.
-    ensure_all_finite : bool, default=True
-        Check that the rows are finite.
+    **checks
+        ``validate_data``'s keyword arguments: ``reset`` (record the number
+        of features, in ``fit``, rather than check it), ``ensure_min_samples``,
+        ``ensure_all_finite``, ...
 
     Returns
     -------
     X : ndarray of shape (n_samples, n_features)
         The checked rows, float32 or float64.
     """
-    return validate_data(
-        estimator,
-        as_host_rows(X),
-        dtype=[np.float64, np.float32],
-        reset=reset,
-        ensure_min_samples=ensure_min_samples,
-        ensure_all_finite=ensure_all_finite,
-    )
+    return validate_data(estimator, as_host_rows(X), dtype=[np.float64, np.float32], **checks)
 
 
 def check_classification_data(estimator: Any, X: Any, y: Any) -> tuple[Any, Any, np.ndarray]:
@@ -405,6 +488,13 @@ def check_classification_data(estimator: Any, X: Any, y: Any) -> tuple[Any, Any,
             f"got {classes.shape[0]} class"
         )
     return X, y, classes
+
+
+def _checked(name: str, value: Any, constraint: Interval | Options) -> Any:
+    """``value`` where it satisfies ``constraint``, else ``"{name} must be ..."``."""
+    if not constraint.is_satisfied_by(value):
+        raise ValueError(f"{name} must be {constraint}, got {value!r}")
+    return value
 
 
 def check_in_range(name: str, value: Any, low: float, high: float | None) -> float:
@@ -486,9 +576,7 @@ def check_positive_int(name: str, value: Any) -> int:
     ValueError
         If ``value`` is not a positive integer.
     """
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+    return int(_checked(name, value, Interval(Integral, 1, None, closed="left")))
 
 
 def check_non_negative_int(name: str, value: Any) -> int:
@@ -511,9 +599,7 @@ def check_non_negative_int(name: str, value: Any) -> int:
     ValueError
         If ``value`` is not a non-negative integer.
     """
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    return int(value)
+    return int(_checked(name, value, Interval(Integral, 0, None, closed="left")))
 
 
 def check_option(name: str, value: Any, options: tuple[str, ...]) -> str:
@@ -538,9 +624,7 @@ def check_option(name: str, value: Any, options: tuple[str, ...]) -> str:
     ValueError
         If ``value`` is not one of ``options``.
     """
-    if value not in options:
-        raise ValueError(f"{name} must be one of {options}, got {value!r}")
-    return value
+    return _checked(name, value, Options(options))
 
 
 def client_weights(name: str, weights: Any, counts: Sequence[int]) -> np.ndarray:

@@ -10,15 +10,17 @@ reference with no mean transport, is :class:`~skslot.SLOTTransformer` with
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
+from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ._doc_link import DocLinkMixin
 from ._param_validation import ParameterValidationMixin
-from ._validation import check_client_labels, check_host_rows, fitted_client
+from ._validation import ClientTransformerMixin, check_host_rows, client_rows
 from .transformer import SLOTTransformer
 
 __all__ = ["ClientStandardScaler"]
@@ -36,8 +38,13 @@ def _moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.where(std > tiny, std, 1.0)
 
 
+def _standardised(X: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``(X - mean) / scale`` in ``X``'s dtype."""
+    return ((X - mean) / scale).astype(X.dtype, copy=False)
+
+
 class ClientStandardScaler(
-    DocLinkMixin, ParameterValidationMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator
+    DocLinkMixin, ParameterValidationMixin, ClientTransformerMixin, BaseEstimator
 ):
     """Centre (and scale) each client's features by that client's own statistics.
 
@@ -90,6 +97,7 @@ class ClientStandardScaler(
 
     __metadata_request__fit = {"client": True}
     __metadata_request__transform = {"client": True}
+    _fits_unknown = "use the statistics of its rows"
 
     _parameter_constraints: ClassVar[dict] = {
         "with_mean": ["boolean"],
@@ -131,33 +139,22 @@ class ClientStandardScaler(
         """
         self._validate_params()
         X = check_host_rows(self, X, reset=True)
-        labels, codes = check_client_labels(client, X.shape[0])
         self.means_, self.scales_ = {}, {}
-        for k, label in enumerate(labels):
-            self.means_[label], self.scales_[label] = self._statistics(X[codes == k])
-        self.clients_ = labels
+        for label, rows in client_rows(client, X.shape[0]).items():
+            self.means_[label], self.scales_[label] = self._statistics(X[rows])
+        self.clients_ = list(self.means_)
         return self
 
-    def _statistics_for(self, label: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """A client's statistics, ``None`` to leave its rows unchanged."""
+    def _client_transform(self, label: Any, X: Any) -> Callable[[Any], Any]:
+        """Standardisation by ``label``'s statistics (``X``: its rows, for a client unseen in
+        ``fit``; a zero mean and unit scale leave them unchanged)."""
         if label in self.means_:
-            return self.means_[label], self.scales_[label]
-        if self.unknown_client == "identity":
-            return None
-        if self.unknown_client == "error":
-            raise ValueError(
-                f"client {label!r} was not seen during fit (fitted clients: {self.clients_}); "
-                "set unknown_client='fit' to use the statistics of its rows, or 'identity' "
-                "to leave them unchanged"
-            )
-        if X.shape[0] < 2:
-            raise ValueError(
-                f"{type(self).__name__}: client {label!r} was not seen during fit and has "
-                f"{X.shape[0]} row in this transform; unknown_client='fit' needs at least 2 "
-                "(transform a new client's rows together, or set unknown_client='identity' "
-                "or 'error')"
-            )
-        return self._statistics(X)
+            mean, scale = self.means_[label], self.scales_[label]
+        elif self._fits_new_client(label, X):
+            mean, scale = self._statistics(X)
+        else:
+            mean, scale = np.zeros(X.shape[1]), np.ones(X.shape[1])
+        return partial(_standardised, mean=mean, scale=scale)
 
     def transform(self, X: Any, *, client: Any = None) -> np.ndarray:
         """Standardise each row by its client's statistics.
@@ -176,37 +173,4 @@ class ClientStandardScaler(
             In ``X``'s floating dtype.
         """
         check_is_fitted(self, "means_")
-        X = check_host_rows(self, X, reset=False)
-        labels, codes = check_client_labels(fitted_client(self.clients_, client), X.shape[0])
-        out = np.array(X, copy=True)
-        for k, label in enumerate(labels):
-            rows = codes == k
-            found = self._statistics_for(label, X[rows])
-            if found is not None:
-                mean, scale = found
-                out[rows] = (X[rows] - mean) / scale
-        return out
-
-    def fit_transform(self, X: Any, y: Any = None, *, client: Any = None) -> np.ndarray:
-        """``fit(X, client=client).transform(X, client=client)``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            The rows of every client.
-        y : None
-            Ignored.
-        client : None, int, str or array-like of shape (n_samples,), default=None
-            Client label of each row (``None``: one client).
-
-        Returns
-        -------
-        X_scaled : ndarray of shape (n_samples, n_features)
-            The scaled rows, in ``X``'s floating dtype.
-        """
-        return self.fit(X, y, client=client).transform(X, client=client)
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
-        return tags
+        return self._transform_by_client(check_host_rows(self, X, reset=False), client)[0]

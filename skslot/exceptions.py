@@ -148,13 +148,10 @@ def lone_classes(client_counts: Mapping[Any, np.ndarray], classes: np.ndarray) -
 
 
 def lone_text(
-    lone: Mapping[Any, Any],
-    name: Callable[[Any], str] = lambda k: f"client {k!r}",
-    most: int = 5,
+    lone: Mapping[Any, Any], name: Callable[[Any], str] = lambda k: f"client {k!r}", most: int = 5
 ) -> str:
     """``"class 3 by client 'a', ..."``: :func:`lone_classes` for a message."""
-    named = ", ".join(f"class {c!r} by {name(k)}" for c, k in list(lone.items())[:most])
-    return named + (f" ... ({len(lone)} in all)" if len(lone) > most else "")
+    return shown_labels([f"class {c!r} by {name(k)}" for c, k in lone.items()], most, str)
 
 
 def warn_lone_classes(
@@ -185,7 +182,7 @@ def warn_lone_classes(
         )
 
 
-def shown_labels(labels: list, most: int = 5) -> str:
+def shown_labels(labels: list, most: int = 5, show: Callable[[Any], str] = repr) -> str:
     """Client labels for a message: the first ``most``, and how many in all.
 
     Parameters
@@ -194,12 +191,14 @@ def shown_labels(labels: list, most: int = 5) -> str:
         The labels.
     most : int, default=5
         How many to name.
+    show : callable, default=repr
+        How each is written.
 
     Returns
     -------
     str
     """
-    named = ", ".join(repr(label) for label in labels[:most])
+    named = ", ".join(show(label) for label in labels[:most])
     return named + (f" ... ({len(labels)} in all)" if len(labels) > most else "")
 
 

@@ -368,9 +368,7 @@ class ClientPriorClassifier(
         self.estimator_ = clone(self.estimator).fit(X, y_arr)
         self.classes_ = self.estimator_.classes_
         self.client_class_counts_ = client_counts_of(y_arr, codes, labels, self.classes_)
-        self.class_counts_ = sum(
-            self.client_class_counts_.values(), np.zeros(len(self.classes_), dtype=np.int64)
-        )
+        self.class_counts_ = class_counts(y_arr, self.classes_)
         warn_lone_classes(type(self).__name__, self.client_class_counts_, self.classes_)
         if hasattr(self.estimator_, "n_features_in_"):
             self.n_features_in_ = self.estimator_.n_features_in_

@@ -16,6 +16,7 @@ from typing import Any
 from sklearn.base import clone
 from sklearn.pipeline import Pipeline
 
+from ._validation import check_option
 from .defaults import LABEL_MIX
 from .label_mix import LABEL_MIXES, ClientPriorClassifier
 from .transformer import SLOTTransformer
@@ -97,8 +98,7 @@ def make_slot_pipeline(
     ...     model.fit(X, y, client=client).predict(X[:3], client=client[:3]).shape
     (3,)
     """
-    if label_mix not in LABEL_MIXES:
-        raise ValueError(f"label_mix must be one of {LABEL_MIXES}, got {label_mix!r}")
+    check_option("label_mix", label_mix, LABEL_MIXES)
     if slot is None:
         slot = SLOTTransformer()
     fitted_head, has_case = _in_case(head, label_mix)

@@ -196,15 +196,13 @@ def validation_split(y: Any, fraction: float, seed: int | None) -> tuple[np.ndar
     labels, counts = np.unique(y, return_counts=True)
     sizes = validation_sizes(counts, fraction)
     rng = np.random.RandomState(seed)
-    held = []
-    for label, k in zip(labels, sizes, strict=True):
-        rows = np.flatnonzero(y == label)
-        if k:
-            held.append(rng.permutation(rows)[:k])
+    held = [
+        rng.permutation(np.flatnonzero(y == label))[:k]
+        for label, k in zip(labels, sizes, strict=True)
+        if k
+    ]
     val = np.sort(np.concatenate(held)) if held else np.empty(0, dtype=np.intp)
-    mask = np.ones(y.shape[0], dtype=bool)
-    mask[val] = False
-    return np.flatnonzero(mask), val
+    return np.setdiff1d(np.arange(y.shape[0]), val), val
 
 
 def validation_sizes(class_counts: Any, fraction: float) -> np.ndarray:
@@ -296,10 +294,8 @@ class Selection:
         out["mean_validation_score"] = mean
         out["std_validation_score"] = self.scores.std(axis=0)
         out["std_error_validation_score"] = self.standard_errors.copy()
-        order = sorted(range(len(mean)), key=lambda j: (-mean[j], j))
-        rank = np.empty(len(mean), dtype=np.int32)
-        rank[order] = np.arange(1, len(mean) + 1)
-        out["rank_validation_score"] = rank
+        order = np.argsort(-mean, kind="stable")  # ties to the earlier candidate
+        out["rank_validation_score"] = np.argsort(order).astype(np.int32) + 1
         out["chosen"] = np.arange(len(mean)) == self.index
         return out
 

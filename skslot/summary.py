@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
@@ -14,12 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._backend import is_tensor
 from ._doc_link import DocLinkMixin
 from ._moments import DEFAULT_CHUNK_SIZE, RowMagnitude, ShiftedMoments
-from ._param_validation import (
-    Interval,
-    InvalidParameterError,
-    Options,
-    ParameterValidationMixin,
-)
+from ._param_validation import Interval, InvalidParameterError, Options, ParameterValidationMixin
 from ._validation import (
     FEATURE_RANGE,
     check_client_labels,
@@ -28,20 +24,13 @@ from ._validation import (
     check_finite_rows,
     check_row_labels,
     check_rows,
+    client_rows,
     unchanged_on_error,
 )
 from .defaults import COVARIANCE_FLOOR, DELTA
 from .exceptions import SmallClientWarning, shown_labels, warn_once
 from .gaussian import GaussianSummary
-from .ledoit_wolf import (
-    floor_shift,
-    ledoit_wolf_shrinkage,
-    ledoit_wolf_summary,
-    low_rank_summary,
-    shrinkage_from_traces,
-    shrunk_summary,
-    within_class_summary,
-)
+from .ledoit_wolf import ledoit_wolf_summary, low_rank_summary, within_class_summary
 from .privacy._accounting import MAX_EPSILON, gaussian_noise_scale
 from .privacy._summary import (
     SUMMARY_SENSITIVITY,
@@ -50,16 +39,7 @@ from .privacy._summary import (
     private_summary,
 )
 
-__all__ = [  # the formulas live in skslot.ledoit_wolf, and are importable from here
-    "GaussianSummaryEstimator",
-    "floor_shift",
-    "ledoit_wolf_shrinkage",
-    "ledoit_wolf_summary",
-    "low_rank_summary",
-    "shrinkage_from_traces",
-    "shrunk_summary",
-    "within_class_summary",
-]
+__all__ = ["GaussianSummaryEstimator"]  # the formulas are skslot.ledoit_wolf's
 
 #: What a summary's covariance describes: all rows, or class-centred rows.
 COVARIANCES = ("total", "within")
@@ -223,34 +203,27 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
     def _validate_params(self) -> None:
         """The declared constraints, then those tying the privacy parameters together."""
         super()._validate_params()
-        name = type(self).__name__
-        if self.form == "low-rank":
-            for problem, setting in (
-                (self.covariance == "within", "covariance='within'"),
-                (self.epsilon is not None, "epsilon (a differentially private release)"),
-            ):
-                if problem:
-                    raise InvalidParameterError(
-                        f"{name}: {setting} needs form='dense' (a low-rank summary is the "
-                        "Ledoit-Wolf covariance of all of a client's rows, without noise)"
-                    )
-        if self.epsilon is None:
-            if self.clip_norm is not None:
-                raise InvalidParameterError(
-                    f"{name}: clip_norm is only used with epsilon (differential privacy)"
-                )
-            return
-        why = private_covariance_problem(self.covariance)
-        if why:
-            raise InvalidParameterError(f"{name}: with epsilon, {why}")
-        if self.clip_norm is None:
-            raise InvalidParameterError(
-                f"{name}: epsilon needs clip_norm, the bound on each row's norm"
-            )
-        if not 0.0 < self.delta < 1.0:
-            raise InvalidParameterError(
-                f"{name}: with epsilon, delta must be in (0, 1), got {self.delta!r}"
-            )
+        private = self.epsilon is not None
+        why = private_covariance_problem(self.covariance) if private else None
+        dense = (
+            "needs form='dense' (a low-rank summary is the Ledoit-Wolf covariance of all of a "
+            "client's rows, without noise)"
+        )
+        problem = None
+        if self.form == "low-rank" and self.covariance == "within":
+            problem = f"covariance='within' {dense}"
+        elif self.form == "low-rank" and private:
+            problem = f"epsilon (a differentially private release) {dense}"
+        elif not private and self.clip_norm is not None:
+            problem = "clip_norm is only used with epsilon (differential privacy)"
+        elif why:
+            problem = f"with epsilon, {why}"
+        elif private and self.clip_norm is None:
+            problem = "epsilon needs clip_norm, the bound on each row's norm"
+        elif private and not 0.0 < self.delta < 1.0:
+            problem = f"with epsilon, delta must be in (0, 1), got {self.delta!r}"
+        if problem:
+            raise InvalidParameterError(f"{type(self).__name__}: {problem}")
 
     def _noise_scale(self) -> float:
         """``noise_scale_`` for the validated parameters (0 without ``epsilon``)."""
@@ -284,23 +257,17 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         except ValueError:  # the rows' own errors come first, as when checked before
             check_exactly()
             raise
-        if len(labels) == 1:
-            groups: list[np.ndarray | None] = [None]
-        else:
-            order = np.argsort(codes, kind="stable")
-            bounds = np.searchsorted(codes[order], np.arange(len(labels) + 1))
-            groups = [order[bounds[i] : bounds[i + 1]] for i in range(len(labels))]
-        shift: np.ndarray | None = None  # the default: each pass's first chunk mean
-        fourth_order = True
-        if self.epsilon is not None:  # clipped sums about zero, no fourth order
-            shift, fourth_order = np.zeros(X.shape[1]), False
+        groups: list = [None]  # one client: all rows
+        if len(labels) > 1:
+            groups = np.split(np.argsort(codes, kind="stable"), np.cumsum(np.bincount(codes))[:-1])
+        private = self.epsilon is not None  # clipped sums about zero, no fourth order
 
         def one_pass(rows: np.ndarray | None) -> tuple[ShiftedMoments, RowMagnitude]:
             return ShiftedMoments.from_rows(
                 X,
                 rows=rows,
-                shift=shift,
-                fourth_order=fourth_order,
+                shift=np.zeros(X.shape[1]) if private else None,  # None: first chunk's mean
+                fourth_order=not private,
                 chunk_size=self.chunk_size,
                 clip_norm=self.clip_norm,
                 return_magnitude=True,
@@ -318,32 +285,30 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         return dict(zip(labels, (moments for moments, _ in passes), strict=True))
 
     def _finalise(self, labels: list) -> None:
+        """The summaries of ``labels`` from their moments (a private release with ``epsilon``)."""
+        floor = self.covariance_floor
         for label in labels:
             if self.covariance == "within":
-                self.summaries_[label] = within_class_summary(
-                    [self._moments[cell] for cell in self._cells_of(label)],
-                    covariance_floor=self.covariance_floor,
+                cells = [self._moments[cell] for cell in self._cells_of(label)]
+                summary = within_class_summary(cells, covariance_floor=floor, client=label)
+            elif self.epsilon is None:
+                summary = ledoit_wolf_summary(
+                    self._moments[label], covariance_floor=floor, client=label
+                )
+            else:
+                assert self.clip_norm is not None  # _validate_params: epsilon needs clip_norm
+                n = check_client_size(self._moments[label].n, label)
+                rng = noise_generator(self.random_state, self.delta, n, label)
+                self.releases_[label] = self.releases_.get(label, 0) + 1
+                summary = private_summary(
+                    self._moments[label],
+                    clip_norm=self.clip_norm,
+                    sigma=self.noise_scale_,
+                    rng=rng,
+                    covariance_floor=floor,
                     client=label,
                 )
-                continue
-            moments = self._moments[label]
-            if self.epsilon is None:
-                self.summaries_[label] = ledoit_wolf_summary(
-                    moments, covariance_floor=self.covariance_floor, client=label
-                )
-                continue
-            assert self.clip_norm is not None  # _validate_params: epsilon needs clip_norm
-            n = check_client_size(moments.n, label)
-            rng = noise_generator(self.random_state, self.delta, n, label)
-            self.releases_[label] = self.releases_.get(label, 0) + 1
-            self.summaries_[label] = private_summary(
-                moments,
-                clip_norm=self.clip_norm,
-                sigma=self.noise_scale_,
-                rng=rng,
-                covariance_floor=self.covariance_floor,
-                client=label,
-            )
+            self.summaries_[label] = summary
         self.clients_ = sorted(self._clients_in(self._moments), key=_label_key)
 
     def fit(self, X: Any, y: Any = None, *, client: Any = None) -> GaussianSummaryEstimator:
@@ -378,17 +343,14 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
                 self.releases_: dict = {}
                 self._finalise(self._clients_in(self._moments))
         small = [c for c in self.clients_ if self.summaries_[c].n <= self.n_features_in_]
+        hint = "; form='low-rank' holds such summaries exactly without an m x m matrix"
         if small:
             warn_once(
                 f"{type(self).__name__}: client(s) {shown_labels(small)} hold no more rows than "
                 f"the {self.n_features_in_} features (fewest: "
                 f"{min(self.summaries_[c].n for c in small)}): their covariance is mostly the "
                 "Ledoit-Wolf target, and their maps carry little beyond their means"
-                + (
-                    "; form='low-rank' holds such summaries exactly without an m x m matrix"
-                    if self.form_ == "dense"
-                    else ""
-                ),
+                + (hint if self.form_ == "dense" else ""),
                 SmallClientWarning,
                 stacklevel=2,
             )
@@ -420,46 +382,41 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
             )
         X = check_rows(self, X, reset=True, ensure_min_samples=2)
         check_feature_scale(X)
-        labels, codes = check_client_labels(client, X.shape[0])
-        groups = [np.flatnonzero(codes == i) for i in range(len(labels))]
-        for label, rows in zip(labels, groups, strict=True):
+        groups = client_rows(client, X.shape[0])
+        for label, rows in groups.items():
             check_client_size(rows.size, label)
 
         def summarise(label: Any, rows: np.ndarray) -> GaussianSummary:
             return low_rank_summary(X[rows], covariance_floor=self.covariance_floor, client=label)
 
         summaries = Parallel(n_jobs=self.n_jobs, prefer="threads")(
-            delayed(summarise)(label, rows) for label, rows in zip(labels, groups, strict=True)
+            delayed(summarise)(label, rows) for label, rows in groups.items()
         )
         if hasattr(self, "_moments"):  # an earlier dense fit's: no power sums back these
             del self._moments
         self.releases_ = {}
-        self.summaries_ = dict(zip(labels, summaries, strict=True))
-        self.clients_ = sorted(labels, key=_label_key)
+        self.summaries_ = dict(zip(groups, summaries, strict=True))
+        self.clients_ = sorted(groups, key=_label_key)
 
     def _check_mergeable(self, method: str, *others: GaussianSummaryEstimator) -> None:
         """Refuse to merge summaries fitted in low-rank form: they carry no moments."""
         for est in (self, *others):
             fitted = getattr(est, "summaries_", {}).values()
-            low_rank = getattr(est, "form", "dense") == "low-rank" or any(
-                s.basis is not None for s in fitted
-            )
-            if low_rank:
-                raise ValueError(
-                    f"{type(self).__name__}(form='low-rank') summarises each client's rows in "
-                    f"one fit, and its summaries hold no moments: {method} accumulates dense "
-                    "moments, fit with form='dense'"
-                )
+            if est.form == "low-rank" or any(s.basis is not None for s in fitted):
+                raise ValueError(self._no_moments(method))
 
     def _has_partial_fit(self) -> bool:
         """``partial_fit`` exists in the dense form only (for ``hasattr``, as scikit-learn's)."""
         if self.form == "low-rank":
-            raise AttributeError(
-                f"{type(self).__name__}(form='low-rank') has no partial_fit: it summarises "
-                "each client's rows in one fit, and partial_fit accumulates dense moments "
-                "(use form='dense')"
-            )
+            raise AttributeError(self._no_moments("partial_fit"))
         return True
+
+    def _no_moments(self, method: str) -> str:
+        return (
+            f"{type(self).__name__}(form='low-rank') summarises each client's rows in one fit, "
+            f"and its summaries hold no moments: {method} accumulates dense moments, fit with "
+            "form='dense'"
+        )
 
     def _groups(self, X: Any, y: Any, client: Any) -> Any:
         """The rows' groups: their clients, or with ``covariance="within"`` (client, class) cells.
@@ -479,13 +436,11 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         y = check_row_labels(y, n)
         labels, codes = check_client_labels(client, n)
         classes, class_codes = np.unique(y, return_inverse=True)
-        ids = np.empty(n, dtype=np.int64)
-        for i, label in enumerate(labels):
-            for j, value in enumerate(classes):
-                rows = (codes == i) & (class_codes == j)
-                if rows.any():
-                    ids[rows] = self._cell(label, value.item())
-        return ids
+        pairs, pair_of_row = np.unique(
+            np.column_stack([codes, class_codes.ravel()]), axis=0, return_inverse=True
+        )
+        cells = [self._cell(labels[i], classes[j].item()) for i, j in pairs.tolist()]
+        return np.asarray(cells, dtype=np.int64)[pair_of_row.ravel()]
 
     def _cell(self, client: Any, label: Any) -> int:
         return self._cells.setdefault((client, label), len(self._cells))
@@ -529,13 +484,10 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
             first = not hasattr(self, "_moments")
             if first:
                 self._cells = {}
-            groups = self._groups(X, y, client)
-            new = self._client_moments(X, groups, reset=first)  # checks X before storing
-            if first:
                 self._moments = {}
                 self.summaries_ = {}
                 self.releases_ = {}
-            self._absorb(new)
+            self._absorb(self._client_moments(X, self._groups(X, y, client), reset=first))
         return self
 
     def _absorb(self, new: dict) -> None:
@@ -570,16 +522,13 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         """
         check_is_fitted(self, "summaries_")
         self._check_mergeable("merge", *others)
-        merged = self.__class__(**self.get_params())
-        merged.n_features_in_ = self.n_features_in_
-        if hasattr(self, "feature_names_in_"):
-            merged.feature_names_in_ = self.feature_names_in_
+        merged = copy.copy(self)  # with dicts of its own, below: this one is left unchanged
         merged._validate_params()
         merged.noise_scale_ = merged._noise_scale()
         merged._moments = dict(self._moments)
-        merged._cells = dict(getattr(self, "_cells", {}))
+        merged._cells = dict(self._cells)
         merged.summaries_ = dict(self.summaries_)
-        merged.releases_ = dict(getattr(self, "releases_", {}))
+        merged.releases_ = dict(self.releases_)
         for other in others:
             check_is_fitted(other, "summaries_")
             if other.n_features_in_ != self.n_features_in_:
@@ -594,12 +543,6 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
                 }
             merged._absorb(moments)
         return merged
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
-        tags.target_tags.required = False
-        return tags
 
 
 def _label_key(label: Any) -> tuple:

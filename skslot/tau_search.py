@@ -11,11 +11,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._doc_link import DocLinkMixin
 from ._param_validation import HasMethods, Options, ParameterValidationMixin
-from ._validation import (
-    check_classification_data,
-    check_client_labels,
-    check_host_rows,
-)
+from ._validation import check_classification_data, check_client_labels, check_host_rows
 from .defaults import VALIDATION_FRACTION
 from .heads._base import OneShotHead
 from .protocol import (
@@ -24,11 +20,10 @@ from .protocol import (
     FixedReference,
     InProcessTransport,
     OneShotProtocol,
-    ProtocolReport,
     ProtocolRunError,
     ReferenceStep,
 )
-from .selection import DEFAULT_TAUS, Selection
+from .selection import DEFAULT_TAUS
 from .transformer import UNKNOWN_CLIENT, SLOTTransformer
 
 __all__ = ["FederatedTauSearch"]
@@ -210,6 +205,21 @@ class FederatedTauSearch(
         self : object
         """
         self._validate_params()
+        # the transformer whose settings make the summaries and the reference
+        slot = self.slot if self.slot is not None else SLOTTransformer()
+        slot = getattr(slot, "estimator", slot)  # a FrozenEstimator's fitted transformer
+        if not isinstance(slot, SLOTTransformer):
+            raise TypeError(f"slot must be a SLOTTransformer, got {type(slot).__name__}")
+        frozen = hasattr(self.slot, "estimator")  # a FrozenEstimator: its reference and maps
+        if frozen:
+            check_is_fitted(slot, "maps_")
+            fixed_maps = {  # the server's at tau = 1, anchored, on both sides
+                label: slot._anchored(full, slot.summaries_[label], label)
+                for label, full in slot.maps_.items()
+            }
+            reference: ReferenceStep = FixedReference(slot.reference_, fixed_maps, slot.n_iter_)
+        else:
+            reference = ReferenceStep(slot.barycenter_estimator())
         protocol = OneShotProtocol(
             self.head,
             tau="auto",
@@ -218,27 +228,22 @@ class FederatedTauSearch(
             validation_fraction=self.validation_fraction,
             selection_rule=self.selection_rule,
             refit=self.refit,
-            reference=self._reference_step(),
+            reference=reference,
             random_state=self.random_state,
             evaluate=False,
-            client_tau=self._slot().client_tau,
-            summary_covariance=self._slot().covariance,
-            covariance_floor=self._slot().barycenter_estimator().covariance_floor,
-            mean_tau=self._slot().mean_tau,
+            client_tau=slot.client_tau,
+            summary_covariance=slot.covariance,
+            covariance_floor=slot.barycenter_estimator().covariance_floor,
+            mean_tau=slot.mean_tau,
         )
         X, y, classes = check_classification_data(self, X, y)
         labels, codes = check_client_labels(client, X.shape[0])
-        protocol.reference.check_clients(labels)
-        slot = self._slot()
+        reference.check_clients(labels)
         if slot.label_mix != protocol.label_mix:
             raise ValueError(
                 f"the head serves label_mix={protocol.label_mix!r} but slot has "
                 f"label_mix={slot.label_mix!r}: set the same label_mix on both"
             )
-        reference = protocol.reference
-        frozen = isinstance(reference, FixedReference)  # its maps, on both sides
-        # the server's, anchored
-        fixed_maps = reference.fixed.maps if isinstance(reference, FixedReference) else {}
         parties = {
             label: ClientParty(
                 X[codes == k],
@@ -260,9 +265,8 @@ class FederatedTauSearch(
         if rejected:  # in process, the clients' own uploads: a bug, never expected
             raise RuntimeError(f"the protocol rejected clients' uploads: {rejected}")
         selection = result.selection
-        self.left_out_ = selection_left_out(result.report)
-        self.candidate_heads_ = result.candidate_heads
-        self.stages_ = list(result.stages)
+        if selection is None:  # tau="auto": the federation chose
+            raise RuntimeError("the federated search returned no choice")
         # each client's map, as a deployed client computes it from the reference it received
         summaries = {
             label: slot.summaries_[label] if frozen else parties[label].state.summary
@@ -277,71 +281,35 @@ class FederatedTauSearch(
                 received, summary = parties[label].state.reference, summaries[label]
                 if received is not None and summary is not None:  # left out before it
                     offsets[label] = summary.mean - received.mean
-        own = SLOTTransformer.from_reference(
+        self.slot_ = SLOTTransformer.from_reference(
             result.reference,
             summaries,
             tau_scales=result.tau_scales,
             domain_offsets=offsets,
             label_mix=protocol.label_mix,
-            client_tau=self._slot().client_tau,
-            mean_tau=self._slot().mean_tau,
+            client_tau=slot.client_tau,
+            mean_tau=slot.mean_tau,
             unknown_client=self.unknown_client,
-        )
-        if selection is None:  # tau="auto": the federation chose
-            raise RuntimeError("the federated search returned no choice")
-        self._store(selection, result.head, own, labels, classes)
-        return self
-
-    def _slot(self) -> SLOTTransformer:
-        """The transformer whose settings make the summaries and the reference."""
-        slot = self.slot if self.slot is not None else SLOTTransformer()
-        fitted = getattr(slot, "estimator", slot)  # a FrozenEstimator's fitted transformer
-        if not isinstance(fitted, SLOTTransformer):
-            raise TypeError(f"slot must be a SLOTTransformer, got {type(fitted).__name__}")
-        return fitted
-
-    def _reference_step(self) -> ReferenceStep:
-        """The server's reference step: a fitted transformer's own, or built from summaries."""
-        slot = self._slot()
-        if self.slot is not None and hasattr(self.slot, "estimator"):  # FrozenEstimator
-            check_is_fitted(slot, "maps_")
-            return FixedReference(slot.reference_, _full_maps(slot), slot.n_iter_)
-        return ReferenceStep(slot.barycenter_estimator())
-
-    def _store(
-        self,
-        selection: Selection,
-        final: OneShotHead,
-        own: SLOTTransformer,
-        labels: list,
-        classes: np.ndarray,
-    ) -> None:
+        ).set_params(tau=selection.candidate.tau)
         self.best_index_ = selection.index
         self.best_tau_ = selection.candidate.tau
         self.best_params_ = selection.candidate.describe()
         self.best_score_ = float(selection.mean_scores[selection.index])
         self.cv_results_ = selection.table()
         self.selection_clients_ = selection.clients
-        self.best_estimator_ = final
-        self.slot_ = own.set_params(tau=self.best_tau_)
+        self.left_out_ = dict((result.report.selection or {}).get("left_out", {}))
+        self.candidate_heads_ = result.candidate_heads
+        self.stages_ = list(result.stages)
+        self.best_estimator_ = result.head
         self.clients_ = labels
         self.classes_ = classes
+        return self
 
-    def _aligned(self, X: Any, client: Any) -> np.ndarray:
+    def _predicted(self, method: str, X: Any, client: Any) -> np.ndarray:
+        """``best_estimator_``'s ``method`` on the rows aligned by their clients' maps."""
         check_is_fitted(self, "best_estimator_")
-        X = check_host_rows(self, X, reset=False)
-        if client is None and len(self.clients_) > 1:
-            raise ValueError(
-                f"{type(self).__name__} needs client labels to align rows: fit saw "
-                f"{len(self.clients_)} clients. Pass client=..., or inside a Pipeline or a "
-                "search enable metadata routing (sklearn.config_context("
-                "enable_metadata_routing=True))."
-            )
-        if client is None:
-            client = self.clients_[0]
-            if client is None:
-                return self.slot_.transform(X)
-        return self.slot_.transform(X, client=client)
+        Z = self.slot_.transform(check_host_rows(self, X, reset=False), client=client)
+        return getattr(self.best_estimator_, method)(Z, client=client)
 
     def predict(self, X: Any, *, client: Any = None) -> np.ndarray:
         """Align each row with its client's map at ``best_tau_``, then predict.
@@ -361,8 +329,7 @@ class FederatedTauSearch(
             ``best_estimator_``'s prediction for each aligned row (under its
             client's own label mix with the head's ``label_mix="client"``).
         """
-        Z = self._aligned(X, client)
-        return self.best_estimator_.predict(Z, client=client)
+        return self._predicted("predict", X, client)
 
     def predict_proba(self, X: Any, *, client: Any = None) -> np.ndarray:
         """Class probabilities of the aligned rows.
@@ -382,8 +349,7 @@ class FederatedTauSearch(
             ``best_estimator_``'s class probabilities, columns in the order of
             ``classes_``.
         """
-        Z = self._aligned(X, client)
-        return self.best_estimator_.predict_proba(Z, client=client)
+        return self._predicted("predict_proba", X, client)
 
     def decision_function(self, X: Any, *, client: Any = None) -> np.ndarray:
         """Class scores of the aligned rows.
@@ -403,8 +369,7 @@ class FederatedTauSearch(
             ``best_estimator_``'s class scores; of shape (n_samples,) for two
             classes.
         """
-        Z = self._aligned(X, client)
-        return self.best_estimator_.decision_function(Z, client=client)
+        return self._predicted("decision_function", X, client)
 
     def score(self, X: Any, y: Any, sample_weight: Any = None, *, client: Any = None) -> float:
         """Accuracy of ``predict(X, client=client)``.
@@ -430,21 +395,3 @@ class FederatedTauSearch(
         from sklearn.metrics import accuracy_score  # on use: importing it costs every process
 
         return float(accuracy_score(y, self.predict(X, client=client), sample_weight=sample_weight))
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
-        return tags
-
-
-def selection_left_out(report: ProtocolReport) -> dict:
-    """Clients left out of the choice, with the reason (from a run's report)."""
-    return dict((report.selection or {}).get("left_out", {}))
-
-
-def _full_maps(slot: SLOTTransformer) -> dict:
-    """A fitted transformer's maps at ``tau = 1`` (anchored at each mean with ``mean_tau``)."""
-    return {
-        label: slot._anchored(full, slot.summaries_[label], label)
-        for label, full in slot.maps_.items()
-    }

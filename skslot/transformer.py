@@ -3,32 +3,27 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
-from difflib import get_close_matches
+from collections.abc import Callable, Mapping
+from functools import partial
 from numbers import Real
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin, clone
+from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
-from ._backend import as_host_rows, empty_like_rows, row_index
+from ._backend import as_host_rows
 from ._doc_link import DocLinkMixin
 from ._linalg import cholesky_factor
 from ._param_validation import Interval, Options, ParameterValidationMixin
 from ._validation import (
-    check_client_labels,
+    ClientTransformerMixin,
     check_in_range,
     check_row_labels,
     check_rows,
-    fitted_client,
+    client_rows,
 )
-from .barycenter import (
-    BuresBarycenter,
-    SingleClientWarning,
-    as_summary_list,
-    warn_single_client,
-)
+from .barycenter import BuresBarycenter, SingleClientWarning, as_summary_list, warn_single_client
 from .defaults import CLIENT_TAU, LABEL_MIX, MEAN_TAU, default_tau
 from .exceptions import SmallClientWarning, UnknownClientWarning, shown_labels, warn_once
 from .gaussian import GaussianSummary
@@ -50,7 +45,7 @@ UNKNOWN_CLIENT = ("fit", "error", "identity")
 
 
 class SLOTTransformer(
-    DocLinkMixin, ParameterValidationMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator
+    DocLinkMixin, ParameterValidationMixin, ClientTransformerMixin, BaseEstimator
 ):
     """Align each client's features to a shared reference Gaussian (SLOT-Align).
 
@@ -212,6 +207,7 @@ class SLOTTransformer(
 
     __metadata_request__fit = {"client": True}
     __metadata_request__transform = {"client": True}
+    _fits_unknown = "estimate a new client's map from its rows"
 
     _parameter_constraints: ClassVar[dict] = {
         "tau": [Interval(Real, 0.0, 1.0, closed="both"), None],
@@ -243,10 +239,7 @@ class SLOTTransformer(
         self.barycenter = barycenter
 
     def _anchored(
-        self,
-        full: GaussianMap,
-        source: GaussianSummary,
-        label: Any = _NO_CLIENT,
+        self, full: GaussianMap, source: GaussianSummary, label: Any = _NO_CLIENT
     ) -> GaussianMap:
         """A client's full map with its mean moved by ``mean_tau`` (as it is without).
 
@@ -275,11 +268,6 @@ class SLOTTransformer(
         return GaussianMap.optimal_transport(
             summary, self.reference_, target_factor=self._reference_factor
         )
-
-    @property
-    def _chunk_size(self) -> int:
-        """Rows per block of ``transform``: the barycenter's ``chunk_size``."""
-        return (self.barycenter or BuresBarycenter()).chunk_size
 
     def barycenter_estimator(self) -> BuresBarycenter:
         """The (unfitted) server step: a clone of ``barycenter``, or ``BuresBarycenter()``.
@@ -344,29 +332,20 @@ class SLOTTransformer(
         self._reference_factor = bary._result.factor if bary.form_ == "dense" else None
         return self
 
-    def _class_sums(self, X: Any, y: Any, client: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Each fitted client's rows and row sums of each class, in ``clients_`` order."""
-        y = check_row_labels(y, X.shape[0])
-        labels, codes = check_client_labels(client, X.shape[0])
-        classes = np.unique(y)
-        rows = np.asarray(as_host_rows(X), dtype=np.float64)
-        position = {label: i for i, label in enumerate(labels)}
-        parts = [class_sums(rows[mine], y[mine], classes) for mine in (
-            codes == position[label] for label in self.clients_
-        )]  # fmt: skip
-        return np.stack([n for n, _ in parts]), np.stack([s for _, s in parts])
-
     def _label_aware_fit(self, X: Any, y: Any, client: Any) -> None:
         """``tau_scales_`` (see ``client_tau``) and ``domain_offsets_`` (see ``label_mix``),
-        both from one pass over each fitted client's class counts and sums."""
+        both from each fitted client's class counts and sums."""
+        self.tau_scales_ = dict.fromkeys(self.clients_, 1.0)
+        self.domain_offsets_ = None
         if y is None:
-            self.tau_scales_ = dict.fromkeys(self.clients_, 1.0)
-            self.domain_offsets_ = None
             return
-        counts, sums = self._class_sums(X, y, client)
-        if self.client_tau == "uniform":
-            self.tau_scales_ = dict.fromkeys(self.clients_, 1.0)
-        else:
+        y = check_row_labels(y, X.shape[0])
+        classes = np.unique(y)
+        rows = np.asarray(as_host_rows(X), dtype=np.float64)
+        mine = client_rows(client, X.shape[0])
+        parts = [class_sums(rows[mine[c]], y[mine[c]], classes) for c in self.clients_]
+        counts, sums = np.stack([n for n, _ in parts]), np.stack([s for _, s in parts])
+        if self.client_tau == "label-shift":
             self.tau_scales_ = label_shift_distances(dict(zip(self.clients_, counts, strict=True)))
         self.domain_offsets_ = dict(zip(self.clients_, domain_offsets(counts, sums), strict=True))
 
@@ -382,10 +361,10 @@ class SLOTTransformer(
         missing = [label for label in self.clients_ if label not in tau_scales]
         if missing:
             raise ValueError(f"tau_scales has no factor for clients {missing}")
-        scales = {label: float(tau_scales[label]) for label in self.clients_}
-        for label, value in scales.items():
-            check_in_range(f"tau_scales[{label!r}]", value, 0.0, 1.0)
-        return scales
+        return {
+            label: check_in_range(f"tau_scales[{label!r}]", float(tau_scales[label]), 0.0, 1.0)
+            for label in self.clients_
+        }
 
     @classmethod
     def from_reference(
@@ -459,14 +438,13 @@ class SLOTTransformer(
         if not isinstance(reference, GaussianSummary):
             raise TypeError(f"reference must be a GaussianSummary, got {type(reference).__name__}")
         if isinstance(summaries, GaussianSummary):
-            summaries = {summaries.client: summaries}
+            self.summaries_ = {summaries.client: summaries}
         else:  # labelled by client, by position when unlabelled; duplicates rejected
-            summaries = dict(zip(*as_summary_list(summaries), strict=True))
+            self.summaries_ = dict(zip(*as_summary_list(summaries), strict=True))
         self.reference_ = reference
         self._reference_factor = (
             None if reference.basis is not None else cholesky_factor(reference.covariance)
         )
-        self.summaries_ = dict(summaries)
         self.maps_ = {label: self._full_map(s) for label, s in self.summaries_.items()}
         self.clients_ = list(self.summaries_)
         self.n_features_in_ = reference.dimension
@@ -491,24 +469,12 @@ class SLOTTransformer(
         return checked
 
     def _map_for(self, label: Any, X: np.ndarray | None) -> GaussianMap:
+        """The map of ``label``'s rows; ``X``: those rows, for a client ``fit`` did not see."""
         full = self.maps_.get(label)
         if full is None:
             assert X is not None  # the callers pass the rows of a client not in maps_
-            if self.unknown_client == "identity":
+            if not self._fits_new_client(label, X):
                 return GaussianMap.identity(X.shape[1], form=self.reference_.form)
-            if self.unknown_client == "error":
-                raise ValueError(
-                    f"client {label!r} was not seen during fit{self._near_miss([label])} "
-                    f"(fitted clients: {self.clients_}); set unknown_client='fit' to estimate "
-                    "a new client's map from its rows, or 'identity' to leave them unchanged"
-                )
-            if X.shape[0] < 2:
-                raise ValueError(
-                    f"{type(self).__name__}: client {label!r} was not seen during fit and has "
-                    f"{X.shape[0]} row in this transform; unknown_client='fit' estimates a new "
-                    "client's Gaussian from its rows and needs at least 2 (transform a new "
-                    "client's rows together, or set unknown_client='identity' or 'error')"
-                )
             with warnings.catch_warnings():  # transform's own warning names the new client
                 warnings.simplefilter("ignore", SmallClientWarning)
                 summary = self._summary_estimator(covariance="total")
@@ -553,6 +519,11 @@ class SLOTTransformer(
             )
         return self._map_for(client, None)
 
+    def _client_transform(self, label: Any, X: np.ndarray | None) -> Callable[[Any], Any]:
+        """The function ``transform`` applies to the rows of ``label`` (see ``_map_for``)."""
+        chunk_size = (self.barycenter or BuresBarycenter()).chunk_size
+        return partial(self._map_for(label, X).apply, chunk_size=chunk_size)
+
     def transform(
         self, X: Any, *, client: Any = None
     ) -> np.ndarray | pandas.DataFrame | torch.Tensor:
@@ -574,80 +545,22 @@ class SLOTTransformer(
             ``set_output(transform="pandas")``, else an ndarray.
         """
         check_is_fitted(self, "maps_")
-        X = check_rows(self, X, reset=False)
-        if client is None:
-            client = fitted_client(self.clients_, client)
-            if client is None:
-                return self._map_for(None, X).apply(X, chunk_size=self._chunk_size)
-        labels, codes = check_client_labels(client, X.shape[0])
-        if len(labels) == 1:  # every row the same client's: no row selection
-            client_map = self._map_for(labels[0], X)
-            self._warn_unknown([label for label in labels if label not in self.maps_])
-            return client_map.apply(X, chunk_size=self._chunk_size)
-        rows = [row_index(np.flatnonzero(codes == i), X) for i in range(len(labels))]
-        maps = [  # every map first: an unknown client that cannot be mapped raises here
-            self._map_for(label, None if label in self.maps_ else X[r])
-            for label, r in zip(labels, rows, strict=True)
-        ]
-        self._warn_unknown([label for label in labels if label not in self.maps_])
-        out = empty_like_rows(X, tuple(X.shape))
-        for r, client_map in zip(rows, maps, strict=True):
-            out[r] = client_map.apply(X[r], chunk_size=self._chunk_size)
-        return out
-
-    def _warn_unknown(self, unknown: list) -> None:
-        """Name, once per call, the clients ``transform`` met that ``fit`` did not see."""
-        if not unknown:
-            return
-        what = {
-            "fit": "their maps are estimated from their rows here",
-            "identity": "their rows are left unchanged",
-        }[self.unknown_client]
-        warn_once(
-            f"{type(self).__name__}.transform: client(s) {shown_labels(unknown)} were not "
-            f"seen during fit{self._near_miss(unknown)}: {what} "
-            f"(unknown_client={self.unknown_client!r})",
-            UnknownClientWarning,
-            stacklevel=3,
-        )
-
-    def _near_miss(self, unknown: list) -> str:
-        """``" (did you mean 'a'?)"``: the fitted labels an unseen text label nearly spells."""
-        fitted = [str(label) for label in self.clients_]
-        meant = {
-            close: label
-            for label in unknown
-            if isinstance(label, str)
-            for close in get_close_matches(label.strip(), fitted, n=1, cutoff=0.8)
-        }
-        if not meant:
-            return ""
-        return " (" + ", ".join(f"{v!r}: did you mean {k!r}?" for k, v in meant.items()) + ")"
-
-    def fit_transform(
-        self, X: Any, y: Any = None, *, client: Any = None
-    ) -> np.ndarray | pandas.DataFrame | torch.Tensor:
-        """``fit(X, y, client=client).transform(X, client=client)``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            The rows of every client.
-        y : array-like of shape (n_samples,), default=None
-            Class labels (see :meth:`fit`).
-        client : None, int, str or array-like of shape (n_samples,), default=None
-            Client label of each row (``None``: one client).
-
-        Returns
-        -------
-        X_aligned : ndarray, DataFrame or tensor of shape (n_samples, n_features)
-            The aligned rows (see :meth:`transform`).
-        """
-        return self.fit(X, y, client=client).transform(X, client=client)
+        X_aligned, unknown = self._transform_by_client(check_rows(self, X, reset=False), client)
+        if unknown:  # named once per call
+            what = "their maps are estimated from their rows here"
+            if self.unknown_client == "identity":
+                what = "their rows are left unchanged"
+            warn_once(
+                f"{type(self).__name__}.transform: client(s) {shown_labels(unknown)} were not "
+                f"seen during fit{self._near_miss(unknown)}: {what} "
+                f"(unknown_client={self.unknown_client!r})",
+                UnknownClientWarning,
+                stacklevel=2,
+            )
+        return X_aligned
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # the label-aware options read the class labels in fit
         tags.target_tags.required = self.covariance == "within"
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
