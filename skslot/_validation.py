@@ -426,7 +426,7 @@ def check_finite_rows(estimator: Any, X: Any) -> None:
     assert_all_finite(X, input_name="X", estimator_name=type(estimator).__name__)
 
 
-def check_host_rows(estimator: Any, X: Any, **checks: Any) -> np.ndarray:
+def check_host_rows(estimator: Any, X: Any, *, reset: bool, **checks: Any) -> np.ndarray:
     """``validate_data`` on host NumPy rows, float64 or float32 kept.
 
     Any array goes in (tensors and other Array API arrays are read into host
@@ -438,9 +438,10 @@ def check_host_rows(estimator: Any, X: Any, **checks: Any) -> np.ndarray:
         The estimator whose ``n_features_in_`` is set or checked.
     X : array-like of shape (n_samples, n_features)
         The rows.
+    reset : bool
+        Record the number of features (in ``fit``) rather than check it.
     **checks
-        ``validate_data``'s keyword arguments: ``reset`` (record the number
-        of features, in ``fit``, rather than check it), ``ensure_min_samples``,
+        ``validate_data``'s other keyword arguments: ``ensure_min_samples``,
         ``ensure_all_finite``, ...
 
     Returns
@@ -448,7 +449,9 @@ def check_host_rows(estimator: Any, X: Any, **checks: Any) -> np.ndarray:
     X : ndarray of shape (n_samples, n_features)
         The checked rows, float32 or float64.
     """
-    return validate_data(estimator, as_host_rows(X), dtype=[np.float64, np.float32], **checks)
+    return validate_data(
+        estimator, as_host_rows(X), reset=reset, dtype=[np.float64, np.float32], **checks
+    )
 
 
 def check_classification_data(estimator: Any, X: Any, y: Any) -> tuple[Any, Any, np.ndarray]:

@@ -266,6 +266,9 @@ class GaussianSummary:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"cannot assign to {name!r}: a GaussianSummary is immutable")
 
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete {name!r}: a GaussianSummary is immutable")
+
     def replace(self, **changes: Any) -> GaussianSummary:
         """A new summary with ``changes`` to these parameters, validated as any.
 
@@ -358,10 +361,11 @@ class GaussianSummary:
         -------
         block : ndarray of shape (d, d)
         """
-        low = self.to_low_rank()
-        P = V.T @ low.basis
-        block = (P * (low.eigenvalues - low.complement)) @ P.T
-        block.flat[:: V.shape[1] + 1] += low.complement
+        if self.basis is None:  # dense: no eigendecomposition needed
+            return symmetrize(V.T @ self.covariance @ V)
+        P = V.T @ self.basis
+        block = (P * (self.eigenvalues - self.complement)) @ P.T
+        block.flat[:: V.shape[1] + 1] += self.complement
         return symmetrize(block)
 
     def to_dense(self) -> GaussianSummary:

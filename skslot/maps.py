@@ -121,7 +121,7 @@ def bures_wasserstein_distance(source: GaussianSummary, target: GaussianSummary)
     F = cholesky_factor(target.covariance)
     cross = trace_sqrt(F.T @ source.covariance @ F)
     diff = source.mean - target.mean
-    sq = diff @ diff + np.trace(source.covariance) + np.trace(target.covariance)
+    sq = diff @ diff + source.trace + target.trace
     return float(np.sqrt(max(sq - 2.0 * cross, 0.0)))
 
 

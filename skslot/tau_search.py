@@ -11,7 +11,12 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._doc_link import DocLinkMixin
 from ._param_validation import HasMethods, Options, ParameterValidationMixin
-from ._validation import check_classification_data, check_client_labels, check_host_rows
+from ._validation import (
+    ROUTING_HINT,
+    check_classification_data,
+    check_client_labels,
+    check_host_rows,
+)
 from .defaults import VALIDATION_FRACTION
 from .heads._base import OneShotHead
 from .protocol import (
@@ -308,7 +313,13 @@ class FederatedTauSearch(
     def _predicted(self, method: str, X: Any, client: Any) -> np.ndarray:
         """``best_estimator_``'s ``method`` on the rows aligned by their clients' maps."""
         check_is_fitted(self, "best_estimator_")
-        Z = self.slot_.transform(check_host_rows(self, X, reset=False), client=client)
+        X = check_host_rows(self, X, reset=False)
+        if client is None and len(self.clients_) > 1:
+            raise ValueError(
+                f"{type(self).__name__} needs client labels to align rows: fit saw "
+                f"{len(self.clients_)} clients. {ROUTING_HINT}"
+            )
+        Z = self.slot_.transform(X, client=client)
         return getattr(self.best_estimator_, method)(Z, client=client)
 
     def predict(self, X: Any, *, client: Any = None) -> np.ndarray:

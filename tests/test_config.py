@@ -2,6 +2,8 @@
 
 import dataclasses
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -447,3 +449,15 @@ BENCH_SETTINGS = {
     "validation_fraction": "validation_fraction",
     "clients_per_domain": "clients_per_domain",
 }
+
+
+def test_the_run_config_is_declared_without_docstrings():
+    """Under ``python -OO`` (docstrings stripped) an owned setting's help is its name."""
+    code = (
+        "from skslot.flower import AlignmentSettings, DeploymentConfig; "
+        "print(DeploymentConfig().mean_tau, AlignmentSettings().setting('mean_tau').help)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-OO", "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["1.0", "mean", "tau"]

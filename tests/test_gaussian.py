@@ -7,7 +7,7 @@ import pytest
 
 from skslot import GaussianMap, GaussianSummary, InvalidSummaryError, SummaryFormatError
 from skslot.maps import bures_wasserstein_distance, rebased_scores
-from skslot.wire import WireFormatError, decode_summary, encode_summary
+from skslot.wire import WireFormatError, decode_summary, encode_summary, summary_payload_size
 from skslot.wire.summary_codec import SummaryFields
 
 from .conftest import random_spd
@@ -52,6 +52,17 @@ def test_summary_is_immutable_and_copies_input(rng):
         s.mean[0] = 1.0
     with pytest.raises(AttributeError):
         s.n = 3
+    with pytest.raises(AttributeError, match="cannot delete 'mean'"):
+        del s.mean
+    assert s.mean.shape == (3,)
+
+
+def test_a_payload_is_sized_only_in_a_form_the_summary_has(rng):
+    dense = GaussianSummary(n=5, mean=rng.normal(size=3), covariance=np.eye(3))
+    assert summary_payload_size(dense, "float32") == len(encode_summary(dense, "float32"))
+    for form in ("low-rank", "factor"):
+        with pytest.raises(ValueError, match=f"cannot size a '{form}' form"):
+            summary_payload_size(dense, "float32", form=form)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from skslot import (
     UnknownClientWarning,
 )
 from skslot.heads import FedCGSClassifier
-from skslot.summary import within_class_summary
+from skslot.ledoit_wolf import within_class_summary
 
 from .conftest import PAPER, assert_close_in_norm, fitting_rows, ignoring
 

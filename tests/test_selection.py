@@ -416,7 +416,7 @@ def test_head_must_be_a_one_shot_head(federated):
 def test_predict_needs_client_labels_and_routing_works_in_a_pipeline(federated):
     X, y, client = federated.X, federated.y, federated.client
     search = FederatedTauSearch(FedCGSClassifier(), random_state=0).fit(X, y, client=client)
-    with pytest.raises(ValueError, match="needs client labels"):
+    with pytest.raises(ValueError, match="FederatedTauSearch needs client labels to align rows"):
         search.predict(X)
     with sklearn.config_context(enable_metadata_routing=True):
         search = FederatedTauSearch(FedCGSClassifier(), random_state=0)

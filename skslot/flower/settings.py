@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import itertools
 import json
 import math
 import re
@@ -479,13 +480,17 @@ def _parameter_doc(owner: type, parameter: str) -> str:
     Raises
     ------
     TypeError
-        Where the docstring does not describe ``parameter``.
+        Where the docstring does not describe ``parameter`` (under ``python
+        -OO``, which strips docstrings, the description is the parameter's
+        name).
     """
     lines = (inspect.getdoc(owner) or "").splitlines()
-    start = lines.index("Parameters") + 2 if "Parameters" in lines else len(lines)
+    body = lines[lines.index("Parameters") + 2 :] if "Parameters" in lines else []
+    if not body and sys.flags.optimize >= 2:  # python -OO strips docstrings
+        return parameter.replace("_", " ")
     entries: dict[str, list[str]] = {}
     described: list[str] = []
-    for line, below in zip(lines[start:], [*lines[start + 1 :], ""], strict=True):
+    for line, below in itertools.pairwise([*body, ""]):
         if below.startswith("---"):
             break
         if line[:1].isspace():
@@ -500,10 +505,14 @@ def _parameter_doc(owner: type, parameter: str) -> str:
 
 
 def _plain(text: str) -> str:
-    """reStructuredText as plain text: a role as its target, a literal as its text."""
+    """reStructuredText as plain text: a role as its target, a literal as its text (``None``,
+    ``True`` and ``False`` as a run config writes them)."""
     text = re.sub(r":\w+:`~[\w.]*?(\w+)`", r"\1", text)  # :class:`~a.B` -> B
     text = re.sub(r":\w+:`([^`]+)`", r"\1", text)
-    return re.sub(r"``(.+?)``", lambda literal: literal[1].replace('"', "'"), text)
+    words = {"None": "none", "True": "true", "False": "false"}
+    return re.sub(
+        r"``(.+?)``", lambda literal: words.get(literal[1], literal[1].replace('"', "'")), text
+    )
 
 
 def _path(owner: type) -> str:

@@ -241,6 +241,8 @@ def statistics_of_parts(
         all rows and ``None``.
     """
     # computing statistics records n_features_in_ on the head: a clone's
+    if released is not None and parts is not None:
+        raise ValueError("a private client releases the statistics of all its rows, in one part")
     made = released or partial(clone(head).client_statistics, client_index=client_index)
     if parts is None:
         return made(X, y, classes), None

@@ -118,7 +118,7 @@ class RunState:
         the run here: it is asked nothing more, so a silent client costs one
         reply timeout, and what it contributed to (the reference, the
         candidates, the choice) is made again without it
-        (:meth:`stale_reference`).
+        (:meth:`~skslot.defence.aggregation.DefendedAggregation.refresh`).
 
         Parameters
         ----------

@@ -293,6 +293,8 @@ def summary_payload_size(
     m = len(summary.mean)
     label = _label_bytes(summary.client)[1]
     basis = getattr(summary, "basis", None)
+    if form not in (None, "dense", "low-rank") or (form == "low-rank" and basis is None):
+        raise ValueError(f"cannot size a {form!r} form of this summary: it has no such form")
     if form == "dense" or (form is None and basis is None):
         return _HEADER.size + len(label) + (m * (m + 1) // 2 + m) * dt.itemsize
     r = np.shape(summary.basis)[1]
