@@ -226,6 +226,35 @@ def test_an_explicit_null_defence_is_no_defence():
     assert NoDefence().implausible_updates([0.0, 0.0, 1.0]) == {}  # no median taken
 
 
+#: The modules outside the privacy package that name a budget's epsilon or a ledger: where a
+#: user gives a budget (docs/architecture.md lists them).
+BUDGET_ENTRY_POINTS = {
+    "summary.py",
+    "protocol/client.py",
+    "flower/client_app.py",
+    "flower/config.py",
+    "flower/groups.py",
+    "flower/server_app.py",
+}
+
+
+def test_only_the_privacy_package_and_the_budget_entry_points_name_epsilon_or_a_ledger():
+    import re
+
+    pattern = re.compile(r"epsilon|ledger")
+    naming = {
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if pattern.search(path.read_text())
+    }
+    outside = {name for name in naming if not name.startswith("privacy/")}
+    assert outside <= BUDGET_ENTRY_POINTS, sorted(outside - BUDGET_ENTRY_POINTS)
+    assert "summary.py" in outside and "protocol/client.py" in outside  # the check reads them
+    documented = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    for name in BUDGET_ENTRY_POINTS:
+        assert f"skslot/{name}" in documented or name.rsplit("/", 1)[-1] in documented, name
+
+
 def test_docs_benchmarks_and_code_tell_no_development_history():
     """The library as it is: no numbered sessions or issues (what changed: CHANGELOG.md)."""
     import re

@@ -53,8 +53,8 @@ def inconsistent_statistics(
     rest cannot be less spread than nothing: ``n_s tr S_s <= N tr S`` for
     either kind of covariance, and for the total covariance
     ``||mu_s - mu||^2 <= (N - n_s) / n_s tr S``, each up to ``rtol``.
-    A deployment never pairs statistics with a private summary (``epsilon``
-    is refused with the statistics heads), and a FedCGS summary is derived
+    A deployment never pairs statistics with a private summary (the
+    privacy package refuses one with the statistics heads), and a FedCGS summary is derived
     from its statistics, so this is FedPFT's check.
 
     Parameters

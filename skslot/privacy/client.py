@@ -267,11 +267,37 @@ class PrivateRelease:
 
     def __init__(self, party: Party) -> None:
         self.party = party
+        self._ledger: PrivacyLedger | None = None
 
     @property
     def ledger(self) -> PrivacyLedger:
-        """The client's ledger for the run (:meth:`~skslot.protocol.ClientParty.ledger`)."""
-        return self.party.ledger()
+        """This run's ledger of the client's releases, under its privacy budget.
+
+        Planned for the releases the upload request announced
+        (``state.releases``) and seeded with the run's secret noise seed
+        (drawn on first use, kept in the state), so that a client restored in
+        a new process repeats, never redraws, a release.
+
+        Raises
+        ------
+        RuntimeError
+            If no run announced its releases.
+        """
+        party, state = self.party, self.party.state
+        if not state.releases:
+            raise RuntimeError("no upload request of this run announced its releases")
+        ledger = self._ledger
+        if (
+            ledger is None
+            or ledger.seed != state.noise_seed
+            or tuple(ledger.shares) != tuple(state.releases)
+        ):
+            budget = party.privacy
+            assert budget is not None  # a private release is a private client's
+            ledger = budget.ledger(state.releases, client=party.label, seed=state.noise_seed)
+            state.noise_seed = ledger.seed
+            self._ledger = ledger
+        return ledger
 
     @property
     def statistics_release(self) -> StatisticsRelease:

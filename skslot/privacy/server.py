@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..wire import MessageFormatError
 from ._accounting import RELEASES, releases_at
 from ._heads import private_release
 
@@ -22,9 +23,16 @@ if TYPE_CHECKING:
     from ..heads import OneShotHead
     from ..protocol.report import ProtocolReport
     from ..protocol.stages.upload._messages import Upload
+    from ..wire.payload import ReceivedPayload
     from ._accounting import PrivacyBudget
 
-__all__ = ["OPTIONAL_RELEASES", "RunAccount", "head_releases"]
+__all__ = [
+    "OPTIONAL_RELEASES",
+    "RunAccount",
+    "head_releases",
+    "plan_from_wire",
+    "plan_to_wire",
+]
 
 
 #: The releases a run of a private client may leave out (:attr:`OneShotProtocol.releases
@@ -51,6 +59,72 @@ def head_releases(head: OneShotHead) -> tuple[str, ...]:
     if head.strategy.trains_locally:
         made |= {"summary", "class_counts"}
     return tuple(r for r in RELEASES if r in made)
+
+
+def plan_to_wire(
+    privacy: tuple[float, float, float] | None, releases: Sequence[str], shares: Sequence[float]
+) -> dict[str, Any]:
+    """The upload request's values that announce a private run's plan (none for an exact run).
+
+    Parameters
+    ----------
+    privacy : tuple of (float, float, float) or None
+        The budget's ``(epsilon, delta, clip_norm)``.
+    releases : sequence of str
+    shares : sequence of float
+
+    Returns
+    -------
+    dict
+        What :func:`plan_from_wire` reads back.
+    """
+    if privacy is None:
+        return {}
+    epsilon, delta, clip_norm = map(float, privacy)
+    return {
+        "epsilon": epsilon,
+        "delta": delta,
+        "clip-norm": clip_norm,
+        "releases": ",".join(releases),
+        "shares": [float(w) for w in shares],
+    }
+
+
+def plan_from_wire(payload: ReceivedPayload) -> dict[str, Any]:
+    """The plan an upload request announces, checked: the keywords ``privacy``, ``releases``
+    and ``shares`` of its :class:`~skslot.protocol.stages.upload.UploadRequest` (none for an
+    exact run).
+
+    Parameters
+    ----------
+    payload : ReceivedPayload
+        The request as received.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    MessageFormatError
+        If a release is unknown, or the shares do not match the releases.
+    """
+    epsilon = payload.optional("epsilon", (float, int))
+    if epsilon is None:
+        return {}
+    releases = tuple(payload.value("releases", str).split(","))
+    unknown = sorted(set(releases) - set(RELEASES))
+    if unknown:
+        raise MessageFormatError(f"releases names unknown releases {unknown}")
+    shares = tuple(payload.floats("shares"))
+    if len(shares) != len(releases) or not all(0.0 < w <= 1.0 for w in shares):
+        raise MessageFormatError(f"{len(shares)} shares for {len(releases)} releases")
+    privacy = (
+        float(epsilon),
+        float(payload.value("delta", (float, int))),
+        float(payload.value("clip-norm", (float, int))),
+    )
+    return {"privacy": privacy, "releases": releases, "shares": shares}
 
 
 class RunAccount:

@@ -4,6 +4,7 @@ through its release plan (:func:`skslot.privacy.private_answer`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from .party import ClientRelease, Party
 from .stages import STAGES, ClientWire
 
 if TYPE_CHECKING:
+    from ..privacy import PrivacyLedger
     from ..wire.payload import Payload, ReceivedPayload
     from .stages.upload import UploadRequest
 
@@ -124,8 +126,31 @@ class ClientParty(Party):
         Returns
         -------
         ExactRelease or PrivateRelease
+            The same object for the party's life (a private one keeps its ledger).
         """
+        return self._release
+
+    @cached_property
+    def _release(self) -> ClientRelease:
         return ExactRelease(self) if self.privacy is None else PrivateRelease(self)
+
+    def ledger(self) -> PrivacyLedger:
+        """This run's ledger of the client's releases, under its privacy budget
+        (:attr:`PrivateRelease.ledger <skslot.privacy.client.PrivateRelease.ledger>`).
+
+        Returns
+        -------
+        PrivacyLedger
+
+        Raises
+        ------
+        RuntimeError
+            If the client has no privacy budget, or no run announced its releases.
+        """
+        release = self.release()
+        if not isinstance(release, PrivateRelease):
+            raise RuntimeError("this client has no privacy budget")
+        return release.ledger
 
 
 class ExactRelease:

@@ -18,7 +18,7 @@ from ..heads import LinearScores, OneShotHead
 from ..heads._base import ONE_SHOT_HEAD
 from ..label_shift import class_counts
 from ..maps import GaussianMap
-from ..privacy import LifetimeBudget, PrivacyBudget, PrivacyLedger, null_rows
+from ..privacy import LifetimeBudget, PrivacyBudget, null_rows
 from ..selection import validation_split
 from ..summary import GaussianSummaryEstimator
 
@@ -30,8 +30,8 @@ __all__ = ["ClientRelease", "ClientState"]  # and Party, the base of ClientParty
 
 
 class ClientRelease(Protocol):
-    """How a client releases what it sends in a run: exactly, or each value through its
-    ledger.
+    """How a client releases what it sends in a run: exactly, or each value as a release of
+    its privacy budget's plan.
 
     The stages' client steps ask :meth:`Party.release` for it and have no
     privacy branch of their own: a client without a budget answers with
@@ -215,7 +215,7 @@ class ClientState:
         request (``None``: the mean follows ``tau``).
     releases : tuple of str, default=()
         Under a privacy budget, the releases of the run (received with the
-        upload request), which its ledger is planned for.
+        upload request), which its budget is split over.
     noise_seed : int or None, default=None
         Under a privacy budget, the run's secret noise seed (drawn by the
         client, never sent): a release made again is the same release.
@@ -339,40 +339,6 @@ class Party:
             raise ValueError("a lifetime budget bounds private runs: give the client privacy too")
         self.privacy = privacy
         self.lifetime = lifetime
-        self._ledger: PrivacyLedger | None = None
-
-    def ledger(self) -> PrivacyLedger:
-        """This run's ledger of the client's releases, under its privacy budget.
-
-        Planned for the releases the upload request announced
-        (``state.releases``) and seeded with the run's secret noise seed
-        (drawn on first use, kept in the state), so that a client restored in
-        a new process repeats, never redraws, a release.
-
-        Returns
-        -------
-        PrivacyLedger
-
-        Raises
-        ------
-        RuntimeError
-            If the client has no privacy budget, or no run announced its releases.
-        """
-        if self.privacy is None:
-            raise RuntimeError("this client has no privacy budget")
-        state = self.state
-        if not state.releases:
-            raise RuntimeError("no upload request of this run announced its releases")
-        ledger = self._ledger
-        if (
-            ledger is None
-            or ledger.seed != state.noise_seed
-            or tuple(ledger.shares) != tuple(state.releases)
-        ):
-            ledger = self.privacy.ledger(state.releases, client=self.label, seed=state.noise_seed)
-            state.noise_seed = ledger.seed
-            self._ledger = ledger
-        return ledger
 
     def release(self) -> ClientRelease:
         """How this client releases what it sends (:class:`ClientRelease`).

@@ -114,8 +114,9 @@ class ProtocolReport:
         With private releases, what the guarantee covers and what it does not.
     privacy_spent : dict
         In a private run (:class:`~skslot.protocol.OneShotProtocol`'s
-        ``privacy``), per client, the epsilon (at the budget's delta) of the
-        releases the server received from it.
+        ``privacy``), per client, the privacy loss (at the budget's delta) of
+        the releases the server received from it
+        (:meth:`~skslot.privacy.server.RunAccount.report`).
     selection : dict or None
         With ``tau = "auto"``: the candidates, each client's balanced
         validation accuracy per candidate, their mean and standard error, the

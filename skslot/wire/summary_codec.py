@@ -86,7 +86,7 @@ MAX_COUNT = 2**53
 DEFAULT_MAX_DIMENSION = 16384
 #: What the float64 arithmetic of a basis (a thin QR factorisation, then an
 #: eigenbasis of the small Gram) leaves of ``||U^T U - I||_max``: some hundred
-#: float64 epsilons at a few hundred rows, which the decoder accepts.
+#: float64 rounding errors at a few hundred rows, which the decoder accepts.
 BASIS_ROUNDING = 1e-12
 
 _MAGIC = b"SKSG"

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ....gaussian import GaussianSummary
-from ....privacy import RELEASES
+from ....privacy.server import plan_from_wire, plan_to_wire
 from ....summary import COVARIANCES
 from ....wire import (
     MessageFormatError,
@@ -141,10 +141,7 @@ class UploadCodec(Stage[UploadRequest, Upload]):
         for key, default in _FLAGS.items():  # sent where not the default, as 0 or 1
             if getattr(request, key.replace("-", "_")) != default:
                 values[key] = int(not default)
-        if request.privacy is not None:
-            values["epsilon"], values["delta"], values["clip-norm"] = map(float, request.privacy)
-            values["releases"] = ",".join(request.releases)
-            values["shares"] = [float(w) for w in request.shares]
+        values.update(plan_to_wire(request.privacy, request.releases, request.shares))
         return Payload(values)
 
     def decode_request(self, payload: ReceivedPayload, wire: ClientWire) -> UploadRequest:
@@ -173,25 +170,7 @@ class UploadCodec(Stage[UploadRequest, Upload]):
             raise MessageFormatError(
                 f"summary-dtype must be one of {SUMMARY_DTYPES}, got {dtype!r}"
             )
-        plan: dict[str, Any] = {}
-        epsilon = payload.optional("epsilon", (float, int))
-        if epsilon is not None:
-            releases = tuple(payload.value("releases", str).split(","))
-            unknown = sorted(set(releases) - set(RELEASES))
-            if unknown:
-                raise MessageFormatError(f"releases names unknown releases {unknown}")
-            shares = tuple(payload.floats("shares"))
-            if len(shares) != len(releases) or not all(0.0 < w <= 1.0 for w in shares):
-                raise MessageFormatError(f"{len(shares)} shares for {len(releases)} releases")
-            plan = {
-                "privacy": (
-                    float(epsilon),
-                    float(payload.value("delta", (float, int))),
-                    float(payload.value("clip-norm", (float, int))),
-                ),
-                "releases": releases,
-                "shares": shares,
-            }
+        plan = plan_from_wire(payload)
         return UploadRequest(
             index,
             payload.optional("split-seed", int),

@@ -56,11 +56,12 @@ class UploadRequest:
         refit of an unscreened run); a screened run's final head is fitted on
         the fitting parts alone and does not ask for them.
     privacy : tuple of (float, float, float) or None, default=None
-        A private run's budget ``(epsilon, delta, clip_norm)``, which must be
-        the client's own (:class:`~skslot.privacy.PrivacyBudget`).
+        A private run's budget, which must be the client's own (the three
+        values of a :class:`~skslot.privacy.PrivacyBudget`; on the wire,
+        :func:`~skslot.privacy.server.plan_to_wire`).
     releases : tuple of str, default=()
         A private run's releases (:data:`~skslot.privacy.RELEASES`), which
-        the client's ledger is planned for.
+        the client's budget is split over.
     shares : tuple of float, default=()
         Each release's share of the budget as the server accounts for it; a
         client splitting its budget otherwise refuses.
