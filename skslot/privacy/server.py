@@ -146,8 +146,6 @@ class RunAccount:
 
     Attributes
     ----------
-    settings : tuple of (float, float, float) or None
-        ``(epsilon, delta, clip_norm)`` as the clients check it.
     plan : dict
         The budget, the releases and their shares as an upload request
         announces them (:class:`~skslot.protocol.UploadRequest`'s ``privacy``,
@@ -159,14 +157,11 @@ class RunAccount:
     def __init__(self, budget: PrivacyBudget | None, releases: Sequence[str]) -> None:
         self.budget = budget
         self.releases: tuple[str, ...] = tuple(releases)
-        self.settings = (
-            None
-            if budget is None
-            else (float(budget.epsilon), float(budget.delta), float(budget.clip_norm))
-        )
         split = budget.split(self.releases) if budget is not None else {}
         self.plan: dict[str, Any] = {
-            "privacy": self.settings,
+            "privacy": None
+            if budget is None
+            else (float(budget.epsilon), float(budget.delta), float(budget.clip_norm)),
             "releases": self.releases,
             "shares": tuple(split[r] for r in self.releases),
         }

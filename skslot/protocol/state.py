@@ -80,7 +80,7 @@ class RunState:
         return (
             self.defence.checks_consistency
             and self.settings.head.strategy.trains_locally
-            and self.account.settings is None
+            and self.account.budget is None
         )
 
     # -- the clients ---------------------------------------------------------------------
