@@ -23,22 +23,11 @@ checked by the estimator's own ``_validate_params``, after the declared ones.
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from numbers import Integral, Real
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-
-__all__ = [
-    "HasMethods",
-    "InstanceOf",
-    "Interval",
-    "InvalidParameterError",
-    "Options",
-    "ParameterValidationMixin",
-    "validate_parameter_constraints",
-]
 
 
 class InvalidParameterError(ValueError, TypeError):
@@ -49,10 +38,22 @@ class InvalidParameterError(ValueError, TypeError):
     """
 
 
-class _Constraint(ABC):
-    """A set of values a parameter may take."""
+class _Constraint:
+    """A set of values a parameter may take, described as ``description`` in errors.
 
-    @abstractmethod
+    Parameters
+    ----------
+    description : str
+        The set in words, completing "must be ...".
+    test : callable, optional
+        Whether a value belongs to the set; without it the set is empty
+        (the subclasses override :meth:`is_satisfied_by`).
+    """
+
+    def __init__(self, description: str, test: Callable[[Any], bool] | None = None) -> None:
+        self.description = description
+        self.test = test
+
     def is_satisfied_by(self, value: Any) -> bool:
         """Whether ``value`` is in the set.
 
@@ -66,10 +67,10 @@ class _Constraint(ABC):
         satisfied : bool
             Whether the value satisfies this constraint.
         """
+        return self.test is not None and bool(self.test(value))
 
-    @abstractmethod
     def __str__(self) -> str:
-        """The set in words, completing "must be ..."."""
+        return self.description
 
 
 class Interval(_Constraint):
@@ -102,37 +103,34 @@ class Interval(_Constraint):
         self.left = left
         self.right = right
         self.closed = closed
+        self._with_left = closed in ("left", "both")
+        self._with_right = closed in ("right", "both")
+        super().__init__(self._describe())
 
     def is_satisfied_by(self, value: Any) -> bool:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, self.type):
             return False
         if not isinstance(value, Integral) and not math.isfinite(value):
             return False
-        if self.left is not None:
-            if value < self.left or (value == self.left and self.closed in ("right", "neither")):
-                return False
-        if self.right is not None:  # numbers.Real orders by < and <= only: no "value > right"
-            if not value <= self.right:
-                return False
-            if value == self.right and self.closed in ("left", "neither"):
-                return False
-        return True
+        # numbers.Real orders by < and <= only, so the value is on the left of each test
+        left, right = self.left, self.right
+        above = left is None or not (value < left if self._with_left else value <= left)
+        return above and (right is None or (value <= right if self._with_right else value < right))
 
-    def __str__(self) -> str:
-        integer = self.type is Integral
-        lower = self.closed in ("left", "both")
-        if integer and self.right is None and self.left in (0, 1) and lower:
-            return "a positive integer" if self.left == 1 else "a non-negative integer"
+    def _describe(self) -> str:
+        integer, left, right = self.type is Integral, self.left, self.right
+        if integer and right is None and left in (0, 1) and self._with_left:
+            return "a positive integer" if left == 1 else "a non-negative integer"
         kind = "an integer" if integer else "a real number"
-        if self.left is None and self.right is None:
+        if left is None and right is None:
             return kind
-        if self.right is None:
-            return f"{kind} {'>=' if lower else '>'} {self.left!r}"
-        if self.left is None:
-            return f"{kind} {'<=' if self.closed in ('right', 'both') else '<'} {self.right!r}"
-        opening = "[" if lower else "("
-        closing = "]" if self.closed in ("right", "both") else ")"
-        return f"{kind} in {opening}{self.left!r}, {self.right!r}{closing}"
+        if right is None:
+            return f"{kind} {'>=' if self._with_left else '>'} {left!r}"
+        if left is None:
+            return f"{kind} {'<=' if self._with_right else '<'} {right!r}"
+        opening = "[" if self._with_left else "("
+        closing = "]" if self._with_right else ")"
+        return f"{kind} in {opening}{left!r}, {right!r}{closing}"
 
 
 class Options(_Constraint):
@@ -147,15 +145,13 @@ class Options(_Constraint):
     def __init__(self, options: Iterable[Hashable]) -> None:
         self.options = tuple(options)
         self._set = frozenset(self.options)
+        super().__init__(f"one of {self.options!r}")
 
     def is_satisfied_by(self, value: Any) -> bool:
         try:
             return value in self._set
         except TypeError:  # unhashable: a list or an array is no option
             return False
-
-    def __str__(self) -> str:
-        return f"one of {self.options!r}"
 
 
 class HasMethods(_Constraint):
@@ -169,13 +165,12 @@ class HasMethods(_Constraint):
 
     def __init__(self, methods: str | Iterable[str]) -> None:
         self.methods = (methods,) if isinstance(methods, str) else tuple(methods)
+        names = " and ".join(repr(method) for method in self.methods)
+        plural = "a method" if len(self.methods) == 1 else "methods"
+        super().__init__(f"an object with {plural} {names}")
 
     def is_satisfied_by(self, value: Any) -> bool:
         return all(callable(getattr(value, method, None)) for method in self.methods)
-
-    def __str__(self) -> str:
-        names = " and ".join(repr(method) for method in self.methods)
-        return f"an object with {'a method' if len(self.methods) == 1 else 'methods'} {names}"
 
 
 class InstanceOf(_Constraint):
@@ -190,60 +185,41 @@ class InstanceOf(_Constraint):
 
     def __init__(self, type: type, description: str | None = None) -> None:
         self.type = type
-        self.description = description
+        if description is None:
+            description = f"an instance of {type.__module__}.{type.__qualname__}"
+        super().__init__(description)
 
     def is_satisfied_by(self, value: Any) -> bool:
-        """Whether ``value`` is an instance of the type.
-
-        Parameters
-        ----------
-        value : object
-
-        Returns
-        -------
-        bool
-        """
         return isinstance(value, self.type)
 
-    def __str__(self) -> str:
-        if self.description is not None:
-            return self.description
-        return f"an instance of {self.type.__module__}.{self.type.__qualname__}"
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, (bool, np.bool_))
 
 
-class _Boolean(_Constraint):
-    def is_satisfied_by(self, value: Any) -> bool:
-        return isinstance(value, (bool, np.bool_))
-
-    def __str__(self) -> str:
-        return "a bool"
+def _is_array_like(value: Any) -> bool:
+    if isinstance(value, (str, bytes, Mapping)):
+        return False
+    return hasattr(value, "__array__") or hasattr(value, "__len__")
 
 
-class _ArrayLike(_Constraint):
-    def is_satisfied_by(self, value: Any) -> bool:
-        if isinstance(value, (str, bytes, Mapping)):
-            return False
-        return hasattr(value, "__array__") or hasattr(value, "__len__")
-
-    def __str__(self) -> str:
-        return "an array-like"
+_SEEDS = Interval(Integral, 0, 2**32 - 1, closed="both")
 
 
-class _RandomState(_Constraint):
-    _seeds = Interval(Integral, 0, 2**32 - 1, closed="both")
-
-    def is_satisfied_by(self, value: Any) -> bool:
-        return (
-            value is None
-            or isinstance(value, np.random.RandomState)
-            or self._seeds.is_satisfied_by(value)
-        )
-
-    def __str__(self) -> str:
-        return "None, an integer in [0, 2**32 - 1] or a numpy.random.RandomState instance"
+def _is_random_state(value: Any) -> bool:
+    return (
+        value is None or isinstance(value, np.random.RandomState) or _SEEDS.is_satisfied_by(value)
+    )
 
 
-_NAMED = {"boolean": _Boolean(), "array-like": _ArrayLike(), "random_state": _RandomState()}
+_NAMED = {
+    "boolean": _Constraint("a bool", _is_bool),
+    "array-like": _Constraint("an array-like", _is_array_like),
+    "random_state": _Constraint(
+        "None, an integer in [0, 2**32 - 1] or a numpy.random.RandomState instance",
+        _is_random_state,
+    ),
+}
 
 
 def _make_constraint(constraint: Any) -> _Constraint:

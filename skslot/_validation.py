@@ -21,25 +21,6 @@ from ._param_validation import Interval, Options
 if TYPE_CHECKING:
     from ._moments import RowMagnitude
 
-__all__ = [
-    "ROUTING_HINT",
-    "ClientTransformerMixin",
-    "check_classification_data",
-    "check_client_labels",
-    "check_feature_scale",
-    "check_finite_rows",
-    "check_host_rows",
-    "check_in_range",
-    "check_non_negative_int",
-    "check_option",
-    "check_positive_int",
-    "check_row_labels",
-    "client_rows",
-    "client_weights",
-    "spawn_seeds",
-    "unchanged_on_error",
-]
-
 
 @contextlib.contextmanager
 def unchanged_on_error(estimator: Any) -> Iterator[None]:
@@ -111,18 +92,15 @@ class ClientTransformerMixin(OneToOneFeatureMixin, TransformerMixin):
                 )
             client = self.clients_[0]
         labels, codes = check_client_labels(client, X.shape[0])
-        if len(labels) == 1:  # every row the same client's: no row selection
-            rows = [slice(None)]
-        else:
-            rows = [row_index(np.flatnonzero(codes == i), X) for i in range(len(labels))]
         fitted = set(self.clients_)
+        unknown = [label for label in labels if label not in fitted]
+        if len(labels) == 1:  # every row the same client's: no row selection
+            return self._client_transform(labels[0], X if unknown else None)(X), unknown
+        rows = [row_index(np.flatnonzero(codes == i), X) for i in range(len(labels))]
         functions = [
             self._client_transform(label, None if label in fitted else X[r])
             for label, r in zip(labels, rows, strict=True)
         ]
-        unknown = [label for label in labels if label not in fitted]
-        if len(labels) == 1:
-            return functions[0](X), unknown
         out = empty_like_rows(X, tuple(X.shape))
         for r, function in zip(rows, functions, strict=True):
             out[r] = function(X[r])
@@ -280,11 +258,7 @@ def check_client_labels(client: Any, n_samples: int) -> tuple[list, np.ndarray]:
         return [None], np.zeros(n_samples, dtype=np.intp)
     if isinstance(client, (int, str, np.integer, np.str_)) and not isinstance(client, bool):
         return [_as_label(client)], np.zeros(n_samples, dtype=np.intp)
-    if hasattr(client, "to_numpy"):  # pandas Series / Index
-        client = client.to_numpy()
-    if is_tensor(client):
-        client = client.detach().cpu().numpy()
-    arr = np.asarray(client, dtype=object)
+    arr = np.asarray(as_host_rows(client), dtype=object)  # a tensor is read into host NumPy
     if arr.ndim != 1:
         raise ValueError(f"client must be 1-D, got an array of shape {arr.shape}")
     if arr.shape[0] != n_samples:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import product
 from typing import Any, Protocol
 
 import numpy as np
@@ -157,9 +158,7 @@ def candidate_grid(
             )
         if isinstance(values, (str, bytes)) or len(values) == 0:
             raise ValueError(f"head_grid[{name!r}] must be a non-empty list of values")
-    combos: list[dict] = [{}]
-    for name, values in grid.items():
-        combos = [{**c, name: v} for c in combos for v in values]
+    combos = [dict(zip(grid, values, strict=True)) for values in product(*grid.values())]
     return [Candidate(float(tau), combo) for tau in sorted(taus) for combo in combos]
 
 

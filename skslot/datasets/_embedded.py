@@ -14,14 +14,6 @@ from .._validation import check_positive_int
 from ._loaders import DomainDataset, load_npz
 from ._tables import TABLE_EXTENSIONS, load_table, table_kind
 
-__all__ = [
-    "EMBEDDED_DATASETS",
-    "digits_projection",
-    "load_dataset",
-    "load_digits_effnet",
-    "load_office_caltech10",
-]
-
 DIGITS_FILE = "digits_effnet_lite0_256.npz"
 PROJECTION_SEED = 0
 

@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["DomainDataset", "load_npz"]
-
 REQUIRED_KEYS = ("X", "y", "domain")
 
 
@@ -166,12 +164,5 @@ def load_npz(
             raise ValueError(
                 f"{path}: {key} must be 1-D with a name for each index up to {index.max()}"
             )
-    return DomainDataset(
-        X,
-        y,
-        domain,
-        domains,
-        classes,
-        name or os.path.splitext(os.path.basename(path))[0],
-        provenance,
-    )
+    name = name or os.path.splitext(os.path.basename(path))[0]
+    return DomainDataset(X, y, domain, domains, classes, name, provenance)

@@ -8,8 +8,6 @@ import numpy as np
 
 from .._validation import check_in_range, check_positive_int
 
-__all__ = ["FederatedPartition", "dirichlet_partition"]
-
 
 @dataclass(frozen=True, eq=False)
 class FederatedPartition:
@@ -42,10 +40,6 @@ class FederatedPartition:
     def n_clients(self) -> int:
         """The number of clients."""
         return self.client_domain.shape[0]
-
-
-def _split_evenly(idx: np.ndarray, parts: int) -> list[np.ndarray]:
-    return [np.sort(p) for p in np.array_split(idx, parts)]
 
 
 def dirichlet_partition(
@@ -145,21 +139,17 @@ def dirichlet_partition(
             else:
                 train = rng.permutation(np.flatnonzero(in_cell & ~test_mask))
                 test = rng.permutation(np.flatnonzero(in_cell & test_mask))
-            train_shards = _split_evenly(train, J)
-            test_shards = _split_evenly(test, J)
-            for j in range(J):
-                own[d_i * J + j].append(rng.permutation(train_shards[j]))
-                test_rows[d_i * J + j].append(test_shards[j])
+            test_shards = np.array_split(test, J)
+            for j, shard in enumerate(np.array_split(train, J)):
+                own[d_i * J + j].append(rng.permutation(np.sort(shard)))
+                test_rows[d_i * J + j].append(np.sort(test_shards[j]))
     class_counts = np.zeros((K, classes.shape[0]), dtype=np.int64)
     for c_i in range(classes.shape[0]):
-        if alpha is None:
-            keep = [own[k][c_i].shape[0] for k in range(K)]
-        else:
-            p = rng.dirichlet(np.full(K, alpha))
-            keep = [int(np.floor(p[k] * own[k][c_i].shape[0])) for k in range(K)]
+        class_counts[:, c_i] = [own[k][c_i].shape[0] for k in range(K)]
+        if alpha is not None:
+            class_counts[:, c_i] = np.floor(rng.dirichlet(np.full(K, alpha)) * class_counts[:, c_i])
         for k in range(K):
-            own[k][c_i] = own[k][c_i][: keep[k]]
-            class_counts[k, c_i] = keep[k]
+            own[k][c_i] = own[k][c_i][: class_counts[k, c_i]]
     train_index = np.concatenate([np.concatenate(own[k]) for k in range(K)]).astype(np.intp)
     train_client = np.repeat(np.arange(K), class_counts.sum(axis=1))
     test_parts = [np.concatenate(test_rows[k]) for k in range(K)]

@@ -9,8 +9,6 @@ from sklearn.utils import check_random_state
 
 from .._validation import check_in_range, check_positive_int
 
-__all__ = ["FederatedDataset", "make_federated_classification"]
-
 
 @dataclass(frozen=True, eq=False)
 class FederatedDataset:
@@ -87,8 +85,8 @@ def make_federated_classification(
     directions = rng.normal(size=(n_classes, m))
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
     class_means = class_sep * directions
-    Xs, ys, clients, distortions = [], [], [], []
-    for k in range(n_clients):
+    Xs, ys, distortions = [], [], []
+    for _ in range(n_clients):
         if alpha is None:
             p = np.full(n_classes, 1.0 / n_classes)
         else:
@@ -101,12 +99,6 @@ def make_federated_classification(
         t = shift * rng.normal(size=m)
         Xs.append(latent @ D.T + t)
         ys.append(y)
-        clients.append(np.full(n_per, k))
         distortions.append((D, t))
-    return FederatedDataset(
-        np.vstack(Xs),
-        np.concatenate(ys),
-        np.concatenate(clients),
-        distortions,
-        class_means,
-    )
+    client = np.repeat(np.arange(n_clients), n_per)
+    return FederatedDataset(np.vstack(Xs), np.concatenate(ys), client, distortions, class_means)

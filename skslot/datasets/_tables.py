@@ -10,9 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ..exceptions import shown_labels
 from ._loaders import DomainDataset, first_line, load_npz, open_npz, read_array
-
-__all__ = ["FeatureTable", "load_table", "table_columns"]
 
 TABLE_EXTENSIONS = (".npz", ".csv", ".parquet")
 _COMPRESSED_CSV = (".gz", ".bz2", ".xz", ".zip", ".zst")
@@ -64,14 +63,8 @@ class FeatureTable:
         -------
         DomainDataset
         """
-        return DomainDataset(
-            self.X,
-            self.y,
-            self.client,
-            self.clients.astype(str),
-            self.classes.astype(str),
-            self.name,
-        )
+        clients, classes = self.clients.astype(str), self.classes.astype(str)
+        return DomainDataset(self.X, self.y, self.client, clients, classes, self.name)
 
 
 def table_kind(source: str | os.PathLike) -> str | None:
@@ -301,23 +294,20 @@ def _from_npz(path, label, client, features, split, name, finite) -> FeatureTabl
     )
 
 
-def _shown(columns: list, limit: int = 8) -> str:
-    names = ", ".join(repr(c) for c in columns[:limit])
-    return names + (f", ... ({len(columns)} in all)" if len(columns) > limit else "")
-
-
 def _from_frame(frame, where, label, client, features, split, name, finite) -> FeatureTable:
     if label is None:
         raise ValueError(f"{where}: label= must name the label column")
     columns = list(frame.columns)
     duplicated = list(dict.fromkeys(frame.columns[frame.columns.duplicated()]))
     if duplicated:
-        raise ValueError(f"{where}: duplicate column name(s) {_shown(duplicated)}")
+        raise ValueError(f"{where}: duplicate column name(s) {shown_labels(duplicated, 8)}")
     roles = {"label": label, "client": client, "split": split}
     roles = {role: column for role, column in roles.items() if column is not None}
     for role, column in roles.items():
         if column not in columns:
-            raise ValueError(f"{where}: no {role} column {column!r} (columns: {_shown(columns)})")
+            raise ValueError(
+                f"{where}: no {role} column {column!r} (columns: {shown_labels(columns, 8)})"
+            )
     if len(set(roles.values())) < len(roles):
         raise ValueError(f"{where}: label=, client= and split= must name different columns")
     if len(frame) == 0:
@@ -357,7 +347,7 @@ def _feature_columns(frame, where, features, roles: dict) -> list:
         if not found:
             raise ValueError(
                 f"{where}: no feature columns {features}0, {features}1, ... "
-                f"(columns: {_shown(list(frame.columns))})"
+                f"(columns: {shown_labels(list(frame.columns), 8)})"
             )
         names = [c for _, c in sorted(found)]
     elif isinstance(features, (list, tuple)):
@@ -366,7 +356,7 @@ def _feature_columns(frame, where, features, roles: dict) -> list:
             raise ValueError(f"{where}: features= is an empty list")
         missing = [c for c in names if c not in frame.columns]
         if missing:
-            raise ValueError(f"{where}: no feature column(s) {_shown(missing)}")
+            raise ValueError(f"{where}: no feature column(s) {shown_labels(missing, 8)}")
         if len(set(names)) < len(names):
             raise ValueError(f"{where}: features= names a column more than once")
     else:
@@ -460,7 +450,7 @@ def _test_mask(values: np.ndarray, missing, where, name) -> np.ndarray:
     else:
         words = [_SPLIT_WORDS.get(v.strip().lower()) if isinstance(v, str) else v for v in values]
         bad = np.array([not isinstance(w, (bool, np.bool_)) for w in words])
-        is_test = np.array([bool(w) if not b else False for w, b in zip(words, bad, strict=True)])
+        is_test = np.array([isinstance(w, (bool, np.bool_)) and bool(w) for w in words])
     if bad.any():
         examples = list(dict.fromkeys(values[bad].tolist()))[:3]
         raise ValueError(

@@ -12,13 +12,6 @@ from __future__ import annotations
 
 from ..exceptions import InvalidSummaryError
 
-__all__ = [
-    "MessageFormatError",
-    "StatisticsFormatError",
-    "SummaryFormatError",
-    "WireFormatError",
-]
-
 
 class WireFormatError(ValueError):
     """A received payload or message is malformed, inconsistent or hostile."""

@@ -151,23 +151,20 @@ def read_label(data: bytes, offset: int, flags: int) -> tuple[int | str | None, 
     SummaryFormatError
         If the payload ends inside the label, or its length or UTF-8 is invalid.
     """
-    client: int | str | None = None
     try:
         if flags & _FLAG_INT_LABEL:
-            (client,) = struct.unpack_from("<q", data, offset)
-            offset += 8
-        elif flags & _FLAG_STR_LABEL:
+            return struct.unpack_from("<q", data, offset)[0], offset + 8
+        if flags & _FLAG_STR_LABEL:
             (length,) = struct.unpack_from("<H", data, offset)
-            offset += 2
-            if length > _MAX_LABEL_BYTES or offset + length > len(data):
+            end = offset + 2 + length
+            if length > _MAX_LABEL_BYTES or end > len(data):
                 raise SummaryFormatError("client label length is invalid")
-            client = data[offset : offset + length].decode("utf-8")
-            offset += length
+            return data[offset + 2 : end].decode("utf-8"), end
     except struct.error:
         raise SummaryFormatError("payload truncated inside the client label") from None
     except UnicodeDecodeError:
         raise SummaryFormatError("client label is not valid UTF-8") from None
-    return client, offset
+    return None, offset
 
 
 def check_wire_label(client: object) -> int | str | None:
