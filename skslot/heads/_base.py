@@ -123,12 +123,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         return self
 
     def client_statistics(
-        self,
-        X: Any,
-        y: Any,
-        classes: ArrayLike,
-        *,
-        client_index: int = 0,
+        self, X: Any, y: Any, classes: ArrayLike, *, client_index: int = 0
     ) -> Any:
         """What one client sends: statistics of its own rows.
 
@@ -168,11 +163,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         return self._client_statistics(X, y, class_set, seed)
 
     def fit_from_statistics(
-        self,
-        statistics: Sequence,
-        classes: ArrayLike,
-        *,
-        maps: Sequence[GaussianMap] | None = None,
+        self, statistics: Sequence, classes: ArrayLike, *, maps: Sequence[GaussianMap] | None = None
     ) -> OneShotHead:
         """Server step: build the global head from the clients' statistics.
 
@@ -364,11 +355,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
 
     @abstractmethod
     def _client_statistics(
-        self,
-        X: np.ndarray,
-        y: np.ndarray,
-        classes: np.ndarray,
-        seed: int | None,
+        self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
     ) -> Any: ...
 
     @abstractmethod
@@ -376,17 +363,14 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         self, statistics: list, classes: np.ndarray, maps: list[GaussianMap] | None
     ) -> None: ...
 
-    def _validate_for_predict(self, X: Any) -> np.ndarray:
-        check_is_fitted(self, "classes_")
-        return check_host_rows(self, X, reset=False)
-
     @abstractmethod
     def _scores(self, X: np.ndarray) -> np.ndarray:
         """Class scores of shape (n_samples, n_classes), larger is more likely."""
 
     def _client_scores(self, X: Any, client: Any) -> np.ndarray:
         """Class scores, shifted to each row's client's label mix with ``label_mix="client"``."""
-        X = self._validate_for_predict(X)
+        check_is_fitted(self, "classes_")
+        X = check_host_rows(self, X, reset=False)
         scores = self._scores(X)
         federation = self._federation_mix()
         if federation is None or client is None:

@@ -1,9 +1,9 @@
 """The forms a class covariance travels in, and the factor a sampler draws with.
 
 FedPFT sends each class's covariance as a matrix, as its top principal
-directions plus a diagonal (:func:`low_rank_plus_diagonal`,
-:func:`low_rank_of_covariance`), as a diagonal or a scalar; the server
-samples from a received full covariance through :func:`covariance_factor`.
+directions plus a diagonal (:func:`low_rank_plus_diagonal`), as a diagonal or
+a scalar; the server samples from a received full covariance through
+:func:`covariance_factor`.
 """
 
 from __future__ import annotations
@@ -12,58 +12,50 @@ import numpy as np
 
 from .._linalg import cholesky_factor
 
-__all__ = ["covariance_factor", "low_rank_of_covariance", "low_rank_plus_diagonal"]
+__all__ = ["covariance_factor", "low_rank_plus_diagonal"]
 
 
-def low_rank_plus_diagonal(centred: np.ndarray, rank: int, reg_covar: float) -> np.ndarray:
+def low_rank_plus_diagonal(
+    spread: np.ndarray, rank: int, reg_covar: float, *, rows: bool
+) -> np.ndarray:
     """``[W | d]``: the top ``rank`` principal directions and the remaining variances.
 
-    With ``S = X_c^T X_c / n`` the sample covariance of the centred rows and
-    ``S = U diag(lambda) U^T``, ``W = U_r diag(lambda_r)^{1/2}`` keeps the
-    ``rank`` largest eigenpairs exactly and ``d = diag(S) - diag(W W^T) +
-    reg_covar >= reg_covar`` keeps every feature's variance: one step of
-    principal-factor analysis, computed from the thin SVD of the rows
-    (``O(n m min(n, m))``, no ``m x m`` matrix).  Directions beyond the rows'
-    rank get zero columns.
-    """
-    n = centred.shape[0]
-    _, singular, Vt = np.linalg.svd(centred, full_matrices=False)
-    variances = np.einsum("ij,ij->j", centred, centred) / n
-    return _factor_and_remainder(singular**2 / n, Vt.T, variances, rank, reg_covar)
-
-
-def low_rank_of_covariance(cov: np.ndarray, rank: int, reg_covar: float) -> np.ndarray:
-    """``[W | d]`` of a covariance matrix, as :func:`low_rank_plus_diagonal` makes it of rows.
-
-    For a covariance known as a matrix (a private client's released moments).
+    With ``S = U diag(lambda) U^T`` the covariance, ``W = U_r
+    diag(lambda_r)^{1/2}`` keeps the ``rank`` largest eigenpairs exactly and
+    ``d = diag(S) - diag(W W^T) + reg_covar >= reg_covar`` keeps every
+    feature's variance: one step of principal-factor analysis.  Of centred
+    rows (``S = X_c^T X_c / n``), it is computed from their thin SVD
+    (``O(n m min(n, m))``, no ``m x m`` matrix); of a covariance known as a
+    matrix (a private client's released moments), from its eigendecomposition.
+    Directions beyond the covariance's rank get zero columns.
 
     Parameters
     ----------
-    cov : ndarray of shape (m, m)
-        Positive semi-definite.
+    spread : ndarray of shape (n, m) or (m, m)
+        The centred rows (``rows``), or the positive semi-definite covariance.
     rank : int
         Columns of ``W``.
     reg_covar : float
         Added to every remaining variance.
+    rows : bool
+        Whether ``spread`` holds centred rows or a covariance matrix.
 
     Returns
     -------
     ndarray of shape (m, rank + 1)
     """
-    values, vectors = np.linalg.eigh(cov)
-    order = np.argsort(values)[::-1]
-    return _factor_and_remainder(
-        values[order].clip(min=0.0), vectors[:, order], np.diagonal(cov), rank, reg_covar
-    )
-
-
-def _factor_and_remainder(
-    values: np.ndarray, vectors: np.ndarray, variances: np.ndarray, rank: int, reg_covar: float
-) -> np.ndarray:
-    """``W = U_r diag(lambda_r)^{1/2}`` of the largest eigenpairs, ``d = diag(S) - diag(W W^T)``."""
-    m = vectors.shape[0]
+    if rows:
+        n = spread.shape[0]
+        _, singular, Vt = np.linalg.svd(spread, full_matrices=False)
+        values, vectors = singular**2 / n, Vt.T
+        variances = np.einsum("ij,ij->j", spread, spread) / n
+    else:
+        values, vectors = np.linalg.eigh(spread)
+        order = np.argsort(values)[::-1]
+        values, vectors = values[order].clip(min=0.0), vectors[:, order]
+        variances = np.diagonal(spread)
     r = min(rank, values.shape[0])
-    W = np.zeros((m, rank))
+    W = np.zeros((vectors.shape[0], rank))
     W[:, :r] = vectors[:, :r] * np.sqrt(values[:r])
     d = np.maximum(variances - np.einsum("ij,ij->i", W, W), 0.0) + reg_covar
     return np.column_stack([W, d])

@@ -442,15 +442,11 @@ class StatisticsStrategy(HeadStrategy):
         return head_without(head, candidate, server.statistics(), server.classes, k, maps)
 
     def fit_final(self, head, candidate, server):
+        statistics, validation = server.statistics(), server.validation_statistics()
         return server.server_step(
             "the final head",
             lambda: refit_head(
-                head,
-                candidate,
-                server.classes,
-                server.statistics(),
-                server.validation_statistics(),
-                server.maps(),
+                head, candidate, server.classes, statistics, validation, server.maps()
             ),
         )
 

@@ -176,10 +176,7 @@ class ClassMixture:
         return ClassMixture(self.label, self.n, self.weights, means, covariances, "full")
 
     def sample(
-        self,
-        n: int,
-        rng: np.random.RandomState,
-        ot_map: GaussianMap | None = None,
+        self, n: int, rng: np.random.RandomState, ot_map: GaussianMap | None = None
     ) -> np.ndarray:
         """Draw ``n`` rows from the mixture, or from its pushforward through ``ot_map``.
 
@@ -209,14 +206,14 @@ class ClassMixture:
             if count == 0:
                 continue
             z = rng.standard_normal(size=(count, m))
+            scale = self.scales[j]
             if self.covariance_type == "full":
-                z = z @ self.scales[j].T
+                z = z @ scale.T
             elif self.covariance_type == "lowrank":
-                factor = self.scales[j]
-                rank = factor.shape[1] - 1
-                z = z * factor[:, -1] + rng.standard_normal(size=(count, rank)) @ factor[:, :-1].T
+                W = scale[:, :-1]
+                z = z * scale[:, -1] + rng.standard_normal(size=(count, W.shape[1])) @ W.T
             else:
-                z = z * self.scales[j]
+                z = z * scale
             rows.append(self.means[j] + z)
         X = np.vstack(rows)
         return X if ot_map is None else ot_map.apply(X)
@@ -400,21 +397,17 @@ class ClassMixtures:
             raise ValueError("cannot merge mixtures of different covariance types")
         if self.covariance_type == "lowrank":  # the union's covariance is not low rank
             return self._as_full().merge(other._as_full())
-        by_class = {mx.label: mx for mx in self.mixtures}
-        merged = []
-        for mx in other.mixtures:
-            mine = by_class.pop(mx.label, None)
-            merged.append(mx if mine is None else mine.merge(mx))
-        merged.extend(by_class.values())
-        order = {label: i for i, label in enumerate(self.classes.tolist())}
-        merged.sort(key=lambda mx: order[_as_python(mx.label)])
-        sent = {mx.label for mx in merged}
+        by_class: dict[Any, ClassMixture] = {}
+        for mx in [*self.mixtures, *other.mixtures]:
+            label = _as_python(mx.label)
+            by_class[label] = by_class[label].merge(mx) if label in by_class else mx
+        merged = [by_class[label] for label in self.classes.tolist() if label in by_class]
         skipped = Counter(dict(self.skipped)) + Counter(dict(other.skipped))
         return replace(
             self,
             mixtures=merged,
             # a class skipped in one part but sent in the other: its skipped rows are lost
-            skipped=[(label, count) for label, count in skipped.items() if label not in sent],
+            skipped=[(label, count) for label, count in skipped.items() if label not in by_class],
             dtype="float64",
             rank=0,
             reg_covar=max(self.reg_covar, other.reg_covar),
@@ -442,14 +435,8 @@ class ClassMixtures:
         ClassMixtures
             Full covariances, in float64.
         """
-        return ClassMixtures(
-            self.classes,
-            [mx.aligned(ot_map) for mx in self.mixtures],
-            self.skipped,
-            self.n_features,
-            "full",
-            "float64",
-        )
+        mixtures = [mx.aligned(ot_map) for mx in self.mixtures]
+        return ClassMixtures(self.classes, mixtures, self.skipped, self.n_features, "full")
 
     def to_arrays(self) -> ArrayMessage:
         """The message a client sends, mixtures concatenated component-wise.
@@ -583,6 +570,7 @@ class ClassMixtures:
         weights = read_array(arrays, "weights", (K,), nonnegative=True)
         means = read_array(arrays, "means", (K, m))
         rank = min(rank, m)  # the client's effective rank (see FedPFTClassifier)
+        reg_covar, eps = float(reg_covar), float(eps)
         covariances = read_array(
             arrays, "covariances", _covariance_shape(covariance_type, K, m, rank)
         )
@@ -599,29 +587,12 @@ class ClassMixtures:
             part = slice(bounds[j], bounds[j + 1])
             if abs(weights[part].sum() - 1.0) > (k[j] + 4) * eps + 1e-12:
                 raise StatisticsFormatError("mixture weights do not sum to 1")
-            mixtures.append(
-                ClassMixture(
-                    classes[index[j]],
-                    int(n[j]),
-                    weights[part],
-                    means[part],
-                    covariances[part],
-                    covariance_type,
-                )
-            )
+            parameters = (weights[part], means[part], covariances[part], covariance_type)
+            mixtures.append(ClassMixture(classes[index[j]], int(n[j]), *parameters))
         skipped = [
             (classes[i].item(), int(c)) for i, c in zip(skipped_index, skipped_count, strict=True)
         ]
-        return cls(
-            classes,
-            mixtures,
-            skipped,
-            m,
-            covariance_type,
-            rank=rank,
-            reg_covar=float(reg_covar),
-            rounding=float(eps),
-        )
+        return cls(classes, mixtures, skipped, m, covariance_type, "float64", rank, reg_covar, eps)
 
 
 def _as_python(label: Any) -> Any:

@@ -21,12 +21,7 @@ RESCALE_ABOVE = 1e3
 
 
 def softmax_objective(
-    X: np.ndarray,
-    codes: np.ndarray,
-    n_classes: int,
-    *,
-    C: float,
-    penalise_intercept: bool = False,
+    X: np.ndarray, codes: np.ndarray, n_classes: int, *, C: float, penalise_intercept: bool = False
 ) -> Callable[[np.ndarray], tuple[float, np.ndarray]]:
     """The multinomial logistic loss over a fixed class set, with its gradient.
 

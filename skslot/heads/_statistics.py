@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from numbers import Real
 from typing import Any
 
@@ -28,7 +29,7 @@ from ..wire import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, check_psd_up_to_rounding, read_array, read_sample_count
 from ._mixtures import ImpliedMoments
 
-__all__ = ["ClassStatistics", "pooled_covariances"]
+__all__ = ["ClassStatistics", "between_class_scatter"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,17 +114,13 @@ class ClassStatistics:
         ClassStatistics
         """
         first = parts[0]
-        for p in parts[1:]:
-            if not np.array_equal(p.classes, first.classes):
-                raise ValueError("client statistics use different class sets")
-        moments = first.moments
-        for p in parts[1:]:
-            moments = moments.merge(p.moments)
+        if any(not np.array_equal(p.classes, first.classes) for p in parts):
+            raise ValueError("client statistics use different class sets")
         return cls(
             first.classes,
             sum((p.counts for p in parts), np.zeros_like(first.counts)),
             sum((p.sums for p in parts), np.zeros_like(first.sums)),
-            moments,
+            reduce(ShiftedMoments.merge, [p.moments for p in parts]),
         )
 
     def scaled(self, factor: float) -> ClassStatistics:
@@ -257,12 +254,12 @@ class ClassStatistics:
             raise StatisticsFormatError("class sums do not add up to the sum of all rows")
         scatter = moments.centred().gram
         check_psd_up_to_rounding("the Gram matrix", scatter, 1e-12)
+        stats = cls(np.asarray(classes), counts.astype(np.float64), sums, moments)
         # the class sums' between-class scatter is part of the Gram's total scatter:
         # sum_c n_c (mu_c - mu)(mu_c - mu)^T <= sum_i (x_i - mu)(x_i - mu)^T, up to the
         # rounding of both at the scale of the total scatter (the within part may be 0)
-        counts_ = counts.astype(np.float64)
-        means = sums / np.maximum(counts_, 1.0)[:, None]
-        within = symmetrize(scatter - between_class_scatter(counts_, means, moments.mean))
+        between = between_class_scatter(stats.counts, stats.class_means, moments.mean)
+        within = symmetrize(scatter - between)
         ridge = m * 1e-10 * float(np.max(np.diagonal(scatter), initial=0.0))
         if np.any(np.diagonal(within) < -ridge) or not is_positive_definite(
             within + (ridge + np.finfo(np.float64).tiny) * np.eye(m)
@@ -271,7 +268,7 @@ class ClassStatistics:
                 "the class sums imply more spread between the classes than the Gram matrix "
                 "holds in all (its within-class scatter is not positive semi-definite)"
             )
-        return cls(np.asarray(classes), counts.astype(np.float64), sums, moments)
+        return stats
 
     def implied_moments(self, covariance: str = "total") -> ImpliedMoments:
         """The mean, a total variance ``tr(S)`` and the count of the rows these describe (all).
@@ -370,13 +367,19 @@ class ClassStatistics:
         return oas_shrinkage(self._covariance(covariance), self.n_samples)
 
     def _covariance(self, covariance: str) -> np.ndarray:
-        """The covariance of all rows (``"total"``) or of the class-centred rows
-        (``"within"``, :func:`pooled_covariances`)."""
+        """The covariance of all rows (``"total"``, ``scatter / N`` about the global mean) or
+        of the class-centred rows (``"within"``): ``(scatter - sum_c N_c (mu_c - mu)(mu_c -
+        mu)^T) / N``, the classic LDA pooled covariance, recovered without any per-class Gram
+        matrix."""
         from ..summary import COVARIANCES  # on use: skslot.summary imports the heads
 
         check_option("covariance", covariance, COVARIANCES)
-        total, within = pooled_covariances(self)
-        return total if covariance == "total" else within
+        N = self.moments.n
+        total = self.moments.centred().gram / N
+        if covariance == "total":
+            return symmetrize(total)
+        between = between_class_scatter(self.counts, self.class_means, self.moments.mean) / N
+        return symmetrize(total - between)
 
     def summary(
         self,
@@ -389,7 +392,7 @@ class ClassStatistics:
         """The client's SLOT summary, derived from these statistics and its shrinkage.
 
         The mean and the covariance ``S`` (of all rows, or of the class-centred
-        rows with ``covariance="within"``, :func:`pooled_covariances`) are those
+        rows with ``covariance="within"``, the pooled within-class covariance) are those
         of the rows the statistics describe, shrunk as the client's
         Ledoit-Wolf estimate is (:func:`skslot.ledoit_wolf.shrunk_summary`, with the
         shrinkage the client computed from its rows' fourth moments, which the
@@ -450,16 +453,3 @@ def between_class_scatter(
     present = counts > 0
     diff = class_means[present] - mean
     return (diff * counts[present, None]).T @ diff
-
-
-def pooled_covariances(stats: ClassStatistics) -> tuple[np.ndarray, np.ndarray]:
-    """Total and pooled within-class covariance from class statistics.
-
-    ``S_total = scatter / N`` about the global mean; ``S_within = (scatter -
-    sum_c N_c (mu_c - mu)(mu_c - mu)^T) / N``, the classic LDA pooled
-    covariance, recovered without any per-class Gram matrix.
-    """
-    N = stats.moments.n
-    total = stats.moments.centred().gram / N
-    between = between_class_scatter(stats.counts, stats.class_means, stats.moments.mean) / N
-    return symmetrize(total), symmetrize(total - between)

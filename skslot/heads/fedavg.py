@@ -178,6 +178,8 @@ class LinearHeadUpdate:
             ``n_samples``, or the class counts do not add up to ``n``.
         """
         n = read_sample_count(arrays, n_samples, "local head trained on")
+        coef = read_array(arrays, "coef", (len(classes), n_features))
+        intercept = read_array(arrays, "intercept", (len(classes),))
         counts = None
         if "class_rows" in arrays:
             counts = read_array(
@@ -187,12 +189,8 @@ class LinearHeadUpdate:
                 raise StatisticsFormatError(
                     f"local head's class counts add up to {counts.sum()}, not its {n} rows"
                 )
-        coef = read_array(arrays, "coef", (len(classes), n_features))
-        intercept = read_array(arrays, "intercept", (len(classes),))
-        if counts is not None:
-            unheld = counts == 0
-            if np.count_nonzero(counts) < 2:  # one class: nothing discriminated
-                unheld[:] = True
+            # the classes it holds no rows of; every class where it holds one only
+            unheld = (counts == 0) | (np.count_nonzero(counts) < 2)
             if np.any(coef[unheld]) or np.any(intercept[unheld]):
                 raise StatisticsFormatError(
                     "a local head spanning its held classes scores a class it holds no rows of"
@@ -342,42 +340,32 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
     def _client_statistics(
         self, X: np.ndarray, y: np.ndarray, classes: np.ndarray, seed: int | None
     ) -> LinearHeadUpdate:
-        codes = np.searchsorted(classes, y)
-        if self.local_classes != "all":
-            return self._held_classes_head(X, codes, classes)
-        n_classes = classes.shape[0]
-        Wb, n_iter = self._local_fit(X, codes, np.arange(n_classes), n_classes)
-        return LinearHeadUpdate(classes, Wb[:, :-1], Wb[:, -1], X.shape[0], n_iter)
-
-    def _local_fit(
-        self, X: np.ndarray, codes: np.ndarray, spanned: np.ndarray, n_classes: int
-    ) -> tuple[np.ndarray, int]:
-        """The local softmax head over the classes ``spanned`` (sorted codes of the
-        ``n_classes``), from their rows of the shared initialisation."""
-        init = self.shared_initialisation(n_classes, X.shape[1])[spanned]
-        return fit_softmax_regression(
-            X,
-            np.searchsorted(spanned, codes),
-            spanned.shape[0],
-            C=self.C,
-            max_iter=self.max_iter,
-            tol=self.tol,
-            init=init,
-        )
-
-    def _held_classes_head(
-        self, X: np.ndarray, codes: np.ndarray, classes: np.ndarray
-    ) -> LinearHeadUpdate:
-        """A local head over the classes the client holds, its own prior taken out."""
+        """The local softmax head from the shared initialisation, over the global class set
+        or (``local_classes`` other than ``"all"``) over the classes the client holds, its
+        own prior then taken out of the intercepts (a client of one class has nothing to
+        discriminate: its head is zero)."""
         n_classes, m = classes.shape[0], X.shape[1]
+        codes = np.searchsorted(classes, y)
         counts = np.bincount(codes, minlength=n_classes)
-        held = np.flatnonzero(counts)
+        held = self.local_classes != "all"
+        spanned = np.flatnonzero(counts) if held else np.arange(n_classes)
         coef, intercept, n_iter = np.zeros((n_classes, m)), np.zeros(n_classes), 0
-        if held.shape[0] >= 2:  # a client of one class has nothing to discriminate
-            Wb, n_iter = self._local_fit(X, codes, held, n_classes)
-            coef[held] = Wb[:, :-1]
-            intercept[held] = Wb[:, -1] - np.log(counts[held] / counts.sum())
-        return LinearHeadUpdate(classes, coef, intercept, X.shape[0], n_iter, counts)
+        if not held or spanned.shape[0] >= 2:
+            Wb, n_iter = fit_softmax_regression(
+                X,
+                np.searchsorted(spanned, codes),
+                spanned.shape[0],
+                C=self.C,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                init=self.shared_initialisation(n_classes, m)[spanned],
+            )
+            coef[spanned] = Wb[:, :-1]
+            intercept[spanned] = Wb[:, -1]
+            if held:
+                intercept[spanned] -= np.log(counts[spanned] / counts.sum())
+        class_rows = counts if held else None
+        return LinearHeadUpdate(classes, coef, intercept, X.shape[0], n_iter, class_rows)
 
     def _embedded_prior(self) -> np.ndarray | None:
         if getattr(self, "_held_prior", None) is not None:
@@ -392,6 +380,14 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
     def _fit_from_statistics(
         self, statistics: list, classes: np.ndarray, maps: list | None
     ) -> None:
+        """The weighted average of the local heads; of local heads over their held classes,
+        each class's row averaged over the clients that discriminate it.
+
+        There client ``k`` weighs ``w_k n_kc / n_k`` in class ``c``'s row where it
+        holds ``c`` and another class; the federation's prior (the same
+        weights' class mix) is added to the intercepts.  A class no client
+        discriminates gets the intercept :data:`UNSCORED`.
+        """
         for update in statistics:
             if not np.array_equal(update.classes, classes):
                 raise ValueError("client heads use a different class set than the server")
@@ -403,20 +399,10 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         self.classes_ = classes
         self.n_iter_ = max(u.n_iter for u in statistics)
         self._held_prior: np.ndarray | None = None
-        if all(held):
-            self._average_held_classes(statistics, w)
+        if not all(held):
+            self.coef_ = sum(wk * u.coef for wk, u in zip(w, statistics, strict=True))
+            self.intercept_ = sum(wk * u.intercept for wk, u in zip(w, statistics, strict=True))
             return
-        self.coef_ = sum(wk * u.coef for wk, u in zip(w, statistics, strict=True))
-        self.intercept_ = sum(wk * u.intercept for wk, u in zip(w, statistics, strict=True))
-
-    def _average_held_classes(self, statistics: list, w: np.ndarray) -> None:
-        """Each class's row averaged over the clients that discriminate it.
-
-        Client ``k`` weighs ``w_k n_kc / n_k`` in class ``c``'s row where it
-        holds ``c`` and another class; the federation's prior (the same
-        weights' class mix) is added to the intercepts.  A class no client
-        discriminates gets the intercept :data:`UNSCORED`.
-        """
         share = np.stack([wk * u.class_rows / u.n for wk, u in zip(w, statistics, strict=True)])
         discriminates = np.array([np.count_nonzero(u.class_rows) >= 2 for u in statistics])
         weight = share * discriminates[:, None]
@@ -425,7 +411,6 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         self.coef_ = np.einsum("kc,kcm->cm", weight, np.stack([u.coef for u in statistics]))
         intercept = np.einsum("kc,kc->c", weight, np.stack([u.intercept for u in statistics]))
         mix = share.sum(axis=0) / share.sum()
-        prior = np.log(np.where(mix > 0, mix, 1.0))
+        self._held_prior = np.log(np.where(mix > 0, mix, 1.0))
         # a class no client discriminates has no row to score it by: it is never predicted
-        self.intercept_ = np.where(total > 0, intercept + prior, UNSCORED)
-        self._held_prior = prior
+        self.intercept_ = np.where(total > 0, intercept + self._held_prior, UNSCORED)

@@ -18,7 +18,7 @@ from .._param_validation import HasMethods, Interval, InvalidParameterError, Opt
 from ..defaults import LABEL_MIX
 from ..label_mix import LABEL_MIXES
 from ._base import OneShotHead
-from ._covariance_forms import low_rank_of_covariance, low_rank_plus_diagonal
+from ._covariance_forms import low_rank_plus_diagonal
 from ._fitting import STATISTICS
 from ._linear_scores import UNSCORED
 from ._mixtures import ClassMixture, ClassMixtures, _as_python, _as_transmitted
@@ -206,36 +206,20 @@ class FedPFTClassifier(OneShotHead):
     ) -> ClassMixtures:
         """A client's message: ``mixture(k)`` of the ``k``-th class if it has enough rows, cast to
         ``transmit_dtype``; the classes with fewer listed as skipped with their counts."""
-        dtype = np.dtype(self.transmit_dtype)
+        dtype, kind = np.dtype(self.transmit_dtype), self.covariance_type
         min_rows = max(self.min_samples_per_class, 2)
         mixtures, skipped = [], []
         for k, (label, count) in enumerate(zip(classes, counts, strict=True)):
-            if count == 0:
-                continue
-            if count < min_rows:
+            if count >= min_rows:
+                weights, means, covariances = (_as_transmitted(v, dtype) for v in mixture(k))
+                mixtures.append(ClassMixture(label, count, weights, means, covariances, kind))
+            elif count > 0:
                 skipped.append((_as_python(label), count))
-                continue
-            weights, means, covariances = mixture(k)
-            mixtures.append(
-                ClassMixture(
-                    label,
-                    count,
-                    _as_transmitted(weights, dtype),
-                    _as_transmitted(means, dtype),
-                    _as_transmitted(covariances, dtype),
-                    self.covariance_type,
-                )
-            )
-        return ClassMixtures(  # as the server decodes it: its reg_covar and transmit rounding
-            classes,
-            mixtures,
-            skipped,
-            n_features,
-            self.covariance_type,
-            dtype.name,
-            self._rank(n_features),
-            reg_covar=float(self.reg_covar),
-            rounding=float(np.finfo(dtype).eps),
+        # as the server decodes it: its rank, reg_covar and transmit rounding
+        rank, reg_covar = self._rank(n_features), float(self.reg_covar)
+        eps = float(np.finfo(dtype).eps)
+        return ClassMixtures(
+            classes, mixtures, skipped, n_features, kind, dtype.name, rank, reg_covar, eps
         )
 
     def mixtures_of_moments(self, moments: Any) -> ClassMixtures:
@@ -309,8 +293,7 @@ class FedPFTClassifier(OneShotHead):
         ``reg_covar``."""
         kind, reg = self.covariance_type, self.reg_covar
         if kind == "lowrank":
-            factors = low_rank_plus_diagonal if rows else low_rank_of_covariance
-            form = factors(spread, self._rank(mean.shape[0]), reg)
+            form = low_rank_plus_diagonal(spread, self._rank(mean.shape[0]), reg, rows=rows)
         elif kind == "full":
             form = spread.T @ spread / spread.shape[0] if rows else spread.copy()
             form.flat[:: form.shape[0] + 1] += reg
