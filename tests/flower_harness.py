@@ -22,6 +22,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from skslot import GaussianSummary
 from skslot.flower import messages
+from skslot.flower.outputs import LATEST
 from skslot.heads import ClassStatistics, FedCGSClassifier
 from skslot.protocol import Evaluation, ServerWire, UploadRequest
 from skslot.protocol.stages import evaluation as evaluation_stage
@@ -341,3 +342,8 @@ def rewrite_updates(request: Message, reply: Message, edit: Callable[[dict], dic
     arrays = edit({n: a.numpy() for n, a in record.items()})
     content = RecordDict({updates_stage.UPDATES: messages.arrays_to_record(arrays)})
     return Message(content, reply_to=request)
+
+
+def read_pointer(output_dir: Path, name: str = LATEST) -> Path:
+    """The run folder a pointer file of ``output_dir`` (``latest``, ``last-completed``) names."""
+    return output_dir / (output_dir / name).read_text().strip()

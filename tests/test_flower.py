@@ -1247,7 +1247,9 @@ def test_the_report_says_what_each_node_read_and_the_classes_no_node_holds(
 
 def test_a_failed_run_says_so_and_leaves_no_stale_outputs(node_configs, tmp_path):
     """Each run its own folder: running, then completed or failed; earlier runs untouched."""
-    from skslot.flower.outputs import LAST_COMPLETED, LATEST, read_pointer
+    from skslot.flower.outputs import LAST_COMPLETED, LATEST
+
+    from .flower_harness import read_pointer
 
     out = tmp_path / "out"
     ok = DeploymentConfig(
@@ -1378,8 +1380,7 @@ def test_the_launcher_shows_a_reattached_log_stream_once(tmp_path):
     stream = _Stream([sys.executable, "-c", printer], os.environ, shown)
     for text in ("Using SuperLink: local\na\nb\n", "Using SuperLink: local\na\nb\nc\n"):
         log.write_text(text)
-        stream.attach()
-        assert stream.wait(60) == 0
+        assert stream.follow(60) == 0
     assert shown.getvalue() == "a\nb\nc\n"
 
 

@@ -57,10 +57,11 @@ from skslot import FederatedTauSearch, SLOTTransformer
 from skslot.flower import DeploymentConfig, write_flower_app
 from skslot.flower.launch import COMPLETED, FAILED, PARTIAL
 from skslot.flower.launch import launch as launch_run
-from skslot.flower.outputs import LAST_COMPLETED, LATEST, read_pointer
+from skslot.flower.outputs import LAST_COMPLETED, LATEST
 from skslot.heads import LinearScores
 
 from .conftest import few_rows_per_client, short_local_training
+from .flower_harness import read_pointer
 from .test_flower import client_rows, in_process
 
 OFFLINE = {

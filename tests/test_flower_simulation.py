@@ -117,7 +117,9 @@ def test_simulation_engine_with_twenty_virtual_clients_equals_in_process(tmp_pat
 
     import json
 
-    from skslot.flower.outputs import LAST_COMPLETED, read_pointer
+    from skslot.flower.outputs import LAST_COMPLETED
+
+    from .flower_harness import read_pointer
 
     folder = read_pointer(tmp_path / "out", LAST_COMPLETED)  # the run's own folder
     assert folder is not None, tails(logs)

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Any
 
 from .config import DeploymentConfig
 
 __all__ = ["write_flower_app"]
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return repr(value)
 
 
 def write_flower_app(directory: str | os.PathLike, config: DeploymentConfig | None = None) -> Path:
@@ -45,8 +37,10 @@ def write_flower_app(directory: str | os.PathLike, config: DeploymentConfig | No
     config = DeploymentConfig() if config is None else config
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    # a run config's values (bool, int, finite float, str) read the same in JSON and TOML
     settings = "\n".join(
-        f"{key} = {_toml_value(value)}" for key, value in config.to_run_config().items()
+        f"{key} = {json.dumps(value, ensure_ascii=False)}"
+        for key, value in config.to_run_config().items()
     )
     (directory / "pyproject.toml").write_text(
         f"""[build-system]

@@ -134,13 +134,12 @@ def load_client_data(
     if "data" in node_config:
         path = _node_value(node_config, "data", str)
         client = node_config.get("client-id", node_id)
-        if _is_split_archive(path):
-            with np.load(path, allow_pickle=False) as npz:
-                X, y, X_test, y_test = (npz[k] for k in ("X_train", "y_train", "X_test", "y_test"))
-            source = "its own .npz of train and test rows"
-            return ClientData(
-                client, X.astype(np.float64), y, X_test.astype(np.float64), y_test, source
-            )
+        if path.lower().endswith(".npz"):
+            with open_npz(path) as npz:
+                if "X_train" in npz.files:  # one client's split: its train and test rows
+                    X, X_test = (npz[k].astype(np.float64) for k in ("X_train", "X_test"))
+                    source = "its own .npz of train and test rows"
+                    return ClientData(client, X, npz["y_train"], X_test, npz["y_test"], source)
         return _own_table(path, node_config, config, client)
     pid = _node_value(node_config, "partition-id", int)
     data = load_dataset(node_config.get("dataset", config.dataset))
@@ -162,14 +161,6 @@ def load_client_data(
     skew = "no label skew" if config.alpha is None else f"Dirichlet alpha {config.alpha:g}"
     source = f"{messages.PARTITION} {pid} of {data.name} ({skew}, seed {config.seed})"
     return ClientData(pid, X[train], data.y[train], X[test], data.y[test], source)
-
-
-def _is_split_archive(path: str) -> bool:
-    """Whether ``path`` is an ``.npz`` of one client's split (``X_train``, ``y_train``, ...)."""
-    if not path.lower().endswith(".npz"):
-        return False
-    with open_npz(path) as archive:
-        return "X_train" in archive.files
 
 
 def _own_table(

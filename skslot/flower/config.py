@@ -255,7 +255,8 @@ class DeploymentConfig:
         run_config : dict of str to bool, int, float or str
             Every setting's value, by its run-config key.
         """
-        return {s.key: s.to_run_config(getattr(self, s.name)) for s in self.settings()}
+        values = {s.key: getattr(self, s.name) for s in self.settings()}
+        return {key: "none" if value is None else value for key, value in values.items()}
 
     # -- what the apps build from the settings --------------------------------------------
 

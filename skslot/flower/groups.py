@@ -221,17 +221,14 @@ class ProtocolSettings(SettingsGroup):
         text = [str(v) for v in np.asarray(labels).tolist()]
         if _all_integers(names):
             known = set(self.class_set.tolist())
-            codes = np.array(
-                [int(t) if _all_integers([t]) and int(t) in known else -1 for t in text],
-                dtype=np.int64,
-            )
+            code_of = {t: int(t) for t in set(text) if _all_integers([t]) and int(t) in known}
         else:
-            by_name = {name: code for code, name in enumerate(names)}
-            codes = np.array([by_name.get(t, -1) for t in text], dtype=np.int64)
+            code_of = {name: code for code, name in enumerate(names)}
+        codes = np.array([code_of.get(t, -1) for t in text], dtype=np.int64)
         if outside is not None:
             codes[codes == -1] = outside
             return codes
-        missing = {t for t, code in zip(text, codes.tolist(), strict=True) if code == -1}
+        missing = set(text) - set(code_of)
         numbers = {t for t in missing if _all_integers(names) and _all_integers([t])}
         bad = sorted(int(t) for t in numbers) + sorted(missing - numbers)
         if bad:

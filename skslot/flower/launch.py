@@ -158,9 +158,10 @@ class _Stream:
         self.command, self.env, self.out = command, env, out
         self.shown = ""
         self.process: subprocess.Popen | None = None
-        self.thread: threading.Thread | None = None
 
-    def attach(self) -> None:
+    def follow(self, timeout: float | None) -> int | None:
+        """Attach and copy the stream: its exit code once it ends, or ``None`` if it still runs
+        after ``timeout`` seconds."""
         self.process = subprocess.Popen(
             self.command,
             env=dict(self.env),
@@ -169,8 +170,14 @@ class _Stream:
             text=True,
             bufsize=1,
         )
-        self.thread = threading.Thread(target=self._copy, args=(self.process.stdout,), daemon=True)
-        self.thread.start()
+        copier = threading.Thread(target=self._copy, args=(self.process.stdout,), daemon=True)
+        copier.start()
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        copier.join(timeout=5)
+        return code
 
     def _copy(self, lines: IO[str]) -> None:
         position, replay = 0, True
@@ -187,16 +194,6 @@ class _Stream:
                 self.out.write(line)
                 self.out.flush()
                 self.shown += line
-
-    def wait(self, timeout: float | None) -> int | None:
-        """The stream's exit code, or ``None`` if it still runs after ``timeout`` seconds."""
-        assert self.process is not None and self.thread is not None
-        try:
-            code = self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        self.thread.join(timeout=5)
-        return code
 
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -278,8 +275,8 @@ def launch(
     try:
         while True:
             if stream:
-                log.attach()
-                code = log.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                code = log.follow(left)
                 if code not in (0, None) and unreachable_since is None:
                     print(
                         "skslot: the log stream dropped; asking the SuperLink", file=out, flush=True
@@ -326,16 +323,16 @@ def _ended_by_report(root: Path | None, run_id: int, stream_ended: bool) -> tupl
     run that failed, whose reason Flower may add to, or one still
     ``running``) ``("", "")``: ask Flower.
     """
-    if not stream_ended or root is None:
-        return "", ""
-    report = _read_report(root / f"run-{run_id}")
-    completed = report is not None and report.get("status") == "completed"
+    completed = stream_ended and (_read_report(root, run_id) or {}).get("status") == "completed"
     return ("finished:completed", "") if completed else ("", "")
 
 
-def _read_report(folder: Path) -> dict | None:
+def _read_report(root: Path | None, run_id: int) -> dict | None:
+    """The run's ``report.json`` in ``root``, or ``None`` where there is none to read."""
+    if root is None:
+        return None
     try:
-        return json.loads((folder / "report.json").read_text())
+        return json.loads((root / f"run-{run_id}" / "report.json").read_text())
     except (OSError, ValueError):
         return None
 
@@ -343,16 +340,15 @@ def _read_report(folder: Path) -> dict | None:
 def _outcome(
     run_id: int, status: str, details: str, root: Path | None, settle: float = 15.0
 ) -> RunOutcome:
-    folder = None if root is None else root / f"run-{run_id}"
-    report = None if folder is None else _read_report(folder)
+    report = _read_report(root, run_id)
     # Flower may mark the run finished before its stopped ServerApp has written its end
     settled = time.monotonic() + settle
     while (report or {}).get("status") == "running" and time.monotonic() <= settled:
         time.sleep(0.5)
-        report = _read_report(folder)  # type: ignore[arg-type]
+        report = _read_report(root, run_id)
+    folder = None if report is None or root is None else root / f"run-{run_id}"
     data = report or {}
     if report is None:
-        folder = None
         if status == "finished:completed":
             return RunOutcome(COMPLETED, run_id, status, "the ServerApp completed")
     elif status == "finished:completed" and report.get("status") == "completed":
@@ -382,15 +378,7 @@ def _outcome(
     return RunOutcome(FAILED, run_id, status, _one_line(why), folder, report)
 
 
-def run_and_wait(
-    app_dir: str | os.PathLike,
-    superlink: str | None = None,
-    *,
-    run_config: Sequence[str] = (),
-    output_dir: str | os.PathLike | None = None,
-    timeout: float | None = None,
-    **options: Any,
-) -> int:
+def run_and_wait(app_dir: str | os.PathLike, superlink: str | None = None, **options: Any) -> int:
     """Run a Flower App, stream its log, print a one-line outcome and return an exit code.
 
     The outcome line goes to ``sys.stderr``: ``skslot: run <id> completed:
@@ -405,16 +393,10 @@ def run_and_wait(
     superlink : str, optional
         The SuperLink connection's name (the second argument of ``flwr run``;
         its ``default`` when omitted).
-    run_config : sequence of str, default=()
-        ``flwr run --run-config`` values, such as ``"head='FedPFT' tau=0.6"``.
-    output_dir : path, optional
-        Where the ServerApp writes its run folders (by default the run
-        config's ``output-dir``).
-    timeout : float, optional
-        Seconds to wait for the run to finish (no limit by default).
     **options
-        The other keywords of :func:`launch`: ``federation_config``,
-        ``stream``, ``reconnect_timeout``, ``poll_interval``, ``env``, ``out``.
+        The keywords of :func:`launch`: ``run_config``, ``federation_config``,
+        ``output_dir``, ``stream``, ``timeout``, ``reconnect_timeout``,
+        ``poll_interval``, ``env``, ``out``.
 
     Returns
     -------
@@ -431,9 +413,7 @@ def run_and_wait(
         from skslot.flower.launch import run_and_wait
         sys.exit(run_and_wait("skslot-app", "local"))
     """
-    outcome = launch(
-        app_dir, superlink, run_config=run_config, output_dir=output_dir, timeout=timeout, **options
-    )
+    outcome = launch(app_dir, superlink, **options)
     print(outcome.line, file=sys.stderr, flush=True)
     return outcome.exit_code
 
@@ -454,8 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--federation-config", action="append", default=[], metavar="VALUES")
     parser.add_argument("--output-dir", help="where the run folders are (default: output-dir)")
     parser.add_argument("--timeout", type=float, help="seconds to wait for the run to finish")
-    args = vars(parser.parse_args(argv))
-    return run_and_wait(args.pop("app_dir"), args.pop("superlink"), **args)
+    return run_and_wait(**vars(parser.parse_args(argv)))
 
 
 if __name__ == "__main__":  # pragma: no cover

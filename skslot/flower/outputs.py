@@ -37,7 +37,6 @@ __all__ = [
     "LATEST",
     "OUTPUT_FILES",
     "RunOutputs",
-    "read_pointer",
     "utc_now",
     "write_outputs",
 ]
@@ -97,36 +96,6 @@ def write_outputs(
     if reference is not None:
         _write_atomically(directory / "reference.bin", reference)
     _write_atomically(directory / "report.json", report.to_json().encode())
-
-
-def read_pointer(output_dir: str | Path, name: str = LATEST) -> Path | None:
-    """The run folder a pointer file (``latest`` or ``last-completed``) names, or ``None``.
-
-    Parameters
-    ----------
-    output_dir : str or Path
-        The deployment's output directory.
-    name : str, default="latest"
-        The pointer file, :data:`LATEST` or :data:`LAST_COMPLETED`.
-
-    Returns
-    -------
-    Path or None
-        The run folder, or ``None`` when the pointer file does not exist.
-
-    Raises
-    ------
-    ValueError
-        If the pointer file does not hold a plain folder name.
-    """
-    pointer = Path(output_dir) / name
-    try:
-        folder = pointer.read_text().strip()
-    except FileNotFoundError:
-        return None
-    if not folder or "/" in folder or "\\" in folder or folder.startswith("."):
-        raise ValueError(f"{pointer} does not hold a run folder's name: {folder!r}")
-    return Path(output_dir) / folder
 
 
 class RunOutputs:

@@ -125,10 +125,19 @@ class Setting:
     @property
     def allowed(self) -> str:
         """The allowed values, in words (``"a number in [0, 1] or 'auto'"``)."""
+        if self.kind is bool:
+            return "true or false"
+        if self.kind is int:
+            if self.nonzero:
+                return "a non-zero integer"
+            if self.low in (0, 1) and self.high is None:
+                return f"a {'non-negative' if self.low == 0 else 'positive'} integer"
+            return "an integer" + self._bounds()
         if self.kind is float:
-            bounds = self._bounds()
-            return "a number" + (f" {bounds}" if bounds else "") + self._words()
-        return self._kind_text()
+            return "a number" + self._bounds() + self._words()
+        if self.options:
+            return "one of " + ", ".join(map(repr, self.options))
+        return self.form or "a string"
 
     def check(self, value: Any) -> Any:
         """The value as the configuration holds it, or a ``ValueError`` naming the key.
@@ -159,33 +168,26 @@ class Setting:
             return None
         if isinstance(value, str) and value in self.words:
             return value
+        number = isinstance(value, Real) and not isinstance(value, (bool, np.bool_))
         if self.kind is bool:
-            if not isinstance(value, (bool, np.bool_)):
-                raise self._error(self._kind_text(), value)
-            return bool(value)
-        if self.kind is int:
-            integer = isinstance(value, Integral) and not isinstance(value, (bool, np.bool_))
-            if not integer or not self._within(int(value)):
-                raise self._error(self._kind_text(), value)
-            return int(value)
-        if self.kind is float:
-            if (
-                isinstance(value, (bool, np.bool_))
-                or not isinstance(value, Real)
-                or not math.isfinite(value)
-            ):
-                raise self._error(self._kind_text(), value)
-            if not self._within(float(value)):
-                raise self._error(self._bounds() + self._words(), value)
-            return float(value)
-        if not isinstance(value, str) or (self.options and value not in self.options):
-            raise self._error(self._kind_text(), value)
+            valid = isinstance(value, (bool, np.bool_))
+        elif self.kind is int:
+            valid = number and isinstance(value, Integral) and self._within(int(value))
+        elif self.kind is float:
+            valid = number and math.isfinite(value)
+            if valid and not self._within(float(value)):
+                raise self._error(self._bounds().lstrip() + self._words(), value)
+        else:
+            valid = isinstance(value, str) and (not self.options or value in self.options)
+        if not valid:  # a number of one bound: its bound said once its type is right
+            one_bound = self.kind is float and (self.low is None) != (self.high is None)
+            raise self._error(f"a number{self._words()}" if one_bound else self.allowed, value)
         if self.decode is not None:
             try:
                 self.decode(self.name, value)
             except ValueError as exc:
                 raise ValueError(f"{exc} {self.where}") from None
-        return value
+        return self.kind(value)
 
     def from_text(self, text: str) -> Any:
         """A command-line value as a run config holds it (what does not parse stays text).
@@ -212,21 +214,6 @@ class Setting:
             except ValueError:
                 return text
         return text
-
-    def to_run_config(self, value: Any) -> bool | int | float | str:
-        """The value as a run config writes it (``None`` as ``"none"``).
-
-        Parameters
-        ----------
-        value : bool, int, float, str or None
-            The value as the configuration holds it.
-
-        Returns
-        -------
-        value : bool, int, float or str
-            ``value``, or ``"none"`` for ``None``.
-        """
-        return "none" if value is None else value
 
     @property
     def where(self) -> str:
@@ -269,23 +256,6 @@ class Setting:
         kind = {int: "INT", float: "NUMBER"}.get(self.kind, "TEXT")
         return "|".join((kind, *words))
 
-    def help_line(self, default: str | None = None) -> str:
-        """The command line's ``--help`` line: the help, what it allows (unless listed), the
-        default (``default``, else the setting's).
-
-        Parameters
-        ----------
-        default : str, optional
-            The default as shown, where the command's is not the setting's.
-
-        Returns
-        -------
-        str
-        """
-        allowed = "" if self.options or self.kind is bool else f"{self.allowed}; "
-        shown = self.shown_default if default is None else default
-        return f"{self.help} ({allowed}default: {shown})".replace("%", "%%")
-
     def add_option(
         self, parser: Any, dest: str = "", *, default: Any = _UNSET, check: bool = False
     ) -> None:
@@ -306,6 +276,8 @@ class Setting:
             run-config key); else the text is kept, for :meth:`from_text`.
         """
         dest = dest or self.name
+        allowed = "" if self.options or self.kind is bool else f"{self.allowed}; "
+        shown = self.shown_default if default is _UNSET else self.shown(default)
 
         def parse(text: str) -> Any:
             try:
@@ -319,7 +291,7 @@ class Setting:
             type=parse if check else str,
             default=None if default is _UNSET else default,
             metavar=self.metavar,
-            help=self.help_line(None if default is _UNSET else self.shown(default)),
+            help=f"{self.help} ({allowed}default: {shown})".replace("%", "%%"),
         )
 
     @property
@@ -335,49 +307,27 @@ class Setting:
     def _error(self, requirement: str, value: Any) -> ValueError:
         return ValueError(f"{self.name} must be {requirement}, got {value!r} {self.where}")
 
-    def _kind_text(self) -> str:
-        if self.kind is bool:
-            return "true or false"
-        if self.kind is int:
-            if self.nonzero:
-                return "a non-zero integer"
-            if self.low == 0 and self.high is None:
-                return "a non-negative integer"
-            if self.low == 1 and self.high is None:
-                return "a positive integer"
-            bounds = self._bounds()
-            return "an integer" + (f" {bounds}" if bounds else "")
-        if self.kind is float:
-            closed = self.low is not None and self.high is not None
-            return "a number" + (f" {self._bounds()}" if closed else "") + self._words()
-        if self.options:
-            return "one of " + ", ".join(map(repr, self.options))
-        return self.form or "a string"
-
     def _words(self) -> str:
         words = (*self.words, *(("none",) if self.nullable else ()))
         return "".join(f" or {word!r}" for word in words)
 
     def _bounds(self) -> str:
+        """The bounds in words, after a space (``" in [0, 1]"``, ``" > 0"``; ``""``: none)."""
         low, high = self.low, self.high
         if low is not None and high is not None:
             left = "(" if self.low_open else "["
             right = ")" if self.high_open else "]"
-            return f"in {left}{low:g}, {high:g}{right}"
+            return f" in {left}{low:g}, {high:g}{right}"
         if low is not None:
-            return f"{'>' if self.low_open else '>='} {low:g}"
+            return f" {'>' if self.low_open else '>='} {low:g}"
         if high is not None:
-            return f"{'<' if self.high_open else '<='} {high:g}"
+            return f" {'<' if self.high_open else '<='} {high:g}"
         return ""
 
     def _within(self, value: float) -> bool:
-        if self.nonzero and value == 0:
-            return False
-        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            return False
-        if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
-            return False
-        return True
+        low = self.low is None or value > self.low or (value == self.low and not self.low_open)
+        high = self.high is None or value < self.high or (value == self.high and not self.high_open)
+        return low and high and not (self.nonzero and value == 0)
 
 
 def declare(default: Any, help: str, **declaration: Any) -> Any:

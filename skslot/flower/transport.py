@@ -56,12 +56,6 @@ class FlowerTransport(CodecTransport):
     Parameters
     ----------
     grid : flwr.serverapp.Grid
-    summary_dtype : {"float16", "float32", "float64"}, default="float32"
-        Precision of the summaries and of the reference on the wire.
-    n_features : int, default=0
-        The dimension every summary must have (0: any up to ``max_dimension``).
-    max_dimension : int, default=4096
-        Largest dimension a summary's header may announce.
     num_clients : int, default=0
         Nodes to wait for (up to ``connect_timeout``); 0 takes whoever is
         connected after ``connect_timeout``.
@@ -73,6 +67,12 @@ class FlowerTransport(CodecTransport):
     retry_interval : float, default=10
         Seconds before a message the SuperLink reports lost is sent again to
         its node (within ``reply_timeout``).
+    **wire
+        The run's wire settings and bounds (:class:`~skslot.protocol.ServerWire`):
+        ``summary_dtype`` (default ``"float32"``), ``n_features`` (the
+        dimension every summary must have; default 0: the one most clients
+        send) and ``max_dimension`` (the largest a summary's header may
+        announce; default 4096).
 
     Attributes
     ----------
@@ -89,18 +89,14 @@ class FlowerTransport(CodecTransport):
         self,
         grid: Grid,
         *,
-        summary_dtype: str = "float32",
-        n_features: int = 0,
-        max_dimension: int = 4096,
         num_clients: int = 0,
         connect_timeout: float = 60.0,
         reply_timeout: float = 300.0,
         progress_interval: float = 10.0,
         retry_interval: float = 10.0,
+        **wire: Any,
     ) -> None:
-        super().__init__(
-            summary_dtype=summary_dtype, n_features=n_features, max_dimension=max_dimension
-        )
+        super().__init__(**wire)
         self.grid = grid
         self.num_clients = num_clients
         self.connect_timeout, self.reply_timeout = connect_timeout, reply_timeout
@@ -121,9 +117,7 @@ class FlowerTransport(CodecTransport):
         while True:
             nodes: list[Hashable] = [*sorted(self.grid.get_node_ids())]
             waited = time.monotonic() - start
-            if (
-                self.num_clients and len(nodes) >= self.num_clients
-            ) or waited > self.connect_timeout:
+            if waited > self.connect_timeout or 0 < self.num_clients <= len(nodes):
                 break
             time.sleep(0.5)
         self.waits["connect"] = {"seconds": round(waited, 3), "nodes": len(nodes)}
@@ -275,6 +269,17 @@ class FlowerTransport(CodecTransport):
                 for message_id in [m for m, n in pending.items() if n == node]:
                     del pending[message_id]
 
+        def progress(waiting: str = "") -> None:
+            elapsed = _seconds(time.monotonic() - start)
+            logger.info(
+                "skslot: stage %s: %d of %d clients answered (%s)%s",
+                stage.name,
+                len(answered),
+                len(contents),
+                elapsed,
+                waiting,
+            )
+
         push(list(contents))
         start = time.monotonic()  # as Grid.send_and_receive: the timeout runs from the push
         deadline = start + self.reply_timeout
@@ -294,25 +299,18 @@ class FlowerTransport(CodecTransport):
             if self.progress_interval and now >= next_line:
                 waiting = [self.name(node) for node in contents if node not in answered]
                 more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
-                logger.info(
-                    "skslot: stage %s: %d of %d clients answered (%s); waiting for %s",
-                    stage.name,
-                    len(answered),
-                    len(contents),
-                    _seconds(now - start),
-                    ", ".join(waiting[:3]) + more,
-                )
+                progress(f"; waiting for {', '.join(waiting[:3])}{more}")
                 next_line = now + self.progress_interval
             wake = min([deadline, *due.values()] + ([next_line] if self.progress_interval else []))
             time.sleep(max(0.0, min(pause, wake - now)))
             pause = min(2 * pause, _LAST_POLL)
         elapsed = time.monotonic() - start
-        missing = [node for node in contents if node not in answered]
         why = {
             node: f"did not answer within reply-timeout = {self.reply_timeout:g} s: "
             "hung or disconnected"
             + (f" (sent {sends[node]} times; last lost: {lost[node]})" if node in lost else "")
-            for node in missing
+            for node in contents
+            if node not in answered
         }
         self.waits[stage.name] = {
             "seconds": round(elapsed, 3),
@@ -321,12 +319,5 @@ class FlowerTransport(CodecTransport):
             "resent": {node: sends[node] - 1 for node in contents if sends[node] > 1},
             "missing": why,
         }
-        # the driver warns about each missing node, with the reason given here
-        logger.info(
-            "skslot: stage %s: %d of %d clients answered (%s)",
-            stage.name,
-            len(answered),
-            len(contents),
-            _seconds(elapsed),
-        )
+        progress()  # the driver warns about each missing node, with the reason given here
         return answered, sends, why
