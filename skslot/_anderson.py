@@ -27,8 +27,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AndersonMixing"]
-
 
 def _inner(a: Any, b: Any) -> float:
     """The Frobenius inner product, as one dot product of the flattened arrays (no temporary)."""

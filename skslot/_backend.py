@@ -20,22 +20,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = [
-    "as_host",
-    "as_host_rows",
-    "as_kind_of",
-    "concatenate",
-    "empty_like_rows",
-    "is_tensor",
-    "linalg",
-    "matmul_into",
-    "row_index",
-    "row_norms_squared_into",
-    "stack",
-    "subtract_into",
-    "to_backend",
-]
-
 
 def is_tensor(x: Any) -> bool:
     """Whether ``x`` is a torch tensor (without importing torch)."""

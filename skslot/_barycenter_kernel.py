@@ -3,36 +3,40 @@
 The estimator is :class:`skslot.BuresBarycenter`; the names here are
 importable from :mod:`skslot.barycenter`.  Each iteration evaluates
 ``N(F) = sum_k w_k (F^T Sigma_k F)^{1/2}`` in one of two ways: in float64,
-visiting the clients' covariances in blocks through
-:class:`skslot._client_blocks._ClientBlocks` (:class:`_Float64Roots`), or in
-mixed precision with state carried between iterations
-(:class:`skslot._barycenter_mixed.MixedRoots`, NumPy's default).
+visiting the clients' covariances in blocks through :class:`_ClientBlocks`
+(:class:`_Float64Roots`), or in mixed precision with state carried between
+iterations (:class:`skslot._barycenter_mixed.MixedRoots`, NumPy's default).
+
+The scheduler of those blocks, also the estimator's maps', runs a kernel on
+each block of clients, in threads or a joblib backend, sharing out the cores
+between jobs and BLAS threads.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from joblib import Parallel, cpu_count, delayed, effective_n_jobs
+from threadpoolctl import threadpool_limits
 
 from ._anderson import AndersonMixing
-from ._backend import as_host, as_kind_of, is_tensor, linalg
+from ._backend import as_host, as_kind_of, concatenate, is_tensor, linalg, stack, to_backend
 from ._barycenter_mixed import MixedRoots, scipy_blas_single_threaded
-from ._client_blocks import _ClientBlocks
 from ._linalg import (
     RootInBasis,
     SymmetricEigh,
+    checked_cholesky,
     cholesky_factor,
-    is_positive_definite,
     solve_lower_transposed,
     sym_eigh,
     symmetrize,
 )
 from ._validation import check_non_negative_int, check_option, check_positive_int
-
-__all__ = ["BarycenterResult", "attainable_residual", "bures_wasserstein_barycenter"]
 
 SOLVERS = ("fixed-point", "picard")
 PRECISIONS = ("mixed", "float64")
@@ -257,31 +261,26 @@ def bures_wasserstein_barycenter(
                 root_mean = clients.sum(_weighted_sqrt_sum)
                 S = root_mean @ root_mean
         else:
-            S = clients.to_backend(init)
+            S = to_backend(init, device=clients.device)
         S = symmetrize(S)
         roots = _roots_of(clients, precision, tol)
         with scipy_blas_single_threaded() if isinstance(roots, MixedRoots) else nullcontext():
             result = _iterate(roots, S, solver, anderson, tol, max_iter)
-    S, F, n_iter, residual, converged, floor = result
     kind = clients.kind
-    return BarycenterResult(
-        as_kind_of(S, kind),
-        as_kind_of(F, kind),
-        roots.roots(kind),
-        n_iter,
-        residual,
-        converged,
-        floor,
+    return dataclasses.replace(
+        result,
+        covariance=as_kind_of(result.covariance, kind),
+        factor=as_kind_of(result.factor, kind),
+        inner=roots.roots(kind),
     )
 
 
 def _iterate(
     roots: Any, S: Any, solver: str, anderson: int, tol: float, max_iter: int
-) -> tuple[Any, Any, int, float, bool, float]:
+) -> BarycenterResult:
     """The accelerated fixed point from ``S``; ``roots`` evaluates ``N(F)``.
 
-    Returns the last iterate, its factor, the iterations, the residual,
-    whether it converged and the floor.
+    Returns the result in the iteration's kind, without the clients' roots.
     """
     mixer = AndersonMixing(anderson) if anderson > 0 else None
     best = lowest = np.inf
@@ -303,7 +302,7 @@ def _iterate(
         # the residual of N as evaluated, plus what its rounding may hide (mixed precision)
         converged = residual + roots.error <= tol or (residual <= floor and stalled >= STALL)
         if converged or n_iter >= max_iter:
-            return S, F, n_iter, residual, converged, floor
+            return BarycenterResult(S, F, None, n_iter, residual, converged, floor)
         if solver == "fixed-point":
             X = roots.solve(F, N)
             image = symmetrize(X @ X.T)
@@ -317,26 +316,13 @@ def _iterate(
             mixer.reset()
         best = min(best, residual)
         S = mixer(S, image)
-        if S is not image:
-            positive, F = _checked_factor(S, solver)
-            if not positive:  # the plain step instead
+        if S is not image:  # checked positive definite by the fixed point's next factor
+            F = checked_cholesky(S)
+            if F is None:  # the plain step instead
                 mixer.reset()
                 S = image
-
-
-def _checked_factor(S: Any, solver: str) -> tuple[bool, Any]:
-    """Whether a mixed iterate is positive definite, and its factor where the check made it.
-
-    The fixed point's check is the Cholesky factorisation it needs next;
-    Picard's factor (the square root) is not made here (``None``).
-    """
-    if solver != "fixed-point":
-        return is_positive_definite(S), None
-    module = linalg(S)
-    try:
-        return True, module.cholesky(S)
-    except module.LinAlgError:
-        return False, None
+            elif solver != "fixed-point":
+                F = None  # Picard's factor is the square root, made next iteration
 
 
 def _roots_of(clients: _ClientBlocks, precision: str, tol: float) -> Any:
@@ -409,3 +395,116 @@ def _inner_sqrt_sum(covariances: Any, weights: Any, F: Any) -> tuple[Any, Symmet
     """``sum_k w_k (F^T Sigma_k F)^{1/2}`` of a block, and each ``F^T Sigma_k F`` decomposed."""
     inner = _inner_eigh(covariances, F)
     return inner.weighted_sqrt_sum(weights), inner
+
+
+# -- the clients visited in blocks -------------------------------------------------
+
+
+def _block_task(
+    kernel: Callable, covariances: Any, weights: np.ndarray, F: Any, device: Any, keep: bool
+) -> tuple[Any, SymmetricEigh | None]:
+    """``kernel`` on one block of covariances (a list or a slice of a stack), read in float64.
+
+    Without ``keep`` the block's eigenvectors are dropped here, so that a
+    visit holds ``O(m^2)`` per block however many blocks there are.
+    """
+    if isinstance(covariances, list):
+        covariances = stack(covariances)
+    matrix, inner = kernel(
+        to_backend(covariances, device=device), to_backend(weights, device=device), F
+    )
+    if inner is not None and not keep:
+        inner = SymmetricEigh(inner.eigenvalues, None)
+    return matrix, inner
+
+
+def _in_parallel(
+    function: Callable, tasks: list[tuple], n_jobs: int | None, parallel: Parallel | None = None
+) -> list:
+    """``function(*task)`` for each task, in ``n_jobs`` threads or joblib's configured backend.
+
+    The cores are shared out: while threads run, each gets ``cores // n_jobs``
+    BLAS threads (as scikit-learn's ``KMeans`` limits its own), since jobs
+    that each start a full BLAS thread pool compete for the same cores.
+    ``parallel``: a :class:`joblib.Parallel` entered once for many calls
+    (its workers, a Ray pool for instance, then start once).
+    """
+    if len(tasks) == 1:
+        return [function(*tasks[0])]
+    if parallel is None:
+        parallel = Parallel(n_jobs=n_jobs, prefer="threads")
+    blas = max(1, cpu_count() // effective_n_jobs(n_jobs))  # cgroup and affinity aware
+    with threadpool_limits(blas, user_api="blas"):
+        return parallel(delayed(function)(*task) for task in tasks)
+
+
+def _client_blocks(K: int, size: int) -> list[slice]:
+    """Consecutive blocks of at most ``size`` of ``K`` clients."""
+    return [slice(i, min(i + size, K)) for i in range(0, K, size)]
+
+
+class _ClientBlocks:
+    """The clients' covariances and weights, visited in blocks (in parallel with ``n_jobs``).
+
+    With ``client_batch=None`` the covariances are stacked once, in float64 on
+    the iteration's backend, and split into one block per job; otherwise
+    each visit reads ``client_batch`` covariances at a time from the caller's
+    sequence or stack and converts only those.
+    """
+
+    def __init__(
+        self,
+        covariances: Any,
+        weights: np.ndarray,
+        client_batch: int | None,
+        n_jobs: Any,
+        device: Any,
+    ) -> None:
+        self.K = len(covariances)
+        if self.K != weights.shape[0]:
+            raise ValueError(f"{self.K} covariances but {weights.shape[0]} weights")
+        self.kind = covariances[0]  # the result comes back as this kind of array
+        self.device = device if device is not None or not is_tensor(self.kind) else self.kind.device
+        self.keep = client_batch is None
+        if client_batch is None:
+            self.source = to_backend(stack(list(covariances)), device=self.device)
+            client_batch = -(-self.K // effective_n_jobs(n_jobs))
+        else:
+            self.source = covariances
+        self.blocks = _client_blocks(self.K, client_batch)
+        self.weights = weights
+        self.n_jobs = n_jobs
+        self._parallel = Parallel(n_jobs=n_jobs, prefer="threads")
+
+    def __enter__(self) -> _ClientBlocks:
+        if len(self.blocks) > 1:  # one pool of workers for every visit of the iteration
+            self._parallel.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if len(self.blocks) > 1:
+            self._parallel.__exit__(*exc)
+
+    def _visit(self, kernel: Callable, F: Any) -> list[tuple[Any, Any]]:
+        """``kernel`` on each block; a task receives only its block (it may be sent elsewhere)."""
+        tasks = [
+            (kernel, self.source[rows], self.weights[rows], F, self.device, self.keep)
+            for rows in self.blocks
+        ]
+        return _in_parallel(_block_task, tasks, self.n_jobs, self._parallel)
+
+    def sum(self, kernel: Callable, F: Any = None) -> Any:
+        """The sum over blocks of ``kernel``'s matrix."""
+        return sum(part for part, _ in self._visit(kernel, F))
+
+    def decomposed_sum(self, kernel: Callable, F: Any) -> tuple[Any, SymmetricEigh]:
+        """The sum of ``kernel``'s matrices and its decompositions (eigenvectors only when kept).
+
+        For the iteration's ``kernel``, ``N(F)`` and each ``F^T Sigma_k F`` decomposed.
+        """
+        parts = self._visit(kernel, F)
+        eigenvalues = concatenate([inner.eigenvalues for _, inner in parts])
+        eigenvectors = (
+            concatenate([inner.eigenvectors for _, inner in parts]) if self.keep else None
+        )
+        return sum(part for part, _ in parts), SymmetricEigh(eigenvalues, eigenvectors)

@@ -68,7 +68,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import cache
 from typing import NamedTuple
 
@@ -76,9 +76,7 @@ import numpy as np
 import scipy.linalg
 from threadpoolctl import ThreadpoolController
 
-from ._linalg import RootInBasis, SymmetricEigh, symmetrize
-
-__all__ = ["MIN_DIMENSION", "MixedRoots", "scipy_blas_single_threaded"]
+from ._linalg import RootInBasis, SymmetricEigh, checked_cholesky, symmetrize
 
 F32, F64 = np.float32, np.float64
 #: The precision of an evaluation, ``F32`` or ``F64``.
@@ -217,9 +215,8 @@ class MixedRoots:
         """
         if covariances.shape[-1] < MIN_DIMENSION or len(covariances) < 2:
             return None
-        try:
-            lower = np.linalg.cholesky(covariances)
-        except np.linalg.LinAlgError:
+        lower = checked_cholesky(covariances)
+        if lower is None:
             return None
         largest = float(np.max(np.einsum("kii->ki", covariances)))  # the largest variance
         return cls(lower, weights, tol, largest)
@@ -510,8 +507,5 @@ def scipy_blas_single_threaded() -> Iterator[None]:
     on the calling thread only.
     """
     own = _scipy_own_blas()
-    if own is None:
-        yield
-        return
-    with own.limit(limits=1):
+    with nullcontext() if own is None else own.limit(limits=1):
         yield

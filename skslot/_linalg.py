@@ -27,20 +27,6 @@ import numpy as np
 
 from ._backend import is_tensor, linalg
 
-__all__ = [
-    "RootInBasis",
-    "SymmetricEigh",
-    "cholesky_factor",
-    "common_basis",
-    "is_positive_definite",
-    "solve_lower_transposed",
-    "sym_eigh",
-    "symmetric_from_upper",
-    "symmetrize",
-    "trace_sqrt",
-    "upper_triangle",
-]
-
 #: A direction of a new basis whose residual against the span so far is below
 #: this norm is taken as inside the span (its part outside is round-off).
 SPAN_TOL = 1e-10
@@ -172,14 +158,35 @@ def symmetric_from_upper(upper: np.ndarray, m: int) -> np.ndarray:
     return full + np.triu(full, 1).T
 
 
-def is_positive_definite(A: Any) -> bool:
-    """Whether a symmetric matrix admits a Cholesky factorisation."""
+def checked_cholesky(A: Any) -> Any:
+    """:func:`cholesky_factor` of a symmetric matrix, or ``None`` where it has none."""
     module = linalg(A)
     try:
-        module.cholesky(A)
+        return module.cholesky(A)
     except module.LinAlgError:
-        return False
-    return True
+        return None
+
+
+def is_positive_definite(A: Any) -> bool:
+    """Whether a symmetric matrix admits a Cholesky factorisation."""
+    return checked_cholesky(A) is not None
+
+
+def orthonormality_error(U: np.ndarray) -> float:
+    """``max |U^T U - I|`` of a basis ``U`` of shape ``(m, r)``: 0 for an orthonormal one."""
+    gram = U.T @ U
+    gram.flat[:: U.shape[1] + 1] -= 1.0
+    return float(np.max(np.abs(gram), initial=0.0))
+
+
+def orthonormalized(U: np.ndarray) -> np.ndarray:
+    """The thin QR factor ``Q`` of ``U`` with ``R``'s diagonal made non-negative.
+
+    The same span; for nearly orthonormal columns, the nearest orthonormal
+    ones (``O(m r^2)``).
+    """
+    Q, R = np.linalg.qr(U)
+    return Q * np.sign(np.diagonal(R))
 
 
 def common_basis(bases: Sequence[np.ndarray]) -> np.ndarray:

@@ -21,9 +21,8 @@ on the scale and finiteness of the rows need no second pass over them.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Any
 
 import numpy as np
 
@@ -38,8 +37,6 @@ from ._backend import (
     subtract_into,
     to_backend,
 )
-
-__all__ = ["DEFAULT_CHUNK_SIZE", "RowMagnitude", "ShiftedMoments", "clip_factors"]
 
 DEFAULT_CHUNK_SIZE = 4096
 
@@ -113,48 +110,6 @@ class ShiftedMoments:
     def fourth_order(self) -> bool:
         return self.s3 is not None
 
-    @overload
-    @classmethod
-    def from_rows(
-        cls,
-        X: Any,
-        *,
-        rows: np.ndarray | None = ...,
-        shift: np.ndarray | None = ...,
-        fourth_order: bool = ...,
-        chunk_size: int = ...,
-        clip_norm: float | None = ...,
-        return_magnitude: Literal[False] = ...,
-    ) -> ShiftedMoments: ...
-
-    @overload
-    @classmethod
-    def from_rows(
-        cls,
-        X: Any,
-        *,
-        rows: np.ndarray | None = ...,
-        shift: np.ndarray | None = ...,
-        fourth_order: bool = ...,
-        chunk_size: int = ...,
-        clip_norm: float | None = ...,
-        return_magnitude: Literal[True],
-    ) -> tuple[ShiftedMoments, RowMagnitude]: ...
-
-    @overload
-    @classmethod
-    def from_rows(
-        cls,
-        X: Any,
-        *,
-        rows: np.ndarray | None = ...,
-        shift: np.ndarray | None = ...,
-        fourth_order: bool = ...,
-        chunk_size: int = ...,
-        clip_norm: float | None = ...,
-        return_magnitude: bool,
-    ) -> ShiftedMoments | tuple[ShiftedMoments, RowMagnitude]: ...
-
     @classmethod
     def from_rows(
         cls,
@@ -165,8 +120,7 @@ class ShiftedMoments:
         fourth_order: bool = True,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         clip_norm: float | None = None,
-        return_magnitude: bool = False,
-    ) -> ShiftedMoments | tuple[ShiftedMoments, RowMagnitude]:
+    ) -> ShiftedMoments:
         """Power sums of the rows of ``X`` (or of ``X[rows]``), ``chunk_size`` at a time.
 
         Only one chunk is ever gathered and converted to float64, so a float32
@@ -175,30 +129,34 @@ class ShiftedMoments:
         first chunk.  With ``clip_norm``, each row ``x - shift`` is first
         scaled to Euclidean norm at most ``clip_norm`` (differential privacy
         clips about a data-free shift, zero).
-
-        ``return_magnitude=True`` also returns the :class:`RowMagnitude` of
-        the rows, from the same pass.  It is meant for rows not yet checked for
-        finiteness: a NaN or an infinity then only makes the sums and the
-        bounds non-finite (no floating-point warning), for the caller to check
-        the rows exactly when :meth:`RowMagnitude.within` is ``False``.
         """
-        n = X.shape[0] if rows is None else rows.shape[0]
-        m = X.shape[1]
-        quiet = np.errstate(over="ignore", invalid="ignore") if return_magnitude else nullcontext()
-        with quiet:
-            total, centre, largest_r = _power_sums(
-                X, rows, shift, fourth_order, chunk_size, clip_norm, return_magnitude
+        return _power_sums(X, rows, shift, fourth_order, chunk_size, clip_norm, False)[0]
+
+    @classmethod
+    def with_magnitude(
+        cls,
+        X: Any,
+        *,
+        rows: np.ndarray | None = None,
+        shift: np.ndarray | None = None,
+        fourth_order: bool = True,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        clip_norm: float | None = None,
+    ) -> tuple[ShiftedMoments, RowMagnitude]:
+        """:meth:`from_rows`, and the :class:`RowMagnitude` of the rows from the same pass.
+
+        It is meant for rows not yet checked for finiteness: a NaN or an
+        infinity then only makes the sums and the bounds non-finite (no
+        floating-point warning), for the caller to check the rows exactly
+        when :meth:`RowMagnitude.within` is ``False``.
+        """
+        with np.errstate(over="ignore", invalid="ignore"):
+            moments, largest_r = _power_sums(
+                X, rows, shift, fourth_order, chunk_size, clip_norm, True
             )
-        gram = total[:m, :m].copy()
-        s1 = total[:m, m].copy()
-        if not fourth_order:
-            moments = cls(n, centre, s1, gram)
-        else:
-            moments = cls(n, centre, s1, gram, total[:m, m + 1].copy(), float(total[m + 1, m + 1]))
-        if not return_magnitude:
-            return moments
-        assert largest_r is not None  # the pass computes it when return_magnitude is set
-        return moments, RowMagnitude.of_pass(centre, largest_r, shift_is_mean=shift is None)
+        assert largest_r is not None  # the pass computes it when asked
+        magnitude = RowMagnitude.of_pass(moments.shift, largest_r, shift_is_mean=shift is None)
+        return moments, magnitude
 
     def recentred(self, shift: np.ndarray) -> ShiftedMoments:
         """The same power sums about another point (exact identities)."""
@@ -283,9 +241,9 @@ def _power_sums(
     chunk_size: int,
     clip_norm: float | None,
     magnitude: bool,
-) -> tuple[np.ndarray, np.ndarray, float | None]:
-    """The pass of :meth:`ShiftedMoments.from_rows`: ``B^T B`` summed (on the host), the
-    shift, and with ``magnitude`` the largest squared row norm about it (before clipping)."""
+) -> tuple[ShiftedMoments, float | None]:
+    """The pass of :meth:`ShiftedMoments.from_rows`: the power sums, and with ``magnitude``
+    the largest squared row norm about the shift (before clipping)."""
 
     def read(start: int, stop: int) -> Any:
         if rows is None:
@@ -326,4 +284,9 @@ def _power_sums(
             r[...] = r.clip(max=clip_norm * clip_norm)
         total += matmul_into(B.T, B, product)  # NumPy runs A^T A as a symmetric rank-k update
     largest_r = float(as_host(stack(peaks)).max()) if magnitude else None  # NaN propagates
-    return (as_host(total) if is_tensor(total) else total), shift, largest_r
+    total = as_host(total) if is_tensor(total) else total
+    s1, gram = total[:m, m].copy(), total[:m, :m].copy()
+    if not fourth_order:
+        return ShiftedMoments(n, shift, s1, gram), largest_r
+    s3, s4 = total[:m, m + 1].copy(), float(total[m + 1, m + 1])
+    return ShiftedMoments(n, shift, s1, gram, s3, s4), largest_r

@@ -679,7 +679,7 @@ def check_feature_scale(X: Any, magnitude: RowMagnitude | None = None) -> None:
     infinities or a wrong "all rows identical" floor.
 
     ``magnitude``: bounds on ``max |X|`` from a pass that read the rows anyway
-    (:meth:`~skslot._moments.ShiftedMoments.from_rows` with ``return_magnitude``); when
+    (:meth:`~skslot._moments.ShiftedMoments.with_magnitude`); when
     they put it inside the range for certain, ``X`` is not read again.
     Otherwise the largest magnitude is computed exactly, as without them.
 

@@ -1,9 +1,8 @@
 """Server step: the Bures-Wasserstein barycenter of client summaries.
 
 :class:`BuresBarycenter` is the estimator; its fixed-point iteration
-(:func:`bures_wasserstein_barycenter`) is in :mod:`skslot._barycenter_kernel`
-and the scheduler of blocks of clients in :mod:`skslot._client_blocks`, both
-importable from here.
+(:func:`bures_wasserstein_barycenter`) and the scheduler of blocks of clients
+are in :mod:`skslot._barycenter_kernel`, importable from here.
 
 Summaries in factor form (``Sigma_k = U_k diag(e_k) U_k^T + c_k (I - U_k U_k^T)``,
 see :mod:`skslot.gaussian`) act as their scalar ``c_k`` on the orthogonal
@@ -42,11 +41,12 @@ from ._barycenter_kernel import (
     INITS,
     SOLVERS,
     BarycenterResult,
+    _client_blocks,
+    _in_parallel,
     _inner_eigh,
     attainable_residual,
     bures_wasserstein_barycenter,
 )
-from ._client_blocks import _client_blocks, _in_parallel
 from ._doc_link import DocLinkMixin
 from ._linalg import common_basis, sym_eigh
 from ._param_validation import Interval, Options, ParameterValidationMixin
@@ -64,6 +64,10 @@ __all__ = [
     "attainable_residual",
     "bures_wasserstein_barycenter",
 ]
+
+
+#: The parameters of the fixed point, the same on either path.
+_FIXED_POINT_SETTINGS = ("solver", "init", "anderson", "tol", "max_iter", "client_batch", "n_jobs")
 
 
 class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
@@ -241,12 +245,7 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
                 labels, items = as_summary_list(X)
                 self.n_features_in_ = items[0].dimension
             else:
-                est = GaussianSummaryEstimator(
-                    covariance_floor=self.covariance_floor,
-                    chunk_size=self.chunk_size,
-                    form=self.form,
-                    n_jobs=self.n_jobs,
-                ).fit(X, client=client)
+                est = self._summary_estimator().fit(X, client=client)
                 labels, items = list(est.summaries_), list(est.summaries_.values())
                 self.n_features_in_ = est.n_features_in_
                 if hasattr(est, "feature_names_in_"):
@@ -256,61 +255,34 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
             self.weights_ = client_weights("weights", self.weights, [s.n for s in items])
             self.clients_ = labels
             self.summaries_ = items
+            settings = {name: getattr(self, name) for name in _FIXED_POINT_SETTINGS}
             if all(s.basis is not None for s in items) and sum(s.rank for s in items) < (
                 items[0].dimension
             ):  # every summary in factor form, their ranks leaving part of R^m to them
-                self._fit_low_rank(items)
-            else:
-                self._fit_dense([s.to_dense() for s in items], X)
-        self._warn_unconverged()
-        return self
-
-    def _fit_low_rank(self, items: list[GaussianSummary]) -> None:
-        """The reference and maps on the span of the clients' bases."""
-        self.reference_, self._low_rank_maps, result = _low_rank_barycenter(
-            items, self.weights_, device=self.device, **self._fixed_point_settings()
-        )
-        self.form_ = "low-rank"
-        self.mean_ = self.reference_.mean
-        self.covariance_: np.ndarray | None = None
-        self._set_record(result)
-
-    def _fit_dense(self, items: list[GaussianSummary], X: Any) -> None:
-        """The dense fixed point on the ``m x m`` covariances."""
-        result = bures_wasserstein_barycenter(
-            [s.covariance for s in items],
-            self.weights_,
-            device=self.device if self.device is not None or not is_tensor(X) else X.device,
-            **self._fixed_point_settings(),
-        )
-        self.form_ = "dense"
-        self.mean_ = sum(w * s.mean for w, s in zip(self.weights_, items, strict=True))
-        self.covariance_ = covariance = result.covariance
-        self.reference_ = GaussianSummary(
-            n=sum(s.n for s in items), mean=self.mean_, covariance=covariance
-        )
-        self._set_record(result)
-
-    def _fixed_point_settings(self) -> dict[str, Any]:
-        """The iteration's settings, the same on either path."""
-        return {
-            "solver": self.solver,
-            "init": self.init,
-            "anderson": self.anderson,
-            "tol": self.tol,
-            "max_iter": self.max_iter,
-            "client_batch": self.client_batch,
-            "n_jobs": self.n_jobs,
-        }
-
-    def _set_record(self, result: BarycenterResult) -> None:
-        self.n_iter_ = result.n_iter
-        self.residual_ = result.residual
-        self.residual_floor_ = result.floor
-        self._result = result
-
-    def _warn_unconverged(self) -> None:
-        result = self._result
+                self.form_ = "low-rank"
+                self.reference_, self._low_rank_maps, result = _low_rank_barycenter(
+                    items, self.weights_, device=self.device, **settings
+                )
+                self.mean_ = self.reference_.mean
+                self.covariance_: np.ndarray | None = None
+            else:  # the dense fixed point on the m x m covariances
+                self.form_ = "dense"
+                dense = [s.to_dense() for s in items]
+                result = bures_wasserstein_barycenter(
+                    [s.covariance for s in dense],
+                    self.weights_,
+                    device=self.device if self.device is not None or not is_tensor(X) else X.device,
+                    **settings,
+                )
+                self.mean_ = sum(w * s.mean for w, s in zip(self.weights_, dense, strict=True))
+                self.covariance_ = result.covariance
+                self.reference_ = GaussianSummary(
+                    n=sum(s.n for s in dense), mean=self.mean_, covariance=result.covariance
+                )
+            self.n_iter_ = result.n_iter
+            self.residual_ = result.residual
+            self.residual_floor_ = result.floor
+            self._result = result
         if not result.converged:
             warnings.warn(
                 f"Bures-Wasserstein barycenter did not converge in {self.max_iter} "
@@ -318,8 +290,19 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
                 f"{self.tol:.1e}, and above {result.floor:.1e}, the floor float64 can "
                 "attain for these covariances' conditioning); increase max_iter or tol",
                 ConvergenceWarning,
-                stacklevel=3,
+                stacklevel=2,
             )
+        return self
+
+    def _summary_estimator(self, covariance: str = "total") -> GaussianSummaryEstimator:
+        """The clients' summaries as this estimator's settings make them (of rows given to fit)."""
+        return GaussianSummaryEstimator(
+            covariance=covariance,
+            covariance_floor=self.covariance_floor,
+            chunk_size=self.chunk_size,
+            form=self.form,
+            n_jobs=self.n_jobs,
+        )
 
     def maps(self) -> dict:
         """Each client's optimal-transport map onto the reference.

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ._linalg import is_positive_definite, sym_eigh, symmetrize
+from ._linalg import is_positive_definite, orthonormality_error, sym_eigh, symmetrize
 from .exceptions import InvalidSummaryError
 from .wire._errors import SummaryFormatError as _SummaryFormatError
 from .wire.summary_codec import (
@@ -247,12 +247,9 @@ class GaussianSummary:
             raise InvalidSummaryError(
                 f"{eigenvalues.shape[0]} eigenvalues for a basis of {r} columns"
             )
-        gram = basis.T @ basis
-        gram.flat[:: r + 1] -= 1.0
-        if r and float(np.max(np.abs(gram))) > ORTHONORMAL_TOL:
-            raise InvalidSummaryError(
-                f"basis is not orthonormal: |U^T U - I| reaches {np.max(np.abs(gram)):.2e}"
-            )
+        error = orthonormality_error(basis)
+        if error > ORTHONORMAL_TOL:
+            raise InvalidSummaryError(f"basis is not orthonormal: |U^T U - I| reaches {error:.2e}")
         complement = float(complement)
         if not (np.isfinite(complement) and complement > 0.0):
             raise InvalidSummaryError(f"complement must be positive, got {complement!r}")
@@ -392,17 +389,8 @@ class GaussianSummary:
         """
         if self.basis is not None:
             return self
-        eig = sym_eigh(self.covariance)
-        w, V = eig.eigenvalues, eig.eigenvectors
-        return GaussianSummary(
-            self.n,
-            self.mean,
-            shrinkage=self.shrinkage,
-            client=self.client,
-            basis=V,
-            eigenvalues=w,
-            complement=float(w[0]),
-        )
+        w, V = sym_eigh(self.covariance)
+        return self.replace(covariance=None, basis=V, eigenvalues=w, complement=float(w[0]))
 
     def smaller_form(self, dtype: str = "float32") -> GaussianSummary:
         """The summary in the form of the smaller payload in ``dtype``.
@@ -433,6 +421,25 @@ class GaussianSummary:
         if summary_payload_size(self, dtype) > summary_payload_size(self, dtype, form="dense"):
             return self.to_dense()
         return self
+
+    def smaller_bytes(self, dtype: str = "float32") -> bytes:
+        """The payload of :meth:`smaller_form` in ``dtype``: the summary as it travels.
+
+        Parameters
+        ----------
+        dtype : {"float16", "float32", "float64"}, default="float32"
+
+        Returns
+        -------
+        payload : bytes
+            ``smaller_form(dtype).to_bytes(dtype)``.
+
+        Raises
+        ------
+        SummaryFormatError
+            As :meth:`to_bytes`.
+        """
+        return self.smaller_form(dtype).to_bytes(dtype)
 
     def __repr__(self) -> str:
         return (

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._linalg import sym_eigh, symmetrize
+from ._linalg import orthonormality_error, orthonormalized, sym_eigh, symmetrize
 from ._moments import ShiftedMoments
 from ._validation import check_client_size
 from .defaults import COVARIANCE_FLOOR
@@ -184,15 +184,10 @@ def _covariance_eigh(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return kept(sym_eigh(symmetrize(Z.T @ Z)))
     lam, W = kept(sym_eigh(symmetrize(Z @ Z.T)))
     U = Z.T @ (W / np.sqrt(n * lam))
-    error = U.T @ U
-    error.flat[:: U.shape[1] + 1] -= 1.0
-    if U.shape[1] == 0:
-        return lam, U
-    if float(np.max(np.abs(error))) <= ORTHONORMAL_TOL / 100:
-        # the nearest orthonormal columns (the same span, O(m r^2)): what a decoder accepts
-        # as the float64 arithmetic of a basis (BASIS_ROUNDING)
-        Q, R = np.linalg.qr(U)
-        return lam, Q * np.sign(np.diagonal(R))
+    if orthonormality_error(U) <= ORTHONORMAL_TOL / 100:
+        # the nearest orthonormal columns: what a decoder accepts as the float64
+        # arithmetic of a basis (BASIS_ROUNDING)
+        return lam, orthonormalized(U)
     Q, R = np.linalg.qr(Z.T)
     lam, W = kept(sym_eigh(symmetrize(R @ R.T)))
     return lam, Q @ W

@@ -29,7 +29,6 @@ from ._validation import (
 )
 from .defaults import COVARIANCE_FLOOR, DELTA
 from .exceptions import SmallClientWarning, shown_labels, warn_once
-from .gaussian import GaussianSummary
 from .ledoit_wolf import ledoit_wolf_summary, low_rank_summary, within_class_summary
 from .privacy._accounting import MAX_EPSILON, gaussian_noise_scale
 from .privacy._summary import (
@@ -232,9 +231,9 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         return gaussian_noise_scale(self.epsilon, self.delta, SUMMARY_SENSITIVITY)
 
     def _client_moments(
-        self, X: Any, client: Any, *, reset: bool, ensure_min_samples: int = 1
-    ) -> dict[int | str | None, ShiftedMoments]:
-        """The rows checked and reduced to moments per client, in one pass over them.
+        self, X: Any, y: Any, client: Any, *, reset: bool, ensure_min_samples: int = 1
+    ) -> dict[Any, ShiftedMoments]:
+        """The rows checked and reduced to moments per group (:meth:`_groups`), in one pass.
 
         The finiteness and feature-scale checks come out of the moments pass:
         it bounds the rows' largest magnitude (:class:`~skslot._moments.RowMagnitude`),
@@ -242,6 +241,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         checked exactly, with the errors (and the state left behind) of
         checking them before the pass.
         """
+        client, keys = self._groups(X, y, client)
         X = check_rows(
             self, X, reset=reset, ensure_min_samples=ensure_min_samples, ensure_all_finite=False
         )
@@ -263,14 +263,13 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         private = self.epsilon is not None  # clipped sums about zero, no fourth order
 
         def one_pass(rows: np.ndarray | None) -> tuple[ShiftedMoments, RowMagnitude]:
-            return ShiftedMoments.from_rows(
+            return ShiftedMoments.with_magnitude(
                 X,
                 rows=rows,
                 shift=np.zeros(X.shape[1]) if private else None,  # None: first chunk's mean
                 fourth_order=not private,
                 chunk_size=self.chunk_size,
                 clip_norm=self.clip_norm,
-                return_magnitude=True,
             )
 
         if len(groups) == 1:  # no joblib round trip for one client
@@ -282,6 +281,8 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         magnitude = RowMagnitude.join([row_magnitude for _, row_magnitude in passes])
         if not magnitude.within(*FEATURE_RANGE):
             check_exactly()
+        if keys is not None:  # group codes, to their cells
+            labels = [keys[code] for code in labels]
         return dict(zip(labels, (moments for moments, _ in passes), strict=True))
 
     def _finalise(self, labels: list) -> None:
@@ -289,7 +290,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         floor = self.covariance_floor
         for label in labels:
             if self.covariance == "within":
-                cells = [self._moments[cell] for cell in self._cells_of(label)]
+                cells = [self._moments[key] for key in self._keys_of(label)]
                 summary = within_class_summary(cells, covariance_floor=floor, client=label)
             elif self.epsilon is None:
                 summary = ledoit_wolf_summary(
@@ -331,14 +332,11 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         self._validate_params()
         with unchanged_on_error(self):  # a rejected fit keeps what was fitted before
             self.noise_scale_ = self._noise_scale()
-            self._cells: dict = {}
             self.form_ = self._form_for(X, client)
             if self.form_ == "low-rank":
                 self._fit_low_rank(X, client)
             else:
-                self._moments = self._client_moments(
-                    X, self._groups(X, y, client), reset=True, ensure_min_samples=2
-                )
+                self._moments = self._client_moments(X, y, client, reset=True, ensure_min_samples=2)
                 self.summaries_: dict = {}
                 self.releases_: dict = {}
                 self._finalise(self._clients_in(self._moments))
@@ -386,11 +384,9 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         for label, rows in groups.items():
             check_client_size(rows.size, label)
 
-        def summarise(label: Any, rows: np.ndarray) -> GaussianSummary:
-            return low_rank_summary(X[rows], covariance_floor=self.covariance_floor, client=label)
-
         summaries = Parallel(n_jobs=self.n_jobs, prefer="threads")(
-            delayed(summarise)(label, rows) for label, rows in groups.items()
+            delayed(low_rank_summary)(X[rows], covariance_floor=self.covariance_floor, client=label)
+            for label, rows in groups.items()
         )
         if hasattr(self, "_moments"):  # an earlier dense fit's: no power sums back these
             del self._moments
@@ -418,14 +414,15 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
             "form='dense'"
         )
 
-    def _groups(self, X: Any, y: Any, client: Any) -> Any:
+    def _groups(self, X: Any, y: Any, client: Any) -> tuple[Any, list | None]:
         """The rows' groups: their clients, or with ``covariance="within"`` (client, class) cells.
 
-        A cell is numbered once, in order of appearance, and keeps its number
-        through ``partial_fit`` and :meth:`merge` (``_cells``).
+        Returns the group labels of the rows, and with ``covariance="within"``
+        the cell ``(client, class)`` of each group code (``None`` otherwise):
+        the moments of a cell are kept under it.
         """
         if self.covariance == "total":
-            return client
+            return client, None
         if y is None:
             raise ValueError(
                 f"{type(self).__name__}(covariance='within') summarises class-centred rows: "
@@ -439,21 +436,19 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         pairs, pair_of_row = np.unique(
             np.column_stack([codes, class_codes.ravel()]), axis=0, return_inverse=True
         )
-        cells = [self._cell(labels[i], classes[j].item()) for i, j in pairs.tolist()]
-        return np.asarray(cells, dtype=np.int64)[pair_of_row.ravel()]
-
-    def _cell(self, client: Any, label: Any) -> int:
-        return self._cells.setdefault((client, label), len(self._cells))
-
-    def _cells_of(self, client: Any) -> list[int]:
-        return [cell for (owner, _), cell in self._cells.items() if owner == client]
+        return pair_of_row.ravel(), [(labels[i], classes[j].item()) for i, j in pairs.tolist()]
 
     def _clients_in(self, keys: Any) -> list:
-        """The clients the moments under ``keys`` belong to (cells name their client)."""
+        """The clients the moments under ``keys`` belong to (a cell names its client first)."""
         if self.covariance == "total":
             return list(keys)
-        owner = {cell: client for (client, _), cell in self._cells.items()}
-        return list(dict.fromkeys(owner[key] for key in keys))
+        return list(dict.fromkeys(client for client, _ in keys))
+
+    def _keys_of(self, client: Any) -> list:
+        """The keys of ``client``'s moments: itself, or its cells."""
+        if self.covariance == "total":
+            return [client]
+        return [key for key in self._moments if key[0] == client]
 
     @available_if(_has_partial_fit)
     def partial_fit(self, X: Any, y: Any = None, *, client: Any = None) -> GaussianSummaryEstimator:
@@ -483,11 +478,10 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
             self.form_ = "dense"  # moments accumulate densely
             first = not hasattr(self, "_moments")
             if first:
-                self._cells = {}
                 self._moments = {}
                 self.summaries_ = {}
                 self.releases_ = {}
-            self._absorb(self._client_moments(X, self._groups(X, y, client), reset=first))
+            self._absorb(self._client_moments(X, y, client, reset=first))
         return self
 
     def _absorb(self, new: dict) -> None:
@@ -500,9 +494,6 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
             if sum(self._moments[key].n for key in self._keys_of(label)) >= 2
         ]
         self._finalise(ready)
-
-    def _keys_of(self, client: Any) -> list:
-        return self._cells_of(client) if self.covariance == "within" else [client]
 
     def merge(self, *others: GaussianSummaryEstimator) -> GaussianSummaryEstimator:
         """Combine estimators fitted on disjoint rows into a new fitted one.
@@ -526,7 +517,6 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         merged._validate_params()
         merged.noise_scale_ = merged._noise_scale()
         merged._moments = dict(self._moments)
-        merged._cells = dict(self._cells)
         merged.summaries_ = dict(self.summaries_)
         merged.releases_ = dict(self.releases_)
         for other in others:
@@ -536,12 +526,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
                     f"cannot merge an estimator fitted on {other.n_features_in_} "
                     f"features into one fitted on {self.n_features_in_}"
                 )
-            moments = other._moments
-            if self.covariance == "within":  # renumber the other's cells as this one's
-                moments = {
-                    merged._cell(*cell): other._moments[key] for cell, key in other._cells.items()
-                }
-            merged._absorb(moments)
+            merged._absorb(other._moments)
         return merged
 
 

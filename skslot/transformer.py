@@ -254,14 +254,7 @@ class SLOTTransformer(
 
     def _summary_estimator(self, covariance: str | None = None) -> GaussianSummaryEstimator:
         """The clients' summaries as the barycenter's settings make them."""
-        bary = self.barycenter_estimator()
-        return GaussianSummaryEstimator(
-            covariance=self.covariance if covariance is None else covariance,
-            covariance_floor=bary.covariance_floor,
-            chunk_size=bary.chunk_size,
-            form=bary.form,
-            n_jobs=bary.n_jobs,
-        )
+        return self.barycenter_estimator()._summary_estimator(covariance or self.covariance)
 
     def _full_map(self, summary: GaussianSummary) -> GaussianMap:
         """A client's full (``tau = 1``) map onto the fitted reference, in the reference's form."""

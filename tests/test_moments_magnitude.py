@@ -26,7 +26,7 @@ def test_bounds_hold_and_the_moments_are_those_of_from_rows(rng, scale, dtype, l
     X = ((rng.normal(size=(300, 7)) * rng.uniform(0.1, 5.0, 7) + loc) * scale).astype(dtype)
     rows = rng.permutation(300)[:211]
     for kw in ({}, {"rows": rows}, {"chunk_size": 16}, {"shift": np.zeros(7), "clip_norm": 1.0}):
-        moments, magnitude = ShiftedMoments.from_rows(X, return_magnitude=True, **kw)
+        moments, magnitude = ShiftedMoments.with_magnitude(X, **kw)
         assert_same_moments(moments, ShiftedMoments.from_rows(X, **kw))
         largest = float(np.abs(X if "rows" not in kw else X[rows]).max())
         assert magnitude.lower <= largest <= magnitude.upper
@@ -39,20 +39,20 @@ def test_nan_and_infinity_leave_the_question_open_without_warnings(rng):
         X = rng.normal(size=(40, 3))
         X[17, 1] = value
         with np.errstate(all="raise"):  # no floating-point warning on the unchecked rows
-            _, magnitude = ShiftedMoments.from_rows(X, chunk_size=8, return_magnitude=True)
+            _, magnitude = ShiftedMoments.with_magnitude(X, chunk_size=8)
         assert not magnitude.within(*FEATURE_RANGE)
         assert not np.isfinite(magnitude.upper)
     X = rng.normal(size=(40, 3))
     X[0, 0] = np.nan  # in the first chunk: the shift itself is NaN
-    _, magnitude = ShiftedMoments.from_rows(X, chunk_size=8, return_magnitude=True)
+    _, magnitude = ShiftedMoments.with_magnitude(X, chunk_size=8)
     assert np.isnan(magnitude.upper)
 
 
 def test_constant_and_zero_rows(rng):
-    _, zero = ShiftedMoments.from_rows(np.zeros((10, 4)), return_magnitude=True)
+    _, zero = ShiftedMoments.with_magnitude(np.zeros((10, 4)))
     assert zero.lower == 0.0 and zero.upper == 0.0
     assert not zero.within(*FEATURE_RANGE)  # all zero or too small: an exact check decides
-    _, constant = ShiftedMoments.from_rows(np.full((10, 4), -7.0), return_magnitude=True)
+    _, constant = ShiftedMoments.with_magnitude(np.full((10, 4), -7.0))
     assert constant.lower == pytest.approx(7.0) and constant.within(*FEATURE_RANGE)
 
 
@@ -70,13 +70,11 @@ def test_join_and_within():
 def test_tensor_rows_give_the_same_bounds(rng):
     torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install torch")
     X = rng.normal(loc=2.0, size=(50, 5))
-    moments, magnitude = ShiftedMoments.from_rows(
-        torch.tensor(X), chunk_size=16, return_magnitude=True
-    )
-    expected, bounds = ShiftedMoments.from_rows(X, chunk_size=16, return_magnitude=True)
+    moments, magnitude = ShiftedMoments.with_magnitude(torch.tensor(X), chunk_size=16)
+    expected, bounds = ShiftedMoments.with_magnitude(X, chunk_size=16)
     np.testing.assert_allclose(moments.gram, expected.gram, rtol=1e-12)
     assert magnitude.lower == pytest.approx(bounds.lower, rel=1e-12)
     assert magnitude.upper == pytest.approx(bounds.upper, rel=1e-12)
     X[3, 3] = np.nan
-    _, magnitude = ShiftedMoments.from_rows(torch.tensor(X), chunk_size=16, return_magnitude=True)
+    _, magnitude = ShiftedMoments.with_magnitude(torch.tensor(X), chunk_size=16)
     assert np.isnan(magnitude.upper)

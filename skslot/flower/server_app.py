@@ -119,7 +119,7 @@ def run_one_shot(
         len(report.nodes),
         "".join(f"; {report.name(n)} {why}" for n, why in left_out.items()),
     )
-    reference = result.reference.smaller_form(config.summary_dtype).to_bytes(config.summary_dtype)
+    reference = result.reference.smaller_bytes(config.summary_dtype)
     return report, result.head.linear_scores(), reference
 
 

@@ -28,7 +28,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._linalg import is_positive_definite, symmetric_from_upper, upper_triangle
+from .._linalg import (
+    is_positive_definite,
+    orthonormality_error,
+    orthonormalized,
+    symmetric_from_upper,
+    upper_triangle,
+)
 from ._errors import SummaryFormatError
 
 __all__ = [
@@ -450,15 +456,12 @@ def decode_summary(
             int(n), values[:m], symmetric_from_upper(values[m:], m), shrink, client
         )
     mean, eigenvalues, U = values[:m], values[m : m + r], values[m + r :].reshape(m, r)
-    if r:
-        gram = U.T @ U
-        gram.flat[:: r + 1] -= 1.0
-        allowed = max(64 * float(np.finfo(dt).eps), BASIS_ROUNDING)
-        if float(np.max(np.abs(gram))) > allowed:
-            raise SummaryFormatError(
-                f"basis is not orthonormal: |U^T U - I| reaches {np.max(np.abs(gram)):.2e}, "
-                f"above the {allowed:.1e} that {dt.name} rounding explains"
-            )
-        Q, R = np.linalg.qr(U)
-        U = Q * np.sign(np.diagonal(R))  # the nearest orthonormal columns, the same span
+    allowed = max(64 * float(np.finfo(dt).eps), BASIS_ROUNDING)
+    error = orthonormality_error(U)
+    if error > allowed:
+        raise SummaryFormatError(
+            f"basis is not orthonormal: |U^T U - I| reaches {error:.2e}, "
+            f"above the {allowed:.1e} that {dt.name} rounding explains"
+        )
+    U = orthonormalized(U)  # the nearest orthonormal columns, the same span
     return SummaryFields(int(n), mean, None, shrink, client, U, eigenvalues, float(complement))

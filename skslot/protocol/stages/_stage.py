@@ -67,8 +67,7 @@ class ServerWire:
         dict
         """
         if reference is not None:
-            dtype = self.summary_dtype
-            values["reference"] = reference.smaller_form(dtype).to_bytes(dtype)
+            values["reference"] = reference.smaller_bytes(self.summary_dtype)
         return values
 
 

@@ -107,9 +107,8 @@ class ReferenceStep:
             if len(clients) == 1:  # a probe of one client's summary
                 warnings.simplefilter("ignore", SingleClientWarning)
             barycenter.fit(labelled)
-        dtype = self.wire_dtype
-        if dtype is not None:
-            barycenter.reference_.smaller_form(dtype).to_bytes(dtype)  # raises if it cannot travel
+        if self.wire_dtype is not None:
+            barycenter.reference_.smaller_bytes(self.wire_dtype)  # raises if it cannot travel
         maps = barycenter.maps()  # by position, given back to each address
         by_address = {c: maps[k] for k, c in enumerate(clients)}
         return Reference(barycenter.reference_, by_address, int(barycenter.n_iter_))

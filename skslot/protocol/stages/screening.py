@@ -325,7 +325,7 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
         rebuilt = zip(heads, request.references, request.fractions, strict=True)
         for arrays, reference, tau in rebuilt if request.references else ():
             if reference is not None:  # the reference built without this head's client
-                data = reference.smaller_form(wire.summary_dtype).to_bytes(wire.summary_dtype)
+                data = reference.smaller_bytes(wire.summary_dtype)
                 arrays["reference"] = np.frombuffer(data, dtype=np.uint8)
                 arrays["tau"] = np.array([tau], dtype=np.float64)
         full = request.full.to_arrays()
