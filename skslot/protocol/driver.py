@@ -231,8 +231,7 @@ class OneShotProtocol(ProtocolParameters):
                 "the head never predicts them",
                 shown_labels(untrained.tolist()),
             )
-        clients = run.roster.clients
-        counts = {c: getattr(clients[c].upload, "class_counts", None) for c in run.roster.order}
+        counts = {c: run.roster.clients[c].upload.class_counts for c in run.roster.order}
         held = {c: n for c, n in counts.items() if n is not None}
         if len(held) == len(counts):
             lone = lone_classes(held, run.classes)
@@ -243,8 +242,8 @@ class OneShotProtocol(ProtocolParameters):
                     "that node's domain",
                     lone_text(lone, name=run.report.name),
                 )
-        if self.label_mix == "client" and all(n is not None for n in counts.values()):
-            final.with_client_counts(counts)  # the counts the label-shift rule received
+            if self.label_mix == "client":
+                final.with_client_counts(held)  # the counts the label-shift rule received
         if self.evaluate:
             evaluation.evaluate(run, final, chosen.tau)
         run.report.status = "completed"
@@ -267,7 +266,9 @@ class OneShotProtocol(ProtocolParameters):
         self, run: RunState, defence: DefendedAggregation, taus: Sequence[float]
     ) -> tuple[Selection | None, list, Candidate]:
         """The candidate heads on the clients' fitting rows at ``taus``, and the choice."""
-        self._local_heads(run, defence, "updates", taus, "fit")
+        if self.head.strategy.trains_locally:  # until the reference stands
+            collect = partial(updates.collect, run, "updates", taus, "fit")
+            defence.local_heads(collect, "updates", taus)
         heads = self.head.strategy.fit_candidates(self.head, self.candidates, run)
         if not self.auto:
             return None, heads, self.candidates[0]
@@ -279,23 +280,12 @@ class OneShotProtocol(ProtocolParameters):
     ) -> OneShotHead:
         """The head at ``chosen`` on every accepted client's rows (their local heads asked for
         at ``stage``)."""
-        self._local_heads(run, defence, stage, [chosen.tau], "all")
+        if self.head.strategy.trains_locally:  # until the reference stands
+            collect = partial(updates.collect, run, stage, [chosen.tau], "all")
+            defence.local_heads(collect, stage, [chosen.tau])
         final = self.head.strategy.fit_final(self.head, chosen, run)
         run.report.final_head = "every accepted client's rows"
         return final
-
-    def _local_heads(
-        self,
-        run: RunState,
-        defence: DefendedAggregation,
-        stage: str,
-        taus: Sequence[float],
-        part: str,
-    ) -> None:
-        """Stages "updates" and "refit", for a head that trains locally (until the reference
-        stands: :meth:`~skslot.defence.aggregation.DefendedAggregation.local_heads`)."""
-        if self.head.strategy.trains_locally:
-            defence.local_heads(partial(updates.collect, run, stage, taus, part), stage, taus)
 
 
 def held_out_rows(

@@ -268,14 +268,7 @@ class ProtocolReport:
         str
         """
 
-        def keys(d: Any) -> Any:
-            if isinstance(d, dict):
-                return {str(k): keys(v) for k, v in d.items()}
-            if isinstance(d, list):
-                return [keys(v) for v in d]
-            return d
-
-        return json.dumps(keys(asdict(self)), indent=2, default=_json_default)
+        return json.dumps(_plain(asdict(self)), indent=2)
 
 
 def left_out(nodes: Sequence, rejected: Mapping, missing: Mapping) -> dict:
@@ -308,10 +301,15 @@ def left_out(nodes: Sequence, rejected: Mapping, missing: Mapping) -> dict:
     return {node: why[str(node)] for node in nodes if str(node) in why}
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic | np.ndarray):  # a NumPy scalar or array as Python values
+def _plain(value: Any) -> Any:
+    """``value`` with every key a string and every NumPy scalar or array a Python value."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic | np.ndarray):
         return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+    return value
 
 
 class ProtocolRunError(RuntimeError):

@@ -160,7 +160,7 @@ class Roster:
         """
         self.report.reject(stage, c, why)
 
-    def keep(self, stage: str, accepted: Iterable[Hashable]) -> list:
+    def keep(self, stage: str, accepted: Iterable[Hashable]) -> None:
         """Drop the clients not in ``accepted``; fail when fewer than ``min_clients`` remain.
 
         Parameters
@@ -170,13 +170,12 @@ class Roster:
         accepted : iterable of addresses
             The clients to keep.
 
-        Returns
-        -------
-        list
-            The clients dropped.
+        Raises
+        ------
+        ProtocolRunError
+            When fewer than ``min_clients`` clients remain; its report says why.
         """
         accepted = set(accepted)
-        dropped = [c for c in self.order if c not in accepted]
         self.clients = {c: client for c, client in self.clients.items() if c in accepted}
         if len(self.clients) < self.min_clients:
             report = self.report
@@ -190,4 +189,3 @@ class Roster:
                 f"({'; '.join(problems) or 'no other node'})",
                 report,
             )
-        return dropped

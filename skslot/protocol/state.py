@@ -9,6 +9,7 @@ report; the stages' server steps write their own results into the report.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,7 +30,6 @@ from .transport import Exchange, Transport
 
 if TYPE_CHECKING:
     from ..defence import DefenceBounds
-    from ..selection import Selection
     from .parameters import ProtocolParameters
 
 __all__ = ["RunState"]
@@ -62,8 +62,8 @@ class RunState:
         self.alignment: Alignment | None = None
         self.has_reference: set = set()
         #: Per part of the rows ("fit", "all"), each client's local heads by its fraction,
-        #: received on the current reference.
-        self.local_heads_received: dict[str, dict[Hashable, dict[float, Any]]] = {}
+        #: received on the current reference (address to fraction to head).
+        self.local_heads_received: defaultdict[str, dict] = defaultdict(dict)
         #: A private run's plan as the clients check it, and what each client spent.
         self.account = RunAccount(settings.privacy, settings.releases)
         #: Whether this run screens: the protocol screens and enough clients can vote.
@@ -315,10 +315,8 @@ class RunState:
         weights = {  # the capped weights, in the class counts' rows (fitting and held out)
             c: self.weight_factor(c) * self.roster.clients[c].upload.n_rows for c in order
         }
-        return label_shift_distances(
-            self.roster.class_counts(order),
-            weights if capped else None,  # else pooled
-        )
+        # the capped weights where some client's is capped, else the pooled counts
+        return label_shift_distances(self.roster.class_counts(order), weights if capped else None)
 
     # -- what a head's strategy sees (skslot.heads.ServerSide) ---------------------------
 
@@ -376,21 +374,6 @@ class RunState:
         assert self.alignment is not None  # built before any map is asked for
         return self.alignment.maps(order, self.settings.mean_tau, means)
 
-    def local_heads_cache(self, part: str) -> dict[Hashable, dict[float, Any]]:
-        """The local heads received on the current reference, per client and fraction.
-
-        Parameters
-        ----------
-        part : {"fit", "all"}
-            The part of the clients' rows the heads were trained on.
-
-        Returns
-        -------
-        dict of address to dict of float to head
-            The cache itself, filled by the stages that receive the heads.
-        """
-        return self.local_heads_received.setdefault(part, {})
-
     def local_heads(self, part: str, tau: float) -> list:
         """Each accepted client's local head at the run's ``tau`` on ``part`` of its rows.
 
@@ -409,29 +392,5 @@ class RunState:
         list
             In the run's order.
         """
-        cache = self.local_heads_cache(part)
+        cache = self.local_heads_received[part]
         return [cache[c][self.client_taus(c, [tau])[0]] for c in self.roster.order]
-
-    # -- the report ----------------------------------------------------------------------
-
-    def record_selection(self, selection: Selection, left_out: Mapping[Hashable, str]) -> None:
-        """The validation's choice and its table, into the report.
-
-        Parameters
-        ----------
-        selection : Selection
-            The validation's choice.
-        left_out : mapping of address to str
-            The clients left out of the validation, and why.
-        """
-        table = selection.table()
-        self.report.selection = {
-            "candidates": table["params"],
-            "clients": selection.clients,
-            "scores": selection.scores.tolist(),
-            "mean_validation_score": table["mean_validation_score"].tolist(),
-            "std_error_validation_score": table["std_error_validation_score"].tolist(),
-            "chosen": selection.candidate.describe(),
-            "left_out": dict(left_out),
-        }
-        logger.info("skslot: validation chose %s", selection.candidate.describe())

@@ -140,9 +140,7 @@ def evaluate(run: RunState, final: OneShotHead, tau: float) -> None:
     }
     exchange = run.exchange("evaluation", requests)
     asks_own_mix = scores.federation is not None and not run.account.private
-    for c in run.roster.order:
-        if c not in exchange.replies:
-            continue
+    for c in [c for c in run.roster.order if c in exchange.replies]:
         result: Evaluation = exchange.replies[c]
         n_test = run.roster.clients[c].upload.n_test
         if n_test:  # a client without test rows releases nothing

@@ -218,11 +218,9 @@ def paired_counts(
         raise ValueError(
             f"masks of shape {masks.shape} for {len(left_out)} heads and {classes.shape[0]} classes"
         )
-    full_mask = (
-        np.ones(classes.shape[0], dtype=bool)
-        if full_mask is None
-        else np.asarray(full_mask, dtype=bool)
-    )
+    if full_mask is None:
+        full_mask = np.ones(classes.shape[0], dtype=bool)
+    full_mask = np.asarray(full_mask, dtype=bool)
     if full_mask.shape != classes.shape or np.any(masks & ~full_mask):
         raise ValueError("the full head's classes must hold every comparison's classes")
     if left_out_maps is None:
@@ -338,14 +336,13 @@ class ScreeningStage(Stage[ScreeningRequest, PairedCounts]):
         n = payload.value("n-heads", int)
         if not 1 <= n <= MAX_COUNT:
             raise MessageFormatError(f"'n-heads' must be a positive count, got {n}")
-        classes = wire.classes
         arrays = payload.arrays(HEAD, max_bytes=wire.head_bytes)
-        full_mask = _class_mask(arrays.pop("mask", None), classes, "the full head")
+        full_mask = _class_mask(arrays.pop("mask", None), wire.classes, "the full head")
         full = wire.head(arrays)
         each = wire.head_bytes + wire.reference_bytes
         parts = payload.array_list(LEFT_OUT, n, max_bytes=n * each)
         masks = np.array(
-            [_class_mask(a.pop("mask", None), classes, "each left-out head") for a in parts]
+            [_class_mask(a.pop("mask", None), wire.classes, "each left-out head") for a in parts]
         )
         if np.any(masks & ~full_mask):
             raise MessageFormatError("a comparison's classes lie outside the full head's")

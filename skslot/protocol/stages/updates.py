@@ -191,7 +191,7 @@ def collect(run: RunState, stage: str, taus: Sequence[float], part: str) -> None
         The run's fractions (each client moves its own share of them).
     part : {"fit", "all"}
     """
-    cache = run.local_heads_cache(part)
+    cache = run.local_heads_received[part]
     wanted = {
         c: [t for t in run.client_taus(c, taus) if t not in cache.get(c, {})]
         for c in run.roster.order

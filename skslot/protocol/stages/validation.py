@@ -21,6 +21,7 @@ from ...maps import GaussianMap
 from ...selection import Selection, select_candidate, validation_sizes
 from ...wire.arrays import ArrayMessage, read_array
 from ...wire.payload import Payload, ReceivedPayload, array_list
+from ..report import logger
 from ._stage import ClientWire, ServerWire, Stage
 
 if TYPE_CHECKING:
@@ -269,26 +270,31 @@ def choose(run: RunState, heads: Sequence[OneShotHead]) -> Selection:
     counts: dict[Hashable, ValidationCounts] = {}
     for c in requests:
         why = exchange.rejected.get(c)
-        if c in exchange.replies:
+        reply = exchange.replies.get(c)
+        if reply is not None:
             upload = run.roster.clients[c].upload
             n = upload.class_counts
             totals = None if n is None else validation_sizes(n, settings.validation_fraction)
-            why = check(
-                exchange.replies[c],
-                len(candidates),
-                run.classes.shape[0],
-                upload.n_validation,
-                totals,
-            )
+            why = check(reply, len(candidates), len(run.classes), upload.n_validation, totals)
             if not why:
-                counts[c] = exchange.replies[c]
+                counts[c] = reply
                 continue
             run.roster.reject("validation", c, why)
         left_out[c] = f"rejected: {why}" if why else "did not answer the validation stage"
     selection = run.server_step(
         "the choice of tau", lambda: select_candidate(candidates, counts, settings.selection_rule)
     )
-    run.record_selection(selection, left_out)
+    table = selection.table()
+    run.report.selection = {
+        "candidates": table["params"],
+        "clients": selection.clients,
+        "scores": selection.scores.tolist(),
+        "mean_validation_score": table["mean_validation_score"].tolist(),
+        "std_error_validation_score": table["std_error_validation_score"].tolist(),
+        "chosen": selection.candidate.describe(),
+        "left_out": left_out,
+    }
+    logger.info("skslot: validation chose %s", selection.candidate.describe())
     return selection
 
 
