@@ -461,3 +461,39 @@ def test_the_run_config_is_declared_without_docstrings():
         [sys.executable, "-OO", "-c", code], capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == ["1.0", "mean", "tau"]
+
+
+def test_a_deployment_s_own_setting_reads_its_help_from_its_part_s_numpydoc():
+    """``declare`` without help: the part's Parameters entry gives the help (its first
+    sentence, as plain text) and the details (the rest); a part that does not describe a
+    setting is a TypeError at import."""
+    from dataclasses import dataclass
+
+    from skslot.flower.settings import SettingsGroup, declare, declared
+
+    @declared
+    @dataclass(frozen=True)
+    class Part(SettingsGroup):
+        """A part.
+
+        Parameters
+        ----------
+        rounds
+            How many rounds ``none`` of the
+            clients wait. More in :class:`~skslot.BuresBarycenter`.
+        """
+
+        rounds: int = declare(3, low=1)
+
+    rounds = Part.setting("rounds")
+    assert rounds.help == "How many rounds none of the clients wait"
+    assert rounds.details == "More in :class:`~skslot.BuresBarycenter`."
+    assert "rounds : int, default=3" in Part.__doc__ and Part.__doc__.count("Parameters") == 1
+    with pytest.raises(TypeError, match="does not describe 'rounds'"):
+
+        @declared
+        @dataclass(frozen=True)
+        class Undocumented(SettingsGroup):
+            """A part without a Parameters section."""
+
+            rounds: int = declare(3, low=1)

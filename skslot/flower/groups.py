@@ -86,67 +86,55 @@ def _json_grid(name: str, text: str) -> dict[str, list]:
 @declared
 @dataclass(frozen=True)
 class ProtocolSettings(SettingsGroup):
-    """The head every party trains, the class set, the seed and the server's step."""
+    """The head every party trains, the class set, the seed and the server's step.
 
-    head: str = declare(
-        "FedCGS",
-        "The one-shot head: FedCGS, O-FedAvg, FedPFT, or a OneShotHead subclass by import "
-        "path ('package.module:Class', importable on the server and on every node)",
-        details="Built by :func:`skslot.heads.make_head`.",
-        form="a head name or 'package.module:Class'",
-    )
-    head_params: str = declare(
-        "",
-        "The head's constructor parameters as a JSON object, such as "
-        '\'{"covariance_type": "full", "rank": 16}\' (empty: its defaults)',
-        details="``random_state`` defaults to ``seed``.  Unknown names are an error naming "
-        "the allowed ones, raised before any client is contacted.",
-        form="a JSON object",
-        decode=_json_object,
-    )
-    label_mix: str = declare(
-        LABEL_MIX,
-        "Whose label mix each node's future rows follow: its own ('client': each node's mean "
-        "moves by its domain offset measured within classes, and it predicts with its own "
-        "class counts) or the federation's ('federation', every class of its domain served, "
-        "the paper's test)",
-        details="The head's ``label_mix`` (:mod:`skslot.label_mix`, "
-        ":attr:`skslot.protocol.OneShotProtocol.label_mix`); docs/choosing.md gives the cost "
-        "of each wrong choice.",
-        options=LABEL_MIXES,
-    )
+    Parameters
+    ----------
+    head
+        The one-shot head: FedCGS, O-FedAvg, FedPFT, or a OneShotHead subclass by import
+        path ('package.module:Class', importable on the server and on every node). Built
+        by :func:`skslot.heads.make_head`.
+    head_params
+        The head's constructor parameters as a JSON object, such as '{"covariance_type":
+        "full", "rank": 16}' (empty: its defaults). ``random_state`` defaults to
+        ``seed``.  Unknown names are an error naming the allowed ones, raised before any
+        client is contacted.
+    label_mix
+        Whose label mix each node's future rows follow: its own ('client': each node's
+        mean moves by its domain offset measured within classes, and it predicts with
+        its own class counts) or the federation's ('federation', every class of its
+        domain served, the paper's test). The head's ``label_mix``
+        (:mod:`skslot.label_mix`, :attr:`skslot.protocol.OneShotProtocol.label_mix`);
+        docs/choosing.md gives the cost of each wrong choice.
+    classes
+        The global class set: comma-separated integer labels, or class names (a node's
+        table labels are matched by name and sent as their position in the list). Agreed
+        in the configuration: a client cannot enlarge it, and one whose labels fall
+        outside it fails.
+    seed
+        Seed of the partition, of the clients' validation splits and of the head.
+    summary_dtype
+        Precision of the summaries and of the reference on the wire.
+    server_jobs
+        Parallel jobs of the server's barycenter and maps over blocks of clients (-1:
+        every core). As joblib's ``n_jobs``; see :class:`~skslot.BuresBarycenter`.
+    client_batch
+        Clients the server's barycenter decomposes together (0: all in one float64
+        stack, the fastest). A positive value bounds the iteration's memory beyond the
+        decoded summaries to about ``5 * client_batch * m^2`` float64 per job, for many
+        clients (docs/scaling.md); all in one stack takes about ``5 K m^2``.
+    """
+
+    head: str = declare("FedCGS", form="a head name or 'package.module:Class'")
+    head_params: str = declare("", form="a JSON object", decode=_json_object)
+    label_mix: str = declare(LABEL_MIX, options=LABEL_MIXES)
     classes: str = declare(
-        "0,1,2,3,4,5,6,7,8,9",
-        "The global class set: comma-separated integer labels, or class names (a node's "
-        "table labels are matched by name and sent as their position in the list)",
-        details="Agreed in the configuration: a client cannot enlarge it, and one whose "
-        "labels fall outside it fails.",
-        form="comma-separated labels",
-        decode=_class_names,
+        "0,1,2,3,4,5,6,7,8,9", form="comma-separated labels", decode=_class_names
     )
-    seed: int = declare(
-        0, "Seed of the partition, of the clients' validation splits and of the head", low=0
-    )
-    summary_dtype: str = declare(
-        "float32",
-        "Precision of the summaries and of the reference on the wire",
-        options=SUMMARY_DTYPES,
-    )
-    server_jobs: int = declare(
-        1,
-        "Parallel jobs of the server's barycenter and maps over blocks of clients (-1: every core)",
-        details="joblib's convention; see :class:`~skslot.BuresBarycenter`.",
-        nonzero=True,
-    )
-    client_batch: int = declare(
-        0,
-        "Clients the server's barycenter decomposes together (0: all in one float64 stack, "
-        "the fastest)",
-        details="A positive value bounds the iteration's memory beyond the decoded summaries "
-        "to about ``5 * client_batch * m^2`` float64 per job, for many clients "
-        "(docs/scaling.md); all in one stack takes about ``5 K m^2``.",
-        low=0,
-    )
+    seed: int = declare(0, low=0)
+    summary_dtype: str = declare("float32", options=SUMMARY_DTYPES)
+    server_jobs: int = declare(1, nonzero=True)
+    client_batch: int = declare(0, low=0)
 
     def _check_together(self) -> None:
         try:
@@ -250,6 +238,16 @@ class AlignmentSettings(SettingsGroup):
     client's, :data:`skslot.defaults.FORM`; the estimator's is ``"dense"``):
     each client chooses the form of its own rows.  A private summary is dense
     (``"auto"`` resolves so, ``"low-rank"`` is refused with ``epsilon``).
+
+    Parameters
+    ----------
+    taus
+        The candidates of tau = 'auto', comma-separated, distinct, in [0, 1].
+    head_grid
+        With tau = 'auto', server-side head parameters searched along with tau, as a
+        JSON object of lists, such as '{"shrinkage": [0.001, 0.1]}' for FedCGS. Any of
+        the head's ``server_params``, as :class:`~skslot.FederatedTauSearch`'s
+        ``head_grid``.
     """
 
     tau: float | str = declare(
@@ -269,20 +267,9 @@ class AlignmentSettings(SettingsGroup):
     summary_covariance: str = owned(OneShotProtocol, "summary_covariance")
     summary_form: str = owned(GaussianSummaryEstimator, "form", default=FORM)
     taus: str = declare(
-        ",".join(f"{t:g}" for t in DEFAULT_TAUS),
-        "The candidates of tau = 'auto', comma-separated, distinct, in [0, 1]",
-        form="comma-separated numbers",
-        decode=_tau_grid,
+        ",".join(f"{t:g}" for t in DEFAULT_TAUS), form="comma-separated numbers", decode=_tau_grid
     )
-    head_grid: str = declare(
-        "",
-        "With tau = 'auto', server-side head parameters searched along with tau, as a JSON "
-        "object of lists, such as '{\"shrinkage\": [0.001, 0.1]}' for FedCGS",
-        details="Any of the head's ``server_params``, as :class:`~skslot.FederatedTauSearch`'s "
-        "``head_grid``.",
-        form="a JSON object of lists",
-        decode=_json_grid,
-    )
+    head_grid: str = declare("", form="a JSON object of lists", decode=_json_grid)
     validation_fraction: float = owned(OneShotProtocol, "validation_fraction")
     selection_rule: str = owned(OneShotProtocol, "selection_rule")
 
@@ -313,27 +300,26 @@ class DefenceSettings(SettingsGroup):
     """What the server accepts from a client.
 
     The defaults of the bounds are :class:`~skslot.defence.DefenceBounds`'.
+
+    Parameters
+    ----------
+    defence
+        Screen the clients against each other: implausible summaries and counts
+        rejected, weights capped, a head's statistics checked against the client's own
+        summary. The bounds below (:mod:`skslot.defence`).  ``False`` accepts every
+        client whose messages pass the wire checks (for studying attacks;
+        docs/threats.md).
+    max_dimension
+        Largest feature dimension the server accepts from a client. It bounds the memory
+        and time one summary can cost: ``8 m^2`` bytes.
+    n_features
+        The feature dimension every client must send (0: the dimension most clients
+        send). At most ``max_dimension``.
     """
 
-    defence: bool = declare(
-        True,
-        "Screen the clients against each other: implausible summaries and counts rejected, "
-        "weights capped, a head's statistics checked against the client's own summary",
-        details="The bounds below (:mod:`skslot.defence`).  ``False`` accepts every client "
-        "whose messages pass the wire checks (for studying attacks; docs/threats.md).",
-    )
-    max_dimension: int = declare(
-        4096,
-        "Largest feature dimension the server accepts from a client",
-        details="It bounds the memory and time one summary can cost: ``8 m^2`` bytes.",
-        low=1,
-    )
-    n_features: int = declare(
-        0,
-        "The feature dimension every client must send (0: the dimension most clients send)",
-        details="At most ``max_dimension``.",
-        low=0,
-    )
+    defence: bool = declare(True)
+    max_dimension: int = declare(4096, low=1)
+    n_features: int = declare(0, low=0)
     max_count_ratio: float = owned(DefenceBounds, "max_count_ratio")
     max_weight_ratio: float = owned(DefenceBounds, "max_weight_ratio")
     max_norm_ratio: float = owned(DefenceBounds, "max_norm_ratio")
@@ -375,34 +361,29 @@ class DefenceSettings(SettingsGroup):
 @declared
 @dataclass(frozen=True)
 class DataSettings(SettingsGroup):
-    """Where a node's rows come from when its node config names a partition."""
+    """Where a node's rows come from when its node config names a partition.
 
-    alpha: float | None = declare(
-        0.1,
-        "Dirichlet label skew of the partition ('none': no skew)",
-        details="Used by the clients whose node config names a multi-domain data set.",
-        low=0.0,
-        low_open=True,
-    )
-    dataset: str = declare(
-        "digits",
-        "The multi-domain data set partitioned among the clients: an embedded one (digits, "
-        "office-caltech10) or a file every node can read",
-        details="See :func:`skslot.datasets.load_dataset`; a node's own ``dataset`` node "
-        "config takes precedence (:func:`~skslot.flower.load_client_data`).",
-    )
-    clients_per_domain: int = declare(
-        1,
-        "Clients each domain's rows are dealt into before the Dirichlet step",
-        details="See :func:`skslot.datasets.dirichlet_partition`.",
-        low=1,
-    )
-    test_size: float = declare(
-        0.3,
-        "Share of each domain's rows held out as the clients' test rows",
-        low=0.0,
-        high=1.0,
-    )
+    Parameters
+    ----------
+    alpha
+        Dirichlet label skew of the partition ('none': no skew). Used by the clients
+        whose node config names a multi-domain data set.
+    dataset
+        The multi-domain data set partitioned among the clients: an embedded one
+        (digits, office-caltech10) or a file every node can read. See
+        :func:`skslot.datasets.load_dataset`; a node's own ``dataset`` node config takes
+        precedence (:func:`~skslot.flower.load_client_data`).
+    clients_per_domain
+        Clients each domain's rows are dealt into before the Dirichlet step. See
+        :func:`skslot.datasets.dirichlet_partition`.
+    test_size
+        Share of each domain's rows held out as the clients' test rows.
+    """
+
+    alpha: float | None = declare(0.1, low=0.0, low_open=True)
+    dataset: str = declare("digits")
+    clients_per_domain: int = declare(1, low=1)
+    test_size: float = declare(0.3, low=0.0, high=1.0)
 
 
 @declared
@@ -434,50 +415,41 @@ class RunSettings(SettingsGroup):
 
     A deployment's ``min_clients`` defaults to 2 (the protocol's, 1, suits a
     simulation).
+
+    Parameters
+    ----------
+    num_clients
+        Clients the server waits for, up to connect-timeout seconds (0: whoever is
+        connected by then).
+    accept_partial
+        Whether a run some node left (rejected or missing, with min-clients still met)
+        counts as a success for skslot flower-run. ``False``: ``skslot flower-run``
+        exits 4 (:data:`skslot.flower.launch.PARTIAL`) and names each node left out with
+        why; the server runs the same either way.
+    connect_timeout
+        Seconds the server waits for num-clients nodes to connect.
+    reply_timeout
+        Seconds the server waits for the replies of one stage; a node that has not
+        answered by then is reported missing (hung or disconnected).
+    progress_interval
+        Seconds between the server's progress lines while it waits for a stage's replies
+        (0: only the line at each stage's end).
+    retry_interval
+        Seconds after which the server sends a stage's message again to a node whose
+        message or reply the SuperLink reports lost. As long as the stage's
+        ``reply_timeout`` has not run out (after a SuperLink restart, say).
+    output_dir
+        Where the server writes each run's folder, run-<run id>/, and the latest and
+        last-completed pointers (empty: nothing is written). A run's folder holds
+        ``report.json``, ``global_head.npz`` and ``reference.bin``
+        (:mod:`skslot.flower.outputs`).
     """
 
-    num_clients: int = declare(
-        0,
-        "Clients the server waits for, up to connect-timeout seconds (0: whoever is "
-        "connected by then)",
-        low=0,
-    )
+    num_clients: int = declare(0, low=0)
     min_clients: int = owned(OneShotProtocol, "min_clients", default=2)
-    accept_partial: bool = declare(
-        False,
-        "Whether a run some node left (rejected or missing, with min-clients still met) counts "
-        "as a success for skslot flower-run",
-        details="``False``: ``skslot flower-run`` exits 4 "
-        "(:data:`skslot.flower.launch.PARTIAL`) and names each node left out with why; the "
-        "server runs the same either way.",
-    )
-    connect_timeout: float = declare(
-        60.0, "Seconds the server waits for num-clients nodes to connect", low=0.0
-    )
-    reply_timeout: float = declare(
-        300.0,
-        "Seconds the server waits for the replies of one stage; a node that has not answered "
-        "by then is reported missing (hung or disconnected)",
-        low=0.0,
-    )
-    progress_interval: float = declare(
-        10.0,
-        "Seconds between the server's progress lines while it waits for a stage's replies "
-        "(0: only the line at each stage's end)",
-        low=0.0,
-    )
-    retry_interval: float = declare(
-        10.0,
-        "Seconds after which the server sends a stage's message again to a node whose "
-        "message or reply the SuperLink reports lost",
-        details="As long as the stage's ``reply_timeout`` has not run out (after a SuperLink "
-        "restart, say).",
-        low=0.0,
-    )
-    output_dir: str = declare(
-        "",
-        "Where the server writes each run's folder, run-<run id>/, and the latest and "
-        "last-completed pointers (empty: nothing is written)",
-        details="A run's folder holds ``report.json``, ``global_head.npz`` and "
-        "``reference.bin`` (:mod:`skslot.flower.outputs`).",
-    )
+    accept_partial: bool = declare(False)
+    connect_timeout: float = declare(60.0, low=0.0)
+    reply_timeout: float = declare(300.0, low=0.0)
+    progress_interval: float = declare(10.0, low=0.0)
+    retry_interval: float = declare(10.0, low=0.0)
+    output_dir: str = declare("")

@@ -330,15 +330,18 @@ class Setting:
         return low and high and not (self.nonzero and value == 0)
 
 
-def declare(default: Any, help: str, **declaration: Any) -> Any:
+def declare(default: Any, help: str | None = None, **declaration: Any) -> Any:
     """A group's dataclass field that declares a setting.
 
     Parameters
     ----------
     default : bool, int, float, str or None
         The field's default.
-    help : str
-        One plain-text sentence (:attr:`Setting.help`).
+    help : str, optional
+        One plain-text sentence (:attr:`Setting.help`).  By default the
+        setting's description in its group's numpydoc ``Parameters``
+        section, as for an :func:`owned` setting: its first sentence is the
+        help, the rest the details.
     **declaration
         ``details``, ``words``, ``options``, ``low``, ``high``, ``low_open``,
         ``high_open``, ``nonzero``, ``form`` or ``decode``: as
@@ -349,7 +352,9 @@ def declare(default: Any, help: str, **declaration: Any) -> Any:
     dataclasses.Field
         A field whose metadata holds the declaration.
     """
-    return field(default=default, metadata={_SETTING: {"help": help, **declaration}})
+    if help is not None:
+        declaration["help"] = help
+    return field(default=default, metadata={_SETTING: declaration})
 
 
 def owned(owner: type, parameter: str, *, default: Any = _UNSET) -> Any:
@@ -388,10 +393,10 @@ def owned(owner: type, parameter: str, *, default: Any = _UNSET) -> Any:
         raise TypeError(f"{owner.__name__} has no parameter {parameter!r}")
     if default is _UNSET:
         default = signature.parameters[parameter].default
-    help, *details = re.split(r"(?<=\.)\s+(?=[A-Z`])", _parameter_doc(owner, parameter), maxsplit=1)
+    help, details = _described(_parameter_doc(owner, parameter))
     declared: dict[str, Any] = {
-        "help": _plain(help.removesuffix(".")),
-        "details": " ".join([*details, f"See :class:`~{_path(owner)}`'s ``{parameter}``."]),
+        "help": help,
+        "details": f"{details} See :class:`~{_path(owner)}`'s ``{parameter}``.".lstrip(),
         "owner": f"{_path(owner)}.{parameter}",
     }
     for constraint in getattr(owner, "_parameter_constraints", {}).get(parameter, []):
@@ -454,6 +459,13 @@ def _parameter_doc(owner: type, parameter: str) -> str:
     return " ".join(" ".join(entries[parameter]).split())
 
 
+def _described(description: str) -> tuple[str, str]:
+    """A numpydoc description as a setting's help (its first sentence, as plain text) and
+    details (the rest)."""
+    help, *details = re.split(r"(?<=\.)\s+(?=[A-Z`])", description, maxsplit=1)
+    return _plain(help.removesuffix(".")), "".join(details)
+
+
 def _plain(text: str) -> str:
     """reStructuredText as plain text: a role as its target, a literal as its text (``None``,
     ``True`` and ``False`` as a run config writes them)."""
@@ -482,8 +494,11 @@ def declared(cls: type[_PartT]) -> type[_PartT]:
     """Read a part's declarations into :class:`Setting` objects, and document them.
 
     The kind and whether ``None`` is allowed come from each field's type
-    annotation (``float | None``; ``float | str`` with ``words``); the part's
-    docstring gets a Parameters section written from the settings.
+    annotation (``float | None``; ``float | str`` with ``words``), the help
+    and details of a setting declared without them from the part's numpydoc
+    (its ``Parameters`` section names each such setting and describes it);
+    the part's docstring then gets the Parameters section written from the
+    settings.
 
     Parameters
     ----------
@@ -505,7 +520,10 @@ def declared(cls: type[_PartT]) -> type[_PartT]:
         if len(kinds) == 2 and str in kinds and f.metadata[_SETTING].get("words"):
             kinds.discard(str)
         (kind,) = kinds
-        declared.append(Setting(f.name, kind, f.default, nullable=nullable, **f.metadata[_SETTING]))
+        declaration = dict(f.metadata[_SETTING])
+        if "help" not in declaration:
+            declaration["help"], declaration["details"] = _described(_parameter_doc(cls, f.name))
+        declared.append(Setting(f.name, kind, f.default, nullable=nullable, **declaration))
     cls._settings = tuple(declared)
     for s in cls._settings:
         s.check(s.default)  # a declaration whose default it refuses is a bug here
@@ -514,7 +532,8 @@ def declared(cls: type[_PartT]) -> type[_PartT]:
 
 
 def parameters_section(cls: type[SettingsGroup]) -> str:
-    lines = [inspect.cleandoc(cls.__doc__ or ""), "", "Parameters", "----------"]
+    summary = inspect.cleandoc(cls.__doc__ or "").partition("\nParameters\n---")[0].rstrip()
+    lines = [summary, "", "Parameters", "----------"]
     for s in cls._settings:
         default = json.dumps(s.default) if isinstance(s.default, str) else repr(s.default)
         lines.append(f"{s.name} : {s.doc_type}, default={default}")
