@@ -115,7 +115,8 @@ class Interval(_Constraint):
         # numbers.Real orders by < and <= only, so the value is on the left of each test
         left, right = self.left, self.right
         above = left is None or not (value < left if self._with_left else value <= left)
-        return above and (right is None or (value <= right if self._with_right else value < right))
+        below = right is None or (value <= right if self._with_right else value < right)
+        return bool(above and below)
 
     def _describe(self) -> str:
         integer, left, right = self.type is Integral, self.left, self.right

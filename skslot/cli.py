@@ -29,8 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help=bench_cli.HELP, description=bench_cli.DESCRIPTION)
     bench_cli.add_arguments(bench)
-    launch = sub.add_parser(  # its options are the launcher's own: main hands them over
-        "flower-run", help="run a Flower App and exit 0 only if the run completed (1: failed)"
+    launch = sub.add_parser(
+        "flower-run",
+        help="run a Flower App and exit 0 only if the run completed (1: failed)",
+        description="flwr run APP_DIR [SUPERLINK], its log streamed, then the run's status "
+        "from the SuperLink and its report.json (skslot.flower.launch; needs skslot[flower]).",
+        add_help=False,
     )
     launch.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     flower = sub.add_parser(

@@ -56,6 +56,12 @@ class FlowerTransport(CodecTransport):
     Parameters
     ----------
     grid : flwr.serverapp.Grid
+    summary_dtype : {"float16", "float32", "float64"}, default="float32"
+        Precision of the summaries and of the reference on the wire.
+    n_features : int, default=0
+        The dimension every summary must have (0: any up to ``max_dimension``).
+    max_dimension : int, default=4096
+        Largest dimension a summary's header may announce.
     num_clients : int, default=0
         Nodes to wait for (up to ``connect_timeout``); 0 takes whoever is
         connected after ``connect_timeout``.
@@ -67,12 +73,6 @@ class FlowerTransport(CodecTransport):
     retry_interval : float, default=10
         Seconds before a message the SuperLink reports lost is sent again to
         its node (within ``reply_timeout``).
-    **wire
-        The run's wire settings and bounds (:class:`~skslot.protocol.ServerWire`):
-        ``summary_dtype`` (default ``"float32"``), ``n_features`` (the
-        dimension every summary must have; default 0: the one most clients
-        send) and ``max_dimension`` (the largest a summary's header may
-        announce; default 4096).
 
     Attributes
     ----------
@@ -89,14 +89,18 @@ class FlowerTransport(CodecTransport):
         self,
         grid: Grid,
         *,
+        summary_dtype: str = "float32",
+        n_features: int = 0,
+        max_dimension: int = 4096,
         num_clients: int = 0,
         connect_timeout: float = 60.0,
         reply_timeout: float = 300.0,
         progress_interval: float = 10.0,
         retry_interval: float = 10.0,
-        **wire: Any,
     ) -> None:
-        super().__init__(**wire)
+        super().__init__(
+            summary_dtype=summary_dtype, n_features=n_features, max_dimension=max_dimension
+        )
         self.grid = grid
         self.num_clients = num_clients
         self.connect_timeout, self.reply_timeout = connect_timeout, reply_timeout
@@ -117,7 +121,9 @@ class FlowerTransport(CodecTransport):
         while True:
             nodes: list[Hashable] = [*sorted(self.grid.get_node_ids())]
             waited = time.monotonic() - start
-            if waited > self.connect_timeout or 0 < self.num_clients <= len(nodes):
+            if waited > self.connect_timeout or (
+                self.num_clients and len(nodes) >= self.num_clients
+            ):
                 break
             time.sleep(0.5)
         self.waits["connect"] = {"seconds": round(waited, 3), "nodes": len(nodes)}

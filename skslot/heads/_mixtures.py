@@ -395,6 +395,8 @@ class ClassMixtures:
         """
         if other.covariance_type != self.covariance_type:
             raise ValueError("cannot merge mixtures of different covariance types")
+        if not np.array_equal(self.classes, other.classes):
+            raise ValueError("cannot merge mixtures over different class sets")
         if self.covariance_type == "lowrank":  # the union's covariance is not low rank
             return self._as_full().merge(other._as_full())
         by_class: dict[Any, ClassMixture] = {}

@@ -7,8 +7,8 @@ own :class:`~skslot.heads.OneShotHead` subclass named by its import path.
 
 from __future__ import annotations
 
+import importlib
 import inspect
-import pkgutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,14 +52,17 @@ def head_class(name: str) -> type[OneShotHead]:
         raise ValueError(f"a head name must be a non-empty string, got {name!r}")
     if name in HEADS:
         return HEADS[name]
-    if ":" not in name and "." not in name:
+    module_name, sep, attribute = name.partition(":")
+    if not sep:
+        module_name, _, attribute = name.rpartition(".")
+    if not module_name or not attribute:
         raise ValueError(
             f"unknown head {name!r}: choose from {list(HEADS)}, or name a head class by its "
             "import path ('package.module:Class')"
         )
     try:
-        cls = pkgutil.resolve_name(name)
-    except (ImportError, AttributeError, ValueError) as exc:
+        cls = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
         raise ValueError(f"head {name!r} cannot be imported: {exc}") from None
     if not (inspect.isclass(cls) and issubclass(cls, OneShotHead)):
         raise ValueError(f"head {name!r} is not a skslot.heads.OneShotHead subclass")
