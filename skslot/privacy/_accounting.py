@@ -50,19 +50,6 @@ from ._summary import noise_seed, warn_large_delta
 if TYPE_CHECKING:  # pragma: no cover
     from dp_accounting import DpEvent, PrivacyAccountant
 
-__all__ = [
-    "DEFAULT_SHARES",
-    "MAX_EPSILON",
-    "RELEASES",
-    "RELEASE_PLAN",
-    "PrivacyBudget",
-    "PrivacyBudgetExceeded",
-    "PrivacyLedger",
-    "Release",
-    "gaussian_noise_scale",
-    "releases_at",
-]
-
 
 @dataclass(frozen=True)
 class Release:

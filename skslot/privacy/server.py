@@ -212,11 +212,8 @@ class RunAccount:
         stage : str
             The stage whose reply was received.
         """
-        for release in releases_at(stage):
-            if release in self.releases:
-                made = self.received.setdefault(c, [])
-                if release not in made:
-                    made.append(release)
+        made = self.received.setdefault(c, [])
+        made += [r for r in releases_at(stage) if r in self.releases and r not in made]
 
     def report(self, report: ProtocolReport) -> None:
         """Write the budget, its split and what each client spent into ``report``.

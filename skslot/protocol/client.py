@@ -12,7 +12,7 @@ import numpy as np
 from .._validation import check_feature_scale
 from ..gaussian import GaussianSummary
 from ..heads import LinearScores
-from ..label_shift import class_counts, class_sums
+from ..label_shift import class_sums
 from ..maps import GaussianMap
 from ..privacy.client import PrivateRelease, private_answer, private_summary_problem
 from .party import ClientRelease, Party
@@ -240,7 +240,7 @@ class ExactRelease:
         -------
         ndarray of int64
         """
-        return class_counts(self.party.y, self.party.classes)
+        return self.party.class_counts
 
     def released_counts(self, fitting: Any) -> np.ndarray | None:
         """``None``: nothing is released.

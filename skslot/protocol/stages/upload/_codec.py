@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Hashable, Mapping
 from dataclasses import replace
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 
+from ...._param_validation import Interval, Options
 from ....gaussian import GaussianSummary
 from ....privacy.server import plan_from_wire, plan_to_wire
 from ....summary import COVARIANCES
@@ -34,12 +36,34 @@ from ....wire.summary_codec import (
 from .._stage import ClientWire, ServerWire, Stage
 from ._messages import CLASS_SUMS, STATISTICS, VALIDATION_STATISTICS, Upload, UploadRequest
 
-__all__ = ["UploadCodec", "as_decoded"]
-
-
 #: The request's flags and their defaults: on the wire as 0 or 1 (payload values are never
 #: booleans), where not the default.
 _FLAGS = {"class-counts": False, "class-sums": False, "validation-statistics": True}
+
+
+#: What the request's settings may be, named in the error of one that is not.
+_BIT = Options((0, 1))
+_INDEX = Interval(Integral, 0, None, closed="left")
+_FRACTION = Interval(Real, 0, 1, closed="both")
+_FLOOR = Interval(Real, 0, None, closed="left")
+_COVARIANCES = Options(COVARIANCES)
+_DTYPES = Options(SUMMARY_DTYPES)
+
+
+def _setting(
+    payload: ReceivedPayload,
+    key: str,
+    kind: Any,
+    allowed: Interval | Options,
+    *,
+    optional: bool = False,
+) -> Any:
+    """The request's setting ``key``, of type ``kind`` and among the ``allowed`` values
+    (``None`` where it is optional and absent)."""
+    value = payload.optional(key, kind) if optional else payload.value(key, kind)
+    if value is not None and not allowed.is_satisfied_by(value):
+        raise MessageFormatError(f"{key} must be {allowed}, got {value!r}")
+    return value
 
 
 def _read_header(
@@ -145,41 +169,20 @@ class UploadCodec(Stage[UploadRequest, Upload]):
         return Payload(values)
 
     def decode_request(self, payload: ReceivedPayload, wire: ClientWire) -> UploadRequest:
-        index = payload.value("client-index", int)
-        if index < 0:
-            raise MessageFormatError(f"client-index must be >= 0, got {index}")
         flags: dict[str, Any] = {}
         for key, default in _FLAGS.items():
-            flag = payload.optional(key, int)
-            if flag not in (None, 0, 1):
-                raise MessageFormatError(f"{key} must be 0 or 1, got {flag}")
-            flags[key.replace("-", "_")] = default if flag is None else flag == 1
-        mean_tau = payload.optional("mean-tau", (float, int))
-        if mean_tau is not None and not 0.0 <= mean_tau <= 1.0:
-            raise MessageFormatError(f"mean-tau must lie in [0, 1], got {mean_tau}")
-        floor = payload.value("covariance-floor", (float, int))
-        if not floor >= 0.0:
-            raise MessageFormatError(f"covariance-floor must be >= 0, got {floor}")
-        covariance = payload.value("summary-covariance", str)
-        if covariance not in COVARIANCES:
-            raise MessageFormatError(
-                f"summary-covariance must be one of {COVARIANCES}, got {covariance!r}"
-            )
-        dtype = payload.value("summary-dtype", str)
-        if dtype not in SUMMARY_DTYPES:
-            raise MessageFormatError(
-                f"summary-dtype must be one of {SUMMARY_DTYPES}, got {dtype!r}"
-            )
-        plan = plan_from_wire(payload)
+            bit = _setting(payload, key, int, _BIT, optional=True)
+            flags[key.replace("-", "_")] = default if bit is None else bit == 1
+        mean_tau = _setting(payload, "mean-tau", (float, int), _FRACTION, optional=True)
         return UploadRequest(
-            index,
+            _setting(payload, "client-index", int, _INDEX),
             payload.optional("split-seed", int),
-            summary_covariance=covariance,
-            covariance_floor=float(floor),
+            summary_covariance=_setting(payload, "summary-covariance", str, _COVARIANCES),
+            covariance_floor=float(_setting(payload, "covariance-floor", (float, int), _FLOOR)),
             mean_tau=None if mean_tau is None else float(mean_tau),
-            summary_dtype=dtype,
+            summary_dtype=_setting(payload, "summary-dtype", str, _DTYPES),
             **flags,
-            **plan,
+            **plan_from_wire(payload),
         )
 
     def encode_reply(self, reply: Upload, request: UploadRequest) -> Payload:

@@ -15,8 +15,6 @@ import numpy as np
 from ....defaults import COVARIANCE_FLOOR
 from ....gaussian import GaussianSummary
 
-__all__ = ["CLASS_SUMS", "STATISTICS", "VALIDATION_STATISTICS", "Upload", "UploadRequest"]
-
 #: The groups of arrays an upload carries.
 STATISTICS, VALIDATION_STATISTICS = "statistics", "validation-statistics"
 CLASS_SUMS = "class-sums"

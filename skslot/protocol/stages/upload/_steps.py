@@ -24,16 +24,6 @@ if TYPE_CHECKING:
     from ...party import Party
     from ...state import RunState
 
-__all__ = [
-    "STAGE",
-    "UploadStage",
-    "check",
-    "class_counts_problem",
-    "class_sums_problem",
-    "collect",
-    "form_problem",
-]
-
 
 # -- the server's checks ---------------------------------------------------------------------
 
@@ -107,8 +97,9 @@ def class_sums_problem(
     Parameters
     ----------
     upload : Upload
-        A decoded upload: its class sums are finite, their counts
-        non-negative integers (the codec's checks).
+        A decoded upload with its summary (sent, or derived by the server):
+        its class sums are finite, their counts non-negative integers (the
+        codec's checks).
     asked : bool
         Whether the run asked for them.
     covariance : {"total", "within"}, default="total"
@@ -130,8 +121,7 @@ def class_sums_problem(
     if upload.class_counts is not None and np.any(counts > upload.class_counts):
         return "its class sums count more rows of a class than its class counts"
     summary = upload.summary
-    if summary is None:  # derived before, where the head derives it
-        return "its class sums come without a summary"
+    assert summary is not None  # check() refuses an upload without one first
     trace = summary.trace
     offset = float(np.linalg.norm(sums.sum(axis=0) / total - summary.mean))
     if not offset <= rtol * (np.sqrt(trace) + float(np.linalg.norm(summary.mean))):
@@ -254,10 +244,9 @@ def check(
         return None
     if statistics is None:
         return "the upload lacks the head's statistics"
-    if not request.validation_statistics:
-        if validation is not None:
-            return "the run asked for no validation statistics"
-    elif (validation is None) != (held == 0):
+    if not request.validation_statistics and validation is not None:
+        return "the run asked for no validation statistics"
+    if request.validation_statistics and (validation is None) != (held == 0):
         return f"validation statistics do not match a validation part of {held} rows"
     if not defence.checks_consistency:
         return None
@@ -392,9 +381,7 @@ class UploadStage(UploadCodec):
     request = UploadRequest
     reply = Upload
     check = staticmethod(check)
-
-    def private_problem(self, party: Party, request: UploadRequest) -> str | None:
-        return private_upload_problem(party, request)
+    private_problem = staticmethod(private_upload_problem)
 
     def answer(self, party: Party, request: UploadRequest) -> Upload:
         state, strategy = party.state, party.head.strategy
