@@ -263,10 +263,16 @@ class PrivateRelease:
     ----------
     party : Party
         A client with a privacy budget.
+
+    Attributes
+    ----------
+    budget : PrivacyBudget
+        The party's budget when the release was made, which its ledger spends.
     """
 
     def __init__(self, party: Party) -> None:
         self.party = party
+        self.budget = party.privacy
         self._ledger: PrivacyLedger | None = None
 
     @property
@@ -292,7 +298,7 @@ class PrivateRelease:
             or ledger.seed != state.noise_seed
             or tuple(ledger.shares) != tuple(state.releases)
         ):
-            budget = party.privacy
+            budget = self.budget
             assert budget is not None  # a private release is a private client's
             ledger = budget.ledger(state.releases, client=party.label, seed=state.noise_seed)
             state.noise_seed = ledger.seed

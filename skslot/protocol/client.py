@@ -4,7 +4,6 @@ through its release plan (:func:`skslot.privacy.private_answer`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -126,13 +125,15 @@ class ClientParty(Party):
         Returns
         -------
         ExactRelease or PrivateRelease
-            The same object for the party's life (a private one keeps its ledger).
+            Under a privacy budget, the same object while the party has that
+            budget (it keeps the run's ledger).
         """
-        return self._release
-
-    @cached_property
-    def _release(self) -> ClientRelease:
-        return ExactRelease(self) if self.privacy is None else PrivateRelease(self)
+        if self.privacy is None:
+            return ExactRelease(self)
+        kept = self.__dict__.get("_private_release")
+        if kept is None or kept.party is not self or kept.budget is not self.privacy:
+            kept = self.__dict__["_private_release"] = PrivateRelease(self)
+        return kept
 
     def ledger(self) -> PrivacyLedger:
         """This run's ledger of the client's releases, under its privacy budget
