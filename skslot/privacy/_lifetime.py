@@ -130,7 +130,7 @@ class LifetimeBudget:
             If the recorded runs and this one together exceed the lifetime
             budget (nothing is recorded then).
         """
-        with self._locked(write=True) as runs:
+        with self._locked() as runs:
             if run in runs:
                 return
             spent_epsilon, spent_delta = _total(runs)
@@ -147,8 +147,8 @@ class LifetimeBudget:
             runs[run] = [float(epsilon), float(delta)]
 
     @contextmanager
-    def _locked(self, *, write: bool = False) -> Iterator[dict[str, Any]]:
-        """The recorded runs, under an exclusive lock; written back atomically when ``write``."""
+    def _locked(self) -> Iterator[dict[str, Any]]:
+        """The recorded runs, under an exclusive lock; written back atomically where changed."""
         path = Path(self.path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path.with_name(path.name + ".lock"), "a") as lock:
@@ -157,17 +157,15 @@ class LifetimeBudget:
                 runs = _read(path)
                 before = dict(runs)
                 yield runs
-                if write and runs != before:
+                if runs != before:
                     _write(path, runs)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _total(runs: dict[str, Any]) -> tuple[float, float]:
-    return (
-        float(sum(epsilon for epsilon, _ in runs.values())),
-        float(sum(delta for _, delta in runs.values())),
-    )
+    epsilons, deltas = zip(*runs.values(), strict=True) if runs else ((), ())
+    return float(sum(epsilons)), float(sum(deltas))
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,7 +81,7 @@ from ..defaults import COVARIANCE_FLOOR
 from ..gaussian import GaussianSummary
 from ..heads._softmax import fit_softmax_regression, softmax_objective
 from ..heads._statistics import ClassStatistics, between_class_scatter
-from ..ledoit_wolf import oas_shrinkage
+from ..ledoit_wolf import oas_shrinkage, shrunk_summary
 from ._summary import psd_projection, symmetric_noise
 
 __all__ = [
@@ -149,34 +149,38 @@ def private_class_statistics(
         Consistent statistics of rows clipped to ``C`` (about zero), noisy.
     """
     n, m = X.shape
-    codes = np.searchsorted(classes, y)
-    n_classes = classes.shape[0]
-    sums = np.zeros((n_classes, m))
-    gram = np.zeros((m, m))
-    for c, class_sum, class_gram in _clipped_class_sums(X, codes, clip_norm):
-        sums[c] = class_sum
-        gram += class_gram
-    counts = np.bincount(codes, minlength=n_classes).astype(np.float64)
-
+    counts, sums, gram = _clipped_class_sums(X, y, classes, clip_norm, per_class=False)
     noisy_sums = sums + rng.normal(scale=sigma, size=sums.shape)
-    noisy_counts = counts + rng.normal(scale=sigma, size=n_classes)
-    noisy_gram = symmetrize(gram) + symmetric_noise(m, sigma, rng)
+    noisy_counts = counts + rng.normal(scale=sigma, size=counts.shape)
+    noisy_gram = symmetrize(gram[0]) + symmetric_noise(m, sigma, rng)
     return consistent_statistics(
         classes, noisy_counts, noisy_sums, noisy_gram, n=n, scale=clip_norm
     )
 
 
 def _clipped_class_sums(
-    X: np.ndarray, codes: np.ndarray, clip_norm: float
-) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """Per class held, its position, sum and Gram matrix about zero, of rows clipped to
-    ``clip_norm``, in units of it: each row read once, clipped as the summary clips."""
-    zero = np.zeros(X.shape[1])
+    X: np.ndarray, y: np.ndarray, classes: np.ndarray, clip_norm: float, *, per_class: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The class counts, and the class sums and Gram matrices about zero of the rows clipped
+    to ``clip_norm``, in units of it: each row read once, clipped as the summary clips.
+
+    The Gram matrices are one per class of ``classes`` with ``per_class``, else one of all
+    the rows (shape ``(1, m, m)``); neither is symmetrised."""
+    codes = np.searchsorted(classes, y)
+    m = X.shape[1]
+    sums = np.zeros((classes.shape[0], m))
+    grams = np.zeros((classes.shape[0] if per_class else 1, m, m))
     for c in np.unique(codes):
         part = ShiftedMoments.from_rows(
-            X, rows=np.flatnonzero(codes == c), shift=zero, fourth_order=False, clip_norm=clip_norm
+            X,
+            rows=np.flatnonzero(codes == c),
+            shift=np.zeros(m),
+            fourth_order=False,
+            clip_norm=clip_norm,
         )
-        yield int(c), part.s1 / clip_norm, part.gram / (clip_norm * clip_norm)
+        sums[c] = part.s1 / clip_norm
+        grams[c if per_class else 0] += part.gram / (clip_norm * clip_norm)
+    return np.bincount(codes, minlength=classes.shape[0]), sums, grams
 
 
 def rounded_counts(noisy: np.ndarray, n: int) -> np.ndarray:
@@ -320,13 +324,10 @@ class ClassMoments:
         -------
         GaussianSummary
         """
-        from ..ledoit_wolf import shrunk_summary
-
         n = self.n_samples
+        mean, S = self.total()
         if covariance == "within":
-            mean, S = self.counts @ self.means / self.counts.sum(), symmetrize(self._within())
-        else:
-            mean, S = self.total()
+            S = symmetrize(self._within())
         return shrunk_summary(
             n, mean, S, oas_shrinkage(S, n), covariance_floor=covariance_floor, client=client
         )
@@ -364,20 +365,15 @@ def private_class_moments(
         In the rows' units.
     """
     n, m = X.shape
-    codes = np.searchsorted(classes, y)
-    n_classes = classes.shape[0]
-    sums = np.zeros((n_classes, m))
-    grams = np.zeros((n_classes, m, m))
-    for c, class_sum, class_gram in _clipped_class_sums(X, codes, clip_norm):
-        sums[c] = class_sum
-        grams[c] = symmetrize(class_gram)
-    counts = np.bincount(codes, minlength=n_classes) + rng.normal(scale=sigma, size=n_classes)
+    counts, sums, grams = _clipped_class_sums(X, y, classes, clip_norm, per_class=True)
+    counts = counts + rng.normal(scale=sigma, size=counts.shape)
     sums += rng.normal(scale=sigma, size=sums.shape)
-    for c in range(n_classes):  # every class's Gram is noised, held or not
-        grams[c] += symmetric_noise(m, sigma, rng)
+    grams = symmetrize(grams)
+    for gram in grams:  # every class's Gram is noised, held or not
+        gram += symmetric_noise(m, sigma, rng)
     counts = rounded_counts(counts, n)
-    means = np.zeros((n_classes, m))
-    covariances = np.zeros((n_classes, m, m))
+    means = np.zeros_like(sums)
+    covariances = np.zeros_like(grams)
     for k in np.flatnonzero(counts > 0):
         means[k] = sums[k] / counts[k]
         covariances[k] = psd_projection(grams[k] / counts[k] - np.outer(means[k], means[k]))
@@ -465,7 +461,6 @@ def private_local_head(
     m = X.shape[1]
     U = X * (clip_factors(np.linalg.norm(X, axis=1), clip_norm) / clip_norm)[:, None]
     C_units = C * clip_norm * clip_norm
-    size = n_classes * (m + 1)
     theta = np.zeros((n_classes, m + 1))
     objective = softmax_objective(U, codes, n_classes, C=C_units, penalise_intercept=True)
     for _ in range(3):  # L-BFGS may stop on its function tolerance: start again from there
@@ -477,15 +472,15 @@ def private_local_head(
                 n_classes,
                 C=C_units,
                 max_iter=max_iter,
-                tol=LOCAL_HEAD_GRADIENT_TOL / math.sqrt(size),
+                tol=LOCAL_HEAD_GRADIENT_TOL / math.sqrt(theta.size),
                 init=theta,
                 penalise_intercept=True,
             )
-        gradient = float(np.linalg.norm(objective(theta.ravel())[1]))
-        if gradient <= LOCAL_HEAD_GRADIENT_TOL:
+        if np.linalg.norm(objective(theta.ravel())[1]) <= LOCAL_HEAD_GRADIENT_TOL:
             break
-    else:  # no refusal, whose bit would depend on the data: a descent certain to get there
-        theta = certified_descent(objective, theta, n_rows=U.shape[0], C=C_units)
+    # no refusal, whose bit would depend on the data: a descent certain to get there (from
+    # a point L-BFGS left within the tolerance, it returns that point)
+    theta = certified_descent(objective, theta, n_rows=U.shape[0], C=C_units)
     theta = theta + rng.normal(scale=sigma, size=theta.shape)
     return theta[:, :m] / clip_norm, theta[:, m].copy()
 
@@ -530,9 +525,7 @@ def certified_descent(
     """
     shape, theta = theta.shape, theta.ravel().copy()
     gradient = objective(theta)[1]
-    norm = float(np.linalg.norm(gradient))
-    if norm <= tol:
-        return theta.reshape(shape)
+    norm = max(float(np.linalg.norm(gradient)), tol)  # no step where it is within tol
     step = 1.0 / (n_rows + 1.0 / C)
     rate = -math.log1p(-1.0 / (1.0 + n_rows * C))
     for _ in range(math.ceil(math.log(norm / tol) / rate)):

@@ -216,13 +216,9 @@ def noisy_moments(
     if np.any(moments.shift != 0):
         raise ValueError("private sums must be taken about zero (a data-free shift)")
     m = moments.s1.shape[0]
-    noise = symmetric_noise(m, sigma, rng)
-    return ShiftedMoments(
-        moments.n,
-        moments.shift,
-        moments.s1 + rng.normal(scale=sigma, size=m),
-        moments.gram + noise,
-    )
+    gram = moments.gram + symmetric_noise(m, sigma, rng)  # drawn first, then s1's
+    s1 = moments.s1 + rng.normal(scale=sigma, size=m)
+    return ShiftedMoments(moments.n, moments.shift, s1, gram)  # no fourth order
 
 
 def symmetric_noise(m: int, sigma: float, rng: np.random.Generator) -> np.ndarray:

@@ -139,7 +139,7 @@ def as_decoded(summary: GaussianSummary, dtype: str | None) -> GaussianSummary:
     """
     if dtype is None:
         return summary.smaller_form("float64")
-    return GaussianSummary.from_bytes(summary.smaller_form(dtype).to_bytes(dtype))
+    return GaussianSummary.from_bytes(summary.smaller_bytes(dtype))
 
 
 class UploadCodec(Stage[UploadRequest, Upload]):
@@ -193,7 +193,7 @@ class UploadCodec(Stage[UploadRequest, Upload]):
         }
         if reply.summary is not None:
             dtype = request.summary_dtype or "float64"
-            values["summary"] = reply.summary.smaller_form(dtype).to_bytes(dtype)
+            values["summary"] = reply.summary.smaller_bytes(dtype)
         else:  # derived from the statistics: the server needs their dimension to decode them
             values["dimension"] = int(reply.statistics.n_features)
         if reply.shrinkage is not None:
