@@ -3,9 +3,9 @@
 The estimator is :class:`skslot.BuresBarycenter`; the names here are
 importable from :mod:`skslot.barycenter`.  Each iteration evaluates
 ``N(F) = sum_k w_k (F^T Sigma_k F)^{1/2}`` in one of two ways: in float64,
-visiting the clients' covariances in blocks through :class:`_ClientBlocks`
-(:class:`_Float64Roots`), or in mixed precision with state carried between
-iterations (:class:`skslot._barycenter_mixed.MixedRoots`, NumPy's default).
+visiting the clients' covariances in blocks (:class:`_ClientBlocks`), or in
+mixed precision with state carried between iterations
+(:class:`skslot._barycenter_mixed.MixedRoots`, NumPy's default).
 
 The scheduler of those blocks, also the estimator's maps', runs a kernel on
 each block of clients, in threads or a joblib backend, sharing out the cores
@@ -332,48 +332,7 @@ def _roots_of(clients: _ClientBlocks, precision: str, tol: float) -> Any:
         roots = MixedRoots.start(source, clients.weights, tol)
         if roots is not None:
             return roots
-    return _Float64Roots(clients)
-
-
-class _Float64Roots:
-    """``N(F)`` by ``K`` float64 eigendecompositions per iteration, over blocks of clients.
-
-    The interface :func:`_iterate` uses, as :class:`MixedRoots` has it.
-    """
-
-    solve = staticmethod(solve_lower_transposed)
-    #: What the residual of an evaluation does not see: nothing, in float64.
-    error = 0.0
-
-    def __init__(self, clients: _ClientBlocks) -> None:
-        self._clients = clients
-        self._inner: SymmetricEigh | None = None
-
-    def evaluate(self, F: Any) -> Any:
-        """``N(F)``, symmetric, and each ``F^T Sigma_k F`` decomposed (kept for the maps)."""
-        N, self._inner = self._clients.decomposed_sum(_inner_sqrt_sum, F)
-        return symmetrize(N)
-
-    def observe(self, residual: float) -> None:
-        """Nothing to learn from the residual."""
-
-    @property
-    def floor_eigenvalues(self) -> Any:
-        """The eigenvalues of the last evaluation's ``F^T Sigma_k F`` (the floor's).
-
-        ``None`` before the first evaluation.
-        """
-        return None if self._inner is None else self._inner.eigenvalues
-
-    def roots(self, kind: Any) -> list[SymmetricEigh] | None:
-        """The last decompositions in ``kind``'s kind; ``None`` where streamed (none kept)."""
-        last = self._inner
-        if last is None or last.eigenvectors is None:  # none evaluated, or none kept
-            return None
-        inner = SymmetricEigh(
-            as_kind_of(last.eigenvalues, kind), as_kind_of(last.eigenvectors, kind)
-        )
-        return [inner.select(k) for k in range(len(inner.eigenvalues))]
+    return clients
 
 
 def _weighted_sum(covariances: Any, weights: Any, F: Any = None) -> tuple[Any, None]:
@@ -387,7 +346,8 @@ def _weighted_sqrt_sum(covariances: Any, weights: Any, F: Any = None) -> tuple[A
 
 
 def _inner_eigh(covariances: Any, F: Any) -> SymmetricEigh:
-    """Each ``F^T Sigma_k F`` of a stack, decomposed (one batched call)."""
+    """Each ``F^T Sigma_k F`` of a stack (or a list of NumPy matrices), decomposed (one batched
+    call)."""
     return sym_eigh(F.swapaxes(-1, -2) @ covariances @ F)
 
 
@@ -449,8 +409,14 @@ class _ClientBlocks:
     With ``client_batch=None`` the covariances are stacked once, in float64 on
     the iteration's backend, and split into one block per job; otherwise
     each visit reads ``client_batch`` covariances at a time from the caller's
-    sequence or stack and converts only those.
+    sequence or stack and converts only those.  It is also the float64
+    evaluator of ``N(F)``, with the interface :func:`_iterate` uses, as
+    :class:`MixedRoots` has it.
     """
+
+    solve = staticmethod(solve_lower_transposed)
+    #: What the residual of an evaluation does not see: nothing, in float64.
+    error = 0.0
 
     def __init__(
         self,
@@ -475,6 +441,7 @@ class _ClientBlocks:
         self.weights = weights
         self.n_jobs = n_jobs
         self._parallel = Parallel(n_jobs=n_jobs, prefer="threads")
+        self._inner: SymmetricEigh | None = None  # the last evaluation's decompositions
 
     def __enter__(self) -> _ClientBlocks:
         if len(self.blocks) > 1:  # one pool of workers for every visit of the iteration
@@ -497,14 +464,34 @@ class _ClientBlocks:
         """The sum over blocks of ``kernel``'s matrix."""
         return sum(part for part, _ in self._visit(kernel, F))
 
-    def decomposed_sum(self, kernel: Callable, F: Any) -> tuple[Any, SymmetricEigh]:
-        """The sum of ``kernel``'s matrices and its decompositions (eigenvectors only when kept).
-
-        For the iteration's ``kernel``, ``N(F)`` and each ``F^T Sigma_k F`` decomposed.
-        """
-        parts = self._visit(kernel, F)
+    def evaluate(self, F: Any) -> Any:
+        """``N(F)`` by ``K`` float64 eigendecompositions, symmetric, and each ``F^T Sigma_k F``
+        decomposed (eigenvectors only when kept: for the maps)."""
+        parts = self._visit(_inner_sqrt_sum, F)
         eigenvalues = concatenate([inner.eigenvalues for _, inner in parts])
         eigenvectors = (
             concatenate([inner.eigenvectors for _, inner in parts]) if self.keep else None
         )
-        return sum(part for part, _ in parts), SymmetricEigh(eigenvalues, eigenvectors)
+        self._inner = SymmetricEigh(eigenvalues, eigenvectors)
+        return symmetrize(sum(part for part, _ in parts))
+
+    def observe(self, residual: float) -> None:
+        """Nothing to learn from the residual."""
+
+    @property
+    def floor_eigenvalues(self) -> Any:
+        """The eigenvalues of the last evaluation's ``F^T Sigma_k F`` (the floor's).
+
+        ``None`` before the first evaluation.
+        """
+        return None if self._inner is None else self._inner.eigenvalues
+
+    def roots(self, kind: Any) -> list[SymmetricEigh] | None:
+        """The last decompositions in ``kind``'s kind; ``None`` where streamed (none kept)."""
+        last = self._inner
+        if last is None or last.eigenvectors is None:  # none evaluated, or none kept
+            return None
+        inner = SymmetricEigh(
+            as_kind_of(last.eigenvalues, kind), as_kind_of(last.eigenvectors, kind)
+        )
+        return [inner.select(k) for k in range(len(inner.eigenvalues))]

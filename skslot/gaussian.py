@@ -599,14 +599,12 @@ def as_summary_list(summaries: Any) -> tuple[list, list[GaussianSummary]]:
             labels = list(range(len(items)))  # unlabelled summaries: keyed by position
     if not items:
         raise ValueError("at least one GaussianSummary is needed")
-    seen = set()
-    for label in labels:
-        if label in seen:
-            raise ValueError(
-                f"two summaries have client label {label!r}; each client sends one summary "
-                "(merge a client's partial summaries with GaussianSummaryEstimator.merge)"
-            )
-        seen.add(label)
+    if len(set(labels)) < len(labels):
+        label = next(label for i, label in enumerate(labels) if label in labels[:i])
+        raise ValueError(
+            f"two summaries have client label {label!r}; each client sends one summary "
+            "(merge a client's partial summaries with GaussianSummaryEstimator.merge)"
+        )
     for label, s in zip(labels, items, strict=True):
         if not isinstance(s, GaussianSummary):
             raise TypeError(

@@ -116,11 +116,6 @@ def table_columns(source: str | os.PathLike) -> list[str]:
     return []
 
 
-def _stem(path: str) -> str:
-    base = os.path.basename(path)
-    return base.split(".")[0] or base
-
-
 def _import(module: str, path: str, extra: str) -> Any:
     try:
         return __import__(module)
@@ -153,11 +148,6 @@ def _read_parquet(path: str) -> Any:
         return pd.read_parquet(path, engine="pyarrow")
     except (ValueError, OSError) as exc:
         raise ValueError(f"{path}: not a readable Parquet file ({first_line(exc)})") from None
-
-
-def _is_dataframe(source: Any) -> bool:
-    pd = sys.modules.get("pandas")  # an object cannot be a DataFrame if pandas is not loaded
-    return pd is not None and isinstance(source, pd.DataFrame)
 
 
 def load_table(
@@ -242,7 +232,8 @@ def load_table(
     >>> table.clients[table.client].tolist(), table.is_test.tolist()
     (['north', 'north', 'south', 'south'], [False, True, False, True])
     """
-    if _is_dataframe(source):
+    pd = sys.modules.get("pandas")  # an object cannot be a DataFrame if pandas is not loaded
+    if pd is not None and isinstance(source, pd.DataFrame):
         return _from_frame(
             source, "DataFrame", label, client, features, split, name or "table", finite
         )
@@ -262,7 +253,9 @@ def load_table(
     if kind == "npz":
         return _from_npz(path, label, client, features, split, name, finite)
     frame = _read_csv(path) if kind == "csv" else _read_parquet(path)
-    return _from_frame(frame, path, label, client, features, split, name or _stem(path), finite)
+    base = os.path.basename(path)
+    name = name or base.split(".")[0] or base  # the file name without extensions
+    return _from_frame(frame, path, label, client, features, split, name, finite)
 
 
 def _from_npz(path, label, client, features, split, name, finite) -> FeatureTable:
