@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from numbers import Real
 from typing import ClassVar
 
@@ -442,11 +442,7 @@ class DefenceBounds:
     }
 
     def __post_init__(self) -> None:
-        validate_parameter_constraints(
-            self._parameter_constraints,
-            {f.name: getattr(self, f.name) for f in fields(self)},
-            type(self).__name__,
-        )
+        validate_parameter_constraints(self._parameter_constraints, vars(self), type(self).__name__)
 
     def strongest_case(
         self, votes: Mapping[Hashable, Mapping[Hashable, tuple[int, int, int]]]
@@ -543,9 +539,8 @@ class DefenceBounds:
             Per client, a factor in ``(0, 1]`` (see :func:`clipped_norms`);
             every factor 1 without a clip.
         """
-        if self.clip_norm_ratio is None:
-            return np.ones(len(norms))
-        return clipped_norms(norms, clip_norm_ratio=self.clip_norm_ratio)
+        clip = math.inf if self.clip_norm_ratio is None else self.clip_norm_ratio
+        return clipped_norms(norms, clip_norm_ratio=clip)
 
 
 @dataclass(frozen=True)

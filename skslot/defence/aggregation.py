@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -134,7 +135,7 @@ class DefendedAggregation:
             try:
                 return run.adopt(run.alignment_of(order))
             except SERVER_STEP_ERRORS as exc:
-                found = self._culprits(order)
+                found = culprits(order, partial(self._build, order), run.settings.min_clients)
                 if not found:
                     raise ProtocolRunError(
                         f"the reference could not be built from the clients' summaries: {exc}",
@@ -144,19 +145,13 @@ class DefendedAggregation:
                     run.roster.reject(stage, c, f"its summary breaks the reference: {exc}")
                 run.roster.keep(stage, [c for c in order if c not in found])
 
-    def _culprits(self, order: list) -> list:
-        """The clients of ``order`` whose summaries break the reference step (empty where none
-        can be named)."""
-        run = self.run
-        clients = run.roster.clients
-
-        def build(kept: list[int], max_iter: int) -> object:
-            chosen = [order[i] for i in kept]
-            summaries = [clients[c].summary for c in chosen]
-            weights = [clients[c].weight for c in chosen]
-            return run.settings.reference.build(chosen, summaries, weights, max_iter=max_iter)
-
-        return culprits(order, build, run.settings.min_clients)
+    def _build(self, order: list, kept: list[int], max_iter: int) -> object:
+        """The reference step on the clients at positions ``kept`` of ``order``, stopped after
+        ``max_iter`` iterations (:func:`~skslot.defence.culprits.culprits` probes it)."""
+        chosen = [order[i] for i in kept]
+        clients = [self.run.roster.clients[c] for c in chosen]
+        summaries, weights = [c.summary for c in clients], [c.weight for c in clients]
+        return self.run.settings.reference.build(chosen, summaries, weights, max_iter=max_iter)
 
     def local_heads(self, collect: Callable[[], None], stage: str, taus: Sequence[float]) -> None:
         """The core's stage that receives local heads, until the reference stands.
@@ -280,20 +275,18 @@ class DefendedAggregation:
             and len(run.roster.order) <= MIN_VOTERS
             and run.settings.head.strategy.trains_locally
         )
-        if carry:
-            maps = zip(run.roster.order, run.maps(), strict=True)
-            before = {c: (m, run.client_taus(c, taus)) for c, m in maps}
-        else:
+        if not carry:
             gone = [c for c in run.report.reference_clients if c not in run.roster.clients]
             logger.info(
                 "skslot: the reference is built again without %s",
                 ", ".join(run.report.name(c) for c in gone),
             )
-        changed = self.build_reference(stage)
-        if not carry:
-            if changed:
+            if self.build_reference(stage):
                 heads.clear()
             return True
+        maps = zip(run.roster.order, run.maps(), strict=True)
+        before = {c: (m, run.client_taus(c, taus)) for c, m in maps}
+        changed = self.build_reference(stage)
         self.heads_carried = list(run.roster.order)
         if not changed:  # a fixed reference stays the same: nothing to carry
             return True
@@ -352,7 +345,7 @@ class DefendedAggregation:
             return
         counts = list(run.roster.class_counts(order).values())
         masks = comparable_classes(counts)
-        without, rebuilt, unfit = self._heads_without(candidate, masks, voters)
+        without, rebuilt, unfit = self._heads_without(candidate, masks)
         full = heads[settings.candidates.index(candidate)].linear_scores()
         targets = {c: [k for k in without if order[k] != c] for c in voters}
         requests = {
@@ -423,7 +416,7 @@ class DefendedAggregation:
         run.roster.keep("screening", [c for c in order if c not in excluded and c not in refused])
 
     def _heads_without(
-        self, candidate: Candidate, masks: np.ndarray, voters: list
+        self, candidate: Candidate, masks: np.ndarray
     ) -> tuple[dict[int, LinearScores], dict[int, Any], dict[Hashable, str]]:
         """Per client some voter can judge (by position), the head at ``candidate`` without
         it; the alignment built without it where the reference changes (the others'
@@ -434,8 +427,8 @@ class DefendedAggregation:
         without: dict[int, LinearScores] = {}
         rebuilt: dict[int, Any] = {}
         unfit: dict[Hashable, str] = {}
-        for k, c in enumerate(order):  # only where some voter has something to compare
-            if not masks[k].any() or not any(v != c for v in voters):
+        for k, c in enumerate(order):  # only where the others hold classes to compare
+            if not masks[k].any():
                 continue
             kept = [o for o in order if o != c]
             try:
@@ -443,8 +436,7 @@ class DefendedAggregation:
                 maps: list[GaussianMap | None] | None = None
                 # a reference fixed before the run is the same without it: nothing to send
                 if alignment.reference is not run.reference:
-                    means = [run.roster.clients[o].summary.mean for o in kept]
-                    maps = list(alignment.maps(kept, run.settings.mean_tau, means))
+                    maps = list(alignment.maps(kept))
                     maps.insert(k, None)
                 fitted = head.strategy.leave_one_out(head, candidate, run, k, maps=maps)
                 without[k] = fitted.linear_scores()

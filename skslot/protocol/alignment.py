@@ -32,8 +32,11 @@ class Alignment:
     reference : GaussianSummary
         The barycenter of the clients' summaries.
     full_maps : mapping of address to GaussianMap
-        Each client's full map onto it (at ``tau = 1``; its mean image at the
-        client's destination where it has one).
+        Each client's full map onto it as the client applies it (at ``tau = 1``;
+        its mean image at the client's destination where it has one; anchored at
+        the client's mean, which moves by the run's ``mean_tau`` at every ``tau``,
+        :meth:`~skslot.maps.GaussianMap.with_mean_fraction`, unless the map came
+        anchored: a fitted transformer's).
     destinations : mapping of address to ndarray
         Each client's mean destination with ``label_mix="client"`` (empty
         otherwise).
@@ -78,23 +81,12 @@ class Alignment:
         """
         return float(self.tau_scales.get(c, 1.0))
 
-    def maps(
-        self, order: Sequence[Hashable], mean_tau: float | None, means: Sequence[np.ndarray]
-    ) -> list[GaussianMap]:
+    def maps(self, order: Sequence[Hashable]) -> list[GaussianMap]:
         """Each client's map at ``tau = 1``: its full map, or that scaled by its factor of ``tau``.
-
-        With ``mean_tau`` the map is anchored at the client's mean, which
-        moves by ``mean_tau`` at every ``tau``
-        (:meth:`~skslot.maps.GaussianMap.with_mean_fraction`), unless the
-        map came anchored (a fitted transformer's).
 
         Parameters
         ----------
         order : sequence of addresses
-        mean_tau : float or None
-            The run's fraction of the mean's transport.
-        means : sequence of ndarray
-            The clients' means, in ``order``.
 
         Returns
         -------
@@ -102,29 +94,7 @@ class Alignment:
             In ``order``.
         """
         scaled = []
-        for c, mean in zip(order, means, strict=True):
-            full, scale = self.full_map(c, mean_tau, mean), self.tau_scale(c)
+        for c in order:
+            full, scale = self.full_maps[c], self.tau_scale(c)
             scaled.append(full if scale == 1.0 else full.geodesic(scale))
         return scaled
-
-    def full_map(self, c: Hashable, mean_tau: float | None, mean: np.ndarray) -> GaussianMap:
-        """Client ``c``'s full map as the client applies it: at ``tau = 1``, anchored at its
-        mean, which moves by ``mean_tau`` (unless the map came anchored).
-
-        Parameters
-        ----------
-        c : hashable
-            The client's address.
-        mean_tau : float or None
-            The run's fraction of the mean's transport.
-        mean : ndarray of shape (m,)
-            The client's mean.
-
-        Returns
-        -------
-        GaussianMap
-        """
-        full = self.full_maps[c]
-        if full.anchor is None:  # a fitted transformer's maps come anchored
-            full = full.with_mean_fraction(mean_tau, mean)
-        return full

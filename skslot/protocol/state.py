@@ -132,12 +132,9 @@ class RunState:
         report = self.report
         report.stages.append(stage)
         result = self.transport.exchange(stage, requests)
-        for counted, found in (
-            (report.bytes_sent, result.bytes_sent),
-            (report.bytes_received, result.bytes_received),
-        ):
-            for c, n in found.items():  # a stage run twice (a choice made again) adds up
-                per_stage = counted.setdefault(c, {})
+        for counted in ("bytes_sent", "bytes_received"):
+            for c, n in getattr(result, counted).items():  # a stage run twice adds up
+                per_stage = getattr(report, counted).setdefault(c, {})
                 per_stage[stage] = per_stage.get(stage, 0) + n
         for c, why in result.rejected.items():
             report.reject(stage, c, why)
@@ -277,6 +274,9 @@ class RunState:
         for c, destination in destinations.items():
             mean = self.roster.clients[c].summary.mean
             full_maps[c] = with_mean_image(full_maps[c], mean, destination)
+        for c, summary in zip(order, summaries, strict=True):
+            if full_maps[c].anchor is None:  # a fitted transformer's maps come anchored
+                full_maps[c] = full_maps[c].with_mean_fraction(self.settings.mean_tau, summary.mean)
         return Alignment(
             built.reference, full_maps, destinations, self._tau_scales(order), built.n_iter
         )
@@ -351,9 +351,8 @@ class RunState:
         -------
         GaussianMap
         """
-        mean = self.roster.clients[c].summary.mean
         assert self.alignment is not None  # built before any map is asked for
-        return self.alignment.full_map(c, self.settings.mean_tau, mean)
+        return self.alignment.full_maps[c]
 
     def maps(self) -> list[GaussianMap]:
         """Each client's map at ``tau = 1``: its full map, or that scaled by its factor of ``tau``.
@@ -369,10 +368,8 @@ class RunState:
         list of GaussianMap
             In the run's order.
         """
-        order = self.roster.order
-        means = [self.roster.clients[c].summary.mean for c in order]
         assert self.alignment is not None  # built before any map is asked for
-        return self.alignment.maps(order, self.settings.mean_tau, means)
+        return self.alignment.maps(self.roster.order)
 
     def local_heads(self, part: str, tau: float) -> list:
         """Each accepted client's local head at the run's ``tau`` on ``part`` of its rows.

@@ -127,15 +127,14 @@ def evaluate(run: RunState, final: OneShotHead, tau: float) -> None:
     """
     report = run.report
     scores = final.linear_scores()
-    sizes = [run.roster.clients[c].upload.n_test for c in run.roster.order]
-    implausible = {
-        run.roster.order[k]: why for k, why in run.defence.implausible_test_sizes(sizes).items()
-    }
-    for c, implausible_size in implausible.items():
-        run.roster.reject("evaluation", c, f"implausible: {implausible_size}")
+    order = run.roster.order
+    sizes = [run.roster.clients[c].upload.n_test for c in order]
+    implausible = {order[k]: why for k, why in run.defence.implausible_test_sizes(sizes).items()}
+    for c, reason in implausible.items():
+        run.roster.reject("evaluation", c, f"implausible: {reason}")
     requests = {
         c: EvaluationRequest(run.reference_for(c), scores, run.client_taus(c, [tau])[0])
-        for c in run.roster.order
+        for c in order
         if c not in implausible
     }
     exchange = run.exchange("evaluation", requests)
