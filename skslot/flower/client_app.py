@@ -370,10 +370,7 @@ def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
 app = ClientApp()
 
 #: The handler of each message type ("updates" and "refit" share one: the first stage's).
-HANDLERS: dict[str, Callable[[Message, Context], Message]] = {}
-for _stage in STAGES.values():
-    if _stage.message_type not in HANDLERS:
-        HANDLERS[_stage.message_type] = _handler(_stage)
+HANDLERS = {stage.message_type: _handler(stage) for stage in reversed(STAGES.values())}
 for _type, _handle in HANDLERS.items():
     _category, _, _action = _type.partition(".")
     getattr(app, _category)(_action)(_handle)

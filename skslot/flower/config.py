@@ -31,7 +31,7 @@ from .groups import (
     ProtocolSettings,
     RunSettings,
 )
-from .settings import Setting, SettingsGroup, find_setting
+from .settings import Setting, SettingsGroup
 
 __all__ = ["DeploymentConfig"]
 
@@ -40,7 +40,7 @@ __all__ = ["DeploymentConfig"]
 
 
 @dataclass(frozen=True, init=False)
-class DeploymentConfig:
+class DeploymentConfig(SettingsGroup):
     """Settings of one deployment run, shared by the server and the clients.
 
     Flower passes them as one flat run config (keys in kebab-case); they
@@ -158,27 +158,6 @@ class DeploymentConfig:
             The declarations of every part's settings.
         """
         return tuple(s for part in cls.parts().values() for s in part.settings())
-
-    @classmethod
-    def setting(cls, name: str) -> Setting:
-        """The declaration of one setting, by its name or its run-config key.
-
-        Parameters
-        ----------
-        name : str
-            The setting's name (``"mean_tau"``) or run-config key
-            (``"mean-tau"``).
-
-        Returns
-        -------
-        setting : Setting
-
-        Raises
-        ------
-        KeyError
-            For a name that is no setting.
-        """
-        return find_setting(cls.settings(), name, "no setting")
 
     @classmethod
     def parts(cls) -> dict[str, type[SettingsGroup]]:

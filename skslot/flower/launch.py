@@ -102,10 +102,7 @@ class RunOutcome:
 
 def _flwr() -> list[str]:
     """The ``flwr`` CLI of this environment (beside the interpreter), else the one on PATH."""
-    beside = Path(sys.executable).parent / "flwr"
-    if beside.exists():
-        return [str(beside)]
-    found = shutil.which("flwr")
+    found = shutil.which("flwr", path=Path(sys.executable).parent) or shutil.which("flwr")
     if found is None:
         raise FileNotFoundError("the Flower CLI 'flwr' is missing: pip install 'skslot[flower]'")
     return [found]
@@ -196,13 +193,9 @@ class _Stream:
                 self.shown += line
 
     def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            self.process.kill()  # nothing if it has ended
+            self.process.wait()
 
 
 def launch(
@@ -346,20 +339,19 @@ def _outcome(
     while (report or {}).get("status") == "running" and time.monotonic() <= settled:
         time.sleep(0.5)
         report = _read_report(root, run_id)
+    if report is None and status == "finished:completed":
+        return RunOutcome(COMPLETED, run_id, status, "the ServerApp completed")
     folder = None if report is None or root is None else root / f"run-{run_id}"
     data = report or {}
-    if report is None:
-        if status == "finished:completed":
-            return RunOutcome(COMPLETED, run_id, status, "the ServerApp completed")
-    elif status == "finished:completed" and report.get("status") == "completed":
-        accuracy = report.get("macro_accuracy")
+    if status == "finished:completed" and data.get("status") == "completed":
+        accuracy = data.get("macro_accuracy")
         what = f"macro accuracy {accuracy:.4f}" if isinstance(accuracy, float) else "completed"
-        mix, case = report.get("config", {}).get("label-mix"), report.get("accuracy_case")
+        mix, case = data.get("config", {}).get("label-mix"), data.get("accuracy_case")
         if isinstance(mix, str) and isinstance(case, str):  # the case its accuracy is of
             what += f" (label-mix {mix!r}: {case})"
-        nodes = report.get("nodes", [])
-        gone = left_out(nodes, report.get("rejected", {}), report.get("missing", {}))
-        if gone and not report.get("config", {}).get(_ACCEPT_PARTIAL, False):
+        nodes = data.get("nodes", [])
+        gone = left_out(nodes, data.get("rejected", {}), data.get("missing", {}))
+        if gone and not data.get("config", {}).get(_ACCEPT_PARTIAL, False):
             named = "; ".join(f"node {node} {why}" for node, why in gone.items())
             why = (
                 f"{what} with {len(nodes) - len(gone)} of {len(nodes)} nodes; {named}; outputs "

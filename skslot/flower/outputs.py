@@ -32,18 +32,12 @@ import numpy as np
 from ..heads import LinearScores
 from ..protocol import ProtocolReport
 
-__all__ = [
-    "LAST_COMPLETED",
-    "LATEST",
-    "OUTPUT_FILES",
-    "RunOutputs",
-    "utc_now",
-    "write_outputs",
-]
+__all__ = ["LAST_COMPLETED", "LATEST", "RunOutputs", "utc_now"]
 
-OUTPUT_FILES = ("report.json", "global_head.npz", "reference.bin")
 #: Pointer files in ``output_dir``: each holds one run folder's name.
 LATEST, LAST_COMPLETED = "latest", "last-completed"
+#: The pointer each status of a run's report moves (a failed run moves none).
+_POINTERS = {"running": LATEST, "completed": LAST_COMPLETED}
 
 
 def utc_now() -> str:
@@ -60,42 +54,6 @@ def _write_atomically(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
-
-
-def write_outputs(
-    directory: str | Path,
-    report: ProtocolReport,
-    scores: LinearScores | None = None,
-    reference: bytes | None = None,
-) -> None:
-    """One run's files in ``directory``: ``report.json``, and with a head its head and reference.
-
-    Files of :data:`OUTPUT_FILES` already there are removed first and each
-    file is written atomically, the report last, so the folder never mixes
-    two writes.  :class:`RunOutputs` gives each run its own folder.
-
-    Parameters
-    ----------
-    directory : str or Path
-        The run's folder (created if needed).
-    report : ProtocolReport
-        Written to ``report.json``.
-    scores : LinearScores, optional
-        The global head, written to ``global_head.npz``.
-    reference : bytes, optional
-        The encoded reference summary, written to ``reference.bin``.
-    """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    for name in OUTPUT_FILES[1:]:
-        (directory / name).unlink(missing_ok=True)
-    if scores is not None:
-        buffer = io.BytesIO()
-        np.savez(buffer, classes=scores.classes, coef=scores.coef, intercept=scores.intercept)
-        _write_atomically(directory / "global_head.npz", buffer.getvalue())
-    if reference is not None:
-        _write_atomically(directory / "reference.bin", reference)
-    _write_atomically(directory / "report.json", report.to_json().encode())
 
 
 class RunOutputs:
@@ -123,41 +81,35 @@ class RunOutputs:
         else:  # pragma: no cover - ten thousand runs with one id
             raise FileExistsError(f"no free run folder {stem}-<k> in {self.output_dir}")
 
-    def _point(self, pointer: str) -> None:
-        _write_atomically(self.output_dir / pointer, f"{self.path.name}\n".encode())
+    def write(
+        self,
+        report: ProtocolReport,
+        scores: LinearScores | None = None,
+        reference: bytes | None = None,
+    ) -> None:
+        """The run's files, each written atomically, the report last; then the pointer its
+        status moves.
 
-    def start(self, report: ProtocolReport) -> None:
-        """``report.json`` saying ``running``, and ``latest`` pointing at this run.
-
-        Parameters
-        ----------
-        report : ProtocolReport
-            The run's report so far.
-        """
-        write_outputs(self.path, report)
-        self._point(LATEST)
-
-    def completed(self, report: ProtocolReport, scores: LinearScores, reference: bytes) -> None:
-        """The head, the reference, the final report, then ``last-completed``.
+        A ``running`` report moves ``latest`` to this run, a ``completed``
+        one (with the head and the reference) ``last-completed``; a
+        ``failed`` one moves none.
 
         Parameters
         ----------
         report : ProtocolReport
-            The final report.
-        scores : LinearScores
-            The global head.
-        reference : bytes
-            The encoded reference summary.
+            Written to ``report.json``.
+        scores : LinearScores, optional
+            The global head, written to ``global_head.npz``.
+        reference : bytes, optional
+            The encoded reference summary, written to ``reference.bin``.
         """
-        write_outputs(self.path, report, scores, reference)
-        self._point(LAST_COMPLETED)
-
-    def failed(self, report: ProtocolReport) -> None:
-        """The final report of a failed run (no head, no reference; no pointer moves).
-
-        Parameters
-        ----------
-        report : ProtocolReport
-            The final report.
-        """
-        write_outputs(self.path, report)
+        if scores is not None:
+            buffer = io.BytesIO()
+            np.savez(buffer, classes=scores.classes, coef=scores.coef, intercept=scores.intercept)
+            _write_atomically(self.path / "global_head.npz", buffer.getvalue())
+        if reference is not None:
+            _write_atomically(self.path / "reference.bin", reference)
+        _write_atomically(self.path / "report.json", report.to_json().encode())
+        if report.status in _POINTERS:
+            pointer = self.output_dir / _POINTERS[report.status]
+            _write_atomically(pointer, f"{self.path.name}\n".encode())

@@ -21,6 +21,7 @@ no run touches another run's files.
 from __future__ import annotations
 
 import logging
+from dataclasses import fields
 
 from flwr.app import Context
 from flwr.common.logger import FLOWER_LOGGER, log
@@ -83,17 +84,8 @@ def run_one_shot(
         server step fails on the clients' values; its ``report`` says why.
     """
     protocol = config.protocol()
-    transport = FlowerTransport(
-        grid,
-        summary_dtype=config.summary_dtype,
-        n_features=config.n_features,
-        max_dimension=config.max_dimension,
-        num_clients=config.num_clients,
-        connect_timeout=config.connect_timeout,
-        reply_timeout=config.reply_timeout,
-        progress_interval=config.progress_interval,
-        retry_interval=config.retry_interval,
-    )
+    settings = [f.name for f in fields(FlowerTransport) if f.kw_only]  # named as in the config
+    transport = FlowerTransport(grid, **{name: getattr(config, name) for name in settings})
     if not config.defence:
         protocol_logger.warning(
             "skslot: the defence is off: every client passing the wire checks counts"
@@ -198,7 +190,7 @@ def main(grid: Grid, context: Context) -> None:
     outputs = None
     if isinstance(output_dir, str) and output_dir:  # this run's folder, its report "running"
         outputs = RunOutputs(output_dir, started.run_id)
-        outputs.start(started)
+        outputs.write(started)
         log(logging.INFO, "skslot: this run writes to %s", outputs.path)
     try:
         config = DeploymentConfig.from_run_config(context.run_config)
@@ -213,7 +205,7 @@ def main(grid: Grid, context: Context) -> None:
         failed.finished_at = utc_now()
         log(logging.ERROR, "skslot: the run failed: %s", failed.error)
         if outputs is not None:
-            outputs.failed(failed)
+            outputs.write(failed)
         raise
     report.run_id, report.started_at = started.run_id, started.started_at
     report.finished_at = utc_now()
@@ -232,5 +224,5 @@ def main(grid: Grid, context: Context) -> None:
         "; ".join(f"{report.name(node)} {value:.4f}" for node, value in report.accuracy.items()),
     )
     if outputs is not None:
-        outputs.completed(report, scores, reference)
+        outputs.write(report, scores, reference)
         log(logging.INFO, "skslot: completed; outputs in %s", outputs.path)

@@ -29,7 +29,7 @@ import numpy as np
 
 from .._param_validation import Interval, Options
 
-__all__ = ["Setting", "SettingsGroup", "declare", "declared", "find_setting", "owned"]
+__all__ = ["Setting", "SettingsGroup", "declare", "declared", "owned"]
 
 #: The key of a setting's declaration in its field's metadata.
 _SETTING = "skslot.setting"
@@ -544,7 +544,8 @@ def parameters_section(cls: type[SettingsGroup]) -> str:
 
 
 class SettingsGroup:
-    """What every part shares: checks of its settings, from their declarations."""
+    """What every part shares: checks of its settings, from their declarations, and
+    finding one (as :class:`~skslot.flower.DeploymentConfig` finds one of every part's)."""
 
     _settings: ClassVar[tuple[Setting, ...]] = ()
     #: Each part is a dataclass (its fields are its settings).
@@ -571,7 +572,7 @@ class SettingsGroup:
 
     @classmethod
     def setting(cls, name: str) -> Setting:
-        """The declaration of one of the part's settings, by its name or its run-config key.
+        """The declaration of one of the settings, by its name or its run-config key.
 
         Parameters
         ----------
@@ -586,32 +587,9 @@ class SettingsGroup:
         Raises
         ------
         KeyError
-            For a name that is none of the part's settings.
+            For a name that is none of the settings.
         """
-        return find_setting(cls._settings, name, f"{cls.__name__} has no setting")
-
-
-def find_setting(settings: tuple[Setting, ...], name: str, missing: str) -> Setting:
-    """The setting of ``settings`` whose name or run-config key is ``name``.
-
-    Parameters
-    ----------
-    settings : tuple of Setting
-    name : str
-        A setting's name (``"mean_tau"``) or run-config key (``"mean-tau"``).
-    missing : str
-        The start of the error's message.
-
-    Returns
-    -------
-    Setting
-
-    Raises
-    ------
-    KeyError
-        For a name that is none of ``settings``.
-    """
-    for s in settings:
-        if name in (s.name, s.key):
-            return s
-    raise KeyError(f"{missing} {name!r}")
+        for s in cls.settings():
+            if name in (s.name, s.key):
+                return s
+        raise KeyError(f"{cls.__name__} has no setting {name!r}")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Hashable, Mapping
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from flwr.app import Message, RecordDict
@@ -50,6 +51,7 @@ def _seconds(value: float) -> str:
     return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
 
 
+@dataclass(eq=False)
 class FlowerTransport(CodecTransport):
     """Moves the protocol's stages over a Flower ``Grid`` (server side).
 
@@ -85,26 +87,20 @@ class FlowerTransport(CodecTransport):
         for the report only), or ``"not said"``.
     """
 
-    def __init__(
-        self,
-        grid: Grid,
-        *,
-        summary_dtype: str = "float32",
-        n_features: int = 0,
-        max_dimension: int = 4096,
-        num_clients: int = 0,
-        connect_timeout: float = 60.0,
-        reply_timeout: float = 300.0,
-        progress_interval: float = 10.0,
-        retry_interval: float = 10.0,
-    ) -> None:
-        super().__init__(
-            summary_dtype=summary_dtype, n_features=n_features, max_dimension=max_dimension
-        )
-        self.grid = grid
-        self.num_clients = num_clients
-        self.connect_timeout, self.reply_timeout = connect_timeout, reply_timeout
-        self.progress_interval, self.retry_interval = progress_interval, retry_interval
+    grid: Grid
+    _: KW_ONLY
+    summary_dtype: str = "float32"
+    n_features: int = 0
+    max_dimension: int = 4096
+    num_clients: int = 0
+    connect_timeout: float = 60.0
+    reply_timeout: float = 300.0
+    progress_interval: float = 10.0
+    retry_interval: float = 10.0
+
+    def __post_init__(self) -> None:
+        wire = ("summary_dtype", "n_features", "max_dimension")
+        super().__init__(**{name: getattr(self, name) for name in wire})
         self.waits: dict[str, dict] = {}
         self.sources: dict[Hashable, str] = {}
         self._labels: dict[Hashable, Any] = {}  # the label each node's summary declared
@@ -173,14 +169,13 @@ class FlowerTransport(CodecTransport):
             The replies received, to be decoded.
         """
         contents = {node: messages.content(payload) for node, payload in payloads.items()}
-        received, sends, why_missing = self._wait(stage, contents)
+        received, sends = self._wait(stage, contents, result.missing)
         decoded = {}
         for node, content in contents.items():
             result.bytes_sent[node] = messages.payload_bytes(content) * max(sends[node], 1)
-            if node not in received:
-                result.missing[node] = why_missing.get(node, "did not answer in time")
+            reply = received.get(node)
+            if reply is None:  # missing: the wait said why
                 continue
-            reply = received[node]
             if reply.has_error():
                 result.rejected[node] = f"client error: {reply.error.reason}"
                 continue
@@ -210,20 +205,21 @@ class FlowerTransport(CodecTransport):
         return client_name(node, self._labels.get(node))
 
     def _wait(
-        self, stage: Stage, contents: Mapping[Hashable, RecordDict]
-    ) -> tuple[dict[Hashable, Message], Counter, dict[Hashable, str]]:
+        self, stage: Stage, contents: Mapping[Hashable, RecordDict], missing: dict[Hashable, str]
+    ) -> tuple[dict[Hashable, Message], Counter]:
         """Push the stage's messages, then poll for the replies until all came or time is up.
 
         Returns each node's first reply (later ones, and replies from nodes
-        not asked, are ignored), how many times each node was sent its
-        message, and why each node that did not answer is missing.  A message
-        the SuperLink reports lost (its reply expired or unavailable, the node
-        unavailable, or the push refused) is sent again to that node after
-        ``retry_interval`` seconds, within the stage's ``reply_timeout``; a
-        node that has not answered by then is missing.  A progress line is
-        logged every ``progress_interval`` seconds while the server waits, and
-        one when the stage ends.
+        not asked, are ignored) and how many times each node was sent its
+        message; why each node that did not answer is missing goes to
+        ``missing``.  A message the SuperLink reports lost (its reply expired
+        or unavailable, the node unavailable, or the push refused) is sent
+        again to that node after ``retry_interval`` seconds, within the
+        stage's ``reply_timeout``; a node that has not answered by then is
+        missing.  A progress line is logged every ``progress_interval``
+        seconds while the server waits, and one when the stage ends.
         """
+        kind = stage.message_type
         due = dict.fromkeys(contents, 0.0)  # nodes to (re)send to, and when
         pending: dict[str, Hashable] = {}  # message id -> node, sent and not answered
         answered: dict[Hashable, Message] = {}
@@ -241,50 +237,23 @@ class FlowerTransport(CodecTransport):
 
         def push(ready: list) -> None:
             outgoing = [
-                Message(
-                    contents[node],
-                    dst_node_id=node,
-                    message_type=stage.message_type,
-                    group_id=stage.name,
-                )
-                for node in ready
+                Message(contents[n], dst_node_id=n, message_type=kind, group_id=stage.name)
+                for n in ready
             ]
-            ids: list[str | None] = list(self.grid.push_messages(outgoing))
-            for node, message_id in zip(ready, ids + [None] * (len(ready) - len(ids)), strict=True):
-                if message_id:
-                    pending[message_id] = node
+            ids = dict(zip(ready, self.grid.push_messages(outgoing), strict=False))
+            for node in ready:
+                if ids.get(node):
+                    pending[ids[node]] = node
                     sends[node] += 1
                     del due[node]
                 else:
                     why = "the SuperLink did not take the message"
                     retry(node, why, f"{why} to {self.name(node)}")
 
-        def take(reply: Message) -> None:
-            meta = reply.metadata
-            if meta.src_node_id == SUPERLINK_NODE_ID:  # the SuperLink's note: lost on the way
-                node = pending.pop(meta.reply_to_message_id, None)
-                if node is not None and node not in answered and node not in pending.values():
-                    why = str(reply.error.reason) if reply.has_error() else "no reply"
-                    retry(
-                        node, why, f"the message to {self.name(node)} or its reply was lost ({why})"
-                    )
-            elif meta.src_node_id in contents and meta.src_node_id not in answered:
-                node = meta.src_node_id  # else not asked, or a duplicate: ignored
-                answered[node] = reply
-                due.pop(node, None)
-                for message_id in [m for m, n in pending.items() if n == node]:
-                    del pending[message_id]
-
         def progress(waiting: str = "") -> None:
             elapsed = _seconds(time.monotonic() - start)
-            logger.info(
-                "skslot: stage %s: %d of %d clients answered (%s)%s",
-                stage.name,
-                len(answered),
-                len(contents),
-                elapsed,
-                waiting,
-            )
+            done = f"{len(answered)} of {len(contents)} clients answered"
+            logger.info("skslot: stage %s: %s (%s)%s", stage.name, done, elapsed, waiting)
 
         push(list(contents))
         start = time.monotonic()  # as Grid.send_and_receive: the timeout runs from the push
@@ -296,9 +265,20 @@ class FlowerTransport(CodecTransport):
             ready = [node for node, at in due.items() if at <= now]
             if ready:
                 push(ready)
-            if pending:
-                for reply in self.grid.pull_messages(list(pending)):
-                    take(reply)
+            for reply in self.grid.pull_messages(list(pending)) if pending else []:
+                meta = reply.metadata
+                if meta.src_node_id == SUPERLINK_NODE_ID:  # the SuperLink's note: lost on the way
+                    node = pending.pop(meta.reply_to_message_id, None)
+                    if node is not None and node not in answered and node not in pending.values():
+                        why = str(reply.error.reason) if reply.has_error() else "no reply"
+                        what = f"the message to {self.name(node)} or its reply was lost ({why})"
+                        retry(node, why, what)
+                elif meta.src_node_id in contents and meta.src_node_id not in answered:
+                    node = meta.src_node_id  # else not asked, or a duplicate: ignored
+                    answered[node] = reply
+                    due.pop(node, None)
+                    for message_id in [m for m, n in pending.items() if n == node]:
+                        del pending[message_id]
             now = time.monotonic()
             if len(answered) == len(contents) or now >= deadline:
                 break
@@ -310,20 +290,18 @@ class FlowerTransport(CodecTransport):
             wake = min([deadline, *due.values()] + ([next_line] if self.progress_interval else []))
             time.sleep(max(0.0, min(pause, wake - now)))
             pause = min(2 * pause, _LAST_POLL)
-        elapsed = time.monotonic() - start
-        why = {
-            node: f"did not answer within reply-timeout = {self.reply_timeout:g} s: "
-            "hung or disconnected"
-            + (f" (sent {sends[node]} times; last lost: {lost[node]})" if node in lost else "")
-            for node in contents
-            if node not in answered
-        }
+        late = f"did not answer within reply-timeout = {self.reply_timeout:g} s"
+        reasons: dict[Hashable, str] = {}
+        for node in (node for node in contents if node not in answered):
+            resent = f" (sent {sends[node]} times; last lost: {lost[node]})" if node in lost else ""
+            reasons[node] = f"{late}: hung or disconnected{resent}"
+        missing.update(reasons)
         self.waits[stage.name] = {
-            "seconds": round(elapsed, 3),
+            "seconds": round(time.monotonic() - start, 3),
             "asked": len(contents),
             "answered": len(answered),
             "resent": {node: sends[node] - 1 for node in contents if sends[node] > 1},
-            "missing": why,
+            "missing": reasons,
         }
         progress()  # the driver warns about each missing node, with the reason given here
-        return answered, sends, why
+        return answered, sends
