@@ -26,18 +26,6 @@ from .transformer import SLOTTransformer
 __all__ = ["ClientStandardScaler"]
 
 
-def _moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and standard deviation (``ddof=0``) of each column, in float64.
-
-    A constant column gets the scale 1 (as :class:`~sklearn.preprocessing.StandardScaler`):
-    it is centred and left unscaled, never divided by zero.
-    """
-    mean = X.mean(axis=0, dtype=np.float64)
-    std = np.sqrt(np.mean(np.square(X - mean), axis=0, dtype=np.float64))
-    tiny = 10 * np.finfo(np.float64).eps * np.maximum(np.abs(mean), 1.0)
-    return mean, np.where(std > tiny, std, 1.0)
-
-
 def _standardised(X: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """``(X - mean) / scale`` in ``X``'s dtype."""
     return ((X - mean) / scale).astype(X.dtype, copy=False)
@@ -113,12 +101,17 @@ class ClientStandardScaler(
         self.unknown_client = unknown_client
 
     def _statistics(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        mean, scale = _moments(X)
-        if not self.with_mean:
-            mean = np.zeros_like(mean)
-        if not self.with_std:
-            scale = np.ones_like(scale)
-        return mean, scale
+        """The mean (zero without ``with_mean``) and standard deviation (``ddof=0``; one
+        without ``with_std``) of each column, in float64.
+
+        A constant column gets the scale 1 (as :class:`~sklearn.preprocessing.StandardScaler`):
+        it is centred and left unscaled, never divided by zero.
+        """
+        mean = X.mean(axis=0, dtype=np.float64)
+        std = np.sqrt(np.mean(np.square(X - mean), axis=0, dtype=np.float64))
+        tiny = 10 * np.finfo(np.float64).eps * np.maximum(np.abs(mean), 1.0)
+        scale = np.where(std > tiny, std, 1.0) if self.with_std else np.ones_like(mean)
+        return (mean if self.with_mean else np.zeros_like(mean)), scale
 
     def fit(self, X: Any, y: Any = None, *, client: Any = None) -> ClientStandardScaler:
         """Each client's column means and standard deviations.

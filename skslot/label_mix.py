@@ -284,15 +284,103 @@ def own_mix_accuracy(
     return accuracy
 
 
-def client_counts_of(
-    y: np.ndarray, codes: np.ndarray, labels: list, classes: np.ndarray
-) -> dict[Any, np.ndarray]:
-    """Each client's class counts, by client label (``codes`` index ``labels``)."""
-    return {label: class_counts(y[codes == i], classes) for i, label in enumerate(labels)}
+class ClientMixMixin:
+    """Predictions under each row's client's label mix, for a classifier of the federation.
+
+    The class records each client's class counts in ``fit``
+    (:meth:`_record_counts`) and adds each row's client's
+    :func:`prior_shifts` to its class scores (:meth:`_row_scores`, which a
+    subclass implements) where ``label_mix="client"``.
+    """
+
+    __metadata_request__fit = {"client": True}
+    __metadata_request__predict = {"client": True}
+    __metadata_request__predict_proba = {"client": True}
+
+    classes_: np.ndarray
+    #: The federation's class counts (``None`` where unknown), and each client's, by label.
+    class_counts_: np.ndarray | None
+    client_class_counts_: dict[Any, np.ndarray]
+
+    def _row_scores(self, X: Any) -> np.ndarray:
+        """Class scores of shape (n_samples, n_classes) under the federation's mix."""
+        raise NotImplementedError
+
+    def _record_counts(
+        self, y: np.ndarray, codes: np.ndarray, labels: list, classes: np.ndarray, stacklevel: int
+    ) -> None:
+        """Each client's class counts (``codes`` index ``labels``) and the federation's, with a
+        warning for the classes one client alone holds (``stacklevel``: as seen by the caller)."""
+        self.client_class_counts_ = {
+            label: class_counts(y[codes == i], classes) for i, label in enumerate(labels)
+        }
+        self.class_counts_ = class_counts(y, classes)
+        warn_lone_classes(
+            type(self).__name__, self.client_class_counts_, classes, stacklevel=stacklevel + 1
+        )
+
+    def _federation_mix(self) -> np.ndarray | None:
+        """The federation's class counts where each client predicts with its own label mix
+        (``label_mix="client"``), else ``None``."""
+        if getattr(self, "label_mix", "federation") != "client":
+            return None
+        return getattr(self, "class_counts_", None)
+
+    def _embedded_prior(self) -> np.ndarray | None:
+        """``log`` of the class prior the scores embed; ``None``: the federation's mix."""
+        return None
+
+    def _client_scores(self, X: Any, client: Any) -> np.ndarray:
+        """Class scores, shifted to each row's client's label mix with ``label_mix="client"``."""
+        scores = self._row_scores(X)
+        federation = self._federation_mix()
+        if federation is None or client is None:
+            return scores
+        rows = row_clients(client, scores.shape[0])
+        shifts = prior_shifts(rows, self.client_class_counts_, federation, self._embedded_prior())
+        return scores + shifts
+
+    def predict_proba(self, X: Any, *, client: Any = None) -> np.ndarray:
+        """Class probabilities under each row's client's label mix, columns as ``classes_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The rows to classify.
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client of each row.  With ``label_mix="client"`` a row of a client
+            seen in ``fit`` is scored under that client's label mix; other
+            rows, and every row when ``client`` is ``None``, under the
+            federation's.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            The softmax of the class scores.
+        """
+        return softmax(self._client_scores(X, client), axis=1)
+
+    def predict(self, X: Any, *, client: Any = None) -> np.ndarray:
+        """The most likely class of each row under its client's label mix.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The rows to classify.
+        client : None, int, str or array-like of shape (n_samples,), default=None
+            Client of each row (see :meth:`predict_proba`).
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+            A label of ``classes_`` per row.
+        """
+        scores = self._client_scores(X, client)  # checks the fit first
+        return self.classes_[np.argmax(scores, axis=1)]
 
 
 class ClientPriorClassifier(
-    ParameterValidationMixin, MetaEstimatorMixin, ClassifierMixin, BaseEstimator
+    ParameterValidationMixin, ClientMixMixin, MetaEstimatorMixin, ClassifierMixin, BaseEstimator
 ):
     """Any probabilistic classifier, predicting each client's rows with its own label mix.
 
@@ -335,10 +423,6 @@ class ClientPriorClassifier(
     array([0, 1])
     """
 
-    __metadata_request__fit = {"client": True}
-    __metadata_request__predict = {"client": True}
-    __metadata_request__predict_proba = {"client": True}
-
     _parameter_constraints: ClassVar[dict] = {
         "estimator": [HasMethods(["fit", "predict_proba"])],
         "label_mix": [Options(LABEL_MIXES)],
@@ -367,50 +451,15 @@ class ClientPriorClassifier(
         labels, codes = check_client_labels(client, y_arr.shape[0])
         self.estimator_ = clone(self.estimator).fit(X, y_arr)
         self.classes_ = self.estimator_.classes_
-        self.client_class_counts_ = client_counts_of(y_arr, codes, labels, self.classes_)
-        self.class_counts_ = class_counts(y_arr, self.classes_)
-        warn_lone_classes(type(self).__name__, self.client_class_counts_, self.classes_)
+        self._record_counts(y_arr, codes, labels, self.classes_, stacklevel=2)
         if hasattr(self.estimator_, "n_features_in_"):
             self.n_features_in_ = self.estimator_.n_features_in_
         return self
 
-    def _log_proba(self, X: Any, client: Any) -> np.ndarray:
+    def _row_scores(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "estimator_")
         with np.errstate(divide="ignore"):
-            scores = np.log(self.estimator_.predict_proba(X))
-        if self.label_mix == "client" and client is not None:
-            client = row_clients(client, scores.shape[0])
-            scores = scores + prior_shifts(client, self.client_class_counts_, self.class_counts_)
-        return scores
-
-    def predict_proba(self, X: Any, *, client: Any = None) -> np.ndarray:
-        """Class probabilities under each row's client's label mix.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        client : None, int, str or array-like of shape (n_samples,), default=None
-            Client of each row; ``None``: the federation's mix for every row.
-
-        Returns
-        -------
-        ndarray of shape (n_samples, C)
-        """
-        return softmax(self._log_proba(X, client), axis=1)
-
-    def predict(self, X: Any, *, client: Any = None) -> np.ndarray:
-        """The most likely class of each row under its client's label mix.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        client : None, int, str or array-like of shape (n_samples,), default=None
-
-        Returns
-        -------
-        ndarray of shape (n_samples,)
-        """
-        return self.classes_[np.argmax(self._log_proba(X, client), axis=1)]
+            return np.log(self.estimator_.predict_proba(X))
 
 
 def row_clients(client: Any, n_samples: int) -> np.ndarray:

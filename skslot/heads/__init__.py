@@ -2,13 +2,7 @@
 
 from ..wire import StatisticsFormatError, message_bytes
 from ._base import OneShotHead
-from ._fitting import (
-    candidate_heads,
-    head_without,
-    local_heads,
-    refit_head,
-    statistics_of_parts,
-)
+from ._fitting import candidate_heads, head_without, local_heads, refit_head, statistics_of_parts
 from ._linear_scores import UNSCORED, LinearScores
 from ._mixtures import ClassMixture, ClassMixtures
 from ._registry import HEADS, head_class, make_head

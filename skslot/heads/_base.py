@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
@@ -26,19 +25,19 @@ from .._validation import (
     check_classification_data,
     check_client_labels,
     check_host_rows,
+    check_non_negative_int,
     spawn_seeds,
 )
-from ..exceptions import warn_lone_classes
-from ..label_mix import client_counts_of, prior_shifts, row_clients
+from ..label_mix import ClientMixMixin
 from ..maps import GaussianMap
 from ..wire import message_bytes
 from ._fitting import LOCAL_TRAINING, HeadStrategy
 from ._linear_scores import UNSCORED, LinearScores
 
-__all__ = ["ONE_SHOT_HEAD", "LinearHeadMixin", "OneShotHead"]
 
-
-class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseEstimator):
+class OneShotHead(
+    DocLinkMixin, ParameterValidationMixin, ClientMixMixin, ClassifierMixin, BaseEstimator
+):
     """Base class of the one-shot federated classifiers.
 
     Subclasses implement :meth:`_client_statistics` (a client's exact
@@ -53,9 +52,6 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     head, before contacting any client.
     """
 
-    __metadata_request__fit = {"client": True}
-    __metadata_request__predict = {"client": True}
-    __metadata_request__predict_proba = {"client": True}
     __metadata_request__decision_function = {"client": True}
 
     #: The class of what :meth:`client_statistics` returns: its instances have
@@ -71,12 +67,6 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     #: Parameters used only by the server step: changing one needs no new
     #: client statistics (what a federated search may tune for free).
     server_params: ClassVar[tuple[str, ...]] = ()
-
-    #: The federation's class counts (``None`` where the statistics carry none), and
-    #: each client's, by label (set by ``fit``, :meth:`fit_from_statistics` and
-    #: :meth:`with_client_counts`).
-    class_counts_: np.ndarray | None
-    client_class_counts_: dict[Any, np.ndarray]
 
     def fit(self, X: Any, y: Any, *, client: Any = None) -> OneShotHead:
         """Fit the head as one federated round over the clients in ``client``.
@@ -95,29 +85,26 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         self : object
             The fitted head.
         """
-        return self._fit_rows(
-            X,
-            y,
-            client,
-            lambda X_k, y_k, classes, seed, *_: self._client_statistics(X_k, y_k, classes, seed),
-        )
+        return self._fit_rows(X, y, client)
 
-    def _fit_rows(self, X: Any, y: Any, client: Any, statistics: Callable[..., Any]) -> OneShotHead:
+    def _fit_rows(
+        self, X: Any, y: Any, client: Any, statistics: Callable[..., Any] | None = None
+    ) -> OneShotHead:
         """:meth:`fit` with each client's statistics made by
-        ``statistics(X_k, y_k, classes, seed, position, label)``: the head's own, or what a
-        wrapper makes in their place (:class:`skslot.privacy.PrivateClassifier`)."""
+        ``statistics(X_k, y_k, classes, seed, position, label)``: what a wrapper makes in
+        place of the head's own (:class:`skslot.privacy.PrivateClassifier`; ``None``: the
+        head's own)."""
         self._validate_params()
         X, y, classes = check_classification_data(self, X, y)
         labels, codes = check_client_labels(client, X.shape[0])
         stats = []
         for i, seed in enumerate(_client_seeds(self, len(labels))):
             rows = codes == i if len(labels) > 1 else slice(None)
-            stats.append(statistics(X[rows], y[rows], classes, seed, i, labels[i]))
-        self.client_class_counts_ = client_counts_of(y, codes, labels, classes)
-        self.class_counts_ = sum(
-            self.client_class_counts_.values(), np.zeros(classes.shape[0], dtype=np.int64)
-        )
-        warn_lone_classes(type(self).__name__, self.client_class_counts_, classes, stacklevel=3)
+            if statistics is None:
+                stats.append(self._client_statistics(X[rows], y[rows], classes, seed))
+            else:
+                stats.append(statistics(X[rows], y[rows], classes, seed, i, labels[i]))
+        self._record_counts(y, codes, labels, classes, stacklevel=3)
         self._fit_from_statistics(stats, classes, None)
         self.upload_bytes_ = _upload_bytes(stats)
         return self
@@ -157,9 +144,7 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         missing = np.setdiff1d(y, class_set)
         if missing.size:
             raise ValueError(f"labels {missing.tolist()} are not in the global class set")
-        if not isinstance(client_index, (int, np.integer)) or client_index < 0:
-            raise ValueError(f"client_index must be a non-negative int, got {client_index!r}")
-        seed = _client_seeds(self, int(client_index) + 1)[-1]
+        seed = _client_seeds(self, check_non_negative_int("client_index", client_index) + 1)[-1]
         return self._client_statistics(X, y, class_set, seed)
 
     def fit_from_statistics(
@@ -367,28 +352,9 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
     def _scores(self, X: np.ndarray) -> np.ndarray:
         """Class scores of shape (n_samples, n_classes), larger is more likely."""
 
-    def _client_scores(self, X: Any, client: Any) -> np.ndarray:
-        """Class scores, shifted to each row's client's label mix with ``label_mix="client"``."""
+    def _row_scores(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "classes_")
-        X = check_host_rows(self, X, reset=False)
-        scores = self._scores(X)
-        federation = self._federation_mix()
-        if federation is None or client is None:
-            return scores
-        rows = row_clients(client, X.shape[0])
-        shifts = prior_shifts(rows, self.client_class_counts_, federation, self._embedded_prior())
-        return scores + shifts
-
-    def _federation_mix(self) -> np.ndarray | None:
-        """The federation's class counts where each client predicts with its own label mix
-        (``label_mix="client"``), else ``None``."""
-        if getattr(self, "label_mix", "federation") != "client":
-            return None
-        return getattr(self, "class_counts_", None)
-
-    def _embedded_prior(self) -> np.ndarray | None:
-        """``log`` of the class prior the scores embed; ``None``: the federation's mix."""
-        return None
+        return self._scores(check_host_rows(self, X, reset=False))
 
     def decision_function(self, X: Any, *, client: Any = None) -> np.ndarray:
         """Class scores; of shape (n_samples,) for two classes, as in scikit-learn.
@@ -411,46 +377,6 @@ class OneShotHead(DocLinkMixin, ParameterValidationMixin, ClassifierMixin, BaseE
         """
         scores = self._client_scores(X, client)
         return scores[:, 1] - scores[:, 0] if scores.shape[1] == 2 else scores
-
-    def predict_proba(self, X: Any, *, client: Any = None) -> np.ndarray:
-        """Class probabilities, columns in the order of ``classes_``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            The rows to classify.
-        client : None, int, str or array-like of shape (n_samples,), default=None
-            Client of each row (see :meth:`decision_function`).
-
-        Returns
-        -------
-        proba : ndarray of shape (n_samples, n_classes)
-            The softmax of the class scores.
-        """
-        return softmax(self._client_scores(X, client), axis=1)
-
-    def predict(self, X: Any, *, client: Any = None) -> np.ndarray:
-        """Most likely class of each row.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            The rows to classify.
-        client : None, int, str or array-like of shape (n_samples,), default=None
-            Client of each row (see :meth:`decision_function`).
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,)
-            A label of ``classes_`` per row.
-        """
-        scores = self._client_scores(X, client)
-        return self.classes_[np.argmax(scores, axis=1)]
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
-        return tags
 
 
 class LinearHeadMixin:

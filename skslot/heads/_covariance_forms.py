@@ -12,8 +12,6 @@ import numpy as np
 
 from .._linalg import cholesky_factor
 
-__all__ = ["covariance_factor", "low_rank_plus_diagonal"]
-
 
 def low_rank_plus_diagonal(
     spread: np.ndarray, rank: int, reg_covar: float, *, rows: bool

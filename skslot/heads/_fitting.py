@@ -37,21 +37,6 @@ if TYPE_CHECKING:
 #: wrapper around the head (a private client's release, :mod:`skslot.privacy`).
 StatisticsRelease = Callable[[np.ndarray, np.ndarray, np.ndarray], Any]
 
-__all__ = [
-    "GramStrategy",
-    "Head",
-    "HeadStrategy",
-    "LocalTrainingStrategy",
-    "ServerSide",
-    "StatisticsRelease",
-    "StatisticsStrategy",
-    "candidate_heads",
-    "head_without",
-    "local_heads",
-    "refit_head",
-    "statistics_of_parts",
-]
-
 
 class Head(Protocol):
     """What the fitting steps and the strategies ask of a head
@@ -198,8 +183,7 @@ def refit_head(
     for k, extra in enumerate(validation_statistics or []):
         if extra is not None:  # the client's statistics of all its rows
             statistics[k] = statistics[k].merge(extra)
-    model = clone(head).set_params(**candidate.params)
-    return model.fit_from_statistics(statistics, classes, maps=_at(maps, candidate.tau))
+    return candidate_heads(head, [candidate], statistics, classes, maps)[0]
 
 
 def statistics_of_parts(

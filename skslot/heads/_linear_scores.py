@@ -12,8 +12,6 @@ from ..label_mix import prior_shift
 from ..wire._errors import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, read_array
 
-__all__ = ["UNSCORED", "LinearScores"]
-
 #: The score of a class no client's rows trained: finite (it travels in a head's message)
 #: and far below any score, so the class is never predicted.
 UNSCORED = -1e30

@@ -23,8 +23,6 @@ from ..wire import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, check_psd_up_to_rounding, read_array
 from ._covariance_forms import covariance_factor
 
-__all__ = ["ClassMixture", "ClassMixtures", "ImpliedMoments"]
-
 
 class ImpliedMoments(NamedTuple):
     """What a head's statistics imply of the client's rows, to check against its summary.
@@ -133,12 +131,10 @@ class ClassMixture:
         """
         if self.covariance_type == "full":
             return self.covariances
+        m = self.means.shape[1]
         if self.covariance_type == "lowrank":
             W, d = self.covariances[:, :, :-1], self.covariances[:, :, -1]
-            full = W @ W.swapaxes(1, 2)
-            full[:, np.arange(W.shape[1]), np.arange(W.shape[1])] += d
-            return full
-        m = self.means.shape[1]
+            return W @ W.swapaxes(1, 2) + d[:, :, None] * np.eye(m)
         variances = np.broadcast_to(self.covariances, (self.covariances.shape[0], m))
         return variances[:, :, None] * np.eye(m)
 

@@ -17,8 +17,6 @@ from .fedavg import OneShotFedAvgClassifier
 from .fedcgs import FedCGSClassifier
 from .fedpft import FedPFTClassifier
 
-__all__ = ["HEADS", "head_class", "make_head"]
-
 #: The built-in heads by the names the paper and the command line use.
 HEADS: dict[str, type[OneShotHead]] = {
     "O-FedAvg": OneShotFedAvgClassifier,

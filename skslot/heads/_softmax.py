@@ -14,8 +14,6 @@ import scipy.optimize
 from scipy.special import log_softmax
 from sklearn.exceptions import ConvergenceWarning
 
-__all__ = ["RESCALE_ABOVE", "fit_softmax_regression", "softmax_objective"]
-
 #: Features whose root-mean-square entry exceeds this are solved in rescaled coordinates.
 RESCALE_ABOVE = 1e3
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from .._linalg import is_positive_definite, symmetric_from_upper, symmetrize, upper_triangle
 from .._moments import ShiftedMoments
+from .._param_validation import Interval
 from .._validation import check_option
 from ..defaults import COVARIANCE_FLOOR
 from ..gaussian import GaussianSummary
@@ -28,8 +29,6 @@ from ..maps import GaussianMap
 from ..wire import StatisticsFormatError
 from ..wire.arrays import ArrayMessage, check_psd_up_to_rounding, read_array, read_sample_count
 from ._mixtures import ImpliedMoments
-
-__all__ = ["ClassStatistics", "between_class_scatter"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,12 +92,11 @@ class ClassStatistics:
         ClassStatistics
         """
         counts, sums = class_sums(X, y, classes)
-        counts = counts.astype(np.float64)
         moments = ShiftedMoments.from_rows(X, fourth_order=False)
         # exactly symmetric, as the server decodes it from the upper triangle: a summary
         # derived from these statistics (:meth:`summary`) is the same on both sides
         moments = ShiftedMoments(moments.n, moments.shift, moments.s1, symmetrize(moments.gram))
-        return cls(classes, counts, sums, moments)
+        return cls(classes, counts.astype(np.float64), sums, moments)
 
     @classmethod
     def combine(cls, parts: Sequence[ClassStatistics]) -> ClassStatistics:
@@ -421,11 +419,7 @@ class ClassStatistics:
         StatisticsFormatError
             If the shrinkage is not in ``[0, 1]`` or the statistics hold fewer than 2 rows.
         """
-        if (
-            isinstance(shrinkage, bool)
-            or not isinstance(shrinkage, Real)
-            or not 0.0 <= shrinkage <= 1.0  # NaN fails too
-        ):
+        if not Interval(Real, 0.0, 1.0, closed="both").is_satisfied_by(shrinkage):  # NaN fails
             raise StatisticsFormatError(f"the shrinkage must be in [0, 1], got {shrinkage!r}")
         n = int(self.moments.n)
         if n < 2:

@@ -9,6 +9,7 @@ from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
+from sklearn.utils import check_random_state
 
 from .._param_validation import Interval, Options
 from .._validation import client_weights
@@ -330,11 +331,8 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
             ``random_state`` (0 when it is ``None``; a ``RandomState``
             instance is copied, not advanced), the intercepts last.
         """
-        state = self.random_state
-        if isinstance(state, np.random.RandomState):  # its current state, left unconsumed
-            rng = copy.deepcopy(state)
-        else:
-            rng = np.random.RandomState(state if state is not None else 0)
+        state = 0 if self.random_state is None else self.random_state
+        rng = copy.deepcopy(check_random_state(state))  # an instance's state, left unconsumed
         return self.init_scale * rng.normal(size=(n_classes, n_features + 1))
 
     def _client_statistics(
@@ -388,9 +386,8 @@ class OneShotFedAvgClassifier(LinearHeadMixin, OneShotHead):
         weights' class mix) is added to the intercepts.  A class no client
         discriminates gets the intercept :data:`UNSCORED`.
         """
-        for update in statistics:
-            if not np.array_equal(update.classes, classes):
-                raise ValueError("client heads use a different class set than the server")
+        if any(not np.array_equal(update.classes, classes) for update in statistics):
+            raise ValueError("client heads use a different class set than the server")
         held = [u.class_rows is not None for u in statistics]
         if any(held) and not all(held):
             raise ValueError("some client heads span the held classes only, others all classes")

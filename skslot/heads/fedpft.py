@@ -21,7 +21,7 @@ from ._base import OneShotHead
 from ._covariance_forms import low_rank_plus_diagonal
 from ._fitting import STATISTICS
 from ._linear_scores import UNSCORED
-from ._mixtures import ClassMixture, ClassMixtures, _as_python, _as_transmitted
+from ._mixtures import ClassMixture, ClassMixtures, _as_python, _as_transmitted, _covariance_shape
 
 __all__ = ["ClassMixture", "ClassMixtures", "FedPFTClassifier"]
 
@@ -280,10 +280,8 @@ class FedPFTClassifier(OneShotHead):
             reg_covar=self.reg_covar,
             random_state=seed,
         ).fit(rows)
-        covariances = gm.covariances_
-        if self.covariance_type == "spherical":
-            covariances = covariances[:, None]
-        return gm.weights_, gm.means_, covariances
+        shape = _covariance_shape(self.covariance_type, n_components, rows.shape[1])
+        return gm.weights_, gm.means_, gm.covariances_.reshape(shape)  # spherical: (k, 1)
 
     def _gaussian(
         self, mean: np.ndarray, spread: np.ndarray, *, rows: bool
@@ -291,12 +289,11 @@ class FedPFTClassifier(OneShotHead):
         """One component of mean ``mean`` and the covariance of ``spread``, the centred rows
         (``rows``) or the covariance itself, in the form of ``covariance_type``, plus
         ``reg_covar``."""
-        kind, reg = self.covariance_type, self.reg_covar
+        kind, reg, m = self.covariance_type, self.reg_covar, mean.shape[0]
         if kind == "lowrank":
-            form = low_rank_plus_diagonal(spread, self._rank(mean.shape[0]), reg, rows=rows)
+            form = low_rank_plus_diagonal(spread, self._rank(m), reg, rows=rows)
         elif kind == "full":
-            form = spread.T @ spread / spread.shape[0] if rows else spread.copy()
-            form.flat[:: form.shape[0] + 1] += reg
+            form = (spread.T @ spread / spread.shape[0] if rows else spread) + reg * np.eye(m)
         else:
             form = ((spread**2).mean(axis=0) if rows else np.diagonal(spread)) + reg
             if kind == "spherical":
@@ -334,8 +331,7 @@ class FedPFTClassifier(OneShotHead):
         drawn = self._synthetic_rows(statistics, classes, maps)
         if not drawn:
             raise ValueError("no client sent any class mixture (too few rows per class)")
-        X_syn = np.vstack([X for X, _ in drawn])
-        y_syn = np.concatenate([y for _, y in drawn])
+        X_syn, y_syn = (np.concatenate(part) for part in zip(*drawn, strict=True))
         if np.unique(y_syn).shape[0] < 2:
             raise ValueError(
                 "the clients' mixtures cover fewer than 2 classes; lower min_samples_per_class"
@@ -369,15 +365,13 @@ class FedPFTClassifier(OneShotHead):
                 f"FedPFT's server classifier {type(est).__name__} has no coef_ and intercept_; "
                 "only a linear one can be exported as linear scores"
             )
-        coef, intercept = np.atleast_2d(est.coef_), np.atleast_1d(est.intercept_)
-        if coef.shape[0] == 1:  # binary: scores (0, d) as in _scores
-            coef = np.vstack([np.zeros_like(coef), coef])
-            intercept = np.concatenate([[0.0], intercept])
-        full_coef = np.zeros((self.classes_.shape[0], coef.shape[1]))
-        full_intercept = np.full(self.classes_.shape[0], UNSCORED)
-        full_coef[self._columns] = coef
-        full_intercept[self._columns] = intercept
-        return full_coef, full_intercept
+        Wb = np.column_stack([np.atleast_2d(est.coef_), np.atleast_1d(est.intercept_)])
+        if Wb.shape[0] == 1:  # binary: scores (0, d) as in _scores
+            Wb = np.vstack([np.zeros_like(Wb), Wb])
+        full = np.zeros((self.classes_.shape[0], Wb.shape[1]))
+        full[:, -1] = UNSCORED  # a class the classifier never saw
+        full[self._columns] = Wb
+        return full[:, :-1].copy(), full[:, -1].copy()
 
     def _scores(self, X: np.ndarray) -> np.ndarray:
         est = self.estimator_
