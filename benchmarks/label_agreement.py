@@ -59,18 +59,27 @@ def main() -> None:
     X = data.X @ digits_projection()
     print(__doc__.split("\n\n")[0].replace('"""', "# ", 1).splitlines()[0].lstrip("# "))
     print()
-    print("Agreement of each client's class means with the head without it (mean over seeds "
-          "[min, max]); client 0 flipped in the last column.")
+    print(
+        "Agreement of each client's class means with the head without it (mean over seeds "
+        "[min, max]); client 0 flipped in the last column."
+    )
     print()
-    print("| clients per domain | alpha | head | honest, client 0 | honest, lowest of the "
-          "others | client 0 flipped |")
+    print(
+        "| clients per domain | alpha | head | honest, client 0 | honest, lowest of the "
+        "others | client 0 flipped |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for per_domain in (1, 2):
         for alpha in (0.1, None):
             rows = {"FedCGS": [], "FedPFT": []}
             for seed in SEEDS:
-                part = dirichlet_partition(data.y, data.domain, alpha=alpha,
-                                           clients_per_domain=per_domain, random_state=seed)
+                part = dirichlet_partition(
+                    data.y,
+                    data.domain,
+                    alpha=alpha,
+                    clients_per_domain=per_domain,
+                    random_state=seed,
+                )
                 Xt, yt, ct = X[part.train_index], data.y[part.train_index], part.train_client
                 for name, head in (("FedCGS", FedCGSClassifier), ("FedPFT", FedPFTClassifier)):
                     found = []

@@ -99,9 +99,7 @@ def test_barycenter_is_equivariant_under_rotation_and_scaling(problem, log_scale
     a = BuresBarycenter(tol=1e-11, max_iter=1000).fit(summaries)
     b = BuresBarycenter(tol=1e-11, max_iter=1000).fit(moved)
     assert relative(b.covariance_, c**2 * Q @ a.covariance_ @ Q.T) <= 1e-8
-    for (_, Ta), (_, Tb) in zip(
-        a.maps().items(), b.maps().items(), strict=True
-    ):
+    for (_, Ta), (_, Tb) in zip(a.maps().items(), b.maps().items(), strict=True):
         assert relative(Tb.linear, Q @ Ta.linear @ Q.T) <= 1e-7
 
 
