@@ -336,7 +336,8 @@ class ClientMixMixin:
         federation = self._federation_mix()
         if federation is None or client is None:
             return scores
-        rows = row_clients(client, scores.shape[0])
+        labels, codes = check_client_labels(client, scores.shape[0])
+        rows = np.asarray(labels, dtype=object)[codes]  # each row's client label
         shifts = prior_shifts(rows, self.client_class_counts_, federation, self._embedded_prior())
         return scores + shifts
 
@@ -460,9 +461,3 @@ class ClientPriorClassifier(
         check_is_fitted(self, "estimator_")
         with np.errstate(divide="ignore"):
             return np.log(self.estimator_.predict_proba(X))
-
-
-def row_clients(client: Any, n_samples: int) -> np.ndarray:
-    """Each row's client label as an array (one label broadcast to every row)."""
-    labels, codes = check_client_labels(client, n_samples)
-    return np.asarray(labels, dtype=object)[codes] if len(labels) else np.empty(0, object)

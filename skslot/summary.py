@@ -233,7 +233,8 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
     def _client_moments(
         self, X: Any, y: Any, client: Any, *, reset: bool, ensure_min_samples: int = 1
     ) -> dict[Any, ShiftedMoments]:
-        """The rows checked and reduced to moments per group (:meth:`_groups`), in one pass.
+        """The rows checked and reduced to moments per group (a client, or a cell of
+        :meth:`_cells`), in one pass.
 
         The finiteness and feature-scale checks come out of the moments pass:
         it bounds the rows' largest magnitude (:class:`~skslot._moments.RowMagnitude`),
@@ -241,7 +242,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         checked exactly, with the errors (and the state left behind) of
         checking them before the pass.
         """
-        client, keys = self._groups(X, y, client)
+        cells = self._cells(X, y, client)  # checked before the rows, as the rows' labels
         X = check_rows(
             self, X, reset=reset, ensure_min_samples=ensure_min_samples, ensure_all_finite=False
         )
@@ -253,7 +254,7 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
             check_feature_scale(X)
 
         try:
-            labels, codes = check_client_labels(client, X.shape[0])
+            labels, codes = cells or check_client_labels(client, X.shape[0])
         except ValueError:  # the rows' own errors come first, as when checked before
             check_exactly()
             raise
@@ -281,8 +282,6 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         magnitude = RowMagnitude.join([row_magnitude for _, row_magnitude in passes])
         if not magnitude.within(*FEATURE_RANGE):
             check_exactly()
-        if keys is not None:  # group codes, to their cells
-            labels = [keys[code] for code in labels]
         return dict(zip(labels, (moments for moments, _ in passes), strict=True))
 
     def _finalise(self, labels: list) -> None:
@@ -414,15 +413,12 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
             "form='dense'"
         )
 
-    def _groups(self, X: Any, y: Any, client: Any) -> tuple[Any, list | None]:
-        """The rows' groups: their clients, or with ``covariance="within"`` (client, class) cells.
-
-        Returns the group labels of the rows, and with ``covariance="within"``
-        the cell ``(client, class)`` of each group code (``None`` otherwise):
-        the moments of a cell are kept under it.
-        """
+    def _cells(self, X: Any, y: Any, client: Any) -> tuple[list, np.ndarray] | None:
+        """With ``covariance="within"``, the rows' ``(client, class)`` cells and each row's
+        index into them (the moments of a cell are kept under it); ``None`` otherwise (the
+        rows are grouped by their clients)."""
         if self.covariance == "total":
-            return client, None
+            return None
         if y is None:
             raise ValueError(
                 f"{type(self).__name__}(covariance='within') summarises class-centred rows: "
@@ -436,7 +432,8 @@ class GaussianSummaryEstimator(DocLinkMixin, ParameterValidationMixin, BaseEstim
         pairs, pair_of_row = np.unique(
             np.column_stack([codes, class_codes.ravel()]), axis=0, return_inverse=True
         )
-        return pair_of_row.ravel(), [(labels[i], classes[j].item()) for i, j in pairs.tolist()]
+        cells = [(labels[i], classes[j].item()) for i, j in pairs.tolist()]
+        return cells, pair_of_row.ravel()
 
     def _clients_in(self, keys: Any) -> list:
         """The clients the moments under ``keys`` belong to (a cell names its client first)."""

@@ -163,10 +163,10 @@ class FederatedTauSearch(
     __metadata_request__decision_function = {"client": True}
     __metadata_request__score = {"client": True}
 
-    #: The search's own parameters; those of the protocol it runs (``head``, ``taus``,
-    #: ``head_grid``, ``validation_fraction``, ``selection_rule``, ``refit``,
-    #: ``random_state``) are :class:`~skslot.protocol.OneShotProtocol`'s, checked once
-    #: when ``fit`` builds it.
+    #: The search's own parameters; the others (``head``, ``taus``, ``head_grid``,
+    #: ``validation_fraction``, ``selection_rule``, ``refit``, ``random_state``) are those of
+    #: the :class:`~skslot.protocol.OneShotProtocol` it runs, passed on by name and checked
+    #: once when ``fit`` builds it.
     _parameter_constraints: ClassVar[dict] = {
         "slot": [HasMethods(["fit", "transform"]), None],  # a (frozen) SLOTTransformer
         "unknown_client": [Options(UNKNOWN_CLIENT)],
@@ -225,16 +225,11 @@ class FederatedTauSearch(
             reference: ReferenceStep = FixedReference(slot.reference_, fixed_maps, slot.n_iter_)
         else:
             reference = ReferenceStep(slot.barycenter_estimator())
+        params = self.get_params(deep=False)
         protocol = OneShotProtocol(
-            self.head,
+            **{k: v for k, v in params.items() if k not in self._parameter_constraints},
             tau="auto",
-            taus=self.taus,
-            head_grid=self.head_grid,
-            validation_fraction=self.validation_fraction,
-            selection_rule=self.selection_rule,
-            refit=self.refit,
             reference=reference,
-            random_state=self.random_state,
             evaluate=False,
             client_tau=slot.client_tau,
             summary_covariance=slot.covariance,
@@ -270,8 +265,7 @@ class FederatedTauSearch(
         if rejected:  # in process, the clients' own uploads: a bug, never expected
             raise RuntimeError(f"the protocol rejected clients' uploads: {rejected}")
         selection = result.selection
-        if selection is None:  # tau="auto": the federation chose
-            raise RuntimeError("the federated search returned no choice")
+        assert selection is not None  # tau="auto": the federation chose
         # each client's map, as a deployed client computes it from the reference it received
         summaries = {
             label: slot.summaries_[label] if frozen else parties[label].state.summary
@@ -281,11 +275,12 @@ class FederatedTauSearch(
         # destination: its domain offset is its mean less that destination
         offsets = None
         if protocol.label_mix == "client" and not frozen:
-            offsets = {}
-            for label in labels:
-                received, summary = parties[label].state.reference, summaries[label]
-                if received is not None and summary is not None:  # left out before it
-                    offsets[label] = summary.mean - received.mean
+            states = {label: parties[label].state for label in labels}
+            offsets = {  # of the clients not left out before they received the reference
+                label: state.summary.mean - state.reference.mean
+                for label, state in states.items()
+                if state.reference is not None and state.summary is not None
+            }
         self.slot_ = SLOTTransformer.from_reference(
             result.reference,
             summaries,
