@@ -123,31 +123,25 @@ def _import(module: str, path: str, extra: str) -> Any:
         raise ImportError(f"reading {path} needs {module}: pip install 'skslot[{extra}]'") from None
 
 
-def _read_csv(path: str) -> Any:
-    pd = _import("pandas", path, "tables")
-    # every float written with repr (pandas' to_csv does) must read back exactly: the
-    # round-trip converter, pandas' only one from 3.1 (where the option is deprecated)
-    version = re.match(r"(\d+)\.(\d+)", pd.__version__)
-    exact = (
-        {}
-        if version and (int(version[1]), int(version[2])) >= (3, 1)
-        else {"float_precision": "round_trip"}
-    )
-    try:  # read whole, so a column's type is the whole column's (no chunked guesses)
-        return pd.read_csv(path, low_memory=False, **exact)
+def _read_frame(path: str, kind: str) -> Any:
+    """The rows of a ``.csv`` or ``.parquet`` file, read whole, as a DataFrame."""
+    pd = _import("pandas", path, "tables" if kind == "csv" else "parquet")
+    try:
+        if kind == "parquet":
+            _import("pyarrow", path, "parquet")
+            return pd.read_parquet(path, engine="pyarrow")
+        # every float written with repr (pandas' to_csv does) must read back exactly: the
+        # round-trip converter, pandas' only one from 3.1 (where the option is deprecated)
+        version = re.match(r"(\d+)\.(\d+)", pd.__version__)
+        exact = version and (int(version[1]), int(version[2])) >= (3, 1)
+        options = {} if exact else {"float_precision": "round_trip"}
+        # read whole, so a column's type is the whole column's (no chunked guesses)
+        return pd.read_csv(path, low_memory=False, **options)
     except pd.errors.EmptyDataError:
         raise ValueError(f"{path}: empty file (no header, no rows)") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as exc:
-        raise ValueError(f"{path}: not a readable CSV file ({first_line(exc)})") from None
-
-
-def _read_parquet(path: str) -> Any:
-    pd = _import("pandas", path, "parquet")
-    _import("pyarrow", path, "parquet")
-    try:
-        return pd.read_parquet(path, engine="pyarrow")
-    except (ValueError, OSError) as exc:
-        raise ValueError(f"{path}: not a readable Parquet file ({first_line(exc)})") from None
+    except (ValueError, OSError) as exc:  # a parser's, a decoder's or Arrow's error
+        what = "CSV" if kind == "csv" else "Parquet"
+        raise ValueError(f"{path}: not a readable {what} file ({first_line(exc)})") from None
 
 
 def load_table(
@@ -252,7 +246,7 @@ def load_table(
         raise FileNotFoundError(f"{path}: no such file")
     if kind == "npz":
         return _from_npz(path, label, client, features, split, name, finite)
-    frame = _read_csv(path) if kind == "csv" else _read_parquet(path)
+    frame = _read_frame(path, kind)
     base = os.path.basename(path)
     name = name or base.split(".")[0] or base  # the file name without extensions
     return _from_frame(frame, path, label, client, features, split, name, finite)

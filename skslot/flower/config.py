@@ -31,7 +31,7 @@ from .groups import (
     ProtocolSettings,
     RunSettings,
 )
-from .settings import Setting, SettingsGroup
+from .settings import Setting, SettingsGroup, naming
 
 __all__ = ["DeploymentConfig"]
 
@@ -179,20 +179,16 @@ class DeploymentConfig(SettingsGroup):
         protocol; the clients' own (their summary, a private summary beside
         a head's statistics) here.
         """
-        try:
+        with naming(
+            "(run-config keys 'head', 'head-params', 'head-grid', 'tau', 'epsilon', 'screen' and "
+            "'summary-covariance')"
+        ):
             self.protocol()
-        except ValueError as exc:
-            raise ValueError(
-                f"{exc} (run-config keys 'head', 'head-params', 'head-grid', 'tau', "
-                "'epsilon', 'screen' and 'summary-covariance')"
-            ) from None
-        try:
+        with naming(
+            "(run-config keys 'summary-covariance', 'summary-form', 'epsilon', 'delta' and "
+            "'clip-norm')"
+        ):
             self.summary_estimator()._validate_params()
-        except ValueError as exc:
-            raise ValueError(
-                f"{exc} (run-config keys 'summary-covariance', 'summary-form', 'epsilon', 'delta' "
-                "and 'clip-norm')"
-            ) from None
         if self.epsilon is not None and self.summary_form == "low-rank":
             raise ValueError(
                 "summary-form 'low-rank' holds exact summaries, but a private run releases "

@@ -22,7 +22,7 @@ from ..protocol import OneShotProtocol
 from ..selection import DEFAULT_TAUS, check_tau_grid
 from ..summary import GaussianSummaryEstimator
 from ..wire.summary_codec import SUMMARY_DTYPES
-from .settings import SettingsGroup, declare, declared, owned
+from .settings import SettingsGroup, declare, declared, naming, owned
 
 __all__ = [
     "AlignmentSettings",
@@ -137,14 +137,10 @@ class ProtocolSettings(SettingsGroup):
     client_batch: int = declare(0, low=0)
 
     def _check_together(self) -> None:
-        try:
+        with naming(self.setting("head").where):
             head_class(self.head)
-        except ValueError as exc:
-            raise ValueError(f"{exc} {self.setting('head').where}") from None
-        try:
+        with naming(self.setting("head_params").where):
             self.make_head()
-        except ValueError as exc:
-            raise ValueError(f"{exc} {self.setting('head_params').where}") from None
 
     def make_head(self) -> OneShotHead:
         """The run's head, with its parameters (:func:`skslot.heads.make_head`).

@@ -12,6 +12,7 @@ those are :mod:`skslot.flower.groups`'.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import itertools
 import json
@@ -20,7 +21,7 @@ import re
 import sys
 import textwrap
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from numbers import Integral, Real
 from typing import Any, ClassVar, TypeVar
@@ -29,7 +30,7 @@ import numpy as np
 
 from .._param_validation import Interval, Options
 
-__all__ = ["Setting", "SettingsGroup", "declare", "declared", "owned"]
+__all__ = ["Setting", "SettingsGroup", "declare", "declared", "naming", "owned"]
 
 #: The key of a setting's declaration in its field's metadata.
 _SETTING = "skslot.setting"
@@ -183,10 +184,8 @@ class Setting:
             one_bound = self.kind is float and (self.low is None) != (self.high is None)
             raise self._error(f"a number{self._words()}" if one_bound else self.allowed, value)
         if self.decode is not None:
-            try:
+            with naming(self.where):
                 self.decode(self.name, value)
-            except ValueError as exc:
-                raise ValueError(f"{exc} {self.where}") from None
         return self.kind(value)
 
     def from_text(self, text: str) -> Any:
@@ -253,8 +252,7 @@ class Setting:
         if self.options or self.kind is bool:
             return "{" + ",".join(self.options or ("true", "false")) + "}"
         words = (*self.words, *(("none",) if self.nullable else ()))
-        kind = {int: "INT", float: "NUMBER"}.get(self.kind, "TEXT")
-        return "|".join((kind, *words))
+        return "|".join(({int: "INT", float: "NUMBER"}.get(self.kind, "TEXT"), *words))
 
     def add_option(
         self, parser: Any, dest: str = "", *, default: Any = _UNSET, check: bool = False
@@ -330,6 +328,25 @@ class Setting:
         return low and high and not (self.nonzero and value == 0)
 
 
+@contextlib.contextmanager
+def naming(where: str) -> Iterator[None]:
+    """A context in which a ``ValueError`` gets ``where`` (its run-config keys) after its message.
+
+    Parameters
+    ----------
+    where : str
+        What to append, such as ``"(run-config key 'head')"``.
+
+    Yields
+    ------
+    None
+    """
+    try:
+        yield
+    except ValueError as exc:
+        raise ValueError(f"{exc} {where}") from None
+
+
 def declare(default: Any, help: str | None = None, **declaration: Any) -> Any:
     """A group's dataclass field that declares a setting.
 
@@ -391,8 +408,7 @@ def owned(owner: type, parameter: str, *, default: Any = _UNSET) -> Any:
     signature = inspect.signature(owner)
     if parameter not in signature.parameters:
         raise TypeError(f"{owner.__name__} has no parameter {parameter!r}")
-    if default is _UNSET:
-        default = signature.parameters[parameter].default
+    default = signature.parameters[parameter].default if default is _UNSET else default
     help, details = _described(_parameter_doc(owner, parameter))
     declared: dict[str, Any] = {
         "help": help,
@@ -514,13 +530,11 @@ def declared(cls: type[_PartT]) -> type[_PartT]:
     hints = typing.get_type_hints(cls)
     declared = []
     for f in fields(cls):
+        declaration = dict(f.metadata[_SETTING])
         kinds = set(typing.get_args(hints[f.name])) or {hints[f.name]}
         nullable = type(None) in kinds
-        kinds.discard(type(None))
-        if len(kinds) == 2 and str in kinds and f.metadata[_SETTING].get("words"):
-            kinds.discard(str)
-        (kind,) = kinds
-        declaration = dict(f.metadata[_SETTING])
+        # a number that also takes words (``float | str``) is a number
+        (kind,) = kinds - {type(None)} - ({str} if declaration.get("words") else set())
         if "help" not in declaration:
             declaration["help"], declaration["details"] = _described(_parameter_doc(cls, f.name))
         declared.append(Setting(f.name, kind, f.default, nullable=nullable, **declaration))

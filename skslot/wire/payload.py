@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import TypeVar
 
 import numpy as np
 
@@ -28,7 +28,8 @@ __all__ = ["ConfigValue", "Payload", "ReceivedPayload"]
 ConfigValue = int | float | str | bytes | list
 
 _T = TypeVar("_T")
-_U = TypeVar("_U")
+#: A type, or a tuple of types, that a received value must be an instance of.
+_Kind = type[_T] | tuple[type[_T], ...]
 
 
 @dataclass
@@ -108,11 +109,7 @@ class ReceivedPayload:
         """
         return key in self.config
 
-    @overload
-    def value(self, key: str, kind: type[_T]) -> _T: ...
-    @overload
-    def value(self, key: str, kind: tuple[type[_T], type[_U]]) -> _T | _U: ...
-    def value(self, key: str, kind: type | tuple[type, ...]) -> Any:
+    def value(self, key: str, kind: _Kind[_T]) -> _T:
         """The setting ``key``, checked to be of type ``kind`` (never a boolean).
 
         Parameters
@@ -132,11 +129,7 @@ class ReceivedPayload:
         """
         return _typed(self.config, key, kind)
 
-    @overload
-    def optional(self, key: str, kind: type[_T]) -> _T | None: ...
-    @overload
-    def optional(self, key: str, kind: tuple[type[_T], type[_U]]) -> _T | _U | None: ...
-    def optional(self, key: str, kind: type | tuple[type, ...]) -> Any:
+    def optional(self, key: str, kind: _Kind[_T]) -> _T | None:
         """The setting ``key`` of type ``kind``, or ``None`` where the message lacks it.
 
         Parameters
@@ -240,11 +233,7 @@ class ReceivedPayload:
             out[int(index)][part] = value
         return out
 
-    @overload
-    def metric(self, name: str, key: str, kind: type[_T]) -> _T: ...
-    @overload
-    def metric(self, name: str, key: str, kind: tuple[type[_T], type[_U]]) -> _T | _U: ...
-    def metric(self, name: str, key: str, kind: type | tuple[type, ...]) -> Any:
+    def metric(self, name: str, key: str, kind: _Kind[_T]) -> _T:
         """The count ``key`` of the metrics group ``name``, of type ``kind``.
 
         Parameters
@@ -281,7 +270,7 @@ def array_list(messages: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.nda
     return {f"{i}.{name}": a for i, message in enumerate(messages) for name, a in message.items()}
 
 
-def _typed(record: Mapping[str, object], key: str, kind: type | tuple[type, ...]) -> Any:
+def _typed(record: Mapping[str, object], key: str, kind: _Kind[_T]) -> _T:
     if key not in record:
         raise MessageFormatError(f"message lacks {key!r}")
     value = record[key]
