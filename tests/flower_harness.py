@@ -241,8 +241,7 @@ def own_summary(reply: Message) -> GaussianSummary:
     arrays = {n: a.numpy() for n, a in record.items()}
     C, m = arrays["sums"].shape
     fitting = ClassStatistics.from_arrays(arrays, classes=np.arange(C), n_features=m)
-    return FedCGSClassifier().strategy.derived_summary(  # of the fitting rows
-        fitting,
+    return fitting.summary(  # of the fitting rows
         config["shrinkage"],
         covariance="total",
         covariance_floor=1e-8,

@@ -217,8 +217,7 @@ def test_the_fedcgs_summary_is_derived_exactly_from_the_statistics(rows, covaria
     fitting, validation = (
         FedCGSClassifier().client_statistics(X[h], y[h], CLASSES) for h in halves
     )
-    derived = FedCGSClassifier().strategy.derived_summary(
-        fitting.merge(validation),
+    derived = fitting.merge(validation).summary(
         direct.shrinkage,
         covariance=covariance,
         covariance_floor=1e-8,
@@ -252,9 +251,7 @@ def test_the_shrinkage_a_fedcgs_client_announces_is_ledoit_wolfs(rows, covarianc
     fitting, validation = (
         FedCGSClassifier().client_statistics(X[h], y[h], CLASSES) for h in halves
     )
-    found = FedCGSClassifier().strategy.derived_shrinkage(
-        fitting.merge(validation), X, y, covariance=covariance
-    )
+    found = fitting.merge(validation).ledoit_wolf_shrinkage(X, y, covariance=covariance)
     np.testing.assert_allclose(found, expected, rtol=1e-8)
     assert 0.0 < found < 1.0
     # the rows in another order are the same rows; other rows are refused

@@ -30,7 +30,6 @@ from sklearn.base import clone
 from ..maps import GaussianMap
 
 if TYPE_CHECKING:
-    from ..gaussian import GaussianSummary
     from ..selection import Candidate
 
 #: What a client sends in place of the head's statistics of its rows ``(X, y, classes)``: a
@@ -326,30 +325,9 @@ class HeadStrategy:
     #: Whether the clients train local heads on aligned rows (the ``updates`` stages).
     trains_locally: bool = False
     #: Whether the statistics determine the client's summary: the client then sends its
-    #: shrinkage instead of a summary, and both sides derive it (:meth:`derived_summary`).
+    #: shrinkage instead of a summary, and both sides derive it
+    #: (:meth:`~skslot.heads.ClassStatistics.summary`).
     derives_summary: bool = False
-
-    def derived_summary(
-        self,
-        fitting: Any,
-        shrinkage: float,
-        *,
-        covariance: str,
-        covariance_floor: float,
-        client: int | str | None,
-    ) -> GaussianSummary:
-        """Client and server: the summary of a client's fitting rows, from their statistics
-        (:meth:`~skslot.heads.ClassStatistics.summary`; where :attr:`derives_summary`)."""
-        return fitting.summary(
-            shrinkage, covariance=covariance, covariance_floor=covariance_floor, client=client
-        )
-
-    def derived_shrinkage(
-        self, fitting: Any, X: np.ndarray, y: np.ndarray, *, covariance: str
-    ) -> float:
-        """Client: the shrinkage it announces, of its fitting rows ``X, y``
-        (:meth:`~skslot.heads.ClassStatistics.ledoit_wolf_shrinkage`)."""
-        return fitting.ledoit_wolf_shrinkage(X, y, covariance=covariance)
 
     def client_upload(
         self,

@@ -34,8 +34,6 @@ from typing import Any
 from ..defaults import LIFETIME_DELTA
 from ._accounting import PrivacyBudgetExceeded
 
-__all__ = ["LifetimeBudget", "run_key"]
-
 
 def run_key(noise_seed: int) -> str:
     """The record's key of one run: a digest of its secret noise seed (never the seed).

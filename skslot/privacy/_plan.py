@@ -30,12 +30,6 @@ import numpy as np
 
 from ._accounting import PrivacyBudgetExceeded
 
-__all__ = [
-    "RequestRefused",
-    "null_rows",
-    "refusal",
-]
-
 #: The client's own log: nothing logged here reaches the server.
 logger = logging.getLogger("skslot.protocol.client")
 

@@ -84,21 +84,6 @@ from ..heads._statistics import ClassStatistics, between_class_scatter
 from ..ledoit_wolf import oas_shrinkage, shrunk_summary
 from ._summary import psd_projection, symmetric_noise
 
-__all__ = [
-    "CLASS_COUNTS_SENSITIVITY",
-    "CLASS_MOMENTS_SENSITIVITY",
-    "CLASS_STATISTICS_SENSITIVITY",
-    "LOCAL_HEAD_GRADIENT_TOL",
-    "LOCAL_HEAD_SENSITIVITY",
-    "ClassMoments",
-    "certified_descent",
-    "private_class_counts",
-    "private_class_moments",
-    "private_class_statistics",
-    "private_local_head",
-    "rounded_counts",
-]
-
 #: Replace-one L2 sensitivity of (class sums, class counts, upper(G)) of rows in the unit ball.
 CLASS_STATISTICS_SENSITIVITY = math.sqrt(6.0)
 #: Replace-one L2 sensitivity of (class sums, class counts, each class's upper(G_c)).

@@ -62,17 +62,6 @@ from ..defaults import COVARIANCE_FLOOR
 from ..gaussian import GaussianSummary
 from ..ledoit_wolf import oas_shrinkage, shrunk_summary
 
-__all__ = [
-    "SUMMARY_SENSITIVITY",
-    "PrivacyWarning",
-    "noise_seed",
-    "noisy_moments",
-    "private_covariance_problem",
-    "private_summary",
-    "psd_projection",
-]
-
-
 #: L2 sensitivity of ``(s1, upper(G))`` of rows in the unit ball, under replace-one.
 SUMMARY_SENSITIVITY = 3.0 / math.sqrt(2.0)
 

@@ -213,8 +213,7 @@ class ExactRelease:
         -------
         float
         """
-        strategy = self.party.head.strategy
-        return strategy.derived_shrinkage(fitting, X, y, covariance=covariance)
+        return fitting.ledoit_wolf_shrinkage(X, y, covariance=covariance)
 
     def summary(self, fitting: Any, request: UploadRequest) -> GaussianSummary:
         """The summary of the client's fitting rows.

@@ -323,8 +323,7 @@ def collect(run: RunState) -> None:
             why = account.shrinkage_problem(upload, covariance)
         if why is None and derives:
             try:
-                summary = strategy.derived_summary(
-                    upload.statistics,
+                summary = upload.statistics.summary(
                     upload.shrinkage,
                     covariance=covariance,
                     covariance_floor=settings.covariance_floor,
@@ -410,8 +409,7 @@ class UploadStage(UploadCodec):
         )
         if derived:  # derived afresh from this upload's statistics
             shrinkage = release.shrinkage(fitting, X_fit, y_fit, request.summary_covariance)
-            state.summary = strategy.derived_summary(
-                fitting,
+            state.summary = fitting.summary(
                 shrinkage,
                 covariance=request.summary_covariance,
                 covariance_floor=request.covariance_floor,
