@@ -318,7 +318,7 @@ class RunState:
         # the capped weights where some client's is capped, else the pooled counts
         return label_shift_distances(self.roster.class_counts(order), weights if capped else None)
 
-    # -- what a head's strategy sees (skslot.heads.ServerSide) ---------------------------
+    # -- what a head's strategy sees (skslot.heads._fitting.ServerSide) -----------------
 
     def statistics(self) -> list:
         """Each accepted client's fitting statistics (weight-capped), in the run's order.
