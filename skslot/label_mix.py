@@ -314,7 +314,9 @@ class ClientMixMixin:
         self.client_class_counts_ = {
             label: class_counts(y[codes == i], classes) for i, label in enumerate(labels)
         }
-        self.class_counts_ = class_counts(y, classes)
+        self.class_counts_ = sum(  # the federation's: its clients' together
+            self.client_class_counts_.values(), np.zeros(classes.shape[0], dtype=np.int64)
+        )
         warn_lone_classes(
             type(self).__name__, self.client_class_counts_, classes, stacklevel=stacklevel + 1
         )

@@ -95,20 +95,23 @@ def inconsistent_statistics(
     n_s = N if n_described is None else int(n_described)
     offset = float(np.linalg.norm(mean - summary.mean))
     slack = rtol * (np.sqrt(trace) + float(np.linalg.norm(summary.mean)))
-    part = n_s < N  # the statistics describe part of the summary's rows
-    if part and n_s <= 0:
-        return None if n_s == 0 else "the statistics describe a negative number of rows"
-    if part:
-        fits = covariance_trace <= (1 + rtol) * trace * N / n_s + trace_error
+    if n_s >= N:
+        if not abs(covariance_trace - trace) <= rtol * trace + trace_error:
+            ratio = covariance_trace / trace
+            return f"the statistics imply a total variance {ratio:.3g} times the summary's"
+        bound = 0.0
     else:
-        fits = abs(covariance_trace - trace) <= rtol * trace + trace_error
-    if not fits:
-        rows = f", more than its {n_s} of {N} rows can have" if part else ""
-        ratio = covariance_trace / trace
-        return f"the statistics imply a total variance {ratio:.3g} times the summary's{rows}"
-    if part and covariance != "total":  # the within-class spread does not bound the means
-        return None
-    bound = float(np.sqrt((N - n_s) / n_s * trace)) if part else 0.0
+        if n_s <= 0:
+            return None if n_s == 0 else "the statistics describe a negative number of rows"
+        if not covariance_trace <= (1 + rtol) * trace * N / n_s + trace_error:
+            ratio = covariance_trace / trace
+            return (
+                f"the statistics imply a total variance {ratio:.3g} times the summary's, "
+                f"more than its {n_s} of {N} rows can have"
+            )
+        if covariance != "total":  # the within-class spread does not bound the means
+            return None
+        bound = float(np.sqrt((N - n_s) / n_s * trace))
     if not offset <= (1 + rtol) * bound + slack:
         return (
             f"the statistics' mean lies {offset / np.sqrt(trace):.3g} standard deviations from "

@@ -193,9 +193,13 @@ class _Stream:
                 self.shown += line
 
     def close(self) -> None:
-        if self.process is not None:
-            self.process.kill()  # nothing if it has ended
-            self.process.wait()
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()  # asked to stop first, killed only if it does not
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
 
 def launch(

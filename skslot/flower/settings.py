@@ -530,11 +530,13 @@ def declared(cls: type[_PartT]) -> type[_PartT]:
     hints = typing.get_type_hints(cls)
     declared = []
     for f in fields(cls):
-        declaration = dict(f.metadata[_SETTING])
         kinds = set(typing.get_args(hints[f.name])) or {hints[f.name]}
         nullable = type(None) in kinds
-        # a number that also takes words (``float | str``) is a number
-        (kind,) = kinds - {type(None)} - ({str} if declaration.get("words") else set())
+        kinds.discard(type(None))
+        if len(kinds) == 2 and str in kinds and f.metadata[_SETTING].get("words"):
+            kinds.discard(str)  # a number that also takes words (``float | str``) is a number
+        (kind,) = kinds
+        declaration = dict(f.metadata[_SETTING])
         if "help" not in declaration:
             declaration["help"], declaration["details"] = _described(_parameter_doc(cls, f.name))
         declared.append(Setting(f.name, kind, f.default, nullable=nullable, **declaration))

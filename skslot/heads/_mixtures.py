@@ -134,7 +134,9 @@ class ClassMixture:
         m = self.means.shape[1]
         if self.covariance_type == "lowrank":
             W, d = self.covariances[:, :, :-1], self.covariances[:, :, -1]
-            return W @ W.swapaxes(1, 2) + d[:, :, None] * np.eye(m)
+            full = W @ W.swapaxes(1, 2)
+            full[:, np.arange(m), np.arange(m)] += d  # in place: no (K, m, m) identity
+            return full
         variances = np.broadcast_to(self.covariances, (self.covariances.shape[0], m))
         return variances[:, :, None] * np.eye(m)
 

@@ -143,8 +143,10 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         ridge = shrinkage * np.trace(S) / m
         if ridge == 0.0 and shrinkage > 0:
             ridge = shrinkage  # all features constant: fall back to an absolute ridge
+        regularised = S.copy()
+        regularised.flat[:: m + 1] += ridge
         try:
-            factor = scipy.linalg.cho_factor(S + ridge * np.eye(m), lower=True, check_finite=False)
+            factor = scipy.linalg.cho_factor(regularised, lower=True, check_finite=False)
         except np.linalg.LinAlgError:
             raise ValueError(
                 f"the shared covariance is singular; increase shrinkage (it is {shrinkage})"
@@ -152,10 +154,11 @@ class FedCGSClassifier(LinearHeadMixin, OneShotHead):
         means = stats.class_means
         coef = scipy.linalg.cho_solve(factor, means.T, check_finite=False).T
         N = stats.counts.sum()
-        # uniform: 1 for each class with rows; either way -inf for a class without
-        prior = stats.counts / N if self.priors == "empirical" else np.sign(stats.counts)
-        with np.errstate(divide="ignore"):
-            log_prior = np.log(prior)
+        if self.priors == "empirical":
+            with np.errstate(divide="ignore"):
+                log_prior = np.log(stats.counts / N)
+        else:
+            log_prior = np.where(stats.counts > 0, 0.0, -np.inf)
         intercept = -0.5 * np.einsum("cm,cm->c", means, coef) + log_prior
         # a class no client has is never predicted (finite, very low score)
         intercept = np.where(np.isfinite(intercept), intercept, UNSCORED)

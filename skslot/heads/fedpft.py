@@ -293,7 +293,8 @@ class FedPFTClassifier(OneShotHead):
         if kind == "lowrank":
             form = low_rank_plus_diagonal(spread, self._rank(m), reg, rows=rows)
         elif kind == "full":
-            form = (spread.T @ spread / spread.shape[0] if rows else spread) + reg * np.eye(m)
+            form = spread.T @ spread / spread.shape[0] if rows else spread.copy()
+            form.flat[:: m + 1] += reg
         else:
             form = ((spread**2).mean(axis=0) if rows else np.diagonal(spread)) + reg
             if kind == "spherical":

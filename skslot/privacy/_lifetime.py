@@ -162,8 +162,10 @@ class LifetimeBudget:
 
 
 def _total(runs: dict[str, Any]) -> tuple[float, float]:
-    epsilons, deltas = zip(*runs.values(), strict=True) if runs else ((), ())
-    return float(sum(epsilons)), float(sum(deltas))
+    return (
+        float(sum(epsilon for epsilon, _ in runs.values())),
+        float(sum(delta for _, delta in runs.values())),
+    )
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -310,9 +310,10 @@ class ClassMoments:
         GaussianSummary
         """
         n = self.n_samples
-        mean, S = self.total()
         if covariance == "within":
-            S = symmetrize(self._within())
+            mean, S = self.counts @ self.means / self.counts.sum(), symmetrize(self._within())
+        else:
+            mean, S = self.total()
         return shrunk_summary(
             n, mean, S, oas_shrinkage(S, n), covariance_floor=covariance_floor, client=client
         )
@@ -463,9 +464,8 @@ def private_local_head(
             )
         if np.linalg.norm(objective(theta.ravel())[1]) <= LOCAL_HEAD_GRADIENT_TOL:
             break
-    # no refusal, whose bit would depend on the data: a descent certain to get there (from
-    # a point L-BFGS left within the tolerance, it returns that point)
-    theta = certified_descent(objective, theta, n_rows=U.shape[0], C=C_units)
+    else:  # no refusal, whose bit would depend on the data: a descent certain to get there
+        theta = certified_descent(objective, theta, n_rows=U.shape[0], C=C_units)
     theta = theta + rng.normal(scale=sigma, size=theta.shape)
     return theta[:, :m] / clip_norm, theta[:, m].copy()
 
@@ -510,7 +510,9 @@ def certified_descent(
     """
     shape, theta = theta.shape, theta.ravel().copy()
     gradient = objective(theta)[1]
-    norm = max(float(np.linalg.norm(gradient)), tol)  # no step where it is within tol
+    norm = float(np.linalg.norm(gradient))
+    if norm <= tol:
+        return theta.reshape(shape)
     step = 1.0 / (n_rows + 1.0 / C)
     rate = -math.log1p(-1.0 / (1.0 + n_rows * C))
     for _ in range(math.ceil(math.log(norm / tol) / rate)):

@@ -132,9 +132,12 @@ class RunState:
         report = self.report
         report.stages.append(stage)
         result = self.transport.exchange(stage, requests)
-        for counted in ("bytes_sent", "bytes_received"):
-            for c, n in getattr(result, counted).items():  # a stage run twice adds up
-                per_stage = getattr(report, counted).setdefault(c, {})
+        for counted, found in (
+            (report.bytes_sent, result.bytes_sent),
+            (report.bytes_received, result.bytes_received),
+        ):
+            for c, n in found.items():  # a stage run twice (a choice made again) adds up
+                per_stage = counted.setdefault(c, {})
                 per_stage[stage] = per_stage.get(stage, 0) + n
         for c, why in result.rejected.items():
             report.reject(stage, c, why)
