@@ -346,8 +346,7 @@ def _weighted_sqrt_sum(covariances: Any, weights: Any, F: Any = None) -> tuple[A
 
 
 def _inner_eigh(covariances: Any, F: Any) -> SymmetricEigh:
-    """Each ``F^T Sigma_k F`` of a stack (or a list of NumPy matrices), decomposed (one batched
-    call)."""
+    """Each ``F^T Sigma_k F`` of a stack, decomposed (one batched call)."""
     return sym_eigh(F.swapaxes(-1, -2) @ covariances @ F)
 
 

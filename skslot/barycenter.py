@@ -36,7 +36,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
-from ._backend import is_tensor
+from ._backend import is_tensor, stack
 from ._barycenter_kernel import (
     INITS,
     SOLVERS,
@@ -321,22 +321,35 @@ class BuresBarycenter(DocLinkMixin, ParameterValidationMixin, BaseEstimator):
         if self.form_ == "low-rank":
             return dict(zip(self.clients_, self._low_rank_maps, strict=True))
         factor, inner = self._result.factor, self._result.inner
-        if inner is None:  # streamed (client_batch set at fit): the covariances decomposed again
-            covariances = [s.to_dense().covariance for s in self.summaries_]
-            # one block if client_batch was unset since by set_params; each task stacks its own
-            batch = len(covariances) if self.client_batch is None else self.client_batch
-            tasks = [(covariances[r], factor) for r in _client_blocks(len(covariances), batch)]
-            parts = _in_parallel(_inner_eigh, tasks, self.n_jobs)
-            inner = [part.select(j) for part in parts for j in range(len(part.eigenvalues))]
-        return {
-            label: GaussianMap.from_factors(factor, decomposition, s.mean, self.mean_)
-            for label, s, decomposition in zip(self.clients_, self.summaries_, inner, strict=True)
-        }
+        if inner is not None:
+            return {
+                label: GaussianMap.from_factors(factor, decomposition, s.mean, self.mean_)
+                for label, s, decomposition in zip(
+                    self.clients_, self.summaries_, inner, strict=True
+                )
+            }
+
+        summaries = [s.to_dense() for s in self.summaries_]  # the covariances, decomposed again
+        # streamed (client_batch set at fit); one block if it was unset since by set_params
+        batch = len(summaries) if self.client_batch is None else self.client_batch
+        blocks = _client_blocks(len(summaries), batch)
+        tasks = [(factor, self.mean_, summaries[rows]) for rows in blocks]
+        parts = _in_parallel(_maps_onto, tasks, self.n_jobs)
+        return dict(zip(self.clients_, (m for part in parts for m in part), strict=True))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.required = False
         return tags
+
+
+def _maps_onto(factor: np.ndarray, mean: np.ndarray, summaries: list) -> list[GaussianMap]:
+    """The maps of a block of clients onto ``N(mean, F F^T)``: one eigendecomposition each."""
+    inner = _inner_eigh(stack([s.covariance for s in summaries]), factor)
+    return [
+        GaussianMap.from_factors(factor, inner.select(j), s.mean, mean)
+        for j, s in enumerate(summaries)
+    ]
 
 
 def _is_summaries(X: Any) -> bool:
