@@ -225,19 +225,6 @@ def check_client_size(n: float, client: Any) -> int:
     return int(n)
 
 
-def check_client_sizes(client: np.ndarray) -> None:
-    """Every client of ``client`` (each row's label) has at least 2 rows
-    (:func:`check_client_size`, for the first that has fewer).
-
-    Parameters
-    ----------
-    client : ndarray of shape (n_samples,)
-    """
-    labels, counts = np.unique(client, return_counts=True)
-    for label, n in zip(labels.tolist(), counts.tolist(), strict=True):
-        check_client_size(n, label)
-
-
 def check_client_labels(client: Any, n_samples: int) -> tuple[list, np.ndarray]:
     """Validate per-row client labels.
 

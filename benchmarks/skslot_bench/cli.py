@@ -17,7 +17,9 @@ import sys
 import warnings
 from collections import Counter
 
-from skslot._validation import check_client_sizes
+import numpy as np
+
+from skslot._validation import check_client_size
 from skslot.datasets import (
     EMBEDDED_DATASETS,
     DomainDataset,
@@ -431,8 +433,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"skslot bench: {note}", file=sys.stderr)
     try:
         data = _load(args)
-        if isinstance(data, FeatureTable):
-            check_client_sizes(data.clients[data.client])
+        if isinstance(data, FeatureTable):  # the estimators' rule and message, before any fit
+            labels, counts = np.unique(data.clients[data.client], return_counts=True)
+            for label, n in zip(labels.tolist(), counts.tolist(), strict=True):
+                check_client_size(n, label)
     except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
         print(f"skslot bench: cannot read --data {args.data}: {exc}", file=sys.stderr)
         return 2
