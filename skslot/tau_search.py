@@ -265,7 +265,8 @@ class FederatedTauSearch(
         if rejected:  # in process, the clients' own uploads: a bug, never expected
             raise RuntimeError(f"the protocol rejected clients' uploads: {rejected}")
         selection = result.selection
-        assert selection is not None  # tau="auto": the federation chose
+        if selection is None:  # tau="auto": the federation chose
+            raise RuntimeError("the federated search returned no choice")
         # each client's map, as a deployed client computes it from the reference it received
         summaries = {
             label: slot.summaries_[label] if frozen else parties[label].state.summary

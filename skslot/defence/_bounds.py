@@ -539,8 +539,9 @@ class DefenceBounds:
             Per client, a factor in ``(0, 1]`` (see :func:`clipped_norms`);
             every factor 1 without a clip.
         """
-        clip = math.inf if self.clip_norm_ratio is None else self.clip_norm_ratio
-        return clipped_norms(norms, clip_norm_ratio=clip)
+        if self.clip_norm_ratio is None:
+            return np.ones(len(norms))
+        return clipped_norms(norms, clip_norm_ratio=self.clip_norm_ratio)
 
 
 @dataclass(frozen=True)

@@ -370,7 +370,10 @@ def _handler(stage: Stage) -> Callable[[Message, Context], Message]:
 app = ClientApp()
 
 #: The handler of each message type ("updates" and "refit" share one: the first stage's).
-HANDLERS = {stage.message_type: _handler(stage) for stage in reversed(STAGES.values())}
+HANDLERS: dict[str, Callable[[Message, Context], Message]] = {}
+for _stage in STAGES.values():
+    if _stage.message_type not in HANDLERS:
+        HANDLERS[_stage.message_type] = _handler(_stage)
 for _type, _handle in HANDLERS.items():
     _category, _, _action = _type.partition(".")
     getattr(app, _category)(_action)(_handle)

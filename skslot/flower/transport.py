@@ -291,10 +291,12 @@ class FlowerTransport(CodecTransport):
             time.sleep(max(0.0, min(pause, wake - now)))
             pause = min(2 * pause, _LAST_POLL)
         late = f"did not answer within reply-timeout = {self.reply_timeout:g} s"
-        reasons: dict[Hashable, str] = {}
-        for node in (node for node in contents if node not in answered):
-            resent = f" (sent {sends[node]} times; last lost: {lost[node]})" if node in lost else ""
-            reasons[node] = f"{late}: hung or disconnected{resent}"
+        reasons = {
+            node: f"{late}: hung or disconnected"
+            + (f" (sent {sends[node]} times; last lost: {lost[node]})" if node in lost else "")
+            for node in contents
+            if node not in answered
+        }
         missing.update(reasons)
         self.waits[stage.name] = {
             "seconds": round(time.monotonic() - start, 3),

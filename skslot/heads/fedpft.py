@@ -366,13 +366,15 @@ class FedPFTClassifier(OneShotHead):
                 f"FedPFT's server classifier {type(est).__name__} has no coef_ and intercept_; "
                 "only a linear one can be exported as linear scores"
             )
-        Wb = np.column_stack([np.atleast_2d(est.coef_), np.atleast_1d(est.intercept_)])
-        if Wb.shape[0] == 1:  # binary: scores (0, d) as in _scores
-            Wb = np.vstack([np.zeros_like(Wb), Wb])
-        full = np.zeros((self.classes_.shape[0], Wb.shape[1]))
-        full[:, -1] = UNSCORED  # a class the classifier never saw
-        full[self._columns] = Wb
-        return full[:, :-1].copy(), full[:, -1].copy()
+        coef, intercept = np.atleast_2d(est.coef_), np.atleast_1d(est.intercept_)
+        if coef.shape[0] == 1:  # binary: scores (0, d) as in _scores
+            coef = np.vstack([np.zeros_like(coef), coef])
+            intercept = np.concatenate([[0.0], intercept])
+        full_coef = np.zeros((self.classes_.shape[0], coef.shape[1]))
+        full_intercept = np.full(self.classes_.shape[0], UNSCORED)  # a class never seen
+        full_coef[self._columns] = coef
+        full_intercept[self._columns] = intercept
+        return full_coef, full_intercept
 
     def _scores(self, X: np.ndarray) -> np.ndarray:
         est = self.estimator_

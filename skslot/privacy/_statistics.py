@@ -153,15 +153,12 @@ def _clipped_class_sums(
     the rows (shape ``(1, m, m)``); neither is symmetrised."""
     codes = np.searchsorted(classes, y)
     m = X.shape[1]
+    zero = np.zeros(m)
     sums = np.zeros((classes.shape[0], m))
     grams = np.zeros((classes.shape[0] if per_class else 1, m, m))
     for c in np.unique(codes):
         part = ShiftedMoments.from_rows(
-            X,
-            rows=np.flatnonzero(codes == c),
-            shift=np.zeros(m),
-            fourth_order=False,
-            clip_norm=clip_norm,
+            X, rows=np.flatnonzero(codes == c), shift=zero, fourth_order=False, clip_norm=clip_norm
         )
         sums[c] = part.s1 / clip_norm
         grams[c if per_class else 0] += part.gram / (clip_norm * clip_norm)
